@@ -1,0 +1,171 @@
+"""What every algorithm shares: config handling, logging, save/load and exact resume.
+
+An algorithm module defines a config dataclass and a subclass of `Algorithm` that
+implements `learn`, `predict`, `state_dict` and `load_state_dict`. The learning math stays in
+the algorithm's own module; this file only carries the plumbing around it.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from payoff.core.config import from_dict, to_dict
+from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.io import atomic_write_bytes
+from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
+from payoff.track.media import write_gif
+from payoff.track.run import Run, load_checkpoint_file
+
+RUN_KEYS = (
+    "recipe",
+    "description",
+    "algo",
+    "label",
+)  # keys of config.yaml that are not algorithm config
+
+
+class Algorithm:
+    """Base of payoff's algorithms: `Algo(env=..., **config).learn()`, `.save()`, `Algo.load()`."""
+
+    name: ClassVar[str]
+    config_class: ClassVar[type]
+
+    def __init__(
+        self, env: Any = None, *, config: Any = None, run: Run | None = None, **kwargs: Any
+    ):
+        if config is None:
+            data = dict(kwargs)
+            if env is not None:
+                data["env"] = {"id": env} if isinstance(env, str) else env
+            config = from_dict(self.config_class, data)
+        elif env is not None or kwargs:
+            raise ConfigError("pass either config=... or env/keyword settings, not both")
+        self.config = config
+        self.run = run
+        self.history: list[dict[str, Any]] = []
+        self.interrupted = False  # set by learn() when Ctrl-C stopped it early
+        self.setup()
+
+    # ---- to implement -----------------------------------------------------------------
+    def setup(self) -> None:
+        """Build envs, tables or networks from self.config."""
+
+    def learn(self, total: int | None = None) -> Algorithm:
+        raise NotImplementedError
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly (model, optimizer, RNGs, counters)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def spaces(self) -> dict[str, str]:
+        """repr of observation/action spaces, checked when a checkpoint meets an env."""
+        return {}
+
+    # ---- logging ----------------------------------------------------------------------
+    def log(self, step: int, **metrics: Any) -> None:
+        self.history.append({"step": step, **metrics})
+        if self.run is not None:
+            self.run.log(step, **metrics)
+
+    def checkpoint(self, name: str = "latest") -> None:
+        if self.run is not None:
+            self.run.save_checkpoint(self._payload_state(), algo=self.name, name=name)
+            self.run.flush()
+
+    def _payload_state(self) -> dict[str, Any]:
+        return {"config": to_dict(self.config), "spaces": self.spaces(), "state": self.state_dict()}
+
+    # ---- evaluation and media ---------------------------------------------------------
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """Deterministic-policy evaluation on fresh episodes."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        return evaluate_policy(
+            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        )
+
+    def record_gif(
+        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
+    ) -> Path:
+        """Render episodes of the deterministic policy to a GIF."""
+        seed = self.config.seed + 2_000_000 if seed is None else seed
+        frames = record_frames(
+            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        )
+        return write_gif(frames, path, fps=fps)
+
+    def figures(self, media: Path) -> list[Path]:
+        """Algorithm-specific pictures for the report (e.g. the Q-table arrows)."""
+        return []
+
+    # ---- save / load / resume ---------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Save the trained algorithm to one file (atomically)."""
+        buffer = io.BytesIO()
+        torch.save({"format": 1, "algo": self.name, "state": self._payload_state()}, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path, env: Any = None) -> Algorithm:
+        """Load from a file written by `save`, a checkpoint, or a run directory.
+
+        env: optionally a different env id/config; its spaces must match the checkpoint's.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = Run.open(path).checkpoint_path("latest")
+        payload, _ = load_checkpoint_file(path, cls.name)
+        return cls._from_payload(payload, env=env)
+
+    @classmethod
+    def _from_payload(
+        cls, payload: dict[str, Any], env: Any = None, run: Run | None = None
+    ) -> Algorithm:
+        config_data = dict(payload["config"])
+        if env is not None:
+            config_data["env"] = {"id": env} if isinstance(env, str) else env
+        try:
+            config = from_dict(cls.config_class, config_data)
+        except ConfigError as err:
+            raise CheckpointError(f"checkpoint config does not fit {cls.name}: {err}") from None
+        algorithm = cls(config=config, run=run)
+        saved, current = payload.get("spaces", {}), algorithm.spaces()
+        for key in saved:
+            if key in current and saved[key] != current[key]:
+                raise CheckpointError(
+                    f"checkpoint was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
+                )
+        try:
+            algorithm.load_state_dict(payload["state"])
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise CheckpointError(
+                f"checkpoint state does not fit this {cls.name} model: {err}"
+            ) from None
+        return algorithm
+
+    @classmethod
+    def from_run(cls, run: Run) -> Algorithm:
+        """Rebuild the algorithm of a run from its latest checkpoint, ready to continue."""
+        payload, elapsed = run.load_checkpoint(cls.name)
+        algorithm = cls._from_payload(payload, run=run)
+        run.truncate_metrics(algorithm.progress_step(), elapsed)
+        return algorithm
+
+    def progress_step(self) -> int:
+        """The step counter metrics are logged against (used to trim metrics on resume)."""
+        raise NotImplementedError
+
+
+def config_from_run(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm's part of a run's config.yaml."""
+    return {k: v for k, v in run_config.items() if k not in RUN_KEYS}

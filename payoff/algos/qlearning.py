@@ -1,0 +1,295 @@
+"""Tabular Q-learning and SARSA for discrete observation and action spaces.
+
+The whole algorithm is one update per step:
+
+    Q(s, a) <- Q(s, a) + alpha * [r + gamma * max_a' Q(s', a') - Q(s, a)]     (Q-learning)
+    Q(s, a) <- Q(s, a) + alpha * [r + gamma * Q(s', a') - Q(s, a)]            (SARSA, a' taken)
+
+with no bootstrap past a terminal state (but bootstrapping past a time-limit truncation),
+epsilon-greedy exploration and schedules for epsilon and alpha.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from payoff.algos.base import Algorithm
+from payoff.core.errors import EnvError
+from payoff.core.schedules import Schedule
+from payoff.core.seeding import seed_everything
+from payoff.envs.make import EnvConfig, is_success, make_env
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+def _frozenlake() -> EnvConfig:
+    return EnvConfig(id="FrozenLake-v1", kwargs={"map_name": "4x4", "is_slippery": True})
+
+
+@dataclass
+class QLearningConfig:
+    """Tabular Q-learning / SARSA.
+
+    env: a Gymnasium env with Discrete observation and action spaces.
+    method: 'q_learning' (off-policy, max over next actions) or 'sarsa' (on-policy).
+    total_episodes: training length, in episodes.
+    gamma: discount. On FrozenLake the only reward is reaching the goal, so gamma < 1 is
+        what makes shorter safe paths worth more than longer ones.
+    learning_rate: alpha, scheduled over training (a decaying alpha averages out the
+        slippery-ice noise; a constant one keeps the table jittering).
+    epsilon: exploration rate, scheduled over training.
+    eval_every / eval_episodes: greedy-policy evaluation during training (episodes).
+    final_eval_episodes: evaluation episodes at the end of training.
+    plateau_tolerance: the run reports the first evaluation within this much of the best
+        success rate (or return) it reached: "episodes until it stopped improving".
+    """
+
+    env: EnvConfig = field(default_factory=_frozenlake)
+    seed: int = 0
+    method: Literal["q_learning", "sarsa"] = "q_learning"
+    total_episodes: int = 20_000
+    gamma: float = 0.99
+    learning_rate: Schedule = field(
+        default_factory=lambda: Schedule(start=0.1, end=0.01, fraction=1.0)
+    )
+    epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.01, fraction=0.8))
+    initial_q: float = 0.0
+    log_every: int = 100
+    eval_every: int = 1000
+    eval_episodes: int = 200
+    final_eval_episodes: int = 1000
+    checkpoint_every: int = 2000
+    plateau_tolerance: float = 0.05
+
+    def validate(self) -> None:
+        from payoff.core.errors import ConfigError
+
+        for name in (
+            "total_episodes",
+            "log_every",
+            "eval_every",
+            "eval_episodes",
+            "checkpoint_every",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"config key 'gamma' must be in [0, 1], got {self.gamma}")
+
+
+class QLearning(Algorithm):
+    """Tabular Q-learning (or SARSA with method='sarsa')."""
+
+    name = "qlearning"
+    config_class = QLearningConfig
+    config: QLearningConfig
+
+    def setup(self) -> None:
+        config = self.config
+        self.env = make_env(config.env)
+        obs_space, act_space = self.env.observation_space, self.env.action_space
+        if not isinstance(obs_space, gym.spaces.Discrete):
+            raise EnvError(
+                f"Q-learning keeps one table row per state, so it needs a Discrete observation space; "
+                f"{config.env.id!r} has {obs_space}. Use DQN (algo: dqn) for continuous observations, "
+                f"or wrap the env so it discretizes them."
+            )
+        if not isinstance(act_space, gym.spaces.Discrete):
+            raise EnvError(
+                f"Q-learning needs a Discrete action space; {config.env.id!r} has {act_space}. "
+                f"Use PPO (algo: ppo) for continuous actions."
+            )
+        self.rng = seed_everything(config.seed)
+        self.env.reset(seed=config.seed)
+        self.q = np.full(
+            (int(obs_space.n), int(act_space.n)), config.initial_q, dtype=np.float64
+        )  # [S, A]
+        self.episode = 0
+        self.step = 0
+        self.evals: list[
+            tuple[int, float, float | None]
+        ] = []  # (episode, mean return, success rate)
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.recent_success: deque[float] = deque(maxlen=100)
+
+    def spaces(self) -> dict[str, str]:
+        return {
+            "observation_space": repr(self.env.observation_space),
+            "action_space": repr(self.env.action_space),
+        }
+
+    def progress_step(self) -> int:
+        return self.step
+
+    # ---- acting -----------------------------------------------------------------------
+    def _explore(self, state: int, epsilon: float) -> int:
+        """Epsilon-greedy, breaking ties between equal Q-values at random."""
+        if self.rng.random() < epsilon:
+            return int(self.rng.integers(self.q.shape[1]))
+        row = self.q[state]
+        best = np.flatnonzero(row == row.max())
+        return int(best[0] if len(best) == 1 else self.rng.choice(best))
+
+    def predict(self, observation: Any, deterministic: bool = True) -> int:
+        row = self.q[int(observation)]
+        if deterministic:
+            return int(np.argmax(row))
+        return self._explore(int(observation), self.config.epsilon.end)
+
+    # ---- learning ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> QLearning:
+        """Train until `total` episodes (default: config.total_episodes) have been played."""
+        config = self.config
+        total = config.total_episodes if total is None else total
+        sarsa = config.method == "sarsa"
+        q, env = self.q, self.env
+        progress = Progress(
+            total, initial=self.episode, desc=f"{self.name} {config.env.id}", unit="ep"
+        )
+        started, start_step = time.time(), self.step
+        with GracefulInterrupt() as interrupt:
+            while self.episode < total and not interrupt.requested:
+                fraction = self.episode / total
+                alpha, epsilon = config.learning_rate(fraction), config.epsilon(fraction)
+                state, _ = env.reset()
+                action = self._explore(state, epsilon)
+                episode_return, done = 0.0, False
+                reward: float = 0.0
+                info: dict[str, Any] = {}
+                while not done:
+                    next_state, reward, terminated, truncated, info = env.step(action)
+                    reward = float(reward)
+                    episode_return += reward
+                    self.step += 1
+                    if sarsa:
+                        next_action = self._explore(next_state, epsilon)
+                        bootstrap = q[next_state, next_action]
+                    else:
+                        bootstrap = q[next_state].max()
+                    target = reward + (0.0 if terminated else config.gamma * bootstrap)
+                    q[state, action] += alpha * (target - q[state, action])
+                    if not sarsa:
+                        next_action = self._explore(next_state, epsilon)
+                    state, action = next_state, next_action
+                    done = terminated or truncated
+                self.episode += 1
+                self.recent_returns.append(episode_return)
+                success = is_success(config.env.id, info, reward)
+                if success is not None:
+                    self.recent_success.append(float(success))
+                progress.update(
+                    1,
+                    step=self.step,
+                    ret=float(np.mean(self.recent_returns)),
+                    eps=epsilon,
+                    sps=int((self.step - start_step) / max(time.time() - started, 1e-9)),
+                )
+                self._periodic(alpha, epsilon)
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.episode >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _periodic(self, alpha: float, epsilon: float) -> None:
+        config = self.config
+        if self.episode % config.log_every == 0:
+            metrics: dict[str, Any] = {
+                "episode": self.episode,
+                "train/return": float(np.mean(self.recent_returns)),
+                "train/epsilon": epsilon,
+                "train/learning_rate": alpha,
+                "train/mean_max_q": float(self.q.max(axis=1).mean()),
+            }
+            if self.recent_success:
+                metrics["train/success_rate"] = float(np.mean(self.recent_success))
+            self.log(self.step, **metrics)
+        if self.episode % config.eval_every == 0:
+            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.episode)
+            self.evals.append((self.episode, result.mean_return, result.success_rate))
+            metrics = {"episode": self.episode, "eval/mean_return": result.mean_return}
+            if result.success_rate is not None:
+                metrics["eval/success_rate"] = result.success_rate
+            self.log(self.step, **metrics)
+        if self.episode % config.checkpoint_every == 0:
+            self.checkpoint()
+
+    def episodes_to_plateau(self) -> int | None:
+        """First evaluated episode count within plateau_tolerance of the best evaluation."""
+        if not self.evals:
+            return None
+        scores = [s if s is not None else r for _, r, s in self.evals]
+        best = max(scores)
+        for (episode, _, _), score in zip(self.evals, scores, strict=True):
+            if score >= best - self.config.plateau_tolerance:
+                return episode
+        return None
+
+    def _finish(self) -> None:
+        config = self.config
+        result = self.evaluate(config.final_eval_episodes)
+        plateau = self.episodes_to_plateau()
+        self.log(
+            self.step,
+            episode=self.episode,
+            **{f"final/{k}": v for k, v in result.to_dict().items()},
+        )
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                episodes=self.episode,
+                steps=self.step,
+                episodes_to_plateau=plateau,
+                plateau_note=(
+                    f"greedy-policy evaluation came within {config.plateau_tolerance} of its best "
+                    f"after {plateau} episodes"
+                    if plateau is not None
+                    else None
+                ),
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q.copy(),
+            "episode": self.episode,
+            "step": self.step,
+            "evals": list(self.evals),
+            "recent_returns": list(self.recent_returns),
+            "recent_success": list(self.recent_success),
+            "rng": self.rng.bit_generator.state,
+            "env_rng": self.env.unwrapped.np_random.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        q = np.asarray(state["q"], dtype=np.float64)
+        if q.shape != self.q.shape:
+            raise ValueError(f"Q-table shape {q.shape} does not match this env's {self.q.shape}")
+        self.q = q
+        self.episode = int(state["episode"])
+        self.step = int(state["step"])
+        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
+        self.recent_returns = deque(state["recent_returns"], maxlen=100)
+        self.recent_success = deque(state["recent_success"], maxlen=100)
+        self.rng.bit_generator.state = state["rng"]
+        self.env.unwrapped.np_random.bit_generator.state = state["env_rng"]
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.track.plots import plot_q_table
+
+        path = media / "q_table.png"
+        desc = getattr(self.env.unwrapped, "desc", None)
+        plot_q_table(self.q, path, desc=desc, title=f"{self.config.method} on {self.config.env.id}")
+        return [path]
+
+
+ALGORITHM = QLearning

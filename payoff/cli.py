@@ -1,0 +1,213 @@
+"""`payoff train | eval | play | plot | report | recipes`.
+
+Every PayoffError is printed as one line (`error: ...`) with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from payoff.core.errors import PayoffError
+
+
+def _cmd_recipes(args: argparse.Namespace) -> int:
+    from payoff.recipes import list_recipes
+
+    recipes = list_recipes()
+    width = max(len(name) for name, _ in recipes)
+    for name, description in recipes:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from payoff import train
+
+    if args.resume:
+        if args.recipe or args.overrides:
+            raise PayoffError(
+                "--resume continues a run with its own config; pass no recipe or overrides with it"
+            )
+        run = train.resume(args.resume, media=not args.no_media)
+    else:
+        if not args.recipe:
+            raise PayoffError(
+                "name a recipe (see `payoff recipes`) or a YAML file, or pass --resume RUN"
+            )
+        run = train.train(
+            args.recipe, args.overrides, seed=args.seed, out=args.out, media=not args.no_media
+        )
+    summary = run.summary()
+    checkpoint = run.checkpoint_path()
+    if not summary and checkpoint.exists():
+        print(f"stopped early; checkpoint saved. Continue with: payoff train --resume {run.path}")
+        return 130
+    final = summary.get("final_eval")
+    if final:
+        from payoff.rollout.evaluate import EvalResult
+
+        print(f"final evaluation: {EvalResult(**final).line()}")
+    if summary.get("plateau_note"):
+        print(summary["plateau_note"])
+    print(f"run: {run.path}")
+    report = run.media / "report.html"
+    if report.exists():
+        print(f"report: {report}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from payoff import train
+
+    _, algorithm = train.load(args.run)
+    options = {}
+    if args.split is not None:
+        options["split"] = args.split
+    if args.k is not None:
+        options["k"] = [int(k) for k in args.k.split(",")]
+    result = (
+        algorithm.evaluate(args.episodes, **options)
+        if options
+        else algorithm.evaluate(args.episodes)
+    )
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result.line())
+    return 0
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    from payoff import train
+
+    _, algorithm = train.load(args.run)
+    path = algorithm.record_gif(args.gif, episodes=args.episodes)
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from payoff.track.plots import plot_curves
+    from payoff.track.run import Run
+
+    runs = [Run.open(path) for path in args.runs]
+    path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from payoff import train
+    from payoff.track.report import write_report
+    from payoff.track.run import Run
+
+    run = Run.open(args.run)
+    if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
+        _, algorithm = train.load(args.run)
+        train.write_media(run, algorithm)
+        path = run.media / "report.html"
+    else:
+        path = write_report(run)
+    print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="payoff", description="Reinforcement learning by trial and error, end to end."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser(
+        "recipes",
+        help="list shipped recipes",
+        description="List shipped recipes with a one-line description.",
+    )
+    p.set_defaults(func=_cmd_recipes)
+
+    p = sub.add_parser(
+        "train",
+        help="train a recipe (or resume a run)",
+        description="Train a shipped recipe or a YAML file into a new run directory.",
+    )
+    p.add_argument(
+        "recipe", nargs="?", help="recipe name (see `payoff recipes`) or path to a YAML file"
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides key=value (dotted for nesting: env.id=CartPole-v1)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed (same seed, same metrics)")
+    p.add_argument("--out", default="runs", help="folder for run directories (default: runs/)")
+    p.add_argument("--resume", metavar="RUN", help="continue RUN from its latest checkpoint")
+    p.add_argument(
+        "--no-media", action="store_true", help="skip pictures, GIF and report at the end"
+    )
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser(
+        "eval", help="evaluate a trained run", description="Evaluate a run's latest policy."
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes (default 100)")
+    p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    p.add_argument("--split", default=None, help="dataset split for language-model runs (test|ood)")
+    p.add_argument(
+        "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
+    )
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "play",
+        help="render episodes to a GIF",
+        description="Render episodes of a trained policy to a GIF.",
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--gif", required=True, help="output GIF path")
+    p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
+    p.set_defaults(func=_cmd_play)
+
+    p = sub.add_parser(
+        "plot",
+        help="overlay learning curves",
+        description=(
+            "Overlay learning curves of runs; runs of the same recipe with different seeds are drawn as a mean with a band."
+        ),
+    )
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("--out", default="curves.png", help="output PNG (default curves.png)")
+    p.add_argument(
+        "--metric",
+        action="append",
+        help="metric to plot (repeatable); default: the headline metric",
+    )
+    p.add_argument("--x", default="step", help="x axis key (default step)")
+    p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser(
+        "report", help="write a run's HTML report", description="Write RUN/media/report.html."
+    )
+    p.add_argument("run", help="run directory")
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PayoffError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Data types, configuration, seeding and errors shared by every layer."""

@@ -1,0 +1,44 @@
+"""Schedules for exploration rates, learning rates and clip ranges, as config data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class Schedule:
+    """A value that moves from `start` to `end` over the first `fraction` of training.
+
+    kind: 'linear' interpolates, 'exponential' interpolates log-values (both ends > 0),
+    'constant' stays at `start`.
+    """
+
+    start: float = 1.0
+    end: float = 1.0
+    fraction: float = 1.0
+    kind: Literal["linear", "exponential", "constant"] = "linear"
+
+    def validate(self) -> None:
+        from payoff.core.errors import ConfigError
+
+        if not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"schedule fraction must be in (0, 1], got {self.fraction}")
+        if self.kind == "exponential" and (self.start <= 0 or self.end <= 0):
+            raise ConfigError(
+                f"an exponential schedule needs start and end > 0, got {self.start} and {self.end}"
+            )
+
+    def __call__(self, progress: float) -> float:
+        """Value at `progress` in [0, 1] (fraction of training done)."""
+        if self.kind == "constant":
+            return self.start
+        t = min(1.0, max(0.0, progress) / self.fraction)
+        if self.kind == "exponential":
+            return math.exp(math.log(self.start) + t * (math.log(self.end) - math.log(self.start)))
+        return self.start + t * (self.end - self.start)
+
+
+def constant(value: float) -> Schedule:
+    return Schedule(start=value, end=value, kind="constant")

@@ -1,0 +1,20 @@
+"""Registers payoff's own environments with Gymnasium under the `payoff/` namespace.
+
+Each entry point is a string, so registering imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+PAYOFF_ENVS: dict[str, dict] = {}
+
+
+def _register(env_id: str, entry_point: str, **kwargs: object) -> None:
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, **kwargs)  # type: ignore[arg-type]
+    PAYOFF_ENVS[env_id] = {"entry_point": entry_point, **kwargs}
+
+
+# Envs are added here as they land, e.g.
+# _register("payoff/CartPoleBatched-v1", "payoff.envs.cartpole:CartPoleEnv", max_episode_steps=500)

@@ -1,0 +1,1 @@
+"""Collecting experience: episode runners, vector-env runners, replay buffers, LLM generation."""

@@ -1,0 +1,87 @@
+"""Run a policy for whole episodes and summarize returns and success."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from payoff.envs.make import EnvConfig, is_success, make_env
+
+Policy = Callable[[Any], Any]  # one observation -> one action
+
+
+@dataclass
+class EvalResult:
+    """Summary of evaluation episodes; success_rate is None where the env defines no success."""
+
+    mean_return: float
+    std_return: float
+    episodes: int
+    success_rate: float | None
+    mean_length: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        text = f"mean return {self.mean_return:.3f} ± {self.std_return:.3f} over {self.episodes} episodes"
+        if self.success_rate is not None:
+            text += f", success rate {self.success_rate:.3f}"
+        return text
+
+
+def evaluate_policy(env: EnvConfig, policy: Policy, episodes: int, seed: int) -> EvalResult:
+    """Play `episodes` episodes of `policy` on a fresh env seeded with `seed`."""
+    environment = make_env(env)
+    returns, lengths, successes = [], [], []
+    try:
+        for episode in range(episodes):
+            obs, _ = environment.reset(seed=seed + episode)
+            total, length, done = 0.0, 0, False
+            reward: float = 0.0
+            info: dict[str, Any] = {}
+            while not done:
+                obs, reward, terminated, truncated, info = environment.step(policy(obs))
+                total += float(reward)
+                length += 1
+                done = terminated or truncated
+            returns.append(total)
+            lengths.append(length)
+            successes.append(is_success(env.id, info, float(reward)))
+    finally:
+        environment.close()
+    defined = [s for s in successes if s is not None]
+    return EvalResult(
+        mean_return=float(np.mean(returns)),
+        std_return=float(np.std(returns)),
+        episodes=episodes,
+        success_rate=float(np.mean(defined)) if defined else None,
+        mean_length=float(np.mean(lengths)),
+    )
+
+
+def record_frames(
+    env: EnvConfig, policy: Policy, episodes: int, seed: int, max_frames: int = 1000
+) -> list[np.ndarray]:
+    """Render `episodes` episodes of `policy` as rgb_array frames."""
+    # pygame-based renderers need no window for rgb_array; keep SDL from looking for one.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    environment = make_env(env, render_mode="rgb_array")
+    frames: list[np.ndarray] = []
+    try:
+        for episode in range(episodes):
+            obs, _ = environment.reset(seed=seed + episode)
+            frames.append(environment.render())
+            done = False
+            while not done and len(frames) < max_frames:
+                obs, _, terminated, truncated, _ = environment.step(policy(obs))
+                frames.append(environment.render())
+                done = terminated or truncated
+    finally:
+        environment.close()
+    return frames

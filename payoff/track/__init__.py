@@ -1,0 +1,1 @@
+"""Run directories, metrics, checkpoints, progress bars, plots, GIFs and HTML reports."""

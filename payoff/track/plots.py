@@ -1,0 +1,178 @@
+"""Learning curves (mean and spread over seeds) and the Q-table picture, as PNG."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from payoff.core.errors import RunError  # noqa: E402
+from payoff.core.io import atomic_write_bytes  # noqa: E402
+from payoff.track.run import Run  # noqa: E402
+
+PREFERRED_METRICS = (
+    "eval/success_rate",
+    "eval/mean_return",
+    "train/return",
+    "train/accuracy",
+    "train/reward",
+)
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return Path(path)
+
+
+def series(run: Run, metric: str, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) arrays of one metric from a run's metrics.jsonl."""
+    xs, ys = [], []
+    for record in run.records():
+        value = record.get(metric)
+        if isinstance(value, int | float) and not isinstance(value, bool) and x in record:
+            xs.append(record[x])
+            ys.append(value)
+    return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+
+
+def default_metrics(runs: Sequence[Run]) -> list[str]:
+    """The headline metric(s) common to the runs: the first preferred metric they all log."""
+    keys: set[str] | None = None
+    for run in runs:
+        run_keys = {k for r in run.records() for k in r}
+        keys = run_keys if keys is None else keys & run_keys
+    keys = keys or set()
+    for metric in PREFERRED_METRICS:
+        if metric in keys:
+            return [metric]
+    numeric = sorted(k for k in keys if "/" in k)
+    return numeric[:1]
+
+
+def _group_label(run: Run) -> str:
+    config = run.config
+    recipe = config.get("recipe") or config.get("algo", "run")
+    overrides = config.get("label")
+    return str(overrides or recipe)
+
+
+def plot_curves(
+    runs: Sequence[Run],
+    path: str | Path,
+    metrics: Sequence[str] | None = None,
+    x: str = "step",
+    title: str | None = None,
+    labels: Sequence[str] | None = None,
+) -> Path:
+    """Overlay learning curves; runs sharing a label (same recipe, different seeds) are drawn
+    as their mean with a shaded band from min to max."""
+    if not runs:
+        raise RunError("no runs to plot")
+    metrics = list(metrics) if metrics else default_metrics(runs)
+    if not metrics:
+        raise RunError("the runs share no numeric metric to plot; pass --metric")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False)
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for i, run in enumerate(runs):
+        groups[labels[i] if labels else _group_label(run)].append(run)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for color_index, (label, members) in enumerate(groups.items()):
+            color = f"C{color_index % 10}"
+            curves = [series(run, metric, x) for run in members]
+            curves = [(xs, ys) for xs, ys in curves if len(xs)]
+            if not curves:
+                continue
+            if len(curves) == 1:
+                ax.plot(curves[0][0], curves[0][1], color=color, label=label)
+                continue
+            grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
+            stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
+            ax.plot(
+                grid, stacked.mean(0), color=color, label=f"{label} (mean of {len(curves)} seeds)"
+            )
+            ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or ", ".join(sorted(groups)))
+    return save_figure(fig, path)
+
+
+ARROWS = {0: (-1, 0), 1: (0, 1), 2: (1, 0), 3: (0, -1)}  # FrozenLake: left, down, right, up
+
+
+def plot_q_table(
+    q: np.ndarray, path: str | Path, desc: np.ndarray | None = None, title: str = ""
+) -> Path:
+    """Grid of cells coloured by max Q with an arrow for the greedy action; holes and goal marked.
+
+    Without a grid description (`desc`), draws the table itself as a states x actions heatmap.
+    """
+    if desc is None or desc.size != q.shape[0] or q.shape[1] != 4:
+        fig, ax = plt.subplots(figsize=(1.2 + 0.8 * q.shape[1], 1 + 0.25 * q.shape[0]))
+        image = ax.imshow(q, aspect="auto", cmap="viridis")
+        ax.set_xlabel("action")
+        ax.set_ylabel("state")
+        fig.colorbar(image, ax=ax, label="Q")
+        ax.set_title(title)
+        return save_figure(fig, path)
+    rows, cols = desc.shape
+    labels = np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else str(b))(desc)
+    values = q.max(axis=1).reshape(rows, cols)
+    fig, ax = plt.subplots(figsize=(1.1 * cols + 1.5, 1.1 * rows + 0.6))
+    image = ax.imshow(
+        values, cmap="viridis", vmin=min(0.0, values.min()), vmax=max(values.max(), 1e-9)
+    )
+    fig.colorbar(image, ax=ax, label="max Q(s, ·)")
+    for r in range(rows):
+        for c in range(cols):
+            cell = labels[r, c]
+            state = r * cols + c
+            if cell in ("H", "G"):
+                face = "#222222" if cell == "H" else "#f2c14e"
+                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, color=face))
+                ax.text(
+                    c,
+                    r,
+                    "hole" if cell == "H" else "goal",
+                    ha="center",
+                    va="center",
+                    color="white" if cell == "H" else "black",
+                    fontsize=9,
+                    weight="bold",
+                )
+                continue
+            dx, dy = ARROWS[int(np.argmax(q[state]))]
+            ax.arrow(
+                c - 0.25 * dx,
+                r - 0.25 * dy,
+                0.3 * dx,
+                0.3 * dy,
+                head_width=0.18,
+                head_length=0.15,
+                fc="white",
+                ec="black",
+                linewidth=0.8,
+                length_includes_head=False,
+            )
+            if cell == "S":
+                ax.text(c - 0.42, r - 0.3, "start", color="white", fontsize=7)
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    ax.set_title(title or "greedy policy")
+    return save_figure(fig, path)

@@ -1,0 +1,45 @@
+"""A progress bar for long work: step, episodes, recent return, steps/s and ETA."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+
+class Progress:
+    """Thin tqdm wrapper; silent when PAYOFF_PROGRESS=0 (tests) ."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "train", unit: str = "step"):
+        enabled = os.environ.get("PAYOFF_PROGRESS", "1") != "0"
+        self._bar = tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit=unit,
+            unit_scale=True,
+            dynamic_ncols=True,
+            mininterval=0.5 if sys.stderr.isatty() else 5.0,
+            disable=not enabled,
+            file=sys.stderr,
+        )
+        self._last_postfix = 0.0
+
+    def update(self, n: int, **postfix: Any) -> None:
+        self._bar.update(n)
+        now = time.time()
+        if postfix and now - self._last_postfix > 0.5:
+            self._last_postfix = now
+            self._bar.set_postfix({k: _fmt(v) for k, v in postfix.items()}, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _fmt(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return value

@@ -1,0 +1,262 @@
+"""A run directory: config.yaml, metrics.jsonl, TensorBoard events, checkpoints/ and media/.
+
+    runs/<YYYYmmdd-HHMMSS>-<recipe>/
+      config.yaml      the fully resolved config
+      metrics.jsonl    one JSON object per log step ({"step", "time", ...}); events carry "event"
+      summary.json     final evaluation and headline numbers, for reports and scripts
+      events.*         TensorBoard events when tensorboard is installed
+      checkpoints/     latest.pt (+ best.pt); enough to resume exactly
+      media/           plots, GIFs, report.html
+
+A run directory is never overwritten; resuming continues the same directory.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from payoff.core.errors import CheckpointError, RunError
+from payoff.core.io import atomic_write_bytes, atomic_write_text
+
+CHECKPOINT_FORMAT = 1
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    return value
+
+
+class Run:
+    """One training run on disk. Create with `Run.create`, reopen with `Run.open`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self.media = self.path / "media"
+        self._metrics_file: io.TextIOWrapper | None = None
+        self._tb: Any = None
+        self._tb_tried = False
+        self._start = time.time()
+        self._time_offset = 0.0
+
+    # ---- creation and opening --------------------------------------------------------
+    @classmethod
+    def create(cls, out_dir: str | Path, name: str, config: dict[str, Any]) -> Run:
+        """Make a fresh run directory `out_dir/<timestamp>-<name>` (never reusing one)."""
+        out_dir = Path(out_dir)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RunError(
+                f"cannot create output directory {str(out_dir)!r}: {err.strerror}"
+            ) from None
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            raise RunError(
+                f"output directory {str(out_dir)!r} is not writable; pass --out with a folder you can write to"
+            )
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "run"
+        base = out_dir / f"{stamp}-{safe}"
+        path, n = base, 1
+        while True:
+            try:
+                path.mkdir(parents=False, exist_ok=False)
+                break
+            except FileExistsError:
+                n += 1
+                path = Path(f"{base}-{n}")
+            except OSError as err:
+                raise RunError(
+                    f"cannot create run directory {str(path)!r}: {err.strerror}"
+                ) from None
+        run = cls(path)
+        run.checkpoints.mkdir()
+        run.media.mkdir()
+        atomic_write_text(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """Open an existing run directory (for resume, eval, play, report)."""
+        path = Path(path)
+        if not path.is_dir():
+            raise RunError(f"run directory {str(path)!r} does not exist")
+        if not (path / "config.yaml").is_file():
+            raise RunError(f"{str(path)!r} is not a payoff run: it has no config.yaml")
+        run = cls(path)
+        run.checkpoints.mkdir(exist_ok=True)
+        run.media.mkdir(exist_ok=True)
+        return run
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        data = yaml.safe_load((self.path / "config.yaml").read_text())
+        if not isinstance(data, dict):
+            raise RunError(f"{str(self.path / 'config.yaml')!r} is not a mapping")
+        return data
+
+    # ---- metrics ----------------------------------------------------------------------
+    def log(self, step: int, **metrics: Any) -> None:
+        """Append one metrics record; also to TensorBoard when it is installed."""
+        record = {"step": int(step), "time": round(self.elapsed(), 3)}
+        record.update({k: _jsonable(v) for k, v in metrics.items()})
+        self._write_record(record)
+        tb = self._tensorboard()
+        if tb is not None:
+            for key, value in record.items():
+                if (
+                    key not in ("step", "time")
+                    and isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                ):
+                    tb.add_scalar(key, value, int(step))
+
+    def event(
+        self, step: int, kind: str, message: str, severity: str = "warning", **evidence: Any
+    ) -> None:
+        """Record a notable event (a monitor alarm, a skipped bad sample) in metrics.jsonl."""
+        payload = {"kind": kind, "message": message, "severity": severity, "evidence": evidence}
+        self._write_record({"step": int(step), "time": round(self.elapsed(), 3), "event": payload})
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        if self._metrics_file is None:
+            self._metrics_file = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        self._metrics_file.write(json.dumps(record) + "\n")
+
+    def flush(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.flush()
+            os.fsync(self._metrics_file.fileno())
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        self.flush()
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def elapsed(self) -> float:
+        return self._time_offset + time.time() - self._start
+
+    def _tensorboard(self) -> Any:
+        if not self._tb_tried:
+            self._tb_tried = True
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self.path))
+            except Exception:  # tensorboard is an optional extra
+                self._tb = None
+        return self._tb
+
+    def records(self) -> list[dict[str, Any]]:
+        """All metric records (not events) in order."""
+        return [r for r in read_jsonl(self.path / "metrics.jsonl") if "event" not in r]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [r for r in read_jsonl(self.path / "metrics.jsonl") if "event" in r]
+
+    def truncate_metrics(self, step: int, elapsed: float) -> None:
+        """Drop records logged after `step` (they came after the checkpoint we resume from)."""
+        self.close()
+        path = self.path / "metrics.jsonl"
+        kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._time_offset = elapsed
+        self._start = time.time()
+
+    # ---- summary ----------------------------------------------------------------------
+    def write_summary(self, **values: Any) -> None:
+        """Merge `values` into summary.json (final evaluation, headline numbers)."""
+        summary = self.summary()
+        summary.update(values)
+        atomic_write_text(
+            self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable)
+        )
+
+    def summary(self) -> dict[str, Any]:
+        path = self.path / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    # ---- checkpoints ------------------------------------------------------------------
+    def save_checkpoint(self, state: dict[str, Any], algo: str, name: str = "latest") -> Path:
+        """Write checkpoints/<name>.pt atomically; `state` must hold everything to resume."""
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "algo": algo,
+            "elapsed": self.elapsed(),
+            "state": state,
+        }
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        path = self.checkpoints / f"{name}.pt"
+        atomic_write_bytes(path, buffer.getvalue())
+        return path
+
+    def checkpoint_path(self, name: str = "latest") -> Path:
+        return self.checkpoints / f"{name}.pt"
+
+    def load_checkpoint(self, algo: str, name: str = "latest") -> tuple[dict[str, Any], float]:
+        """Read a checkpoint written by `algo`; returns (state, elapsed seconds at save)."""
+        return load_checkpoint_file(self.checkpoint_path(name), algo)
+
+
+def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, Any], float]:
+    """Load and check a checkpoint file; clear errors for missing, corrupt or foreign files."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"no checkpoint at {str(path)!r}; the run may have stopped before its first checkpoint"
+        )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or not a payoff checkpoint ({type(err).__name__}: {err})"
+        ) from None
+    if not isinstance(payload, dict) or "algo" not in payload or "state" not in payload:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is not a payoff checkpoint (missing 'algo'/'state')"
+        )
+    if algo is not None and payload["algo"] != algo:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was written by algorithm {payload['algo']!r}, but this run uses {algo!r}"
+        )
+    return payload["state"], float(payload.get("elapsed", 0.0))
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines file, ignoring a torn last line (a run killed mid-write)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records

@@ -1,0 +1,186 @@
+"""From a recipe to a finished run: resolve the config, train, then write media and report.
+
+The CLI, the demo and experiment recipes all go through these functions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from payoff.algos import get_algorithm
+from payoff.algos.base import Algorithm, config_from_run
+from payoff.core.config import apply_overrides, from_dict, to_dict
+from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.recipes import load_recipe
+from payoff.track.report import write_report
+from payoff.track.run import Run
+
+
+def resolve(
+    recipe: str, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None
+) -> tuple[type[Algorithm], Any, dict[str, Any]]:
+    """Recipe + overrides + defaults -> (algorithm class, config, resolved mapping for config.yaml)."""
+    name, data = load_recipe(recipe)
+    if data.get("kind") == "experiment":
+        raise ConfigError(
+            f"{name!r} is an experiment recipe; run it with train_experiment (payoff train does this)"
+        )
+    data = dict(data)
+    algo = data.pop("algo", None)
+    if algo is None:
+        raise ConfigError(
+            f"recipe {name!r} has no 'algo' key; say which algorithm to run (e.g. algo: ppo)"
+        )
+    description = data.pop("description", "")
+    label = data.pop("label", None)
+    all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
+    data = apply_overrides(data, all_overrides)
+    cls = get_algorithm(str(algo))
+    config = from_dict(cls.config_class, data)
+    resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
+    if label:
+        resolved["label"] = label
+    resolved.update(to_dict(config))
+    return cls, config, resolved
+
+
+def train(
+    recipe: str,
+    overrides: list[str] | tuple[str, ...] = (),
+    seed: int | None = None,
+    out: str | Path = "runs",
+    media: bool = True,
+    label: str | None = None,
+) -> Run:
+    """Train a recipe into a new run directory; returns the run."""
+    _, data = load_recipe(recipe)
+    if data.get("kind") == "experiment":
+        return train_experiment(recipe, overrides, out=out, media=media)
+    cls, config, resolved = resolve(recipe, overrides, seed)
+    if label:
+        resolved["label"] = label
+    run = Run.create(out, resolved["recipe"], resolved)
+    algorithm = cls(config=config, run=run)
+    return _learn_and_finish(algorithm, run, media)
+
+
+def resume(path: str | Path, media: bool = True) -> Run:
+    """Continue a run from its latest checkpoint, in the same directory."""
+    run = Run.open(path)
+    algo = run.config.get("algo")
+    if not algo:
+        raise RunError(
+            f"{str(path)!r} has no 'algo' in its config.yaml; cannot tell what to resume"
+        )
+    algorithm = get_algorithm(str(algo)).from_run(run)
+    return _learn_and_finish(algorithm, run, media)
+
+
+def load(path: str | Path) -> tuple[Run, Algorithm]:
+    """The run at `path` and its algorithm restored from the latest checkpoint."""
+    run = Run.open(path)
+    algo = run.config.get("algo")
+    if not algo:
+        raise RunError(f"{str(path)!r} has no 'algo' in its config.yaml")
+    cls = get_algorithm(str(algo))
+    payload, _ = run.load_checkpoint(cls.name)
+    return run, cls._from_payload(payload)
+
+
+def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
+    try:
+        algorithm.learn()
+    finally:
+        run.close()
+    if algorithm.interrupted:
+        return run
+    if media:
+        write_media(run, algorithm)
+    return run
+
+
+def write_media(run: Run, algorithm: Algorithm) -> None:
+    """Pictures, an episode GIF where the env renders, and the HTML report."""
+    algorithm.figures(run.media)
+    try:
+        algorithm.record_gif(run.media / "episode.gif")
+    except (PayoffError, NotImplementedError, ImportError, AttributeError):
+        pass  # the env does not render to rgb_array; the report simply has no GIF
+    write_report(run)
+
+
+@dataclass
+class Member:
+    """One arm of an experiment: a recipe with overrides, run once per seed."""
+
+    recipe: str
+    label: str = ""
+    overrides: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass
+class Experiment:
+    """Several runs and one comparison figure."""
+
+    members: list[Member] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    x: str = "step"
+
+
+def train_experiment(
+    recipe: str,
+    overrides: list[str] | tuple[str, ...] = (),
+    out: str | Path = "runs",
+    media: bool = False,
+) -> Run:
+    """Run every member of an experiment recipe, then draw the comparison figure."""
+    from payoff.track.plots import plot_curves
+
+    name, data = load_recipe(recipe)
+    data = dict(data)
+    description = data.pop("description", "")
+    data.pop("kind")
+    experiment = from_dict(Experiment, data)
+    resolved = {
+        "recipe": name,
+        "description": description,
+        "kind": "experiment",
+        "overrides": list(overrides),
+        **to_dict(experiment),
+    }
+    run = Run.create(out, name, resolved)
+    member_runs, labels = [], []
+    started = time.time()
+    for member in experiment.members:
+        for seed in member.seeds:
+            member_run = train(
+                member.recipe,
+                [*member.overrides, *overrides],
+                seed=seed,
+                out=run.path / "members",
+                media=media,
+                label=member.label or member.recipe,
+            )
+            member_runs.append(member_run)
+            labels.append(member.label or member.recipe)
+    plot_curves(
+        member_runs,
+        run.media / "comparison.png",
+        metrics=experiment.metrics or None,
+        x=experiment.x,
+        title=description or name,
+        labels=labels,
+    )
+    run.write_summary(
+        members=[str(r.path) for r in member_runs], seconds=round(time.time() - started, 1)
+    )
+    write_report(run)
+    return run
+
+
+def algorithm_config(run: Run) -> dict[str, Any]:
+    return config_from_run(run.config)
