@@ -1,0 +1,68 @@
+"""Shared by benchmark scripts: each writes its own section of docs/benchmarks.md.
+
+A section sits between `<!-- BEGIN name -->` and `<!-- END name -->`, so scripts can be
+re-run one at a time without clobbering each other's results.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
+HEADER = """# Benchmarks
+
+Every table below is written by a script under `benchmarks/`, which runs payoff and the
+reference library side by side in one process tree on the same machine and prints the
+ratio. The command that produced each section is given with it. Machines are noisy: rerun
+the command to reproduce, and compare ratios rather than absolute seconds.
+"""
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "not installed"
+    return f"{platform.processor() or platform.machine()}, {cpus} CPU cores, Python {platform.python_version()}, torch {torch_version}"
+
+
+def command_line() -> str:
+    script = os.path.relpath(sys.argv[0], ROOT)
+    return "python " + " ".join(shlex.quote(a) for a in [script, *sys.argv[1:]])
+
+
+def write_section(name: str, title: str, body: str) -> Path:
+    """Replace (or append) the section `name` of docs/benchmarks.md."""
+    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else HEADER
+    section = (
+        f"<!-- BEGIN {name} -->\n## {title}\n\n"
+        f"Command: `{command_line()}`  \nMeasured: {time.strftime('%Y-%m-%d %H:%M')} on {machine()}\n\n"
+        f"{body.strip()}\n<!-- END {name} -->"
+    )
+    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    tmp = BENCHMARKS_MD.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(BENCHMARKS_MD)
+    return BENCHMARKS_MD
+
+
+def markdown_table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Math shared by several algorithms (advantages, log-probabilities, KL estimators), written once."""
