@@ -62,8 +62,9 @@ def train(
     cls, config, resolved = resolve(recipe, overrides, seed)
     if label:
         resolved["label"] = label
+    algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
     run = Run.create(out, resolved["recipe"], resolved)
-    algorithm = cls(config=config, run=run)
+    algorithm.run = run
     return _learn_and_finish(algorithm, run, media)
 
 

@@ -51,6 +51,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, str):  # YAML 1.1 reads '1e-3' as a string; users mean a number
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            pass
     return key.split("."), value
 
 

@@ -1,0 +1,73 @@
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from payoff.core.config import apply_overrides, from_dict, parse_override
+from payoff.core.errors import ConfigError
+from payoff.core.schedules import Schedule
+
+
+@dataclass
+class Inner:
+    size: int = 4
+    name: str = "x"
+
+
+@dataclass
+class Outer:
+    lr: float = 0.1
+    steps: int = 10
+    flag: bool = False
+    mode: Literal["a", "b"] = "a"
+    inner: Inner = field(default_factory=Inner)
+    maybe: int | None = None
+
+
+def test_defaults_and_nested_values():
+    config = from_dict(Outer, {"lr": 1, "inner": {"size": 8}, "maybe": 3})
+    assert config.lr == 1.0 and isinstance(config.lr, float)
+    assert config.inner.size == 8 and config.inner.name == "x"
+    assert config.maybe == 3
+
+
+def test_unknown_key_lists_valid_keys_and_suggests():
+    with pytest.raises(ConfigError) as err:
+        from_dict(Outer, {"step": 5})
+    message = str(err.value)
+    assert "'step'" in message and "Did you mean 'steps'" in message
+    assert "flag, inner, lr, maybe, mode, steps" in message
+
+
+def test_unknown_nested_key_names_the_full_path():
+    with pytest.raises(ConfigError, match=r"'inner.sise'.*Did you mean 'size'"):
+        from_dict(Outer, {"inner": {"sise": 3}})
+
+
+def test_wrong_type_names_key_value_and_type():
+    with pytest.raises(ConfigError, match=r"config key 'steps' must be int, got 'many' \(str\)"):
+        from_dict(Outer, {"steps": "many"})
+    with pytest.raises(ConfigError, match=r"'flag' must be bool"):
+        from_dict(Outer, {"flag": 1})
+
+
+def test_literal_lists_choices():
+    with pytest.raises(ConfigError, match=r"'mode' must be one of 'a', 'b', got 'c'"):
+        from_dict(Outer, {"mode": "c"})
+
+
+def test_overrides_parse_yaml_values_and_nest():
+    assert parse_override("a.b=1e-3") == (["a", "b"], 1e-3)
+    data = apply_overrides({"inner": {"size": 1}}, ["inner.size=5", "flag=true", "inner.name=abc"])
+    assert data == {"inner": {"size": 5, "name": "abc"}, "flag": True}
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("nonsense")
+
+
+def test_schedules():
+    linear = Schedule(start=1.0, end=0.0, fraction=0.5)
+    assert linear(0.0) == 1.0 and linear(0.25) == pytest.approx(0.5) and linear(0.9) == 0.0
+    exponential = Schedule(start=1.0, end=0.01, fraction=1.0, kind="exponential")
+    assert exponential(0.5) == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="fraction"):
+        from_dict(Schedule, {"fraction": 0})

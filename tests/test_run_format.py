@@ -1,0 +1,63 @@
+import json
+
+import pytest
+
+from payoff.core.errors import CheckpointError, RunError
+from payoff.track.run import Run, load_checkpoint_file
+
+
+def test_run_directory_layout_and_never_overwrite(tmp_path):
+    first = Run.create(tmp_path, "demo", {"algo": "x"})
+    second = Run.create(tmp_path, "demo", {"algo": "x"})
+    assert first.path != second.path
+    for run in (first, second):
+        assert (run.path / "config.yaml").is_file()
+        assert (run.path / "checkpoints").is_dir() and (run.path / "media").is_dir()
+
+
+def test_metrics_and_events_round_trip(tmp_path):
+    run = Run.create(tmp_path, "demo", {"algo": "x"})
+    run.log(1, **{"train/return": 1.5})
+    run.event(2, "alarm", "something happened", severity="critical", detail=3)
+    run.log(3, **{"train/return": float("nan")})
+    run.close()
+    records = run.records()
+    assert [r["step"] for r in records] == [1, 3]
+    assert records[1]["train/return"] is None
+    assert run.events()[0]["event"]["evidence"] == {"detail": 3}
+    # a torn last line (a run killed mid-write) is ignored, not fatal
+    with open(run.path / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 4, "trai')
+    assert len(run.records()) == 2
+    run.truncate_metrics(1, elapsed=0.0)
+    assert [
+        json.loads(line)["step"] for line in (run.path / "metrics.jsonl").read_text().splitlines()
+    ] == [1]
+
+
+def test_checkpoint_errors(tmp_path):
+    run = Run.create(tmp_path, "demo", {"algo": "x"})
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        run.load_checkpoint("x")
+    run.save_checkpoint({"a": 1}, algo="x")
+    assert run.load_checkpoint("x")[0] == {"a": 1}
+    with pytest.raises(CheckpointError, match="written by algorithm 'x', but this run uses 'y'"):
+        run.load_checkpoint("y")
+    run.checkpoint_path().write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint_file(run.checkpoint_path(), "x")
+    assert not list(run.checkpoints.glob("*.tmp")), "atomic writes leave no temp files"
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(RunError, match="does not exist"):
+        Run.open(tmp_path / "missing")
+    with pytest.raises(RunError, match="not a payoff run"):
+        Run.open(tmp_path)
+
+
+def test_unwritable_output_directory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RunError, match="cannot create output directory"):
+        Run.create(blocker / "runs", "demo", {})
