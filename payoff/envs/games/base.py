@@ -1,0 +1,125 @@
+"""The `Game` protocol: what a two-player, turn-based, zero-sum board game must provide.
+
+Self-play search (payoff.rollout.mcts) and AlphaZero (payoff.algos.alphazero) only talk to
+a game through this protocol, so adding a game is writing one class:
+
+    state = game.initial_state()
+    while game.outcome(state) is None:
+        action = choose(game.legal_mask(state))      # bool [num_actions]
+        state = game.play(state, action)             # a new state; the old one is unchanged
+    game.outcome(state)                              # +1 / 0 / -1 for the player to move
+
+Values are always from the point of view of the player to move, so the same network
+serves both sides. States are immutable: search trees keep them in their nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from payoff.core.errors import PayoffError
+
+DRAW = -1  # GameState.winner when the game ended without a winner
+
+
+class IllegalMoveError(PayoffError):
+    """A move that the rules forbid in the current position."""
+
+
+@dataclass(frozen=True, eq=False)
+class GameState:
+    """One position.
+
+    board: flat int8 cells, 0 empty, 1 the first player's stone, 2 the second player's
+        (PettingZoo's classic envs use the same numbering).
+    to_play: 0 for the first player, 1 for the second.
+    winner: None while the game runs, 0 or 1 for the player who won, DRAW (-1) for a draw.
+    moves: plies played so far.
+    """
+
+    board: np.ndarray
+    to_play: int = 0
+    winner: int | None = None
+    moves: int = 0
+
+    def key(self) -> bytes:
+        """A hashable identity of the position (for transposition tables)."""
+        return self.board.tobytes() + bytes([self.to_play])
+
+
+@runtime_checkable
+class Game(Protocol):
+    """A two-player zero-sum game with a fixed, discrete action set and full information."""
+
+    name: str
+    num_actions: int
+    shape: tuple[int, int]  # board rows, columns (the spatial shape of `encode`)
+
+    def initial_state(self) -> GameState: ...
+
+    def legal_mask(self, state: GameState) -> np.ndarray:
+        """bool [num_actions]: which actions the player to move may take."""
+        ...
+
+    def play(self, state: GameState, action: int) -> GameState:
+        """The position after `action`; raises IllegalMoveError for a forbidden move."""
+        ...
+
+    def outcome(self, state: GameState) -> float | None:
+        """None while running, else +1 / 0 / -1 for the player to move in `state`."""
+        ...
+
+    def encode(self, state: GameState) -> np.ndarray:
+        """float32 [2, rows, cols] planes: the mover's stones, then the opponent's."""
+        ...
+
+    def symmetries(
+        self, planes: np.ndarray, policy: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Equivalent (planes, policy) pairs under the board's symmetries (including itself)."""
+        ...
+
+    def render(self, state: GameState) -> str:
+        """The position as text, with the action numbers a human types."""
+        ...
+
+
+def outcome_for_mover(state: GameState) -> float | None:
+    """+1 / 0 / -1 for the player to move, or None while the game runs."""
+    if state.winner is None:
+        return None
+    if state.winner == DRAW:
+        return 0.0
+    return 1.0 if state.winner == state.to_play else -1.0
+
+
+def encode_planes(state: GameState, shape: tuple[int, int]) -> np.ndarray:
+    """[2, rows, cols] float32: the mover's stones, then the opponent's (PettingZoo's layout)."""
+    board = state.board.reshape(shape)
+    mover = state.to_play + 1
+    opponent = 2 - state.to_play
+    return np.stack([board == mover, board == opponent]).astype(np.float32)
+
+
+def state_from_planes(planes: np.ndarray, shape: tuple[int, int]) -> GameState:
+    """Rebuild a running position from mover/opponent planes ([2, H, W] or PettingZoo's [H, W, 2]).
+
+    Who moves follows from the stone counts: the first player moves when both have as many.
+    """
+    planes = np.asarray(planes)
+    if planes.shape == (*shape, 2):
+        planes = np.moveaxis(planes, -1, 0)
+    if planes.shape != (2, *shape):
+        raise PayoffError(
+            f"observation planes must have shape (2, {shape[0]}, {shape[1]}) or "
+            f"({shape[0]}, {shape[1]}, 2), got {planes.shape}"
+        )
+    mine, theirs = planes[0].astype(bool).ravel(), planes[1].astype(bool).ravel()
+    to_play = 0 if mine.sum() == theirs.sum() else 1
+    board = np.zeros(shape[0] * shape[1], dtype=np.int8)
+    board[mine] = to_play + 1
+    board[theirs] = 2 - to_play
+    return GameState(board=board, to_play=to_play, moves=int(mine.sum() + theirs.sum()))

@@ -1,0 +1,121 @@
+"""payoff's board games follow PettingZoo's classic envs move for move; baselines play right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from payoff.core.errors import ConfigError
+from payoff.envs.games import IllegalMoveError, make_game
+from payoff.envs.games.arena import play_match
+from payoff.envs.games.base import state_from_planes
+from payoff.envs.games.players import AlphaBetaPlayer, MinimaxPlayer, make_player
+
+pettingzoo = pytest.importorskip("pettingzoo")
+
+
+def _pettingzoo_env(name: str):
+    ids = {"tictactoe": "classic/tictactoe-v3", "connect4": "classic/connect_four-v3"}
+    return pettingzoo.make("aec", ids[name])
+
+
+@pytest.mark.parametrize("name,games", [("tictactoe", 150), ("connect4", 60)])
+def test_random_games_match_pettingzoo(name: str, games: int) -> None:
+    """Same moves -> same observations, masks, rewards and game ends as PettingZoo."""
+    game = make_game(name)
+    rng = np.random.default_rng(0)
+    endings = {"win0": 0, "win1": 0, "draw": 0}
+    for episode in range(games):
+        env = _pettingzoo_env(name)
+        env.reset(seed=episode)
+        state = game.initial_state()
+        while True:
+            agent = env.agent_selection
+            observation, _, terminated, truncated, _ = env.last()
+            assert agent == env.possible_agents[state.to_play]
+            if terminated or truncated:
+                break
+            np.testing.assert_array_equal(
+                observation["observation"], game.encode(state).transpose(1, 2, 0)
+            )
+            np.testing.assert_array_equal(
+                observation["action_mask"].astype(bool), game.legal_mask(state)
+            )
+            legal = np.flatnonzero(game.legal_mask(state))
+            action = int(rng.choice(legal))
+            env.step(action)
+            state = game.play(state, action)
+            done = all(env.terminations.values())
+            assert done == (game.outcome(state) is not None)
+        mover_reward = env.rewards[env.possible_agents[state.to_play]]
+        assert game.outcome(state) == mover_reward
+        endings["draw" if state.winner == -1 else f"win{state.winner}"] += 1
+    assert endings["win0"] > 0 and endings["win1"] > 0
+
+
+def test_tictactoe_draw_matches_pettingzoo() -> None:
+    """A known drawn line ends in a draw in both implementations."""
+    moves = [4, 0, 8, 2, 1, 7, 6, 3, 5]
+    env, game = _pettingzoo_env("tictactoe"), make_game("tictactoe")
+    env.reset(seed=0)
+    state = game.initial_state()
+    for move in moves:
+        env.step(move)
+        state = game.play(state, move)
+    assert all(env.terminations.values()) and set(env.rewards.values()) == {0}
+    assert state.winner == -1 and game.outcome(state) == 0.0
+
+
+def test_connect4_vertical_win_and_column_fill() -> None:
+    game = make_game("connect4")
+    state = game.initial_state()
+    for move in [0, 1, 0, 1, 0, 1]:
+        state = game.play(state, move)
+    assert game.outcome(state) is None
+    state = game.play(state, 0)
+    assert state.winner == 0 and game.outcome(state) == -1.0  # the player to move has lost
+    full = game.initial_state()
+    for move in [3, 3, 3, 3, 3, 3]:
+        full = game.play(full, move)
+    assert not game.legal_mask(full)[3]
+    with pytest.raises(IllegalMoveError, match="column 3 is full"):
+        game.play(full, 3)
+
+
+def test_symmetries_keep_policy_with_stones() -> None:
+    game = make_game("tictactoe")
+    state = game.play(game.initial_state(), 0)  # top-left corner
+    policy = np.zeros(9, dtype=np.float32)
+    policy[0] = 1.0
+    for planes, pi in game.symmetries(game.encode(state), policy):
+        cell = int(np.argmax(pi))
+        assert planes[1].ravel()[cell] == 1.0  # the opponent's stone moved with the policy mass
+    connect4 = make_game("connect4")
+    state = connect4.play(connect4.initial_state(), 0)
+    pairs = connect4.symmetries(connect4.encode(state), np.eye(7, dtype=np.float32)[0])
+    assert pairs[1][0][1, 5, 6] == 1.0 and pairs[1][1][6] == 1.0
+
+
+def test_state_from_planes_round_trip() -> None:
+    game = make_game("connect4")
+    state = game.initial_state()
+    for move in [3, 2, 3, 4, 1]:
+        state = game.play(state, move)
+    back = state_from_planes(game.encode(state).transpose(1, 2, 0), game.shape)
+    assert back.to_play == state.to_play and np.array_equal(back.board, state.board)
+
+
+def test_baselines() -> None:
+    game = make_game("tictactoe")
+    minimax = MinimaxPlayer(game, seed=1)
+    assert minimax.value(game.initial_state()) == 0.0  # tic-tac-toe is a draw
+    result = play_match(game, minimax, make_player("random", game, seed=2), 40)
+    assert result.losses == 0 and result.wins > 30
+    assert play_match(game, minimax, MinimaxPlayer(game, seed=3), 20).draws == 20
+    connect4 = make_game("connect4")
+    strong = AlphaBetaPlayer(connect4, depth=4, seed=1)
+    assert play_match(connect4, strong, make_player("random", connect4, seed=2), 6).wins == 6
+    with pytest.raises(ConfigError, match="alphabeta-<depth>"):
+        make_player("alphabeta", connect4)
+    with pytest.raises(ConfigError, match="Known games"):
+        make_game("chess")
