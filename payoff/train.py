@@ -39,7 +39,7 @@ def resolve(
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data = apply_overrides(data, all_overrides)
     cls = get_algorithm(str(algo))
-    config = from_dict(cls.config_class, data)
+    config: Any = from_dict(cls.config_class, data)
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
     if label:
         resolved["label"] = label

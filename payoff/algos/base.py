@@ -135,7 +135,7 @@ class Algorithm:
         if env is not None:
             config_data["env"] = {"id": env} if isinstance(env, str) else env
         try:
-            config = from_dict(cls.config_class, config_data)
+            config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:
             raise CheckpointError(f"checkpoint config does not fit {cls.name}: {err}") from None
         algorithm = cls(config=config, run=run)

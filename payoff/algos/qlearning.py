@@ -164,8 +164,8 @@ class QLearning(Algorithm):
                 reward: float = 0.0
                 info: dict[str, Any] = {}
                 while not done:
-                    next_state, reward, terminated, truncated, info = env.step(action)
-                    reward = float(reward)
+                    next_state, step_reward, terminated, truncated, info = env.step(action)
+                    reward = float(step_reward)
                     episode_return += reward
                     self.step += 1
                     if sarsa:

@@ -45,8 +45,9 @@ def evaluate_policy(env: EnvConfig, policy: Policy, episodes: int, seed: int) ->
             reward: float = 0.0
             info: dict[str, Any] = {}
             while not done:
-                obs, reward, terminated, truncated, info = environment.step(policy(obs))
-                total += float(reward)
+                obs, step_reward, terminated, truncated, info = environment.step(policy(obs))
+                reward = float(step_reward)
+                total += reward
                 length += 1
                 done = terminated or truncated
             returns.append(total)
@@ -76,11 +77,11 @@ def record_frames(
     try:
         for episode in range(episodes):
             obs, _ = environment.reset(seed=seed + episode)
-            frames.append(environment.render())
+            frames.append(np.asarray(environment.render()))
             done = False
             while not done and len(frames) < max_frames:
                 obs, _, terminated, truncated, _ = environment.step(policy(obs))
-                frames.append(environment.render())
+                frames.append(np.asarray(environment.render()))
                 done = terminated or truncated
     finally:
         environment.close()
