@@ -1,0 +1,155 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), discrete and continuous actions.
+
+Per update:
+  1. collect num_envs x num_steps steps with the current policy (payoff.rollout.vector);
+  2. add gamma * V(final obs) to rewards cut by a time limit (not to terminal ones);
+  3. GAE(lambda) advantages and value targets (payoff.algos.shared.advantages.gae);
+  4. `epochs` passes over shuffled minibatches of the clipped surrogate
+     (payoff.algos.shared.policy_loss.clipped_surrogate) + value loss - entropy bonus.
+
+Python API:
+    agent = PPO(env="CartPole-v1", total_steps=100_000).learn()
+    agent.save("ppo.pt"); agent = PPO.load("ppo.pt"); agent.predict(obs)
+    PPO(env=..., init_from="bc_policy.pt")          # start from a saved actor (+critic)
+    PPO(env=...).init_policy(actor, critic).learn()  # ... or from modules in memory
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from payoff.algos.shared.advantages import gae, normalize
+from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from payoff.algos.shared.policy_loss import clipped_surrogate, explained_variance, value_loss
+from payoff.core.errors import ConfigError
+from payoff.core.schedules import Schedule
+from payoff.rollout.buffers import RolloutStorage
+
+
+@dataclass
+class PPOConfig(OnPolicyConfig):
+    """PPO. Shared keys (env, num_envs, num_steps, learning_rate, ...) are described in
+    payoff.algos.shared.onpolicy.OnPolicyConfig; PPO's own:
+
+    gae_lambda: GAE's lambda: 1 = Monte Carlo-like (high variance), 0 = one-step TD (biased).
+    epochs: passes over each rollout. More reuses data more but drifts further from the
+        policy that collected it (watch train/approx_kl and train/clip_fraction).
+    minibatch_size: samples per gradient step. Trap: num_envs * num_steps should be a
+        multiple of it, or the last minibatch of each epoch is smaller.
+    clip: the surrogate's clip range epsilon, a schedule (anneal it with end < start).
+    clip_value: clip the value update around the old value by this much (PPO2 style);
+        null turns it off. Trap: its scale depends on the reward scale.
+    normalize_advantages: standardize advantages per minibatch.
+    ent_coef: entropy bonus weight (keeps exploring; too high never commits).
+    vf_coef: value-loss weight (actor and critic are separate nets, so it mainly rescales
+        the critic's step under the shared gradient clipping).
+    target_kl: stop an update's epochs early once approx_kl exceeds this; null = never.
+    """
+
+    gae_lambda: float = 0.95
+    epochs: int = 10
+    minibatch_size: int = 64
+    clip: Schedule = field(default_factory=lambda: Schedule(start=0.2, end=0.2))
+    clip_value: float | None = None
+    normalize_advantages: bool = True
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    target_kl: float | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        if self.epochs <= 0 or self.minibatch_size <= 0:
+            raise ConfigError(
+                f"epochs and minibatch_size must be > 0, got {self.epochs} and {self.minibatch_size}"
+            )
+        batch = self.num_envs * self.num_steps
+        if self.minibatch_size > batch:
+            raise ConfigError(
+                f"minibatch_size {self.minibatch_size} is larger than a rollout "
+                f"(num_envs * num_steps = {batch}); lower it or collect more steps"
+            )
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ConfigError(f"config key 'gae_lambda' must be in [0, 1], got {self.gae_lambda}")
+
+
+class PPO(OnPolicyAlgorithm):
+    """PPO-clip with GAE, separate actor and critic MLPs, on vectorized envs."""
+
+    name = "ppo"
+    config_class = PPOConfig
+    config: PPOConfig
+
+    def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
+        config = self.config
+        assert self.critic is not None
+        storage.bootstrap_truncated(config.gamma)
+        advantages, returns = gae(
+            storage.rewards,
+            storage.values,
+            storage.next_values,
+            storage.dones,
+            config.gamma,
+            config.gae_lambda,
+        )
+        # Flatten [T, N] -> [B], keeping only steps the env really took.
+        valid = storage.valid.reshape(-1)
+        obs = storage.obs.reshape(-1, *storage.obs.shape[2:])[valid]
+        actions = storage.actions.reshape(-1, *storage.actions.shape[2:])[valid]
+        old_logprobs = storage.logprobs.reshape(-1)[valid]
+        old_values = storage.values.reshape(-1)[valid]
+        advantages, returns = advantages.reshape(-1)[valid], returns.reshape(-1)[valid]
+
+        clip = config.clip(progress)
+        batch = len(returns)
+        stats: dict[str, list[float]] = {k: [] for k in ("pg", "v", "ent", "kl", "clipfrac")}
+        for _ in range(config.epochs):
+            order = torch.randperm(batch)
+            for start in range(0, batch, config.minibatch_size):
+                idx = order[start : start + config.minibatch_size]
+                new_logprobs, entropy = self.actor.log_prob_entropy(obs[idx], actions[idx])
+                mb_advantages = advantages[idx]
+                if config.normalize_advantages and len(idx) > 1:
+                    mb_advantages = normalize(mb_advantages)
+                surrogate = clipped_surrogate(new_logprobs, old_logprobs[idx], mb_advantages, clip)
+                v_loss = value_loss(
+                    self.critic(obs[idx]), returns[idx], old_values[idx], config.clip_value
+                )
+                entropy_loss = entropy.mean()
+                loss = surrogate.loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(
+                        self.optimizer.param_groups[0]["params"], config.max_grad_norm
+                    )
+                self.optimizer.step()
+
+                stats["pg"].append(float(surrogate.loss))
+                stats["v"].append(float(v_loss))
+                stats["ent"].append(float(entropy_loss))
+                stats["kl"].append(float(surrogate.approx_kl))
+                stats["clipfrac"].append(float(surrogate.clip_fraction))
+            if config.target_kl is not None and stats["kl"][-1] > config.target_kl:
+                break
+
+        def mean(key: str) -> float:
+            return sum(stats[key]) / len(stats[key])
+
+        metrics = {
+            "train/policy_loss": mean("pg"),
+            "train/value_loss": mean("v"),
+            "train/entropy": mean("ent"),
+            "train/approx_kl": mean("kl"),
+            "train/clip_fraction": mean("clipfrac"),
+            "train/clip_range": clip,
+            "train/explained_variance": explained_variance(old_values, returns),
+        }
+        if self.action_space.shape:
+            metrics["train/std"] = float(self.actor.log_std.exp().mean())  # type: ignore[operator]
+        return metrics
+
+
+ALGORITHM = PPO

@@ -1,0 +1,382 @@
+"""The part PPO, A2C and REINFORCE share: envs, actor/critic, the rollout-update loop, state.
+
+Each algorithm module supplies its config (a subclass of `OnPolicyConfig`) and `update()`,
+the loss math. The loop here is: collect a [num_steps, num_envs] rollout -> update ->
+log -> evaluate -> checkpoint, until total_steps env steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from payoff.algos.base import Algorithm
+from payoff.core.config import to_dict
+from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.schedules import Schedule
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.make import EnvConfig
+from payoff.models.mlp import Actor, Critic, load_policy, make_actor
+from payoff.rollout.buffers import RolloutStorage
+from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class OnPolicyConfig:
+    """Keys every on-policy algorithm (PPO, A2C, REINFORCE) shares.
+
+    env: any Gymnasium id with Box or Discrete observations; Discrete or Box actions.
+    seed: seeds torch, numpy and the envs (env i gets seed + i).
+    total_steps: training length in env steps (summed over envs; the reset steps of
+        NEXT_STEP autoreset are not counted).
+    num_envs / num_steps: each update learns from num_envs x num_steps steps.
+    vectorization: 'auto' (payoff's batched NumPy env where one exists, else sync),
+        'batched', 'sync' (in-process, fastest for cheap envs) or 'async' (subprocesses).
+    gamma: discount.
+    learning_rate: Adam step size, a schedule over training ({start, end, fraction, kind}).
+    hidden / activation: MLP widths and nonlinearity of actor and critic (separate nets).
+    normalize_obs: keep running mean/std of observations and standardize them (stored in
+        the actor, so saved policies carry it). Helps envs with badly scaled observations.
+    max_grad_norm: clip the global gradient norm to this (0 turns clipping off).
+    log_std_init: initial log-std of the Gaussian policy (continuous actions only).
+    eval_every / eval_episodes: deterministic evaluation every this many env steps
+        (0 turns periodic evaluation off). Not counted as training steps.
+    final_eval_episodes: deterministic evaluation episodes at the end.
+    stop_at_return: stop early once a periodic evaluation averages at least this
+        (e.g. 475 on CartPole-v1); null trains for total_steps.
+    checkpoint_every: write checkpoints/latest.pt every this many env steps.
+    check_finite: stop with an error naming the env and step when an observation or
+        reward is NaN/inf. Costs ~1 microsecond per step; false skips it.
+    threads: torch CPU threads. Small MLPs run fastest on 1 thread (measured on 2 cores).
+    init_from: start from the actor (and critic, if saved) in a policy file written by
+        payoff.models.save_policy (e.g. after behavior cloning), or a saved PPO / A2C /
+        REINFORCE model. Its spaces must match the env's.
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    seed: int = 0
+    total_steps: int = 100_000
+    num_envs: int = 8
+    num_steps: int = 128
+    vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
+    gamma: float = 0.99
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(start=3e-4, end=3e-4))
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    normalize_obs: bool = False
+    max_grad_norm: float = 0.5
+    log_std_init: float = 0.0
+    eval_every: int = 25_000
+    eval_episodes: int = 20
+    final_eval_episodes: int = 50
+    stop_at_return: float | None = None
+    checkpoint_every: int = 100_000
+    check_finite: bool = True
+    threads: int = 1
+    init_from: str | None = None
+
+    def validate(self) -> None:
+        for name in ("total_steps", "num_envs", "num_steps", "eval_episodes", "threads"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        for name in ("eval_every", "checkpoint_every", "final_eval_episodes", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key {name!r} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"config key 'gamma' must be in [0, 1], got {self.gamma}")
+        if not self.hidden:
+            raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """Vector-env rollouts into preallocated storage, then the subclass's `update`."""
+
+    config: OnPolicyConfig
+    uses_critic = True  # REINFORCE without a baseline sets this False
+
+    # ---- setup ------------------------------------------------------------------------
+    def setup(self) -> None:
+        config = self.config
+        torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
+        self.runner = VectorRunner(
+            self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
+        )
+        self.observation_space = self.envs.single_observation_space
+        self.action_space = self.envs.single_action_space
+        self.actor: Actor = make_actor(
+            self.observation_space,
+            self.action_space,
+            hidden=config.hidden,
+            activation=config.activation,
+            normalize_obs=config.normalize_obs,
+            log_std_init=config.log_std_init,
+        )
+        self.critic: Critic | None = (
+            Critic(
+                self.observation_space,
+                config.hidden,
+                config.activation,
+                normalizer=self.actor.normalizer,
+            )
+            if self.uses_critic
+            else None
+        )
+        if config.init_from:
+            self._init_from_file(config.init_from)
+        self._make_optimizer()
+        act_shape = tuple(self.action_space.shape or ())
+        self.storage = RolloutStorage.allocate(
+            config.num_steps,
+            config.num_envs,
+            tuple(self.observation_space.shape or ()),
+            act_shape,
+            torch.long if not act_shape else torch.float32,
+        )
+        self.step = 0
+        self.updates = 0
+        self.evals: list[tuple[int, float]] = []
+        self.solved_at: int | None = None
+        self.recent_returns: list[float] = []
+        self.train_seconds = 0.0  # wall time of rollouts + updates, evaluation excluded
+
+    def _make_optimizer(self) -> None:
+        params = list(self.actor.parameters())
+        if self.critic is not None:
+            params += [p for p in self.critic.parameters() if all(p is not q for q in params)]
+        self.optimizer = torch.optim.Adam(params, lr=self.config.learning_rate(0.0), eps=1e-5)
+
+    def _init_from_file(self, path: str) -> None:
+        """Copy actor (and critic) weights from a policy file or a saved on-policy model."""
+        try:
+            actor, critic = load_policy(path)
+        except CheckpointError:
+            from payoff.track.run import load_checkpoint_file
+
+            payload, _ = load_checkpoint_file(path, None)
+            state = payload.get("state", {})
+            if "actor" not in state:
+                raise CheckpointError(
+                    f"init_from {path!r} holds no actor: pass a policy file "
+                    f"(payoff.models.save_policy) or a saved PPO/A2C/REINFORCE model"
+                ) from None
+            self._check_spaces(path, payload.get("spaces", {}))
+            self.actor.load_state_dict(state["actor"])
+            if self.critic is not None and state.get("critic") is not None:
+                self.critic.load_state_dict(state["critic"])
+            return
+        self.init_policy(actor, critic)
+
+    def _check_spaces(self, source: str, saved: dict[str, str]) -> None:
+        for key, value in self.spaces().items():
+            if key in saved and saved[key] != value:
+                raise CheckpointError(
+                    f"{source} was trained with {key} {saved[key]}, but env "
+                    f"{self.config.env.id!r} has {key} {value}"
+                )
+
+    def init_policy(self, actor: Actor, critic: Critic | None = None) -> OnPolicyAlgorithm:
+        """Start from given actor (and optionally critic) weights, e.g. a behavior-cloned
+        policy. Architectures (hidden sizes, activation) must match this config's."""
+        self._check_spaces(
+            "the given actor",
+            {
+                "observation_space": repr(actor.observation_space),
+                "action_space": repr(actor.action_space),
+            },
+        )
+        if actor.hidden != self.actor.hidden or actor.activation != self.actor.activation:
+            raise ConfigError(
+                f"the given actor has hidden={actor.hidden}, activation={actor.activation!r}, "
+                f"but this config has hidden={self.actor.hidden}, activation={self.actor.activation!r}; "
+                f"set hidden/activation to match it"
+            )
+        self.actor.normalizer.enabled = actor.normalizer.enabled
+        self.actor.load_state_dict(actor.state_dict())
+        if critic is not None and self.critic is not None:
+            self.critic.load_state_dict(critic.state_dict())
+        if hasattr(self, "optimizer"):
+            self._make_optimizer()  # fresh moments for the new weights
+        return self
+
+    def spaces(self) -> dict[str, str]:
+        return {
+            "observation_space": repr(self.observation_space),
+            "action_space": repr(self.action_space),
+        }
+
+    def progress_step(self) -> int:
+        return self.step
+
+    # ---- acting -----------------------------------------------------------------------
+    @torch.no_grad()
+    def _policy_step(
+        self, obs: torch.Tensor
+    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor | None]:
+        actions, logprobs = self.actor.sample(obs)
+        values = self.critic(obs) if self.critic is not None else None
+        return actions, self.actor.to_env(actions), logprobs, values
+
+    @torch.no_grad()
+    def _values(self, obs: torch.Tensor) -> torch.Tensor:
+        assert self.critic is not None
+        return self.critic(obs)
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """Action(s) for one observation or a batch of them."""
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.shape == tuple(self.observation_space.shape or ())
+        actions = self.actor.predict(obs[None] if single else obs, deterministic)
+        if not single:
+            return actions
+        return int(actions[0]) if not self.action_space.shape else actions[0]
+
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """Deterministic policy on `episodes` fresh episodes of the real env, batched."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        vectorization = "sync" if self.config.vectorization != "async" else "async"
+        self.actor.eval()
+        result = evaluate_batched(
+            self.config.env,
+            lambda obs: self.actor.to_env(self.actor.mode(obs)),
+            episodes,
+            seed,
+            vectorization,
+        )
+        self.actor.train()
+        return result
+
+    # ---- learning ---------------------------------------------------------------------
+    def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
+        """One learning step from a full rollout; returns train/... metrics."""
+        raise NotImplementedError
+
+    def learn(self, total: int | None = None) -> OnPolicyAlgorithm:
+        """Train until `total` env steps (default: config.total_steps)."""
+        config = self.config
+        total = config.total_steps if total is None else total
+        progress = Progress(total, initial=self.step, desc=f"{self.name} {config.env.id}")
+        value_fn = self._values if self.critic is not None else None
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested and self.solved_at is None:
+                started, before = time.perf_counter(), self.step
+                fraction = self.step / total
+                for group in self.optimizer.param_groups:
+                    group["lr"] = config.learning_rate(fraction)
+                self.runner.collect(self._policy_step, self.storage, value_fn)
+                self.step = self.runner.env_steps
+                metrics = self.update(self.storage, fraction)
+                self.actor.normalizer.update(self.storage.obs[self.storage.valid])
+                self.updates += 1
+                elapsed = time.perf_counter() - started
+                self.train_seconds += elapsed
+                self._log_update(metrics, fraction, (self.step - before) / max(elapsed, 1e-9))
+                progress.update(
+                    self.step - before,
+                    ret=float(np.mean(self.recent_returns)) if self.recent_returns else 0.0,
+                )
+                self._periodic(before)
+        progress.close()
+        self.interrupted = interrupt.requested
+        if not self.interrupted:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _log_update(self, metrics: dict[str, float], fraction: float, sps: float) -> None:
+        returns, lengths = self.runner.drain_episodes()
+        self.recent_returns = (self.recent_returns + returns)[-100:]
+        record: dict[str, Any] = {
+            **metrics,
+            "train/learning_rate": self.config.learning_rate(fraction),
+            "perf/sps": sps,
+        }
+        if returns:
+            record["train/return"] = float(np.mean(self.recent_returns))
+            record["train/episode_length"] = float(np.mean(lengths))
+        self.log(self.step, **record)
+
+    def _crossed(self, before: int, every: int) -> bool:
+        return every > 0 and before // every != self.step // every
+
+    def _periodic(self, before: int) -> None:
+        config = self.config
+        if self._crossed(before, config.eval_every):
+            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+            self.evals.append((self.step, result.mean_return))
+            self.log(
+                self.step,
+                **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+            )
+            if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+                self.solved_at = self.step
+        if self._crossed(before, config.checkpoint_every):
+            self.checkpoint()
+
+    def _finish(self) -> None:
+        config = self.config
+        result = self.evaluate(config.final_eval_episodes)
+        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                steps=self.step,
+                updates=self.updates,
+                train_seconds=round(self.train_seconds, 2),
+                solved_at_step=self.solved_at,
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(self.rng),
+            "runner": self.runner.state_dict(),
+            "step": self.step,
+            "updates": self.updates,
+            "evals": list(self.evals),
+            "solved_at": self.solved_at,
+            "recent_returns": list(self.recent_returns),
+            "train_seconds": self.train_seconds,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        if self.critic is not None:
+            if state.get("critic") is None:
+                raise ValueError("the checkpoint has no critic, but this config needs one")
+            self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], self.rng)
+        self.step = int(state["step"])
+        self.updates = int(state["updates"])
+        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
+        self.solved_at = state.get("solved_at")
+        self.recent_returns = list(state["recent_returns"])
+        self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.runner.load_state_dict(state["runner"], seed=self.config.seed)
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        if self.run is None:
+            return []
+        from payoff.track.plots import plot_curves
+
+        path = media / "learning_curve.png"
+        metrics = ["train/return"] + (["eval/mean_return"] if self.evals else [])
+        plot_curves([self.run], path, metrics=metrics, title=f"{self.name} on {self.config.env.id}")
+        return [path]
+
+    def config_dict(self) -> dict[str, Any]:
+        return to_dict(self.config)

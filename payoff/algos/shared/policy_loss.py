@@ -1,0 +1,59 @@
+"""Policy-gradient losses in the papers' terms: PPO's clipped surrogate and value loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SurrogateResult:
+    """The clipped surrogate loss and the diagnostics PPO users read first."""
+
+    loss: torch.Tensor  # scalar, to minimize
+    approx_kl: torch.Tensor  # scalar, KL(old || new) estimate
+    clip_fraction: torch.Tensor  # scalar, share of samples whose ratio was clipped
+
+
+def clipped_surrogate(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float,
+) -> SurrogateResult:
+    """PPO-clip (Schulman et al. 2017, https://arxiv.org/abs/1707.06347), eq. 7, negated:
+
+        ratio = pi_new(a|s) / pi_old(a|s)
+        loss  = mean( max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)) )
+
+    approx_kl is the low-variance estimator mean((ratio - 1) - log ratio) from
+    http://joschu.net/blog/kl-approx.html.
+    """
+    log_ratio = new_logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+    return SurrogateResult(pg_loss, approx_kl, clip_fraction)
+
+
+def value_loss(
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor | None = None,
+    clip: float | None = None,
+) -> torch.Tensor:
+    """0.5 * mean((V - R)^2); with `clip`, PPO2's pessimistic clipped version around old V."""
+    unclipped = (values - returns) ** 2
+    if clip is None or old_values is None:
+        return 0.5 * unclipped.mean()
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target): 1 is a perfect critic, <= 0 a useless one."""
+    var = target.var()
+    return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)

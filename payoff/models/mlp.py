@@ -1,0 +1,390 @@
+"""MLP networks for classic RL: actors (categorical, diagonal Gaussian), critics, Q-networks.
+
+Every network is a plain `nn.Module` built from Gymnasium spaces and hidden sizes, so other
+parts of payoff (behavior cloning, DAgger) can train an actor and hand it to PPO:
+
+    actor = make_actor(env.observation_space, env.action_space, hidden=(64, 64))
+    ...train it by behavior cloning...
+    save_policy("bc.pt", actor)                    # then PPO(init_from="bc.pt")
+    # or in Python: PPO(env=...).init_policy(actor).learn()
+
+Observations are flattened (Box) or one-hot encoded (Discrete). An optional running
+observation normalizer lives inside the actor, so a saved actor carries its statistics.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from payoff.core.errors import CheckpointError, EnvError
+from payoff.core.io import atomic_write_bytes
+
+POLICY_FORMAT = "payoff-policy/1"
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+# ---- building blocks -----------------------------------------------------------------
+def obs_dim(space: gym.Space) -> int:
+    """Input width of a network for observations from `space`."""
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape))
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    raise EnvError(
+        f"payoff's MLP networks take Box or Discrete observations, got {space}; "
+        f"wrap the env with gymnasium.wrappers.FlattenObservation first"
+    )
+
+
+def mlp(
+    in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_gain: float
+) -> nn.Sequential:
+    """Linear layers with `activation` between them, orthogonally initialized.
+
+    Orthogonal init with gain sqrt(2) for hidden layers and a small gain for the policy
+    head (so the initial policy is close to uniform) is what PPO implementations use.
+    """
+    if activation not in ACTIVATIONS:
+        raise EnvError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+    layers: list[nn.Module] = []
+    width = in_dim
+    for size in hidden:
+        linear = nn.Linear(width, int(size))
+        nn.init.orthogonal_(linear.weight, math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers += [linear, ACTIVATIONS[activation]()]
+        width = int(size)
+    head = nn.Linear(width, out_dim)
+    nn.init.orthogonal_(head.weight, out_gain)
+    nn.init.zeros_(head.bias)
+    layers.append(head)
+    return nn.Sequential(*layers)
+
+
+class ObsNormalizer(nn.Module):
+    """Running mean/variance of observations; identity unless `enabled`.
+
+    The statistics are buffers, so they travel with the module's state_dict (checkpoints,
+    saved policies). Only the algorithm that collects rollouts calls `update`.
+    """
+
+    def __init__(self, dim: int, enabled: bool = False, clip: float = 10.0):
+        super().__init__()
+        self.enabled = enabled
+        self.clip = clip
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Merge a batch [B, dim] into the running statistics (parallel-variance formula)."""
+        if not self.enabled:
+            return
+        batch = batch.to(torch.float64).reshape(-1, self.mean.shape[0])
+        b_mean, b_var, b_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        self.mean += delta * b_count / total
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return obs
+        normed = (obs - self.mean.to(obs.dtype)) / torch.sqrt(self.var.to(obs.dtype) + 1e-8)
+        return normed.clamp(-self.clip, self.clip)
+
+
+class _ObsEncoder(nn.Module):
+    """Flattens Box observations / one-hot encodes Discrete ones, then normalizes."""
+
+    def __init__(self, space: gym.Space, normalizer: ObsNormalizer | None):
+        super().__init__()
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        self.dim = obs_dim(space)
+        self.normalizer = normalizer if normalizer is not None else ObsNormalizer(self.dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return nn.functional.one_hot(obs.long().reshape(-1), self.dim).float()
+        return self.normalizer(obs.reshape(obs.shape[0], -1).float())
+
+
+# ---- actors --------------------------------------------------------------------------
+class Actor(nn.Module):
+    """A stochastic policy pi(a | s). Subclasses pick the action distribution."""
+
+    kind: str = ""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        normalize_obs: bool = False,
+    ):
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.hidden = [int(h) for h in hidden]
+        self.activation = activation
+        self.encoder = _ObsEncoder(
+            observation_space, ObsNormalizer(obs_dim(observation_space), normalize_obs)
+        )
+
+    @property
+    def normalizer(self) -> ObsNormalizer:
+        return self.encoder.normalizer
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        raise NotImplementedError
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) and the policy entropy at s, one value per row: ([B], [B])."""
+        raise NotImplementedError
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled actions and their log-probabilities."""
+        raise NotImplementedError
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The most likely action (deterministic policy)."""
+        raise NotImplementedError
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        """Network actions -> what env.step accepts (clipped to Box bounds)."""
+        return actions.numpy()
+
+    @torch.no_grad()
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """Actions for a batch of observations (numpy in, numpy out)."""
+        tensor = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        actions = self.mode(tensor) if deterministic else self.sample(tensor)[0]
+        return self.to_env(actions)
+
+    def spec(self) -> dict[str, Any]:
+        """How to rebuild this actor (saved next to its weights)."""
+        return {
+            "kind": self.kind,
+            "observation_space": self.observation_space,
+            "action_space": self.action_space,
+            "hidden": self.hidden,
+            "activation": self.activation,
+            "normalize_obs": self.normalizer.enabled,
+        }
+
+
+class CategoricalActor(Actor):
+    """Discrete actions: logits from an MLP, a categorical distribution over them."""
+
+    kind = "categorical"
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any):
+        super().__init__(observation_space, action_space, **kwargs)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise EnvError(f"CategoricalActor needs a Discrete action space, got {action_space}")
+        self.logits = mlp(self.encoder.dim, self.hidden, int(action_space.n), self.activation, 0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.encoder(obs))  # [B, A]
+
+    def distribution(self, obs: torch.Tensor) -> Categorical:
+        return Categorical(logits=self(obs))
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        return dist.log_prob(actions.long()), dist.entropy()
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self(obs)
+        # Gumbel-max sampling: one fused op, cheaper than building a Categorical per step.
+        gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_min(1e-20)))
+        actions = torch.argmax(logits + gumbel, dim=-1)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, actions[:, None])[:, 0]
+        return actions, logprobs
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(self(obs), dim=-1)
+
+
+class GaussianActor(Actor):
+    """Continuous actions: a diagonal Gaussian with an MLP mean and a state-independent log-std.
+
+    Actions are sampled unbounded and clipped to the Box only when sent to the env (the
+    log-probability is of the unclipped sample, as in SB3 and CleanRL).
+    """
+
+    kind = "gaussian"
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        log_std_init: float = 0.0,
+        **kwargs: Any,
+    ):
+        super().__init__(observation_space, action_space, **kwargs)
+        if not isinstance(action_space, gym.spaces.Box):
+            raise EnvError(f"GaussianActor needs a Box action space, got {action_space}")
+        act_dim = int(np.prod(action_space.shape))
+        self.mean = mlp(self.encoder.dim, self.hidden, act_dim, self.activation, 0.01)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+        self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mean(self.encoder(obs))  # [B, act_dim]
+
+    def distribution(self, obs: torch.Tensor) -> Normal:
+        mean = self(obs)
+        return Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions).sum(-1)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        clipped = torch.maximum(torch.minimum(actions, self.high), self.low)
+        return clipped.reshape(actions.shape[0], *self.action_space.shape).numpy()
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "log_std_init": float(self.log_std.detach().mean())}
+
+
+def make_actor(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    hidden: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    normalize_obs: bool = False,
+    log_std_init: float = 0.0,
+) -> Actor:
+    """The actor that fits `action_space`: categorical for Discrete, Gaussian for Box."""
+    kwargs: dict[str, Any] = {
+        "hidden": hidden,
+        "activation": activation,
+        "normalize_obs": normalize_obs,
+    }
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalActor(observation_space, action_space, **kwargs)
+    if isinstance(action_space, gym.spaces.Box):
+        return GaussianActor(observation_space, action_space, log_std_init=log_std_init, **kwargs)
+    raise EnvError(f"payoff's actors handle Discrete and Box action spaces, got {action_space}")
+
+
+# ---- critics -------------------------------------------------------------------------
+class Critic(nn.Module):
+    """State value V(s). Pass the actor's normalizer so both see the same inputs."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        normalizer: ObsNormalizer | None = None,
+    ):
+        super().__init__()
+        self.observation_space = observation_space
+        self.hidden = [int(h) for h in hidden]
+        self.activation = activation
+        self.encoder = _ObsEncoder(observation_space, normalizer)
+        self.value = mlp(self.encoder.dim, self.hidden, 1, activation, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value(self.encoder(obs))[:, 0]  # [B]
+
+
+class QNetwork(nn.Module):
+    """Action values Q(s, .) for a Discrete action space: one output per action."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "relu",
+    ):
+        super().__init__()
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise EnvError(f"QNetwork needs a Discrete action space, got {action_space}")
+        self.encoder = _ObsEncoder(observation_space, None)
+        self.q = mlp(self.encoder.dim, hidden, int(action_space.n), activation, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(self.encoder(obs))  # [B, A]
+
+
+# ---- saving a policy on its own --------------------------------------------------------
+def save_policy(path: str | Path, actor: Actor, critic: Critic | None = None) -> Path:
+    """Write an actor (and optionally a critic) to one file that `load_policy` and
+    PPO's `init_from` read."""
+    payload = {
+        "format": POLICY_FORMAT,
+        "spec": actor.spec(),
+        "actor": actor.state_dict(),
+        "critic": None if critic is None else critic.state_dict(),
+        "critic_hidden": None if critic is None else critic.hidden,
+        "critic_activation": None if critic is None else critic.activation,
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    return Path(path)
+
+
+def load_policy(path: str | Path) -> tuple[Actor, Critic | None]:
+    """Rebuild the actor (and critic, if saved) written by `save_policy`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no policy file at {str(path)!r}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise CheckpointError(
+            f"policy file {str(path)!r} is corrupt ({type(err).__name__}: {err})"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != POLICY_FORMAT:
+        raise CheckpointError(
+            f"{str(path)!r} is not a payoff policy file (written by payoff.models.save_policy)"
+        )
+    spec = dict(payload["spec"])
+    spec.pop("kind")
+    actor = make_actor(**spec)
+    actor.load_state_dict(payload["actor"])
+    critic = None
+    if payload.get("critic") is not None:
+        critic = Critic(
+            spec["observation_space"],
+            payload["critic_hidden"],
+            payload["critic_activation"],
+            normalizer=actor.normalizer,
+        )
+        critic.load_state_dict(payload["critic"])
+    return actor, critic

@@ -1,0 +1,70 @@
+"""Preallocated on-policy rollout storage: one [num_steps, num_envs] tensor per field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class RolloutStorage:
+    """What one rollout of `num_steps` x `num_envs` collected, plus the masks learners need.
+
+    valid[t, i] is False on the step where env i only reset itself (Gymnasium's NEXT_STEP
+    autoreset ignores that action and pays no reward); learners skip those steps.
+    dones[t, i] = terminated or truncated: no return flows from step t+1 back into step t.
+    A truncated step's reward already includes gamma * V(final observation) (see
+    `bootstrap_truncated`), so every done can be treated as the end of the return.
+    """
+
+    obs: torch.Tensor  # [T, N, *obs_shape]
+    actions: torch.Tensor  # [T, N, *act_shape]
+    logprobs: torch.Tensor  # [T, N]
+    values: torch.Tensor  # [T, N]
+    rewards: torch.Tensor  # [T, N]
+    terminated: torch.Tensor  # [T, N] bool
+    truncated: torch.Tensor  # [T, N] bool
+    valid: torch.Tensor  # [T, N] bool
+    next_values: torch.Tensor  # [N], V(obs after the last step)
+
+    @classmethod
+    def allocate(
+        cls,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        act_shape: tuple[int, ...],
+        act_dtype: torch.dtype,
+        obs_dtype: torch.dtype = torch.float32,
+    ) -> RolloutStorage:
+        shape = (num_steps, num_envs)
+        return cls(
+            obs=torch.zeros(*shape, *obs_shape, dtype=obs_dtype),
+            actions=torch.zeros(*shape, *act_shape, dtype=act_dtype),
+            logprobs=torch.zeros(shape),
+            values=torch.zeros(shape),
+            rewards=torch.zeros(shape),
+            terminated=torch.zeros(shape, dtype=torch.bool),
+            truncated=torch.zeros(shape, dtype=torch.bool),
+            valid=torch.ones(shape, dtype=torch.bool),
+            next_values=torch.zeros(num_envs),
+        )
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def dones(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+    def bootstrap_truncated(self, gamma: float) -> None:
+        """Add gamma * V(final obs) to the reward of steps cut by a time limit (not a terminal).
+
+        Under NEXT_STEP autoreset the observation returned with a truncation *is* the final
+        observation, so its value is simply the next row of `values` (or `next_values`).
+        """
+        following = torch.cat([self.values[1:], self.next_values[None]], dim=0)  # V(s_{t+1})
+        cut = self.truncated & ~self.terminated
+        self.rewards += gamma * following * cut

@@ -1,0 +1,101 @@
+"""A preallocated ring-buffer of transitions (s, a, r, s', terminated) for off-policy learning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class TransitionBatch:
+    """A minibatch of transitions as tensors ([B, ...])."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+
+
+class ReplayBuffer:
+    """Fixed-capacity storage; the oldest transitions are overwritten first.
+
+    Only `terminated` is stored as "done": a time-limit truncation still bootstraps from
+    the next observation, so it must not cut the target.
+    """
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...] = ()):
+        self.capacity = int(capacity)
+        self.obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
+        self.next_obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
+        self.actions = np.zeros((self.capacity, *act_shape), dtype=np.int64)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.terminated = np.zeros(self.capacity, dtype=np.float32)
+        self.position = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+    ) -> None:
+        """Add a batch of transitions (one per env), wrapping around at capacity."""
+        n = len(rewards)
+        index = (self.position + np.arange(n)) % self.capacity
+        self.obs[index] = obs
+        self.actions[index] = actions
+        self.rewards[index] = rewards
+        self.next_obs[index] = next_obs
+        self.terminated[index] = terminated
+        self.position = int((self.position + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> TransitionBatch:
+        """Uniformly sampled transitions."""
+        return self.take(rng.integers(0, self.size, size=batch_size))
+
+    def latest(self, batch_size: int) -> TransitionBatch:
+        """The most recently added transitions (replay switched off)."""
+        n = min(batch_size, self.size)
+        return self.take((self.position - 1 - np.arange(n)) % self.capacity)
+
+    def take(self, index: np.ndarray) -> TransitionBatch:
+        return TransitionBatch(
+            obs=torch.from_numpy(self.obs[index]),
+            actions=torch.from_numpy(self.actions[index]),
+            rewards=torch.from_numpy(self.rewards[index]),
+            next_obs=torch.from_numpy(self.next_obs[index]),
+            terminated=torch.from_numpy(self.terminated[index]),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored transitions (only the filled part) and the write position."""
+        n = self.size
+        return {
+            "obs": self.obs[:n].copy(),
+            "next_obs": self.next_obs[:n].copy(),
+            "actions": self.actions[:n].copy(),
+            "rewards": self.rewards[:n].copy(),
+            "terminated": self.terminated[:n].copy(),
+            "position": self.position,
+            "size": self.size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = int(state["size"])
+        if n > self.capacity:
+            raise ValueError(
+                f"replay buffer holds {n} transitions, more than capacity {self.capacity}"
+            )
+        for key in ("obs", "next_obs", "actions", "rewards", "terminated"):
+            getattr(self, key)[:n] = state[key]
+        self.position, self.size = int(state["position"]), n

@@ -1,0 +1,231 @@
+"""Vectorized envs and the loop that steps them: on-policy rollouts, episode stats, checks.
+
+`make_vector_env` picks the fastest vector env for an id: payoff's batched NumPy CartPole
+where one exists, otherwise Gymnasium's SyncVectorEnv (in-process; for cheap envs faster
+than subprocesses on a few cores) or AsyncVectorEnv when asked. All use Gymnasium 1.x's
+NEXT_STEP autoreset: the step after an episode ends only resets that env. The runner marks
+such steps invalid, so learners never train on the action the env ignored.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from payoff.core.errors import ConfigError, EnvError
+from payoff.envs.make import EnvConfig, check_env_id, make_env
+from payoff.rollout.buffers import RolloutStorage
+from payoff.rollout.evaluate import EvalResult
+
+Vectorization = Literal["auto", "batched", "sync", "async"]
+BATCHED_IDS = {"CartPole-v1": "payoff/CartPole-v1", "payoff/CartPole-v1": "payoff/CartPole-v1"}
+
+# policy(obs [N, ...]) -> (actions for storage, actions for env.step, logprobs [N], values [N])
+PolicyStep = Callable[
+    [torch.Tensor], tuple[torch.Tensor, np.ndarray, torch.Tensor | None, torch.Tensor | None]
+]
+
+
+def make_vector_env(
+    env: EnvConfig, num_envs: int, vectorization: Vectorization = "auto"
+) -> gym.vector.VectorEnv:
+    """`num_envs` copies of `env` behind one batched step() (NEXT_STEP autoreset)."""
+    check_env_id(env.id)
+    batched = BATCHED_IDS.get(env.id) if not env.kwargs else None
+    if vectorization == "batched" and batched is None:
+        raise ConfigError(
+            f"vectorization 'batched' needs an env payoff implements in NumPy "
+            f"({', '.join(sorted(BATCHED_IDS))}), got {env.id!r} with kwargs {env.kwargs}; "
+            f"use 'sync' or 'async'"
+        )
+    if vectorization in ("auto", "batched") and batched is not None:
+        from payoff.envs.cartpole import CartPoleVectorEnv
+
+        return CartPoleVectorEnv(num_envs)
+    makers = [lambda: make_env(env) for _ in range(num_envs)]
+    if vectorization == "async":
+        return gym.vector.AsyncVectorEnv(makers)
+    return gym.vector.SyncVectorEnv(makers)
+
+
+class VectorRunner:
+    """Steps a vector env, remembers the current observations and tracks finished episodes."""
+
+    def __init__(
+        self, envs: gym.vector.VectorEnv, env_id: str, seed: int, check_finite: bool = True
+    ):
+        self.envs = envs
+        self.env_id = env_id
+        self.check_finite = check_finite
+        self.num_envs = envs.num_envs
+        self.obs, _ = envs.reset(seed=seed)
+        self._check(self.obs, None, 0)
+        self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.finished_returns: list[float] = []
+        self.finished_lengths: list[int] = []
+        self.env_steps = 0  # valid steps taken (what "training steps" counts)
+
+    # ---- one step -----------------------------------------------------------------------
+    def step(
+        self, env_actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step every env; returns (next_obs, rewards, terminated, truncated, valid)."""
+        valid = ~self.resetting
+        next_obs, rewards, terminated, truncated, _ = self.envs.step(env_actions)
+        rewards = np.asarray(rewards, dtype=np.float32)
+        self._check(next_obs, rewards, self.env_steps)
+        self.env_steps += int(valid.sum())
+        self.episode_return += rewards
+        self.episode_length += valid
+        done = terminated | truncated
+        if done.any():
+            for i in np.flatnonzero(done):
+                self.finished_returns.append(float(self.episode_return[i]))
+                self.finished_lengths.append(int(self.episode_length[i]))
+            self.episode_return[done] = 0.0
+            self.episode_length[done] = 0
+        self.resetting = done
+        self.obs = next_obs
+        return next_obs, rewards, terminated, truncated, valid
+
+    def _check(self, obs: np.ndarray, rewards: np.ndarray | None, step: int) -> None:
+        """Stop with a clear error when the env produces NaN or inf (check_finite=false skips)."""
+        if not self.check_finite:
+            return
+        if not np.isfinite(obs).all():
+            env_index = int(np.flatnonzero(~np.isfinite(obs.reshape(self.num_envs, -1)).all(1))[0])
+            raise EnvError(
+                f"env {self.env_id!r} returned a non-finite observation at step {step} "
+                f"(env {env_index} of {self.num_envs}): {obs[env_index]}. "
+                f"Fix the env or wrap it; set check_finite=false to skip this check."
+            )
+        if rewards is not None and not np.isfinite(rewards).all():
+            env_index = int(np.flatnonzero(~np.isfinite(rewards))[0])
+            raise EnvError(
+                f"env {self.env_id!r} returned a non-finite reward {rewards[env_index]} at step "
+                f"{step} (env {env_index} of {self.num_envs}). "
+                f"Fix the env or wrap it; set check_finite=false to skip this check."
+            )
+
+    # ---- a whole on-policy rollout --------------------------------------------------------
+    def collect(self, policy: PolicyStep, storage: RolloutStorage, value_fn: Any = None) -> None:
+        """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
+
+        value_fn(obs) -> [N] gives V of the observation after the last step (for GAE and
+        truncation bootstrapping); None when the learner has no critic.
+        """
+        for t in range(storage.num_steps):
+            obs = torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
+            actions, env_actions, logprobs, values = policy(obs)
+            storage.obs[t] = obs
+            storage.actions[t] = actions
+            if logprobs is not None:
+                storage.logprobs[t] = logprobs
+            if values is not None:
+                storage.values[t] = values
+            _, rewards, terminated, truncated, valid = self.step(env_actions)
+            storage.rewards[t] = torch.from_numpy(rewards)
+            storage.terminated[t] = torch.from_numpy(np.asarray(terminated))
+            storage.truncated[t] = torch.from_numpy(np.asarray(truncated))
+            storage.valid[t] = torch.from_numpy(valid)
+        if value_fn is not None:
+            storage.next_values[:] = value_fn(
+                torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
+            )
+
+    def drain_episodes(self) -> tuple[list[float], list[int]]:
+        """Returns and lengths of episodes finished since the last call."""
+        returns, lengths = self.finished_returns, self.finished_lengths
+        self.finished_returns, self.finished_lengths = [], []
+        return returns, lengths
+
+    # ---- exact resume ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The runner's counters and, where possible, the envs' full state.
+
+        payoff's batched envs expose their state; Gymnasium envs that pickle (classic
+        control) are pickled; others (Box2D) cannot be captured, so a resumed run restarts
+        the episodes in progress from a seeded reset.
+        """
+        state: dict[str, Any] = {
+            "obs": np.array(self.obs),
+            "resetting": self.resetting.copy(),
+            "episode_return": self.episode_return.copy(),
+            "episode_length": self.episode_length.copy(),
+            "env_steps": self.env_steps,
+            "envs": None,
+        }
+        if hasattr(self.envs, "get_state"):
+            state["envs"] = ("batched", self.envs.get_state())
+        elif isinstance(self.envs, gym.vector.SyncVectorEnv):
+            try:
+                state["envs"] = ("pickled", pickle.dumps(self.envs.envs))
+            except Exception:  # Box2D worlds and the like do not pickle
+                state["envs"] = None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], seed: int) -> None:
+        self.env_steps = int(state["env_steps"])
+        saved = state.get("envs")
+        if saved is not None and saved[0] == "batched" and hasattr(self.envs, "set_state"):
+            self.envs.set_state(saved[1])
+        elif saved is not None and saved[0] == "pickled":
+            self.envs.envs = pickle.loads(saved[1])
+            if hasattr(self.envs, "_autoreset_envs"):
+                self.envs._autoreset_envs = np.asarray(state["resetting"]).copy()
+        else:
+            # Cannot restore the envs: start fresh episodes, seeded from the step counter.
+            self.obs, _ = self.envs.reset(seed=seed + self.env_steps)
+            self.resetting[:] = False
+            self.episode_return[:] = 0.0
+            self.episode_length[:] = 0
+            return
+        self.obs = np.array(state["obs"])
+        self.resetting = np.array(state["resetting"], dtype=bool)
+        self.episode_return = np.array(state["episode_return"])
+        self.episode_length = np.array(state["episode_length"], dtype=np.int64)
+
+
+@torch.no_grad()
+def evaluate_batched(
+    env: EnvConfig,
+    act: Callable[[torch.Tensor], np.ndarray],
+    episodes: int,
+    seed: int,
+    vectorization: Vectorization = "sync",
+) -> EvalResult:
+    """Play `episodes` episodes at once, one per env (episode k seeded `seed + k`).
+
+    Same episodes and seeds as `payoff.rollout.evaluate.evaluate_policy`, but with one batched
+    forward pass per step instead of one per env.
+    """
+    envs = make_vector_env(env, episodes, vectorization)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        returns = np.zeros(episodes)
+        lengths = np.zeros(episodes, dtype=np.int64)
+        running = np.ones(episodes, dtype=bool)
+        while running.any():
+            actions = act(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+            obs, rewards, terminated, truncated, _ = envs.step(actions)
+            returns += np.asarray(rewards) * running
+            lengths += running
+            running &= ~(np.asarray(terminated) | np.asarray(truncated))
+    finally:
+        envs.close()
+    if not np.isfinite(returns).all():
+        raise EnvError(f"env {env.id!r} returned non-finite rewards during evaluation")
+    return EvalResult(
+        mean_return=float(returns.mean()),
+        std_return=float(returns.std()),
+        episodes=episodes,
+        success_rate=None,
+        mean_length=float(lengths.mean()),
+    )
