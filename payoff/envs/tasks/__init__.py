@@ -1,0 +1,69 @@
+"""Verifiable tasks for language-model RL: generators with held-out and OOD splits, or your JSONL.
+
+task = make_task(TaskConfig(name="addition", options={"digits": 2}))
+rows = task.sample(rng, 8)        # [{"prompt": "12+34=", "answer": "46", ...}, ...]
+test = task.split("test", 200)    # fixed, disjoint from training
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from payoff.core.errors import ConfigError, suggest
+from payoff.envs.tasks import arithmetic, puzzles, python_functions  # noqa: F401  (registers)
+from payoff.envs.tasks.base import SPLITS, TASKS, Row, Task, held_out
+from payoff.envs.tasks.jsonl import JsonlTask, read_rows
+
+
+@dataclass
+class TaskConfig:
+    """Which problems to train and evaluate on.
+
+    name: addition | multiplication | countdown | sorting | python | jsonl.
+    options: the generator's difficulty knobs (e.g. {digits: 2, ood_digits: 3}); unknown
+        keys are errors listing the valid ones.
+    data / test_data / ood_data: JSONL files for name 'jsonl' (rows with 'prompt' and
+        'answer' or 'tests'; every other column reaches the reward functions).
+    eval_size: problems in the test and ood splits used for evaluation during training.
+    """
+
+    name: str = "addition"
+    options: dict[str, Any] = field(default_factory=dict)
+    data: str = ""
+    test_data: str = ""
+    ood_data: str = ""
+    eval_size: int = 200
+
+    def validate(self) -> None:
+        valid = [*TASKS, "jsonl"]
+        if self.name not in valid:
+            raise ConfigError(
+                f"unknown task {self.name!r}.{suggest(self.name, valid)} Valid tasks: {', '.join(valid)}"
+            )
+        if self.eval_size <= 0:
+            raise ConfigError(f"config key 'task.eval_size' must be > 0, got {self.eval_size}")
+
+
+def make_task(config: TaskConfig) -> Task:
+    """The task generator (or JSONL reader) `config` names."""
+    if config.name == "jsonl":
+        if config.options:
+            raise ConfigError("task 'jsonl' takes no options; use task.data/test_data/ood_data")
+        return JsonlTask(config.data, config.test_data, config.ood_data)
+    if config.data:
+        raise ConfigError(f"task.data is only read by task 'jsonl', not {config.name!r}")
+    return TASKS[config.name](**config.options)
+
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "JsonlTask",
+    "Row",
+    "Task",
+    "TaskConfig",
+    "held_out",
+    "make_task",
+    "read_rows",
+]

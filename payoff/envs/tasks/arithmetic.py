@@ -1,0 +1,81 @@
+"""Multi-digit addition and multiplication: '12+34=' -> '46'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from payoff.core.config import from_dict
+from payoff.core.errors import ConfigError
+from payoff.envs.tasks.base import Row, Task, register_task
+
+
+@dataclass
+class ArithmeticOptions:
+    """Difficulty knobs.
+
+    digits: operands have up to this many digits in training and test (0 .. 10**digits - 1).
+    second_digits: digits of the second operand (default: same as `digits`); e.g. 1 for
+        'multiply by a single digit'.
+    ood_digits: operand digits in the out-of-distribution split (longer than training).
+    template: the prompt; {a} and {b} are the operands.
+    """
+
+    digits: int = 2
+    second_digits: int = 0
+    ood_digits: int = 3
+    template: str = "{a}{op}{b}="
+
+    def validate(self) -> None:
+        if not 1 <= self.digits <= 12 or not 1 <= self.ood_digits <= 12:
+            raise ConfigError(
+                f"task.options digits/ood_digits must be in 1..12, got {self.digits}/{self.ood_digits}"
+            )
+
+
+class _Arithmetic(Task):
+    operator = "+"
+
+    def __init__(self, **options: object):
+        self.options = from_dict(ArithmeticOptions, dict(options), prefix="task.options.")
+
+    def _operate(self, a: int, b: int) -> int:
+        raise NotImplementedError
+
+    def _problem(self, rng: np.random.Generator, split: str) -> Row:
+        o = self.options
+        digits = o.ood_digits if split == "ood" else o.digits
+        second = o.second_digits or digits
+        if split == "ood" and o.second_digits:
+            second = o.second_digits
+        a = int(rng.integers(0, 10**digits))
+        b = int(rng.integers(0, 10**second))
+        if split == "ood":
+            # Guarantee the OOD problem really is longer than anything seen in training.
+            a = int(rng.integers(10 ** (digits - 1), 10**digits))
+        return {
+            "prompt": o.template.format(a=a, b=b, op=self.operator),
+            "answer": str(self._operate(a, b)),
+            "key": f"{a}{self.operator}{b}",
+        }
+
+
+@register_task("addition")
+class Addition(_Arithmetic):
+    """a + b with `digits`-digit operands."""
+
+    operator = "+"
+
+    def _operate(self, a: int, b: int) -> int:
+        return a + b
+
+
+@register_task("multiplication")
+class Multiplication(_Arithmetic):
+    """a * b with `digits`-digit (and `second_digits`-digit) operands."""
+
+    operator = "*"
+
+    def _operate(self, a: int, b: int) -> int:
+        return a * b

@@ -1,0 +1,86 @@
+"""What a task is: rows of `{"prompt", "answer" | "tests", ...}` for training and held-out splits.
+
+A task draws training rows with the caller's RNG and builds fixed evaluation splits
+('test': same distribution, never seen in training; 'ood': harder than anything in
+training). Every column of a row is passed through to reward functions as a keyword
+argument, the way TRL passes dataset columns.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from payoff.core.errors import ConfigError
+
+Row = dict[str, Any]
+SPLITS = ("train", "test", "ood")
+
+
+def held_out(key: str, percent: float) -> bool:
+    """Whether a problem (named by `key`) belongs to the held-out test pool; stable across runs."""
+    return zlib.crc32(key.encode()) % 10_000 < percent * 100
+
+
+class Task:
+    """Base of the task generators. Subclasses implement `_problem(rng, split)`.
+
+    `_problem` returns one row with a `key` naming the problem; training draws reject keys
+    in the held-out pool and the test split draws only from it, so they never overlap.
+    """
+
+    name: str = "task"
+    default_rewards: tuple[str, ...] = ("math",)
+    held_out_percent: float = 10.0
+
+    def _problem(self, rng: np.random.Generator, split: str) -> Row:
+        raise NotImplementedError
+
+    def _draw(self, rng: np.random.Generator, split: str) -> Row:
+        for _ in range(10_000):
+            row = self._problem(rng, split)
+            if split == "ood":
+                return row
+            if held_out(row["key"], self.held_out_percent) == (split == "test"):
+                return row
+        raise ConfigError(
+            f"task {self.name!r} could not draw a {split!r} problem: the problem space is too small "
+            f"for a {self.held_out_percent}% held-out pool; raise the difficulty knobs"
+        )
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Row]:
+        """`n` training rows drawn with `rng` (never from the held-out pool)."""
+        return [self._draw(rng, "train") for _ in range(n)]
+
+    def split(self, split: str, n: int, seed: int = 0) -> list[Row]:
+        """A fixed list of `n` rows for 'test' or 'ood' (or 'train'), the same on every call."""
+        if split not in SPLITS:
+            raise ConfigError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+        rng = np.random.default_rng([zlib.crc32(f"{self.name}/{split}".encode()), seed])
+        rows: list[Row] = []
+        seen: set[str] = set()
+        for _ in range(50 * n):
+            if len(rows) == n:
+                break
+            row = self._draw(rng, split)
+            if row["key"] not in seen:  # distinct problems, so accuracy is not over-weighted
+                seen.add(row["key"])
+                rows.append(row)
+        return rows
+
+
+TASKS: dict[str, Callable[..., Task]] = {}
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: make a Task subclass available as `task.name: <name>`."""
+
+    def wrap(cls: type[Task]) -> type[Task]:
+        cls.name = name
+        TASKS[name] = cls
+        return cls
+
+    return wrap

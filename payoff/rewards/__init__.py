@@ -1,0 +1,33 @@
+"""Rewards for language models: verifiers (math, exact, format, Countdown, code in a sandbox) and
+the TRL-compatible reward-function contract with weighted composition."""
+
+from payoff.rewards.base import BUILTIN, RewardMix, RewardResult, RewardSpec, resolve_reward
+from payoff.rewards.code import CodeVerifier
+from payoff.rewards.sandbox import SandboxResult, run_tests
+from payoff.rewards.verifiers import (
+    answers_match,
+    countdown_reward,
+    exact_reward,
+    extract_answer,
+    format_reward,
+    math_reward,
+    parse_number,
+)
+
+__all__ = [
+    "BUILTIN",
+    "CodeVerifier",
+    "RewardMix",
+    "RewardResult",
+    "RewardSpec",
+    "SandboxResult",
+    "answers_match",
+    "countdown_reward",
+    "exact_reward",
+    "extract_answer",
+    "format_reward",
+    "math_reward",
+    "parse_number",
+    "resolve_reward",
+    "run_tests",
+]

@@ -1,0 +1,288 @@
+"""The reward-function contract and weighted composition.
+
+A reward function is any callable `(prompts, completions, **columns) -> list[float | None]`
+-- TRL's convention, so a TRL reward function works unchanged. payoff passes
+`prompts`, `completions`, `completion_ids` and every dataset column as keyword arguments;
+a function that does not take `**kwargs` gets only the names it declares. A `None` score
+means "does not apply to this row": it is skipped, not counted as zero.
+
+`RewardMix` calls each function, weights and sums the scores, and keeps the run going when
+a function misbehaves: one that raises is retried row by row to find the offending sample
+(logged as an event), one that hangs past its timeout is abandoned; either way those rows
+get the configured `on_error` score and the error count shows in the metrics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from payoff.core.errors import ConfigError, suggest
+from payoff.rewards.code import CodeVerifier
+from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
+
+RewardFn = Callable[..., Sequence[float | None]]
+BUILTIN: dict[str, Callable[..., RewardFn]] = {
+    "math": lambda **_: math_reward,
+    "exact": lambda **_: exact_reward,
+    "format": lambda **_: format_reward,
+    "countdown": lambda **_: countdown_reward,
+    "code": lambda **options: CodeVerifier(**options),
+}
+
+
+@dataclass
+class RewardSpec:
+    """One reward function in the mix.
+
+    name: a built-in verifier (math, exact, format, countdown, code) or your own function as
+        'package.module:function' or 'path/to/file.py:function'.
+    weight: its score is multiplied by this in the total reward (each is also logged alone).
+    on_error: the score a row gets when the function raises or hangs (null: not applicable).
+    timeout: seconds a call may take before it counts as hung and is abandoned.
+    options: keyword arguments for a built-in that takes them (code: timeout, memory_mb, workers).
+    label: the name used in metrics (default: the function name).
+    """
+
+    name: str = "math"
+    weight: float = 1.0
+    on_error: float | None = 0.0
+    timeout: float = 60.0
+    options: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name.rsplit(":", 1)[-1]
+
+
+def resolve_reward(spec: RewardSpec) -> RewardFn:
+    """The callable a spec names; clear errors for unknown names and bad import paths."""
+    if spec.name in BUILTIN:
+        try:
+            return BUILTIN[spec.name](**spec.options)
+        except TypeError as err:
+            raise ConfigError(
+                f"reward {spec.name!r} rejected its options {spec.options}: {err}"
+            ) from None
+    if ":" not in spec.name:
+        raise ConfigError(
+            f"unknown reward {spec.name!r}.{suggest(spec.name, BUILTIN)} Built-in rewards: "
+            f"{', '.join(BUILTIN)}; or name your own as 'module:function' or 'file.py:function'"
+        )
+    if spec.options:
+        raise ConfigError(f"reward {spec.name!r}: options are only for built-in rewards")
+    target, attr = spec.name.rsplit(":", 1)
+    try:
+        if target.endswith(".py"):
+            path = Path(target).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"reward file {target!r} does not exist")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except ImportError as err:
+        raise ConfigError(f"cannot import reward module {target!r}: {err}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"reward {spec.name!r}: {target!r} has no function {attr!r}")
+    return fn
+
+
+def _call_arguments(fn: RewardFn, available: dict[str, Any], key: str) -> dict[str, Any]:
+    """The keyword arguments `fn` accepts out of `available` (all of them if it takes **kwargs)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return available
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return available
+    positional = [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    missing = [
+        name
+        for name, p in parameters.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and name not in available
+    ]
+    if missing or positional:
+        raise ConfigError(
+            f"reward function {key!r} needs {missing or ['*args']}, but payoff passes keyword arguments "
+            f"{sorted(available)}. Write it as def {key}(prompts, completions, **kwargs) and read dataset "
+            f"columns from kwargs (the TRL convention)"
+        )
+    return {name: value for name, value in available.items() if name in parameters}
+
+
+@dataclass
+class RewardResult:
+    """Scores of one batch: the weighted total, each function's own scores, and error counts."""
+
+    total: list[float]
+    scores: dict[str, list[float | None]]
+    errors: dict[str, int]
+    not_applicable: int = 0  # rows where every function returned None (total 0.0)
+
+    def mean(self, key: str) -> float | None:
+        values = [v for v in self.scores[key] if v is not None]
+        return sum(values) / len(values) if values else None
+
+
+class RewardMix:
+    """Weighted sum of reward functions, robust to functions that raise or hang.
+
+    on_event(kind, message, **evidence) receives one record per misbehaving call (the
+    trainer writes it to metrics.jsonl as an event).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[RewardSpec],
+        on_event: Callable[..., None] | None = None,
+    ):
+        if not specs:
+            raise ConfigError("at least one reward function is needed (config key 'rewards')")
+        self.specs = list(specs)
+        keys = [s.key for s in self.specs]
+        if len(set(keys)) != len(keys):
+            raise ConfigError(
+                f"reward labels must be unique, got {keys}; set 'label' to tell them apart"
+            )
+        self.functions = [resolve_reward(s) for s in self.specs]
+        self.on_event = on_event or (lambda *a, **k: None)
+        self.error_totals = {s.key: 0 for s in self.specs}
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[str],
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        **columns: Sequence[Any],
+    ) -> RewardResult:
+        n = len(completions)
+        available = {
+            "prompts": list(prompts),
+            "completions": list(completions),
+            "completion_ids": list(completion_ids) if completion_ids is not None else [[]] * n,
+            **{k: list(v) for k, v in columns.items()},
+        }
+        total = [0.0] * n
+        applicable = [False] * n
+        scores: dict[str, list[float | None]] = {}
+        errors: dict[str, int] = {}
+        for spec, fn in zip(self.specs, self.functions, strict=True):
+            values, error_count = self._score(spec, fn, available, n)
+            scores[spec.key], errors[spec.key] = values, error_count
+            self.error_totals[spec.key] = self.error_totals.get(spec.key, 0) + error_count
+            for i, value in enumerate(values):
+                if value is not None:
+                    total[i] += spec.weight * value
+                    applicable[i] = True
+        return RewardResult(total, scores, errors, not_applicable=applicable.count(False))
+
+    def _score(
+        self, spec: RewardSpec, fn: RewardFn, available: dict[str, Any], n: int
+    ) -> tuple[list[float | None], int]:
+        kwargs = _call_arguments(fn, available, spec.key)
+        outcome = self._timed_call(spec, fn, kwargs, n)
+        if not isinstance(outcome, BaseException):
+            return outcome, 0
+        if isinstance(outcome, TimeoutError):
+            self.on_event(
+                "reward_hung",
+                f"reward function {spec.key!r} ran past {spec.timeout:g} s on a batch of {n}; "
+                f"scored {spec.on_error} and moved on",
+                function=spec.key,
+                prompt=str(available["prompts"][0])[:500],
+                completion=str(available["completions"][0])[:500],
+            )
+            return [spec.on_error] * n, n
+        # It raised: retry row by row so only the offending samples get on_error.
+        values: list[float | None] = []
+        errors, first_error = 0, None
+        for i in range(n):
+            row = {k: v[i : i + 1] for k, v in kwargs.items()}
+            result = self._timed_call(spec, fn, row, 1)
+            if isinstance(result, BaseException):
+                errors += 1
+                first_error = first_error or (i, result)
+                values.append(spec.on_error)
+            else:
+                values.append(result[0])
+        if first_error is not None:
+            i, err = first_error
+            self.on_event(
+                "reward_error",
+                f"reward function {spec.key!r} raised {type(err).__name__}: {err} on {errors} of {n} samples; "
+                f"scored {spec.on_error}",
+                function=spec.key,
+                prompt=str(available["prompts"][i])[:500],
+                completion=str(available["completions"][i])[:500],
+            )
+        return values, errors
+
+    def _timed_call(
+        self, spec: RewardSpec, fn: RewardFn, kwargs: dict[str, Any], n: int
+    ) -> list[float | None] | BaseException:
+        # A daemon thread: a hung function is abandoned and cannot block the process at exit.
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["value"] = fn(**kwargs)
+            except Exception as err:
+                outcome["error"] = err
+
+        thread = threading.Thread(target=target, name=f"reward-{spec.key}", daemon=True)
+        thread.start()
+        thread.join(spec.timeout)
+        if thread.is_alive():
+            return TimeoutError(f"ran past {spec.timeout:g} s")
+        if "error" in outcome:
+            return outcome["error"]
+        return _check_scores(outcome.get("value"), n, spec.key)
+
+    def counters(self) -> dict[str, float]:
+        """Extra counts kept by stateful reward functions (the code verifier's outcomes)."""
+        metrics: dict[str, float] = {}
+        for spec, fn in zip(self.specs, self.functions, strict=True):
+            counts = getattr(fn, "counts", None)
+            if counts:
+                for outcome, count in counts.items():
+                    metrics[f"reward/{spec.key}/{outcome}"] = float(count)
+        return metrics
+
+
+def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseException:
+    """Validate a reward function's return value: n numbers or None."""
+    try:
+        values = list(raw)
+    except TypeError:
+        return TypeError(
+            f"reward function {key!r} returned {type(raw).__name__}, not a list of floats"
+        )
+    if len(values) != n:
+        return ValueError(
+            f"reward function {key!r} returned {len(values)} scores for {n} completions"
+        )
+    out: list[float | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return TypeError(f"reward function {key!r} returned {value!r}, not a number or None")
+        out.append(None if math.isnan(number) else number)
+    return out

@@ -1,0 +1,143 @@
+"""Verifiers for answers that can be checked: math answers, exact text, Countdown, and format.
+
+Each is a reward function in the TRL convention, `(prompts, completions, **columns) ->
+list[float | None]`, reading the reference from a dataset column (`answer`, `numbers`,
+`target`). None means "not applicable to this row" (e.g. no reference answer), which the
+composition skips rather than scores as zero.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+# A number: optional sign, digits with optional thousands commas, optional decimals, or a fraction.
+NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+)?|-?\.\d+")
+FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.S)
+
+
+def extract_answer(text: str) -> str:
+    """The final answer of a completion: inside the last <answer>...</answer>, else the text."""
+    tagged = ANSWER_TAG.findall(text)
+    return tagged[-1].strip() if tagged else text.strip()
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in `text` as an exact Fraction ('1,000' -> 1000, '0.50' -> 1/2, '1/2')."""
+    matches = NUMBER.findall(text.replace("\u2212", "-"))
+    if not matches:
+        return None
+    raw = matches[-1].replace(",", "").replace(" ", "")
+    try:
+        if "/" in raw:
+            numerator, denominator = raw.split("/")
+            if int(denominator) == 0:
+                return None
+            return Fraction(int(numerator), int(denominator))
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answers_match(completion: str, reference: Any) -> bool:
+    """Whether the completion's final answer equals `reference` numerically (or as text)."""
+    predicted = parse_number(extract_answer(completion))
+    expected = parse_number(str(reference))
+    if predicted is not None and expected is not None:
+        return predicted == expected
+    return extract_answer(completion).strip() == str(reference).strip()
+
+
+def math_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    answer: Sequence[Any] | None = None,
+    **_: Any,
+) -> list[float | None]:
+    """1.0 when the final answer equals the `answer` column numerically, else 0.0."""
+    if answer is None:
+        return [None] * len(completions)
+    return [
+        None if ref is None else float(answers_match(c, ref))
+        for c, ref in zip(completions, answer, strict=True)
+    ]
+
+
+def exact_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    answer: Sequence[Any] | None = None,
+    **_: Any,
+) -> list[float | None]:
+    """1.0 when the final answer equals the `answer` column as text (whitespace-normalised)."""
+    if answer is None:
+        return [None] * len(completions)
+    return [
+        None
+        if ref is None
+        else float(" ".join(extract_answer(c).split()) == " ".join(str(ref).split()))
+        for c, ref in zip(completions, answer, strict=True)
+    ]
+
+
+def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) -> list[float]:
+    """1.0 for exactly `<think>...</think><answer>...</answer>` (R1's layout), else 0.0."""
+    return [float(bool(FORMAT.match(c))) for c in completions]
+
+
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def _evaluate(node: ast.AST, used: list[int]) -> Fraction:
+    """Exact value of an arithmetic expression tree; collects the integer literals it uses."""
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, used)
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+    ):
+        used.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _evaluate(node.left, used), _evaluate(node.right, used)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ZeroDivisionError
+        return Fraction(_OPERATORS[type(node.op)](left, right))
+    raise ValueError("only integers, + - * / and parentheses are allowed")
+
+
+def countdown_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    numbers: Sequence[Sequence[int]] | None = None,
+    target: Sequence[int] | None = None,
+    **_: Any,
+) -> list[float | None]:
+    """1.0 when the expression uses each given number exactly once and equals the target."""
+    if numbers is None or target is None:
+        return [None] * len(completions)
+    scores: list[float | None] = []
+    for completion, given, goal in zip(completions, numbers, target, strict=True):
+        expression = extract_answer(completion).split("=")[0].strip()
+        if len(expression) > 200:  # no evaluating huge expressions (e.g. 9**9**9 is refused anyway)
+            scores.append(0.0)
+            continue
+        used: list[int] = []
+        try:
+            value = _evaluate(ast.parse(expression, mode="eval"), used)
+        except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+            scores.append(0.0)
+            continue
+        scores.append(float(sorted(used) == sorted(given) and value == goal))
+    return scores

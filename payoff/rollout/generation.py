@@ -1,0 +1,233 @@
+"""Batched sampling from a causal LM with a KV cache: token ids, per-token logprobs and masks.
+
+One batch of prompts in, one `Generation` out:
+
+    prompts (strings) --tokenize, pad left--> prefill forward (fills the KV cache)
+        --> loop: sample one token per row from softmax(logits / temperature) (top-p),
+                  record its logprob, feed it back with the cache
+        --> stop a row at EOS or a stop string; stop the loop when every row has stopped
+            or after max_new_tokens.
+
+`Sampler` is the seam for other engines: anything with the same `generate` signature
+(a vLLM server on a GPU, say) can stand in for `LocalSampler`; the learners only read the
+`Generation` it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from payoff.core.errors import ConfigError
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled.
+
+    temperature: > 0 scales logits (1.0 = the model's own distribution); 0 means greedy.
+        Learners compute training logprobs at the same temperature, so importance ratios
+        compare like with like.
+    top_p: nucleus sampling; 1.0 keeps the whole distribution (what on-policy RL assumes).
+    max_new_tokens: completion length cap; a row that hits it is 'truncated'.
+    stop: strings that end a completion (kept in the text, e.g. '</answer>'); EOS always stops.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    stop: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(
+                f"config key 'temperature' must be >= 0 (0 = greedy), got {self.temperature}"
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"config key 'top_p' must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens <= 0:
+            raise ConfigError(f"config key 'max_new_tokens' must be > 0, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    """A batch of prompts and their sampled completions (all tensors on CPU).
+
+    Prompts are left-padded, completions right-padded, so `cat([prompt_ids, completion_ids])`
+    is each row's real text with padding only at the two ends.
+    """
+
+    prompt_ids: torch.Tensor  # [B, P] long
+    prompt_mask: torch.Tensor  # [B, P] long, 1 = real token
+    completion_ids: torch.Tensor  # [B, T] long, pad after the end
+    completion_mask: torch.Tensor  # [B, T] long, 1 = a sampled token that counts (EOS included)
+    logprobs: torch.Tensor  # [B, T] float, logprob of each sampled token under the sampler
+    completions: list[str]  # decoded completions (special tokens dropped)
+    truncated: torch.Tensor  # [B] bool, hit max_new_tokens without EOS or a stop string
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Completion length of each row in tokens, [B]."""
+        return self.completion_mask.sum(-1)
+
+
+class Sampler(Protocol):
+    """Anything that turns prompts into a `Generation` (local model, remote engine, ...)."""
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
+    ) -> Generation: ...
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from [B, V] logits; returns (tokens [B], their logprobs [B])."""
+    if temperature == 0:
+        tokens = logits.argmax(-1)
+        logprobs = torch.log_softmax(logits.float(), -1).gather(-1, tokens[:, None])[:, 0]
+        return tokens, logprobs
+    logprobs_all = torch.log_softmax(logits.float() / temperature, -1)  # [B, V]
+    probs = logprobs_all.exp()
+    if top_p < 1.0:
+        # Keep the smallest set of tokens whose mass reaches top_p; the top token always stays.
+        sorted_probs, order = probs.sort(-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+        logprobs_all = probs.log()
+    tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return tokens, logprobs_all.gather(-1, tokens[:, None])[:, 0]
+
+
+class LocalSampler:
+    """Sampling with the model in this process, using its KV cache (`use_cache=True`)."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size  # rows per forward; bounds memory for big batches
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
+    ) -> Generation:
+        parts = [
+            self._generate(prompts[i : i + self.batch_size], sampling, generator)
+            for i in range(0, len(prompts), self.batch_size)
+        ]
+        return (
+            parts[0] if len(parts) == 1 else concat_generations(parts, self.tokenizer.pad_token_id)
+        )
+
+    def _generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Generation:
+        tokenizer, model = self.tokenizer, self.model
+        device = next(model.parameters()).device
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        prompt_ids = encoded["input_ids"].to(device)  # [B, P]
+        prompt_mask = encoded["attention_mask"].to(device)  # [B, P]
+        batch = prompt_ids.shape[0]
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        was_training = model.training
+        model.eval()
+
+        attention = prompt_mask
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens from 0
+        out = model(
+            input_ids=prompt_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        next_position = positions[:, -1:] + 1  # [B, 1]
+
+        tokens_out, logprobs_out, masks_out = [], [], []
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        stop_hit = torch.zeros(batch, dtype=torch.bool, device=device)
+        longest_stop = max((len(s) for s in sampling.stop), default=0)
+        for _ in range(sampling.max_new_tokens):
+            tokens, logprobs = sample_next(logits, sampling.temperature, sampling.top_p, generator)
+            tokens = tokens.masked_fill(done, pad)
+            tokens_out.append(tokens)
+            logprobs_out.append(logprobs.masked_fill(done, 0.0))
+            masks_out.append((~done).long())
+            done = done | (tokens == eos)
+            if longest_stop:
+                # Only the tail can newly contain a stop string; a token is >= 1 character.
+                tail = torch.stack(tokens_out[-(longest_stop + 1) :], 1).tolist()
+                for row in range(batch):
+                    if not done[row]:
+                        text = tokenizer.decode(tail[row], skip_special_tokens=True)
+                        if any(s in text for s in sampling.stop):
+                            done[row] = True
+                            stop_hit[row] = True
+            if bool(done.all()):
+                break
+            attention = torch.cat([attention, torch.ones_like(tokens)[:, None]], 1)
+            out = model(
+                input_ids=tokens[:, None],
+                attention_mask=attention,
+                position_ids=next_position,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1]
+            next_position = next_position + 1
+
+        model.train(was_training)
+        completion_ids = torch.stack(tokens_out, 1)  # [B, T]
+        completion_mask = torch.stack(masks_out, 1)
+        ended = (completion_ids == eos).any(-1) | stop_hit
+        texts = tokenizer.batch_decode(
+            (completion_ids * completion_mask + pad * (1 - completion_mask)).tolist(),
+            skip_special_tokens=True,
+        )
+        return Generation(
+            prompt_ids=prompt_ids.cpu(),
+            prompt_mask=prompt_mask.cpu(),
+            completion_ids=completion_ids.cpu(),
+            completion_mask=completion_mask.cpu(),
+            logprobs=torch.stack(logprobs_out, 1).cpu(),
+            completions=[_cut_at_stop(t, sampling.stop) for t in texts],
+            truncated=(~ended).cpu(),
+        )
+
+
+def _cut_at_stop(text: str, stop: list[str]) -> str:
+    """Text up to and including the first stop string (a token may run past it)."""
+    best = None
+    for s in stop:
+        i = text.find(s)
+        if i >= 0 and (best is None or i + len(s) < best):
+            best = i + len(s)
+    return text if best is None else text[:best]
+
+
+def _pad_to(x: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
+    extra = width - x.shape[1]
+    if extra == 0:
+        return x
+    filler = torch.full((x.shape[0], extra), value, dtype=x.dtype)
+    return torch.cat([filler, x] if left else [x, filler], 1)
+
+
+def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
+    """Stack generations of different widths into one batch (prompts left-, completions right-padded)."""
+    p = max(g.prompt_ids.shape[1] for g in parts)
+    t = max(g.completion_ids.shape[1] for g in parts)
+    return Generation(
+        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
+        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
+        completion_ids=torch.cat([_pad_to(g.completion_ids, t, pad_id, False) for g in parts]),
+        completion_mask=torch.cat([_pad_to(g.completion_mask, t, 0, False) for g in parts]),
+        logprobs=torch.cat([_pad_to(g.logprobs, t, 0.0, False) for g in parts]),
+        completions=[c for g in parts for c in g.completions],
+        truncated=torch.cat([g.truncated for g in parts]),
+    )
