@@ -14,6 +14,7 @@ from payoff.algos import get_algorithm
 from payoff.algos.base import Algorithm, config_from_run
 from payoff.core.config import apply_overrides, from_dict, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.monitor.detectors import build_monitors
 from payoff.recipes import load_recipe
 from payoff.track.report import write_report
 from payoff.track.run import Run
@@ -36,6 +37,7 @@ def resolve(
         )
     description = data.pop("description", "")
     label = data.pop("label", None)
+    monitors = data.pop("monitors", None)
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data = apply_overrides(data, all_overrides)
     cls = get_algorithm(str(algo))
@@ -43,6 +45,9 @@ def resolve(
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
     if label:
         resolved["label"] = label
+    if monitors:
+        build_monitors(monitors)  # check the specs now, before any training
+        resolved["monitors"] = monitors
     resolved.update(to_dict(config))
     return cls, config, resolved
 
@@ -65,6 +70,7 @@ def train(
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
     run = Run.create(out, resolved["recipe"], resolved)
     algorithm.run = run
+    algorithm.attach_monitors(build_monitors(resolved.get("monitors")))
     return _learn_and_finish(algorithm, run, media)
 
 
@@ -77,6 +83,8 @@ def resume(path: str | Path, media: bool = True) -> Run:
             f"{str(path)!r} has no 'algo' in its config.yaml; cannot tell what to resume"
         )
     algorithm = get_algorithm(str(algo)).from_run(run)
+    # monitors are functions of the metric records, so replaying the kept records restores them
+    algorithm.attach_monitors(build_monitors(run.config.get("monitors")), replay=run.records())
     return _learn_and_finish(algorithm, run, media)
 
 

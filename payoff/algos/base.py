@@ -16,6 +16,7 @@ import torch
 from payoff.core.config import from_dict, to_dict
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.io import atomic_write_bytes
+from payoff.monitor.detectors import Alarm, Monitor
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.track.media import write_gif
 from payoff.track.run import Run, load_checkpoint_file
@@ -25,6 +26,7 @@ RUN_KEYS = (
     "description",
     "algo",
     "label",
+    "monitors",
 )  # keys of config.yaml that are not algorithm config
 
 
@@ -48,6 +50,8 @@ class Algorithm:
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.interrupted = False  # set by learn() when Ctrl-C stopped it early
+        self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
+        self.alarms: list[Alarm] = []
         self.setup()
 
     # ---- to implement -----------------------------------------------------------------
@@ -73,9 +77,22 @@ class Algorithm:
 
     # ---- logging ----------------------------------------------------------------------
     def log(self, step: int, **metrics: Any) -> None:
+        """Record metrics (history, metrics.jsonl, TensorBoard) and feed them to the monitors."""
         self.history.append({"step": step, **metrics})
         if self.run is not None:
             self.run.log(step, **metrics)
+        for monitor in self.monitors:
+            for alarm in monitor.update(step, metrics):
+                self.alarms.append(alarm)
+                if self.run is not None:
+                    self.run.event(alarm.step, alarm.kind, alarm.message, alarm.severity, **alarm.evidence)
+
+    def attach_monitors(self, monitors: list[Monitor], replay: list[dict[str, Any]] | None = None) -> None:
+        """Watch this trainer with `monitors`; `replay` feeds them records logged before a resume."""
+        for record in replay or []:
+            for monitor in monitors:
+                monitor.update(int(record.get("step", 0)), record)
+        self.monitors = list(monitors)
 
     def checkpoint(self, name: str = "latest") -> None:
         if self.run is not None:

@@ -18,3 +18,11 @@ def _register(env_id: str, entry_point: str, **kwargs: object) -> None:
 
 # Envs are added here as they land, e.g.
 # _register("payoff/CartPoleBatched-v1", "payoff.envs.cartpole:CartPoleEnv", max_episode_steps=500)
+
+_register(
+    "payoff/KartTrack-v0",
+    "payoff.envs.kart:KartTrackEnv",
+    vector_entry_point="payoff.envs.kart:KartVectorEnv",
+)
+
+_register("payoff/BoatRace-v0", "payoff.envs.hacking.boatrace:BoatRaceEnv", max_episode_steps=200)

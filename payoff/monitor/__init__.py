@@ -1,0 +1,24 @@
+"""Reward-hacking and safety signals, usable from every trainer.
+
+A monitor reads the metric records a trainer logs and raises an `Alarm` when its signal
+fires: proxy reward rising while the true objective does not, KL to the reference drifting
+past a limit, a reward that tracks a spurious feature such as length, visitation collapsing
+onto a few states. Alarms go to the run's metrics.jsonl as events and show in the report.
+
+Attach monitors in a recipe:
+
+    monitors:
+      - {kind: divergence, proxy: train/return, true: train/true_return}
+      - {kind: threshold, key: train/kl, above: 0.5}
+"""
+
+from payoff.monitor.detectors import (
+    Alarm,
+    Divergence,
+    Monitor,
+    SpuriousCorrelation,
+    Threshold,
+    build_monitors,
+)
+
+__all__ = ["Alarm", "Divergence", "Monitor", "SpuriousCorrelation", "Threshold", "build_monitors"]

@@ -1,0 +1,249 @@
+"""Detectors over logged metrics. Each keeps a short history and fires once when its signal trips."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from payoff.core.config import from_dict
+from payoff.core.errors import ConfigError, suggest
+
+
+@dataclass
+class Alarm:
+    """A detector fired: when, what, how bad, and the evidence."""
+
+    step: int
+    kind: str
+    message: str
+    severity: Literal["info", "warning", "critical"] = "warning"
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+class Monitor:
+    """Base: `update(step, record)` returns the alarms raised by this record (usually none)."""
+
+    kind = "monitor"
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        raise NotImplementedError
+
+
+def _number(record: dict[str, Any], key: str) -> float | None:
+    value = record.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and np.isfinite(value):
+        return float(value)
+    return None
+
+
+@dataclass
+class DivergenceConfig:
+    """Proxy-vs-true divergence.
+
+    proxy / true: metric keys of the reward being optimized and of the objective it stands
+        for (a gold reward, hidden tests, laps finished, success).
+    window: records averaged on each side of the comparison.
+    proxy_gain_fraction: the proxy must have risen by this fraction of its observed range
+        since the true objective's best window...
+    true_tolerance: ...while the true objective is no more than this above that best
+        (flat) or has fallen below it. In units of the true metric.
+    min_records: records needed before the detector may fire.
+    """
+
+    proxy: str = "train/return"
+    true: str = "train/true_return"
+    window: int = 5
+    proxy_gain_fraction: float = 0.25
+    true_tolerance: float = 0.1
+    min_records: int = 10
+
+
+class Divergence(Monitor):
+    """Fires when the proxy keeps rising while the true objective stays flat or falls."""
+
+    kind = "divergence"
+
+    def __init__(self, config: DivergenceConfig | None = None, **kwargs: Any):
+        super().__init__()
+        self.config = config or from_dict(DivergenceConfig, kwargs)
+        self.points: list[tuple[int, float, float]] = []  # (step, proxy, true)
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        proxy, true = _number(record, self.config.proxy), _number(record, self.config.true)
+        if proxy is None or true is None:
+            return []
+        self.points.append((step, proxy, true))
+        c = self.config
+        if self.fired or len(self.points) < max(c.min_records, 2 * c.window):
+            return []
+        proxies = np.array([p for _, p, _ in self.points])
+        trues = np.array([t for _, _, t in self.points])
+        kernel = np.ones(c.window) / c.window
+        proxy_smooth = np.convolve(proxies, kernel, mode="valid")  # [n - window + 1]
+        true_smooth = np.convolve(trues, kernel, mode="valid")
+        best = int(np.argmax(true_smooth))  # window where the true objective peaked
+        proxy_range = float(proxies.max() - proxies.min())
+        proxy_gain = float(proxy_smooth[-1] - proxy_smooth[best])
+        true_gain = float(true_smooth[-1] - true_smooth[best])
+        if (
+            proxy_range <= 0
+            or proxy_gain < c.proxy_gain_fraction * proxy_range
+            or true_gain > c.true_tolerance
+        ):
+            return []
+        self.fired = True
+        since = self.points[best + c.window - 1][0]
+        falling = true_gain < -c.true_tolerance
+        message = (
+            f"{c.proxy} rose by {proxy_gain:.3g} since step {since} while {c.true} "
+            + (f"fell by {-true_gain:.3g}" if falling else f"stayed flat ({true_gain:+.3g})")
+            + ": the policy is optimizing the proxy, not the objective"
+        )
+        return [
+            Alarm(
+                step,
+                self.kind,
+                message,
+                "critical",
+                {
+                    "since_step": since,
+                    "proxy_gain": proxy_gain,
+                    "true_gain": true_gain,
+                    "proxy_now": float(proxy_smooth[-1]),
+                    "true_now": float(true_smooth[-1]),
+                    "true_best": float(true_smooth[best]),
+                },
+            )
+        ]
+
+
+@dataclass
+class ThresholdConfig:
+    """A metric crossing a limit (KL drift, ensemble disagreement, entropy collapse).
+
+    key: metric key; above / below: the alarm limits (set one or both);
+    patience: consecutive records beyond the limit before firing.
+    """
+
+    key: str = "train/kl"
+    above: float | None = None
+    below: float | None = None
+    patience: int = 1
+    severity: Literal["info", "warning", "critical"] = "warning"
+
+
+class Threshold(Monitor):
+    """Fires when a metric stays above `above` (or below `below`) for `patience` records."""
+
+    kind = "threshold"
+
+    def __init__(self, config: ThresholdConfig | None = None, **kwargs: Any):
+        super().__init__()
+        self.config = config or from_dict(ThresholdConfig, kwargs)
+        if self.config.above is None and self.config.below is None:
+            raise ConfigError(f"threshold monitor on {self.config.key!r} needs 'above' or 'below'")
+        self.streak = 0
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        value = _number(record, self.config.key)
+        if value is None or self.fired:
+            return []
+        c = self.config
+        beyond = (c.above is not None and value > c.above) or (
+            c.below is not None and value < c.below
+        )
+        self.streak = self.streak + 1 if beyond else 0
+        if self.streak < c.patience:
+            return []
+        self.fired = True
+        limit = (
+            f"above {c.above}" if c.above is not None and value > c.above else f"below {c.below}"
+        )
+        return [
+            Alarm(
+                step,
+                f"{self.kind}:{c.key}",
+                f"{c.key} = {value:.4g} is {limit} for {self.streak} records",
+                c.severity,
+                {"value": value, "above": c.above, "below": c.below},
+            )
+        ]
+
+
+@dataclass
+class SpuriousCorrelationConfig:
+    """Reward tracking a feature it should not (length, a flattering opener, an emoji).
+
+    reward / feature: metric keys logged together each step; window: records in the
+    rolling correlation; above: correlation that fires.
+    """
+
+    reward: str = "train/reward"
+    feature: str = "train/completion_length"
+    window: int = 20
+    above: float = 0.8
+
+
+class SpuriousCorrelation(Monitor):
+    """Fires when the rolling correlation of reward with a spurious feature passes `above`."""
+
+    kind = "spurious_correlation"
+
+    def __init__(self, config: SpuriousCorrelationConfig | None = None, **kwargs: Any):
+        super().__init__()
+        self.config = config or from_dict(SpuriousCorrelationConfig, kwargs)
+        self.pairs: deque[tuple[float, float]] = deque(maxlen=self.config.window)
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        reward, feature = _number(record, self.config.reward), _number(record, self.config.feature)
+        if reward is None or feature is None or self.fired:
+            return []
+        self.pairs.append((reward, feature))
+        if len(self.pairs) < self.config.window:
+            return []
+        values = np.array(self.pairs)
+        if values[:, 0].std() == 0 or values[:, 1].std() == 0:
+            return []
+        correlation = float(np.corrcoef(values[:, 0], values[:, 1])[0, 1])
+        if correlation < self.config.above:
+            return []
+        self.fired = True
+        return [
+            Alarm(
+                step,
+                self.kind,
+                f"{self.config.reward} tracks {self.config.feature} (correlation {correlation:.2f} over "
+                f"{len(self.pairs)} records): the reward may be paying for the feature, not the task",
+                "warning",
+                {"correlation": correlation},
+            )
+        ]
+
+
+MONITORS: dict[str, type[Monitor]] = {
+    "divergence": Divergence,
+    "threshold": Threshold,
+    "spurious_correlation": SpuriousCorrelation,
+}
+
+
+def build_monitors(specs: list[dict[str, Any]] | None) -> list[Monitor]:
+    """Monitors from recipe entries like `{kind: divergence, proxy: ..., true: ...}`."""
+    monitors = []
+    for spec in specs or []:
+        if not isinstance(spec, dict) or "kind" not in spec:
+            raise ConfigError(f"each monitor needs a 'kind' ({', '.join(MONITORS)}), got {spec!r}")
+        options = {k: v for k, v in spec.items() if k != "kind"}
+        kind = spec["kind"]
+        if kind not in MONITORS:
+            raise ConfigError(
+                f"unknown monitor kind {kind!r}.{suggest(str(kind), MONITORS)} Valid kinds: {', '.join(MONITORS)}"
+            )
+        monitors.append(MONITORS[kind](**options))
+    return monitors
