@@ -26,3 +26,4 @@ _register(
 )
 
 _register("payoff/BoatRace-v0", "payoff.envs.hacking.boatrace:BoatRaceEnv", max_episode_steps=200)
+_register("payoff/CleaningRobot-v0", "payoff.envs.hacking.cleaning:CleaningRobotEnv")
