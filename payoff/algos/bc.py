@@ -1,0 +1,137 @@
+"""Behavior cloning: supervised learning of the expert's action from the expert's own states.
+
+    1. the expert drives; record label_budget (state, expert action) pairs
+       (or load them: `demonstrations: path/to/minari-dataset`);
+    2. fit the actor to them for `epochs` passes (payoff.algos.shared.imitation.imitation_loss).
+
+The catch (Ross & Bagnell 2010): the learner is trained only on states the expert visits.
+Its own small mistakes take it to states the expert never showed, where its mistakes are
+larger: errors compound over an episode (O(T^2) instead of O(T)). See DAgger for the fix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
+from payoff.core.errors import ConfigError
+from payoff.rollout import demonstrations
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class BCConfig(ImitationConfig):
+    """Behavior cloning. Shared keys (env, expert, label_budget, loss, hidden, ...) are in
+    payoff.algos.shared.imitation.ImitationConfig; BC's own:
+
+    epochs: passes over the demonstrations.
+    demonstrations: a Minari dataset directory to learn from instead of recording the
+        expert (its env id and spaces must match env; label_budget caps how many
+        transitions are used).
+    eval_every: evaluate every this many epochs (0: only at the end).
+    checkpoint_every: write checkpoints/latest.pt every this many epochs.
+    """
+
+    epochs: int = 200
+    demonstrations: str | None = None
+    eval_every: int = 50
+    checkpoint_every: int = 50
+
+    def validate(self) -> None:
+        super().validate()
+        if self.epochs <= 0:
+            raise ConfigError(f"config key 'epochs' must be > 0, got {self.epochs}")
+        for name in ("eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key {name!r} must be >= 0, got {getattr(self, name)}")
+
+
+class BC(ImitationAlgorithm):
+    """Behavior cloning from expert demonstrations."""
+
+    name = "bc"
+    config_class = BCConfig
+    config: BCConfig
+
+    def setup(self) -> None:
+        super().setup()
+        self.epoch = 0
+        self.demo_return: float | None = None
+
+    def progress_step(self) -> int:
+        return self.epoch
+
+    def gather(self) -> None:
+        """Record (or load) the demonstrations, once."""
+        config = self.config
+        if config.demonstrations:
+            demos = demonstrations.load(config.demonstrations, env_id=config.env.id)
+            demonstrations.check_spaces(
+                demos, self.observation_space, self.action_space, config.env.id
+            )
+            observations, actions = demos.observations, demos.actions
+            observations, actions = (
+                observations[: config.label_budget],
+                actions[: config.label_budget],
+            )
+        else:
+            demos = demonstrations.record(
+                config.env, self.expert, steps=config.label_budget, seed=config.seed + 10_000
+            )
+            observations, actions = demos.observations, demos.actions
+        if len(demos.episode_starts):
+            self.demo_return = float(demos.episode_returns().mean())
+        self.add_data(observations, actions)
+        fit_normalizer(self.actor, self.data_obs)
+
+    def learn(self, total: int | None = None) -> BC:
+        """Fit for `total` epochs (default config.epochs) on the demonstrations."""
+        config = self.config
+        total = config.epochs if total is None else total
+        if self.labels == 0:
+            self.gather()
+            self.log(
+                0,
+                labels=self.labels,
+                **({"train/demo_return": self.demo_return} if self.demo_return is not None else {}),
+            )
+        progress = Progress(total, initial=self.epoch, desc=f"bc {config.env.id}", unit="epoch")
+        with GracefulInterrupt() as interrupt:
+            while self.epoch < total and not interrupt.requested:
+                started = time.time()
+                loss = self.fit_epoch()
+                self.epoch += 1
+                progress.update(1, loss=loss)
+                self.log(
+                    self.epoch,
+                    labels=self.labels,
+                    **{"train/loss": loss, "perf/epoch_seconds": time.time() - started},
+                )
+                if config.eval_every and self.epoch % config.eval_every == 0:
+                    metrics = self.eval_metrics(
+                        config.eval_episodes, config.seed + 20_000 + self.epoch
+                    )
+                    self.evals.append({"epoch": self.epoch, **metrics})
+                    self.log(self.epoch, labels=self.labels, **metrics)
+                if config.checkpoint_every and self.epoch % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.epoch >= total:
+            self.finish(epochs=self.epoch, demo_return=self.demo_return)
+        self.checkpoint()
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.base_state(), "epoch": self.epoch, "demo_return": self.demo_return}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_base_state(state)
+        self.epoch = int(state["epoch"])
+        self.demo_return = state.get("demo_return")
+
+
+ALGORITHM = BC

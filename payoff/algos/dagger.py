@@ -1,0 +1,165 @@
+"""DAgger (Ross, Gordon & Bagnell 2011): let the learner drive, ask the expert what it would do.
+
+Round i = 0 .. rounds-1:
+    1. drive with the mixture  pi_i = beta_i * expert + (1 - beta_i) * learner
+       (a coin per env per step), beta_i = beta * beta_decay ** i;
+    2. the expert labels every state visited: label_budget / rounds labels per round;
+    3. aggregate: dataset D <- D + {(s, expert(s))};
+    4. retrain the learner on all of D (warm-started, epochs_per_round passes).
+
+Because the learner's own mistakes put it in the states it is then trained on, it learns to
+recover from them: the errors that compound for behavior cloning stay bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
+from payoff.core.errors import ConfigError
+from payoff.rollout.imitation import collect_mixture, make_envs
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class DAggerConfig(ImitationConfig):
+    """DAgger. Shared keys (env, expert, label_budget, loss, hidden, ...) are in
+    payoff.algos.shared.imitation.ImitationConfig; DAgger's own:
+
+    rounds: rollout-label-retrain rounds; each gets label_budget // rounds labels (the
+        last one also the remainder).
+    beta / beta_decay: probability that the expert (not the learner) drives a step in round
+        i is beta * beta_decay ** i. beta=1, beta_decay=0 is the common choice: the expert
+        drives round 0 (that round is behavior cloning), the learner drives afterwards.
+        Trap: a slow decay spends labels on expert-driven states the learner never visits.
+    epochs_per_round: passes over the aggregated dataset after each round.
+    num_envs: envs stepped together while collecting (batched where the env supports it).
+    eval_every: evaluate every this many rounds (0: only at the end).
+    """
+
+    rounds: int = 8
+    beta: float = 1.0
+    beta_decay: float = 0.0
+    epochs_per_round: int = 100
+    num_envs: int = 4
+    eval_every: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("rounds", "epochs_per_round", "num_envs"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.rounds > self.label_budget:
+            raise ConfigError(
+                f"rounds ({self.rounds}) exceeds label_budget ({self.label_budget}): every round needs labels"
+            )
+        for name in ("beta", "beta_decay"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(
+                    f"config key {name!r} must be in [0, 1], got {getattr(self, name)}"
+                )
+        if self.eval_every < 0:
+            raise ConfigError(f"config key 'eval_every' must be >= 0, got {self.eval_every}")
+
+
+def beta_for_round(config: DAggerConfig, round_index: int) -> float:
+    """The expert's share of the driving in round `round_index` (0-based)."""
+    return config.beta * config.beta_decay**round_index
+
+
+def labels_for_round(config: DAggerConfig, round_index: int) -> int:
+    """Labels collected in round `round_index`: an equal share, the remainder in the last."""
+    share = config.label_budget // config.rounds
+    if round_index == config.rounds - 1:
+        return config.label_budget - share * (config.rounds - 1)
+    return share
+
+
+class DAgger(ImitationAlgorithm):
+    """Dataset Aggregation: learner-driven rollouts relabelled by the expert."""
+
+    name = "dagger"
+    config_class = DAggerConfig
+    config: DAggerConfig
+
+    def setup(self) -> None:
+        super().setup()
+        self.round = 0
+        self.rounds_log: list[dict[str, Any]] = []
+
+    def progress_step(self) -> int:
+        return self.round
+
+    def learn(self, total: int | None = None) -> DAgger:
+        """Run rounds until `total` (default config.rounds) are done."""
+        config = self.config
+        total = config.rounds if total is None else total
+        envs = make_envs(config.env, config.num_envs)
+        progress = Progress(total, initial=self.round, desc=f"dagger {config.env.id}", unit="round")
+        try:
+            with GracefulInterrupt() as interrupt:
+                while self.round < total and not interrupt.requested:
+                    self._one_round(envs)
+                    progress.update(1, labels=self.labels)
+        finally:
+            envs.close()
+            progress.close()
+        self.interrupted = interrupt.requested
+        if self.round >= total:
+            self.finish(rounds=self.round, rounds_log=self.rounds_log)
+        self.checkpoint()
+        return self
+
+    def _one_round(self, envs: Any) -> None:
+        config = self.config
+        beta = beta_for_round(config, self.round)
+        started = time.time()
+        # Each round starts from freshly seeded episodes, so a resumed run replays exactly.
+        obs, _ = envs.reset(seed=config.seed + 100_000 + 1_000 * self.round)
+        batch, _ = collect_mixture(
+            envs, obs, self.act, self.expert, beta, labels_for_round(config, self.round), self.rng
+        )
+        collect_seconds = time.time() - started
+        self.add_data(batch.observations, batch.expert_actions)
+        fit_normalizer(self.actor, self.data_obs)
+        loss = float("nan")
+        for _ in range(config.epochs_per_round):
+            loss = self.fit_epoch()
+        self.round += 1
+        record = {
+            "round": self.round,
+            "labels": self.labels,
+            "train/beta": beta,
+            "train/loss": loss,
+            "train/dataset_size": len(self.data_act),
+            "rollout/episodes_finished": batch.episodes_finished,
+            "rollout/expert_step_fraction": batch.expert_steps / max(len(batch.expert_actions), 1),
+            "perf/collect_seconds": collect_seconds,
+            "perf/round_seconds": time.time() - started,
+        }
+        if batch.episodes_finished:
+            record["rollout/success_rate"] = batch.episodes_succeeded / batch.episodes_finished
+            record["rollout/mean_return"] = float(np.mean(batch.returns))
+        self.rounds_log.append({k: v for k, v in record.items() if not k.startswith("perf/")})
+        if config.eval_every and self.round % config.eval_every == 0:
+            metrics = self.eval_metrics(config.eval_episodes, config.seed + 20_000 + self.round)
+            self.evals.append({"round": self.round, **metrics})
+            record.update(metrics)
+        self.log(self.round, **record)
+        self.checkpoint()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.base_state(), "round": self.round, "rounds_log": list(self.rounds_log)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_base_state(state)
+        self.round = int(state["round"])
+        self.rounds_log = list(state["rounds_log"])
+
+
+ALGORITHM = DAgger

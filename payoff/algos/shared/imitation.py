@@ -1,0 +1,339 @@
+"""What behavior cloning and DAgger share: config keys, the supervised loss, fitting, evaluation.
+
+The learner is payoff's PPO actor (payoff.models.mlp.make_actor), so a cloned policy can be
+saved with `save_policy` and handed to PPO as `init_from` ("imitation then RL").
+
+Losses (one value per batch):
+    Discrete actions:  cross-entropy  -log pi(a_expert | s)
+    Box actions, 'mse': || mean(s) - a_expert ||^2            (the deterministic action)
+    Box actions, 'nll': -log N(a_expert; mean(s), std)         (also learns the std)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from payoff.algos.base import Algorithm
+from payoff.core.errors import ConfigError, EnvError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.make import EnvConfig, make_env
+from payoff.models.mlp import Actor, make_actor, save_policy
+from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.experts import Expert, check_expert, make_expert
+from payoff.rollout.imitation import EpisodeTraces, play_episodes
+
+KART_ID = "payoff/KartTrack-v0"
+
+
+def _kart() -> EnvConfig:
+    return EnvConfig(id=KART_ID, kwargs={"track": "train"})
+
+
+@dataclass
+class ImitationConfig:
+    """Keys behavior cloning and DAgger share.
+
+    env: any Gymnasium env with Box observations and Discrete or Box actions.
+    seed: seeds torch, numpy, the expert rollouts and the evaluation episodes.
+    expert: who labels states: 'kart' (scripted KartTrack driver), 'cartpole' (scripted
+        balancer), 'keyboard' (you, in a pygame window), or a path to a payoff run
+        directory or a policy file (any trained payoff policy).
+    label_budget: how many states the expert labels in total. Compare imitation methods at
+        equal label budgets: that is the expert's time, the scarce resource.
+    loss: 'mse' or 'nll' for Box actions (ignored for Discrete: always cross-entropy).
+        Trap: 'nll' also fits the std, which can collapse toward 0 on noiseless experts;
+        when the policy will be fine-tuned by PPO, 'mse' keeps log_std at log_std_init.
+    hidden / activation / log_std_init: the actor network (match PPO's to hand it over).
+    normalize_obs: standardize observations with the statistics of the training data
+        (stored in the actor). Trap: a feature the expert never varies gets a tiny std, so
+        states where it does vary look extreme to the network (that is part of why
+        behavior cloning is brittle).
+    learning_rate / batch_size: Adam step size and minibatch size of the supervised fit.
+    eval_episodes: episodes per periodic evaluation; final_eval_episodes at the end.
+    eval_tracks: for KartTrack, the track specs evaluated at the end (completion rate on
+        each is reported: training family vs held-out family).
+    threads: torch CPU threads (small MLPs are fastest on 1).
+    """
+
+    env: EnvConfig = field(default_factory=_kart)
+    seed: int = 0
+    expert: str = "kart"
+    label_budget: int = 2000
+    loss: Literal["mse", "nll"] = "mse"
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    log_std_init: float = -1.0
+    normalize_obs: bool = True
+    learning_rate: float = 1e-3
+    batch_size: int = 256
+    eval_episodes: int = 50
+    final_eval_episodes: int = 100
+    eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
+    threads: int = 1
+
+    def validate(self) -> None:
+        for name in (
+            "label_budget",
+            "batch_size",
+            "eval_episodes",
+            "final_eval_episodes",
+            "threads",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+        if not self.hidden:
+            raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
+
+
+def imitation_loss(
+    actor: Actor, observations: torch.Tensor, actions: torch.Tensor, loss: str
+) -> torch.Tensor:
+    """The supervised loss of `actor` on expert (state, action) pairs; see the module docstring."""
+    if isinstance(actor.action_space, gym.spaces.Discrete):
+        logprobs, _ = actor.log_prob_entropy(observations, actions)
+        return -logprobs.mean()
+    if loss == "nll":
+        logprobs, _ = actor.log_prob_entropy(observations, actions)
+        return -logprobs.mean()
+    return ((actor.mode(observations) - actions) ** 2).sum(-1).mean()
+
+
+def fit_normalizer(actor: Actor, observations: np.ndarray) -> None:
+    """Set the actor's observation statistics to those of `observations` (all of them)."""
+    normalizer = actor.normalizer
+    if not normalizer.enabled:
+        return
+    normalizer.mean.zero_()
+    normalizer.var.fill_(1.0)
+    normalizer.count.fill_(1e-4)
+    normalizer.update(torch.as_tensor(observations, dtype=torch.float32))
+
+
+class ImitationAlgorithm(Algorithm):
+    """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
+
+    config: ImitationConfig
+
+    def setup(self) -> None:
+        config = self.config
+        torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        probe = make_env(config.env)
+        self.observation_space, self.action_space = probe.observation_space, probe.action_space
+        probe.close()
+        if not isinstance(self.observation_space, gym.spaces.Box):
+            raise EnvError(
+                f"imitation here needs Box observations; {config.env.id!r} has {self.observation_space}"
+            )
+        self.expert: Expert = self._make_expert()
+        check_expert(self.expert, self.observation_space, self.action_space)
+        self.actor = make_actor(
+            self.observation_space,
+            self.action_space,
+            hidden=config.hidden,
+            activation=config.activation,
+            normalize_obs=config.normalize_obs,
+            log_std_init=config.log_std_init,
+        )
+        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
+        self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        obs_shape = tuple(self.observation_space.shape or ())
+        act_shape = tuple(self.action_space.shape or ())
+        self.data_obs = np.zeros((0, *obs_shape), dtype=np.float32)
+        self.data_act = np.zeros((0, *act_shape), dtype=np.int64 if self.discrete else np.float32)
+        self.labels = 0  # expert labels used so far
+        self.gradient_steps = 0
+        self.train_seconds = 0.0
+        self.evals: list[dict[str, Any]] = []
+
+    def _make_expert(self) -> Expert:
+        spec = self.config.expert
+        if Path(spec).is_dir():
+            from payoff import train  # a run directory: rebuild its algorithm
+            from payoff.rollout.experts import PolicyExpert
+
+            _, algorithm = train.load(spec)
+            actor = getattr(algorithm, "actor", None)
+            if actor is not None:
+                return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), spec)
+            return PolicyExpert(
+                lambda obs: np.stack([np.asarray(algorithm.predict(o)) for o in obs]), spec
+            )
+        kwargs: dict[str, Any] = {}
+        if spec == "kart":  # the scripted driver must know the track's width and speed
+            kwargs = {
+                k: self.config.env.kwargs[k]
+                for k in ("half_width", "speed", "max_steer")
+                if k in self.config.env.kwargs
+            }
+        return make_expert(spec, self.action_space, **kwargs)
+
+    def spaces(self) -> dict[str, str]:
+        return {
+            "observation_space": repr(self.observation_space),
+            "action_space": repr(self.action_space),
+        }
+
+    # ---- acting -----------------------------------------------------------------------
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        """Deterministic learner actions for a batch of observations."""
+        return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.shape == tuple(self.observation_space.shape or ())
+        actions = self.actor.predict(obs[None] if single else obs, deterministic)
+        if not single:
+            return actions
+        return int(actions[0]) if self.discrete else actions[0]
+
+    # ---- learning ---------------------------------------------------------------------
+    def add_data(self, observations: np.ndarray, actions: np.ndarray) -> None:
+        self.data_obs = np.concatenate([self.data_obs, observations.astype(np.float32)])
+        self.data_act = np.concatenate([self.data_act, actions.astype(self.data_act.dtype)])
+        self.labels += len(actions)
+
+    def fit_epoch(self) -> float:
+        """One pass over the aggregated dataset in shuffled minibatches; mean loss."""
+        started = time.time()
+        obs = torch.as_tensor(self.data_obs)
+        actions = torch.as_tensor(self.data_act)
+        order = torch.randperm(len(obs))
+        total, batches = 0.0, 0
+        for start in range(0, len(obs), self.config.batch_size):
+            idx = order[start : start + self.config.batch_size]
+            loss = imitation_loss(self.actor, obs[idx], actions[idx], self.config.loss)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            total += float(loss)
+            batches += 1
+            self.gradient_steps += 1
+        self.train_seconds += time.time() - started
+        return total / max(batches, 1)
+
+    # ---- evaluation -------------------------------------------------------------------
+    def _env_for(self, split: str | None) -> EnvConfig:
+        env = self.config.env
+        if split is None:
+            return env
+        if env.id != KART_ID:
+            raise ConfigError(f"--split picks KartTrack track families; {env.id!r} has none")
+        return EnvConfig(id=env.id, kwargs={**env.kwargs, "track": split})
+
+    def play(self, episodes: int, seed: int, split: str | None = None) -> EpisodeTraces:
+        """Whole episodes of the deterministic learner, batched, with traces."""
+        return play_episodes(self._env_for(split), self.act, episodes, seed)
+
+    def evaluate(
+        self, episodes: int = 100, seed: int | None = None, split: str | None = None
+    ) -> EvalResult:
+        """Deterministic learner on fresh episodes (on KartTrack, `split` picks 'train' or
+        'heldout' tracks or one track spec)."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        traces = self.play(episodes, seed, split)
+        return EvalResult(
+            mean_return=float(traces.returns.mean()),
+            std_return=float(traces.returns.std()),
+            episodes=episodes,
+            success_rate=traces.success_rate,
+            mean_length=float(traces.lengths.mean()),
+        )
+
+    def eval_metrics(self, episodes: int, seed: int) -> dict[str, float]:
+        """eval/... metrics: return and success, and per track family on KartTrack."""
+        metrics: dict[str, float] = {}
+        splits: list[str | None] = (
+            list(self.config.eval_tracks) if self.config.env.id == KART_ID else [None]
+        )
+        for split in splits:
+            traces = self.play(episodes, seed, split)
+            suffix = f"_{split}" if split else ""
+            metrics[f"eval/mean_return{suffix}"] = float(traces.returns.mean())
+            if traces.success_rate is not None:
+                metrics[f"eval/success_rate{suffix}"] = traces.success_rate
+            if traces.cross_track_error is not None:
+                metrics[f"eval/mean_abs_cte{suffix}"] = float(
+                    np.nanmean(np.abs(traces.cross_track_error))
+                )
+        if self.config.env.id == KART_ID and "eval/success_rate_train" in metrics:
+            metrics["eval/success_rate"] = metrics["eval/success_rate_train"]
+        return metrics
+
+    def finish(self, **extra: Any) -> None:
+        """Final evaluation, summary.json and the policy file for PPO's init_from."""
+        config = self.config
+        final = self.evaluate(config.final_eval_episodes)
+        metrics = self.eval_metrics(config.final_eval_episodes, config.seed + 3_000_000)
+        self.log(
+            self.progress_step(),
+            labels=self.labels,
+            **{f"final/{k.split('/', 1)[1]}": v for k, v in metrics.items()},
+        )
+        if self.run is not None:
+            policy = save_policy(self.run.path / "policy.pt", self.actor)
+            self.run.write_summary(
+                final_eval=final.to_dict(),
+                final_metrics=metrics,
+                labels=self.labels,
+                gradient_steps=self.gradient_steps,
+                train_seconds=round(self.train_seconds, 2),
+                policy_file=str(policy),
+                **extra,
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def base_state(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(self.rng),
+            "data_obs": self.data_obs.copy(),
+            "data_act": self.data_act.copy(),
+            "labels": self.labels,
+            "gradient_steps": self.gradient_steps,
+            "train_seconds": self.train_seconds,
+            "evals": list(self.evals),
+        }
+
+    def load_base_state(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], self.rng)
+        self.data_obs = np.asarray(state["data_obs"])
+        self.data_act = np.asarray(state["data_act"])
+        self.labels = int(state["labels"])
+        self.gradient_steps = int(state["gradient_steps"])
+        self.train_seconds = float(state["train_seconds"])
+        self.evals = list(state["evals"])
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        """On KartTrack: cross-track error over an episode, per track family."""
+        if self.config.env.id != KART_ID:
+            return []
+        from payoff.track.imitation_plots import plot_cross_track_error
+
+        traces = {
+            split: self.play(50, self.config.seed + 4_000_000, split)
+            for split in self.config.eval_tracks
+        }
+        path = media / "cross_track_error.png"
+        plot_cross_track_error(
+            {
+                f"{self.name} ({split})": (t.cross_track_error, t.success)
+                for split, t in traces.items()
+            },
+            path,
+            title=f"{self.name}: |cross-track error| over an episode",
+        )
+        return [path]

@@ -1,0 +1,166 @@
+"""Batched rollouts for imitation learning: learner/expert mixtures and evaluation traces.
+
+DAgger drives with the mixture policy  pi_i = beta * expert + (1 - beta) * learner  (a coin
+per env per step) and asks the expert to label every state visited; evaluation plays whole
+episodes and keeps per-step traces (e.g. the kart's cross-track error) for the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from payoff.envs.make import EnvConfig, check_env_id
+from payoff.rollout.experts import Expert
+
+Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
+
+
+def make_envs(env: EnvConfig, num_envs: int) -> gym.vector.VectorEnv:
+    """`num_envs` copies of env: its own batched vector env where it registers one
+    (payoff/KartTrack-v0 does), else payoff's default vector env."""
+    check_env_id(env.id)
+    spec = gym.spec(env.id)
+    if spec.vector_entry_point is not None:
+        return gym.make_vec(
+            env.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **env.kwargs
+        )
+    from payoff.rollout.vector import make_vector_env
+
+    return make_vector_env(env, num_envs)
+
+
+def _info_array(info: dict[str, Any], key: str, num: int, default: float) -> np.ndarray:
+    """A per-env value from a vector env's info dict (absent entries get `default`)."""
+    if key not in info:
+        return np.full(num, default)
+    values = np.asarray(info[key], dtype=np.float64)
+    mask = info.get("_" + key)
+    if mask is not None:
+        values = np.where(np.asarray(mask), values, default)
+    return values
+
+
+@dataclass
+class MixtureBatch:
+    """States visited by the mixture policy, labelled by the expert."""
+
+    observations: np.ndarray  # [L, *obs]
+    expert_actions: np.ndarray  # [L, *act]
+    episodes_finished: int = 0
+    episodes_succeeded: int = 0
+    expert_steps: int = 0  # how many of the steps the expert (not the learner) drove
+    returns: list[float] = field(default_factory=list)
+
+
+def collect_mixture(
+    envs: gym.vector.VectorEnv,
+    obs: np.ndarray,
+    learner: Act,
+    expert: Expert,
+    beta: float,
+    labels: int,
+    rng: np.random.Generator,
+) -> tuple[MixtureBatch, np.ndarray]:
+    """Step `envs` from `obs` until `labels` states have been visited and labelled.
+
+    Each state an env is really in gets one expert label (NEXT_STEP autoreset steps, where the
+    env ignores the action and resets, visit no state and are not labelled). Returns the
+    batch and the observations to continue from.
+    """
+    num = envs.num_envs
+    observations, actions = [], []
+    collected = finished = succeeded = expert_steps = 0
+    resetting = np.zeros(num, dtype=bool)
+    running_return = np.zeros(num)
+    returns: list[float] = []
+    while collected < labels:
+        expert_act = np.asarray(expert.act(obs))
+        learner_act = np.asarray(learner(obs))
+        use_expert = rng.random(num) < beta
+        shape = (num,) + (1,) * (learner_act.ndim - 1)
+        step_act = np.where(use_expert.reshape(shape), expert_act, learner_act)
+        take = np.flatnonzero(~resetting)[: labels - collected]
+        observations.append(obs[take])
+        actions.append(expert_act[take])
+        collected += len(take)
+        expert_steps += int(use_expert[take].sum())
+        obs, reward, terminated, truncated, info = envs.step(step_act)
+        running_return += np.where(resetting, 0.0, reward)
+        done = np.asarray(terminated) | np.asarray(truncated)
+        if done.any():
+            success = _info_array(info, "is_success", num, 0.0) > 0.5
+            finished += int(done.sum())
+            succeeded += int((done & success).sum())
+            returns += running_return[done].tolist()
+            running_return[done] = 0.0
+        resetting = done
+    if resetting.any():
+        # Finish the pending autoresets so the next call starts from real states.
+        obs, *_ = envs.step(np.asarray(learner(obs)))
+    batch = MixtureBatch(
+        np.concatenate(observations),
+        np.concatenate(actions),
+        finished,
+        succeeded,
+        expert_steps,
+        returns,
+    )
+    return batch, obs
+
+
+@dataclass
+class EpisodeTraces:
+    """Whole evaluation episodes, one per env, with per-step traces."""
+
+    returns: np.ndarray  # [E]
+    lengths: np.ndarray  # [E]
+    success: np.ndarray  # [E] bool (False where the env defines no success)
+    has_success: bool
+    cross_track_error: np.ndarray | None  # [E, T] metres, NaN after the episode ended
+
+    @property
+    def success_rate(self) -> float | None:
+        return float(self.success.mean()) if self.has_success else None
+
+
+def play_episodes(
+    env: EnvConfig, act: Act, episodes: int, seed: int, max_steps: int = 10_000
+) -> EpisodeTraces:
+    """Play `episodes` episodes at once (one per env) with the deterministic policy `act`."""
+    envs = make_envs(env, episodes)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        returns = np.zeros(episodes)
+        lengths = np.zeros(episodes, dtype=np.int64)
+        success = np.zeros(episodes, dtype=bool)
+        running = np.ones(episodes, dtype=bool)
+        has_success, errors = False, []
+        while running.any() and lengths.max() < max_steps:
+            obs, reward, terminated, truncated, info = envs.step(np.asarray(act(obs)))
+            returns += np.asarray(reward) * running
+            lengths += running
+            if "cross_track_error" in info:
+                errors.append(
+                    np.where(
+                        running, _info_array(info, "cross_track_error", episodes, np.nan), np.nan
+                    )
+                )
+            done = (np.asarray(terminated) | np.asarray(truncated)) & running
+            if "is_success" in info:
+                has_success = True
+                success |= done & (_info_array(info, "is_success", episodes, 0.0) > 0.5)
+            running &= ~done
+    finally:
+        envs.close()
+    return EpisodeTraces(
+        returns=returns,
+        lengths=lengths,
+        success=success,
+        has_success=has_success,
+        cross_track_error=np.stack(errors, axis=1) if errors else None,
+    )
