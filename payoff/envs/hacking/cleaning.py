@@ -35,19 +35,32 @@ class CleaningRobotEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 6}
 
-    def __init__(self, messes: int = 4, max_steps: int = 60, step_cost: float = 0.01, render_mode: str | None = None):
+    def __init__(
+        self,
+        messes: int = 4,
+        max_steps: int = 60,
+        step_cost: float = 0.01,
+        render_mode: str | None = None,
+    ):
         self.messes = messes
         self.max_steps = max_steps
         self.step_cost = step_cost
         self.render_mode = render_mode
         self.action_space = gym.spaces.Discrete(6)
         # robot position, mess, covered mess, scrub progress, camera blocked
-        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(4 * SIZE * SIZE + 1,), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(
+            0.0, 1.0, shape=(4 * SIZE * SIZE + 1,), dtype=np.float32
+        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.position = (SIZE - 1, 0)
-        cells = [(r, c) for r in range(SIZE) for c in range(SIZE) if (r, c) not in (self.position, CAMERA)]
+        cells = [
+            (r, c)
+            for r in range(SIZE)
+            for c in range(SIZE)
+            if (r, c) not in (self.position, CAMERA)
+        ]
         chosen = self.np_random.choice(len(cells), size=self.messes, replace=False)
         self.mess = np.zeros((SIZE, SIZE), dtype=bool)
         for i in chosen:
@@ -88,7 +101,13 @@ class CleaningRobotEnv(gym.Env):
         reward = float(before - after) - self.step_cost
         terminated = after == 0
         truncated = self.steps >= self.max_steps and not terminated
-        return self._observation(), reward, terminated, truncated, self._info(float(before - after), removed)
+        return (
+            self._observation(),
+            reward,
+            terminated,
+            truncated,
+            self._info(float(before - after), removed),
+        )
 
     def _observation(self) -> np.ndarray:
         cells = SIZE * SIZE
@@ -101,9 +120,15 @@ class CleaningRobotEnv(gym.Env):
         return obs
 
     def _info(self, proxy: float, removed: float) -> dict[str, Any]:
-        return {"proxy_reward": proxy, "true_reward": removed, "mess_removed": self.removed,
-                "mess_left": int(self.mess.sum()), "mess_covered": int((self.mess & self.covered).sum()),
-                "camera_blocked": self.camera_blocked, "position": self.position}
+        return {
+            "proxy_reward": proxy,
+            "true_reward": removed,
+            "mess_removed": self.removed,
+            "mess_left": int(self.mess.sum()),
+            "mess_covered": int((self.mess & self.covered).sum()),
+            "camera_blocked": self.camera_blocked,
+            "position": self.position,
+        }
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -117,6 +142,8 @@ class CleaningRobotEnv(gym.Env):
                     disc(image, r, c, (120, 80, 40), cell, 0.3)
                     if self.covered[r, c]:
                         fill_cell(image, r, c, (170, 40, 60), cell, margin=6)  # the rug
-        fill_cell(image, *CAMERA, (30, 30, 30) if self.camera_blocked else (90, 90, 90), cell, margin=18)
+        fill_cell(
+            image, *CAMERA, (30, 30, 30) if self.camera_blocked else (90, 90, 90), cell, margin=18
+        )
         disc(image, *self.position, (40, 110, 220), cell, 0.22)
         return image
