@@ -1,0 +1,661 @@
+"""AlphaZero-lite: self-play with MCTS, a policy/value network, and a gate for new networks.
+
+One iteration:
+
+  1. self-play: the best network so far plays `games_per_iteration` games against itself,
+     all side by side; each move is chosen by MCTS (payoff.rollout.mcts) with Dirichlet
+     noise at the root and a temperature of 1 for the first `temperature_moves` plies
+     (then the most visited move). Every position is stored with the search's visit
+     distribution pi and, once the game ends, the outcome z for the player who was to move;
+  2. training: minibatches from the replay of the latest positions (and their board
+     symmetries) minimize the AlphaZero loss
+         loss = (z - v)^2 - pi . log p      (+ weight decay in the optimizer);
+  3. gate: the trained network plays `gate_games` against the best one; it becomes the new
+     best only if it scores at least `gate_threshold` (AlphaGo Zero's evaluator step;
+     gate_games: 0 always accepts, as AlphaZero did);
+  4. every `eval_every` iterations the best network plays the fixed baselines (random,
+     greedy, minimax / alpha-beta) and the last evaluated checkpoint; all results go into
+     an Elo league (payoff.track.elo) anchored at the random player.
+
+Python API:
+    agent = AlphaZero(game="tictactoe", iterations=10).learn()
+    agent.predict(pettingzoo_observation)        # {'observation', 'action_mask'} -> move
+    play_human(agent)                            # play it in the terminal
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from payoff.algos.base import Algorithm
+from payoff.core.errors import ConfigError, EnvError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.games import DRAW, GameState, IllegalMoveError, make_game
+from payoff.envs.games.arena import MatchResult, play_match
+from payoff.envs.games.base import state_from_planes
+from payoff.envs.games.players import make_player
+from payoff.models.game_nets import GameNetConfig, PolicyValueNet
+from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.mcts import MCTS, Evaluator, MCTSConfig, MCTSPlayer, select_action
+from payoff.track.elo import Result, league_markdown, league_table, rows_as_dicts
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class AlphaZeroConfig:
+    """AlphaZero-lite on a two-player board game.
+
+    game: a registered game name ('tictactoe', 'connect4'; see payoff.envs.games).
+    iterations: self-play -> train -> gate cycles.
+    games_per_iteration: self-play games per iteration, all played side by side so that
+        MCTS leaves from every game share one network batch.
+    mcts: search settings for self-play (simulations, c_puct, Dirichlet noise, ...).
+        Trap: dirichlet_alpha should shrink as the number of legal moves grows.
+    temperature_moves: plies at the start of each self-play game sampled from the visit
+        counts (temperature 1); later plies take the most visited move. Too few and all
+        games look alike; too many and the targets are full of deliberate mistakes.
+    net: network shape (kind resnet|mlp, channels, blocks, hidden).
+    replay_size: positions kept (after symmetry augmentation); older ones are dropped.
+        Trap: too large keeps stale targets from weak early networks around for long.
+    batch_size / train_steps: minibatch size and gradient steps per iteration.
+    learning_rate / weight_decay: Adam(W) settings.
+    augment: store every position with its board symmetries (8 in tic-tac-toe, 2 in
+        Connect Four): more data per game for free.
+    gate_games / gate_threshold / gate_simulations: the candidate-vs-best match; gate_games
+        0 accepts every candidate. gate_random_moves plies at the start of each gate game are
+        sampled, so the (otherwise deterministic) players do not replay one game.
+    eval_every / eval_games / eval_simulations: baseline matches for the Elo curve, every
+        that many iterations (and at the end).
+    baselines: fixed opponents ('random', 'greedy', 'minimax', 'alphabeta-<depth>'); the
+        last one is the "target" used by `payoff eval`.
+    final_eval_games: games against each baseline at the end (alternating colours).
+    threads: torch intra-op threads (1 is fastest for these small nets on shared CPUs).
+    """
+
+    game: str = "tictactoe"
+    seed: int = 0
+    iterations: int = 20
+    games_per_iteration: int = 64
+    mcts: MCTSConfig = field(
+        default_factory=lambda: MCTSConfig(simulations=50, dirichlet_alpha=1.0)
+    )
+    temperature_moves: int = 4
+    net: GameNetConfig = field(default_factory=lambda: GameNetConfig(kind="mlp", hidden=128))
+    replay_size: int = 40_000
+    batch_size: int = 256
+    train_steps: int = 100
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    augment: bool = True
+    gate_games: int = 20
+    gate_threshold: float = 0.55
+    gate_simulations: int = 25
+    gate_random_moves: int = 2
+    eval_every: int = 5
+    eval_games: int = 20
+    eval_simulations: int = 50
+    baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
+    final_eval_games: int = 100
+    checkpoint_every: int = 1
+    threads: int = 1
+
+    def validate(self) -> None:
+        positive = (
+            "iterations",
+            "games_per_iteration",
+            "replay_size",
+            "batch_size",
+            "train_steps",
+            "gate_simulations",
+            "eval_every",
+            "eval_simulations",
+            "checkpoint_every",
+            "threads",
+        )
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
+        for key in ("gate_games", "eval_games", "final_eval_games", "temperature_moves"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"config key {key!r} must be >= 0, got {getattr(self, key)}")
+        if not 0.0 <= self.gate_threshold <= 1.0:
+            raise ConfigError(
+                f"config key 'gate_threshold' must be in [0, 1], got {self.gate_threshold}"
+            )
+        if self.batch_size > self.replay_size:
+            raise ConfigError(
+                f"batch_size {self.batch_size} is larger than replay_size {self.replay_size}"
+            )
+        make_game(self.game)  # unknown game -> clear error now, not mid-run
+        if not self.baselines:
+            raise ConfigError("config key 'baselines' needs at least one player, e.g. [random]")
+
+
+class ReplayBuffer:
+    """The latest (planes, pi, z) triples, in preallocated circular arrays."""
+
+    def __init__(self, capacity: int, shape: tuple[int, int], num_actions: int):
+        self.planes = np.zeros((capacity, 2, *shape), dtype=np.uint8)  # [N, 2, H, W]
+        self.policies = np.zeros((capacity, num_actions), dtype=np.float32)  # [N, A]
+        self.values = np.zeros(capacity, dtype=np.float32)  # [N]
+        self.capacity, self.size, self.position = capacity, 0, 0
+
+    def add(self, planes: np.ndarray, policy: np.ndarray, value: float) -> None:
+        i = self.position
+        self.planes[i], self.policies[i], self.values[i] = planes, policy, value
+        self.position = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
+        index = rng.integers(self.size, size=batch)
+        return (
+            torch.from_numpy(self.planes[index].astype(np.float32)),
+            torch.from_numpy(self.policies[index]),
+            torch.from_numpy(self.values[index]),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        n = self.size
+        return {
+            "planes": self.planes[:n].copy(),
+            "policies": self.policies[:n].copy(),
+            "values": self.values[:n].copy(),
+            "position": self.position,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = len(state["values"])
+        if n > self.capacity:
+            raise ValueError(f"replay holds {n} positions, more than replay_size {self.capacity}")
+        self.planes[:n], self.policies[:n], self.values[:n] = (
+            state["planes"],
+            state["policies"],
+            state["values"],
+        )
+        self.size, self.position = n, int(state["position"])
+
+
+def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
+    """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask."""
+
+    def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
+        planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
+        legal = torch.from_numpy(np.stack([game.legal_mask(s) for s in states]))
+        with torch.inference_mode():
+            logits, values = net(planes)
+            priors = torch.softmax(logits.masked_fill(~legal, -1e9), dim=-1)
+        return priors.numpy(), values.numpy()
+
+    return evaluate
+
+
+class AlphaZero(Algorithm):
+    """AlphaZero-style self-play with MCTS and gated network replacement."""
+
+    name = "alphazero"
+    config_class = AlphaZeroConfig
+    config: AlphaZeroConfig
+
+    def setup(self) -> None:
+        config = self.config
+        torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        self.game = make_game(config.game)
+        self.net = PolicyValueNet(self.game.shape, self.game.num_actions, config.net)
+        self.best = copy.deepcopy(self.net)
+        self.net.eval()
+        self.best.eval()
+        self.optimizer = torch.optim.AdamW(
+            self.net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.replay = ReplayBuffer(config.replay_size, self.game.shape, self.game.num_actions)
+        self.iteration = 0
+        self.games_played = 0
+        self.generation = 0  # how many candidates have been accepted as best
+        self.results: list[Result] = []  # every rated match, for the Elo league
+        self.elo_curve: list[tuple[int, int, float]] = []  # (iteration, games, best's Elo)
+        self.snapshots: dict[str, dict[str, torch.Tensor]] = {}  # evaluated checkpoints
+        self.last_evaluated: str | None = None
+
+    def spaces(self) -> dict[str, str]:
+        return {"game": self.game.name}
+
+    def progress_step(self) -> int:
+        return self.games_played
+
+    # ---- acting -----------------------------------------------------------------------
+    def player(self, simulations: int | None = None, random_moves: int = 0, seed: int = 0):
+        """The best network with search, as an arena player."""
+        return MCTSPlayer(
+            self.game,
+            network_evaluator(self.best, self.game),
+            simulations=simulations or self.config.eval_simulations,
+            name=f"gen-{self.generation}",
+            config=self.config.mcts,
+            random_moves=random_moves,
+            seed=seed,
+        )
+
+    def predict(self, observation: Any, deterministic: bool = True) -> int:
+        """A move for a PettingZoo-style observation ({'observation': planes, 'action_mask'}).
+
+        Also accepts a GameState. The search uses eval_simulations; deterministic=False
+        samples the move from the visit counts instead of taking the most visited.
+        """
+        if isinstance(observation, GameState):
+            state = observation
+        else:
+            if not isinstance(observation, dict) or "action_mask" not in observation:
+                keys = (
+                    list(observation)
+                    if isinstance(observation, dict)
+                    else type(observation).__name__
+                )
+                raise EnvError(
+                    "AlphaZero needs observations with an 'action_mask' (a dict with 'observation' "
+                    f"and 'action_mask', as PettingZoo's classic games give); got {keys}"
+                )
+            state = state_from_planes(observation["observation"], self.game.shape)
+            if not np.array_equal(
+                np.asarray(observation["action_mask"]).astype(bool), self.game.legal_mask(state)
+            ):
+                raise EnvError(
+                    f"the observation's action_mask does not match {self.game.name}'s legal moves "
+                    "for that board; is this the right game?"
+                )
+        search = MCTS(
+            self.game,
+            network_evaluator(self.best, self.game),
+            MCTSConfig(
+                **{**self.config.mcts.__dict__, "simulations": self.config.eval_simulations}
+            ),
+            self.rng,
+        )
+        counts = search.search([state])[0]
+        return select_action(counts, 0.0 if deterministic else 1.0, self.rng)
+
+    # ---- learning ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> AlphaZero:
+        """Run until `total` iterations (default config.iterations) have been done."""
+        config = self.config
+        total = config.iterations if total is None else total
+        progress = Progress(
+            total, initial=self.iteration, desc=f"alphazero {config.game}", unit="it"
+        )
+        with GracefulInterrupt() as interrupt:
+            if not self.results:
+                self._calibrate_baselines()
+            while self.iteration < total and not interrupt.requested:
+                metrics = self._self_play()
+                metrics.update(self._train())
+                metrics.update(self._gate())
+                self.iteration += 1
+                last = self.iteration == total
+                if self.iteration % config.eval_every == 0 or last:
+                    metrics.update(self._evaluate_league())
+                self.log(self.games_played, iteration=self.iteration, **metrics)
+                progress.update(
+                    1,
+                    games=self.games_played,
+                    gen=self.generation,
+                    elo=self.elo_curve[-1][2] if self.elo_curve else 0.0,
+                )
+                if self.iteration % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.iteration >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _self_play(self) -> dict[str, Any]:
+        """Play a batch of games with the best network; store (planes, pi, z) in the replay."""
+        config, game = self.config, self.game
+        started = time.perf_counter()
+        search = MCTS(game, network_evaluator(self.best, game), config.mcts, self.rng)
+        n = config.games_per_iteration
+        states = [game.initial_state() for _ in range(n)]
+        history: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in range(n)]
+        running = list(range(n))
+        while running:
+            counts = search.search([states[i] for i in running], add_noise=True)
+            for i, visit_counts in zip(running, counts, strict=True):
+                state = states[i]
+                policy = (visit_counts / visit_counts.sum()).astype(np.float32)
+                history[i].append((game.encode(state), policy, state.to_play))
+                temperature = 1.0 if state.moves < config.temperature_moves else 0.0
+                states[i] = game.play(state, select_action(visit_counts, temperature, self.rng))
+            running = [i for i in running if states[i].winner is None]
+        positions, first_wins, draws = 0, 0, 0
+        for i in range(n):
+            winner = states[i].winner
+            draws += winner == DRAW
+            first_wins += winner == 0
+            for planes, policy, to_play in history[i]:
+                z = 0.0 if winner == DRAW else (1.0 if winner == to_play else -1.0)
+                pairs = game.symmetries(planes, policy) if config.augment else [(planes, policy)]
+                for sym_planes, sym_policy in pairs:
+                    self.replay.add(sym_planes, sym_policy, z)
+                positions += 1
+        self.games_played += n
+        seconds = time.perf_counter() - started
+        return {
+            "selfplay/games": n,
+            "selfplay/positions": positions,
+            "selfplay/first_player_win_rate": first_wins / n,
+            "selfplay/draw_rate": draws / n,
+            "selfplay/mean_length": positions / n,
+            "replay/size": self.replay.size,
+            "perf/selfplay_seconds": seconds,
+            "perf/sims_per_s": search.stats.simulations_per_second,
+            "perf/mean_eval_batch": search.stats.mean_batch,
+        }
+
+    def _train(self) -> dict[str, Any]:
+        """train_steps minibatches of the AlphaZero loss on the replay."""
+        config = self.config
+        started = time.perf_counter()
+        self.net.train()
+        sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+        steps = config.train_steps if self.replay.size >= config.batch_size else 0
+        for _ in range(steps):
+            planes, target_pi, target_z = self.replay.sample(config.batch_size, self.rng)
+            logits, values = self.net(planes)
+            log_probs = F.log_softmax(logits, dim=-1)
+            policy_loss = -(target_pi * log_probs).sum(dim=-1).mean()  # cross-entropy to pi
+            value_loss = F.mse_loss(values, target_z)
+            loss = policy_loss + value_loss
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            sums["policy_loss"] += policy_loss.item()
+            sums["value_loss"] += value_loss.item()
+            sums["entropy"] += -(log_probs.exp() * log_probs).sum(dim=-1).mean().item()
+        self.net.eval()
+        metrics: dict[str, Any] = {"perf/train_seconds": time.perf_counter() - started}
+        if steps:
+            metrics.update({f"train/{k}": v / steps for k, v in sums.items()})
+        return metrics
+
+    def _gate(self) -> dict[str, Any]:
+        """Candidate vs best; the candidate replaces the best if it scores >= gate_threshold."""
+        config = self.config
+        if config.gate_games == 0:
+            self.best.load_state_dict(self.net.state_dict())
+            self.generation += 1
+            return {"gate/accepted": 1.0, "gate/generation": self.generation}
+        seed = config.seed * 1_000 + self.iteration
+        candidate = MCTSPlayer(
+            self.game,
+            network_evaluator(self.net, self.game),
+            simulations=config.gate_simulations,
+            name="candidate",
+            config=config.mcts,
+            random_moves=config.gate_random_moves,
+            seed=seed,
+        )
+        best = self.player(config.gate_simulations, config.gate_random_moves, seed + 500)
+        result = play_match(self.game, candidate, best, config.gate_games)
+        accepted = result.score >= config.gate_threshold
+        if accepted:
+            self.best.load_state_dict(self.net.state_dict())
+            self.generation += 1
+        return {
+            "gate/score": result.score,
+            "gate/accepted": float(accepted),
+            "gate/generation": self.generation,
+        }
+
+    # ---- evaluation and the Elo league --------------------------------------------------
+    def _calibrate_baselines(self) -> None:
+        """Baseline-vs-baseline matches, so the baselines have ratings before any network."""
+        names = self.config.baselines
+        for i, first in enumerate(names):
+            for second in names[i + 1 :]:
+                result = play_match(
+                    self.game,
+                    make_player(first, self.game, self.config.seed + 11),
+                    make_player(second, self.game, self.config.seed + 12),
+                    max(self.config.eval_games, 2),
+                )
+                self.results.append(_as_result(result))
+
+    def _evaluate_league(self) -> dict[str, Any]:
+        """The best network against every baseline (and the last evaluated checkpoint)."""
+        config = self.config
+        name = f"iter-{self.iteration}"
+        seed = config.seed * 1_000 + 100 * self.iteration
+        agent = self.player(config.eval_simulations, seed=seed)
+        agent.name = name
+        metrics: dict[str, Any] = {}
+        for k, baseline in enumerate(config.baselines):
+            opponent = make_player(baseline, self.game, seed + 1 + k)
+            result = play_match(self.game, agent, opponent, config.eval_games)
+            self.results.append(_as_result(result))
+            metrics[f"eval/score_vs_{baseline}"] = result.score
+            metrics[f"eval/loss_rate_vs_{baseline}"] = result.losses / max(result.games, 1)
+        if self.last_evaluated is not None:
+            previous = copy.deepcopy(self.best)
+            previous.load_state_dict(self.snapshots[self.last_evaluated])
+            old = MCTSPlayer(
+                self.game,
+                network_evaluator(previous, self.game),
+                simulations=config.eval_simulations,
+                name=self.last_evaluated,
+                config=config.mcts,
+                random_moves=config.gate_random_moves,
+                seed=seed + 99,
+            )
+            agent.random_moves = config.gate_random_moves
+            result = play_match(self.game, agent, old, config.eval_games)
+            self.results.append(_as_result(result))
+            metrics["eval/score_vs_previous"] = result.score
+        self.snapshots[name] = {k: v.clone() for k, v in self.best.state_dict().items()}
+        self.last_evaluated = name
+        ratings = league_table(
+            self.results, anchor="random" if "random" in config.baselines else None
+        )
+        elo = next(row.rating for row in ratings if row.player == name)
+        self.elo_curve.append((self.iteration, self.games_played, elo))
+        metrics["eval/elo"] = elo
+        return metrics
+
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """The best network against the last baseline; return +1 win / 0 draw / -1 loss.
+
+        success_rate is the share of games not lost (against a perfect player a draw is
+        the best possible result).
+        """
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        baseline = self.config.baselines[-1]
+        result = play_match(
+            self.game,
+            self.player(seed=seed),
+            make_player(baseline, self.game, seed + 1),
+            episodes,
+        )
+        return _eval_result(result)
+
+    def _finish(self) -> None:
+        config = self.config
+        finals = {}
+        for k, baseline in enumerate(config.baselines):
+            seed = config.seed + 2_000_000 + k
+            result = play_match(
+                self.game,
+                self.player(seed=seed),
+                make_player(baseline, self.game, seed + 1),
+                config.final_eval_games,
+            )
+            finals[baseline] = {
+                "won": result.wins,
+                "drawn": result.draws,
+                "lost": result.losses,
+                "lost_moving_first": result.losses_first,
+                "score": round(result.score, 3),
+            }
+            self.log(self.games_played, **{f"final/score_vs_{baseline}": result.score})
+            last = result
+        rows = league_table(self.results, anchor="random" if "random" in config.baselines else None)
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=_eval_result(last).to_dict(),
+                final_opponent=config.baselines[-1],
+                final_matches=finals,
+                self_play_games=self.games_played,
+                generations=self.generation,
+                elo_curve=[[it, games, round(elo, 1)] for it, games, elo in self.elo_curve],
+                league=rows_as_dicts(rows),
+            )
+
+    def league(self) -> str:
+        """The current Elo league as a markdown table."""
+        anchor = "random" if "random" in self.config.baselines else None
+        return league_markdown(league_table(self.results, anchor=anchor))
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "net": self.net.state_dict(),
+            "best": self.best.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state_dict(),
+            "iteration": self.iteration,
+            "games_played": self.games_played,
+            "generation": self.generation,
+            "results": [r.__dict__.copy() for r in self.results],
+            "elo_curve": list(self.elo_curve),
+            "snapshots": self.snapshots,
+            "last_evaluated": self.last_evaluated,
+            "rng": rng_state(self.rng),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.best.load_state_dict(state["best"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict(state["replay"])
+        self.iteration = int(state["iteration"])
+        self.games_played = int(state["games_played"])
+        self.generation = int(state["generation"])
+        self.results = [Result(**r) for r in state["results"]]
+        self.elo_curve = [tuple(e) for e in state["elo_curve"]]  # type: ignore[misc]
+        self.snapshots = state["snapshots"]
+        self.last_evaluated = state["last_evaluated"]
+        set_rng_state(state["rng"], self.rng)
+        self.net.eval()
+        self.best.eval()
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.track.elo import plot_elo
+
+        if not self.elo_curve:
+            return []
+        anchor = "random" if "random" in self.config.baselines else None
+        rows = league_table(self.results, anchor=anchor)
+        path = media / "elo.png"
+        plot_elo(
+            self.elo_curve, rows, self.config.baselines, str(path), f"AlphaZero on {self.game.name}"
+        )
+        (media / "league.md").write_text(league_markdown(rows) + "\n")
+        return [path]
+
+    def record_gif(
+        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 2
+    ) -> Path:
+        """A game of the best network (first player) against the last baseline."""
+        from payoff.envs.games.draw import board_image
+        from payoff.track.media import write_gif
+
+        seed = self.config.seed + 3_000_000 if seed is None else seed
+        agent = self.player(seed=seed)
+        opponent = make_player(self.config.baselines[-1], self.game, seed + 1)
+        frames = []
+        for episode in range(episodes):
+            state = self.game.initial_state()
+            frames.append(board_image(self.game, state))
+            while state.winner is None:
+                mover = agent if (state.to_play == episode % 2) else opponent
+                state = self.game.play(state, mover.act([state])[0])
+                frames.append(board_image(self.game, state))
+            frames.extend([frames[-1]] * 2)  # linger on the final position
+        return write_gif(frames, path, fps=fps)
+
+
+def _as_result(match: MatchResult) -> Result:
+    return Result(match.a, match.b, match.wins, match.draws, match.losses)
+
+
+def _eval_result(match: MatchResult) -> EvalResult:
+    scores = np.array([1.0] * match.wins + [0.0] * match.draws + [-1.0] * match.losses)
+    return EvalResult(
+        mean_return=float(scores.mean()),
+        std_return=float(scores.std()),
+        episodes=match.games,
+        success_rate=1.0 - match.losses / max(match.games, 1),
+        mean_length=float(np.mean(match.lengths)),
+    )
+
+
+# ---- playing against a human ----------------------------------------------------------
+def play_human(
+    agent: AlphaZero,
+    human_first: bool = True,
+    read: Callable[[str], str] = input,
+    write: Callable[[str], Any] = print,
+) -> float:
+    """Play one game against `agent` in the terminal; returns +1 / 0 / -1 for the human.
+
+    Illegal or unreadable moves are answered with the legal moves and asked again;
+    'q' (or end of input) resigns.
+    """
+    game = agent.game
+    bot = agent.player(seed=int(time.time()) % 100_000)
+    human_side = 0 if human_first else 1
+    state = game.initial_state()
+    write(f"You play {'X (first)' if human_first else 'O (second)'} in {game.name}.")
+    while state.winner is None:
+        if state.to_play == human_side:
+            write(game.render(state))
+            legal = np.flatnonzero(game.legal_mask(state)).tolist()
+            while True:
+                try:
+                    text = read(f"your move {legal}: ").strip()
+                except EOFError:
+                    text = "q"
+                if text.lower() in ("q", "quit", "resign"):
+                    write("You resign.")
+                    return -1.0
+                try:
+                    state = game.play(state, int(text))
+                    break
+                except ValueError:
+                    write(f"{text!r} is not a move; type one of {legal}")
+                except IllegalMoveError as err:
+                    write(f"illegal move: {err}")
+        else:
+            action = bot.act([state])[0]
+            write(f"{bot.name} plays {action}")
+            state = game.play(state, action)
+    write(game.render(state))
+    if state.winner == DRAW:
+        write("Draw.")
+        return 0.0
+    won = state.winner == human_side
+    write("You win!" if won else "You lose.")
+    return 1.0 if won else -1.0
+
+
+ALGORITHM = AlphaZero

@@ -1,0 +1,37 @@
+"""Board pictures (RGB arrays) for GIFs of games: stones as coloured discs on a grid."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from payoff.envs.games.base import Game, GameState
+
+CELL = 48
+COLOURS = {
+    "board": (30, 80, 160),
+    "empty": (235, 235, 235),
+    1: (220, 50, 40),  # first player
+    2: (245, 200, 30),  # second player
+}
+
+
+def board_image(game: Game, state: GameState, cell: int = CELL) -> np.ndarray:
+    """uint8 [rows * cell, cols * cell, 3] picture of `state`.
+
+    Tic-tac-toe cells are laid out the way PettingZoo numbers them (column by column).
+    """
+    rows, cols = game.shape
+    grid = state.board.reshape(rows, cols)
+    if game.name == "tictactoe":
+        grid = grid.T  # PettingZoo's cell i sits at row i % 3, column i // 3
+    image = np.empty((rows * cell, cols * cell, 3), dtype=np.uint8)
+    image[:] = COLOURS["board"]
+    yy, xx = np.mgrid[0:cell, 0:cell]
+    centre = (cell - 1) / 2
+    disc = (yy - centre) ** 2 + (xx - centre) ** 2 <= (0.4 * cell) ** 2
+    for r in range(rows):
+        for c in range(cols):
+            stone = int(grid[r, c])
+            patch = image[r * cell : (r + 1) * cell, c * cell : (c + 1) * cell]
+            patch[disc] = COLOURS[stone] if stone else COLOURS["empty"]
+    return image

@@ -1,0 +1,186 @@
+"""Elo ratings from match results, and a league table.
+
+Two ways to get ratings:
+
+- `update`: the classic online Elo step after one game,
+      E_a = 1 / (1 + 10^((R_b - R_a) / 400)),   R_a' = R_a + K (S_a - E_a);
+- `fit_ratings`: the ratings that best explain all results at once (the Bradley-Terry
+  maximum-likelihood fit on the Elo scale), which does not depend on the order games were
+  played in. That is what a league of checkpoints and fixed baselines needs.
+
+A player who won every game has no finite maximum-likelihood rating, so `fit_ratings`
+adds `prior_draws` virtual drawn games to every pairing that was played: a 20-0 sweep then
+reads as +640 rather than infinity. Ratings are shifted so that `anchor` sits at 0.
+
+Self-contained on purpose (only numpy): the track layer must not depend on game code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+ELO_SCALE = 400.0 / math.log(10.0)  # Elo points per natural-log unit of the odds
+
+
+def expected_score(rating_a: float, rating_b: float) -> float:
+    """Expected score of A against B (a win counts 1, a draw 0.5)."""
+    return 1.0 / (1.0 + 10.0 ** ((rating_b - rating_a) / 400.0))
+
+
+def update(
+    rating_a: float, rating_b: float, score_a: float, k: float = 32.0
+) -> tuple[float, float]:
+    """Both ratings after one game in which A scored `score_a` (1, 0.5 or 0)."""
+    delta = k * (score_a - expected_score(rating_a, rating_b))
+    return rating_a + delta, rating_b - delta
+
+
+@dataclass
+class Result:
+    """Games between two players, counted from A's side."""
+
+    a: str
+    b: str
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+
+def fit_ratings(
+    results: Iterable[Result],
+    anchor: str | None = None,
+    prior_draws: float = 1.0,
+    iterations: int = 2000,
+) -> dict[str, float]:
+    """Maximum-likelihood Elo ratings for all players in `results`; `anchor` is set to 0.
+
+    Uses the minorize-maximize updates for Bradley-Terry strengths (Hunter 2004), with a
+    draw counted as half a win for each side.
+    """
+    results = list(results)
+    players = sorted({r.a for r in results} | {r.b for r in results})
+    if not players:
+        return {}
+    index = {p: i for i, p in enumerate(players)}
+    n = len(players)
+    wins = np.zeros((n, n))  # wins[i, j]: points i scored against j
+    for r in results:
+        i, j = index[r.a], index[r.b]
+        wins[i, j] += r.wins + 0.5 * r.draws
+        wins[j, i] += r.losses + 0.5 * r.draws
+    played = (wins + wins.T) > 0
+    wins += 0.5 * prior_draws * played  # virtual draws keep a clean sweep finite
+    games = wins + wins.T
+    strength = np.ones(n)
+    for _ in range(iterations):
+        denominator = (games / (strength[:, None] + strength[None, :])).sum(axis=1)
+        new = wins.sum(axis=1) / np.maximum(denominator, 1e-12)
+        new = np.where(new > 0, new, 1e-12)
+        new /= np.exp(np.mean(np.log(new)))  # fix the scale's arbitrary offset
+        converged = np.max(np.abs(np.log(new) - np.log(strength))) < 1e-9
+        strength = new
+        if converged:
+            break
+    ratings = ELO_SCALE * np.log(strength)
+    offset = ratings[index[anchor]] if anchor in index else 0.0
+    return {p: float(ratings[index[p]] - offset) for p in players}
+
+
+@dataclass
+class LeagueRow:
+    player: str
+    rating: float
+    games: int
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def score(self) -> float:
+        return (self.wins + 0.5 * self.draws) / max(self.games, 1)
+
+
+def league_table(
+    results: Iterable[Result], anchor: str | None = None, prior_draws: float = 1.0
+) -> list[LeagueRow]:
+    """One row per player, strongest first: rating and the player's own W/D/L totals."""
+    results = list(results)
+    ratings = fit_ratings(results, anchor=anchor, prior_draws=prior_draws)
+    totals = {p: [0, 0, 0] for p in ratings}
+    for r in results:
+        for player, counts in (
+            (r.a, (r.wins, r.draws, r.losses)),
+            (r.b, (r.losses, r.draws, r.wins)),
+        ):
+            for k in range(3):
+                totals[player][k] += counts[k]
+    rows = [
+        LeagueRow(p, ratings[p], sum(totals[p]), totals[p][0], totals[p][1], totals[p][2])
+        for p in ratings
+    ]
+    return sorted(rows, key=lambda row: -row.rating)
+
+
+def league_markdown(rows: list[LeagueRow]) -> str:
+    """The league as a markdown table."""
+    lines = [
+        "| player | Elo | games | won | drawn | lost | score |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.player} | {row.rating:.0f} | {row.games} | {row.wins} | {row.draws} | "
+            f"{row.losses} | {row.score:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def rows_as_dicts(rows: list[LeagueRow]) -> list[dict]:
+    return [{**asdict(row), "rating": round(row.rating, 1)} for row in rows]
+
+
+def plot_elo(
+    curve: list[tuple[int, int, float]],
+    rows: list[LeagueRow],
+    baselines: list[str],
+    path: str,
+    title: str = "Elo over training",
+) -> str:
+    """Elo of the best network against self-play games, with the baselines as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratings = {row.player: row.rating for row in rows}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    games = [g for _, g, _ in curve]
+    ax.plot(games, [elo for _, _, elo in curve], marker="o", label="best network (MCTS)")
+    for name in baselines:
+        if name in ratings:
+            ax.axhline(ratings[name], linestyle="--", linewidth=1, color="gray")
+            ax.annotate(
+                name,
+                (games[0] if games else 0, ratings[name]),
+                fontsize=8,
+                xytext=(2, 2),
+                textcoords="offset points",
+                color="dimgray",
+            )
+    ax.set_xlabel("self-play games")
+    ax.set_ylabel("Elo (random = 0)" if "random" in ratings else "Elo")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
