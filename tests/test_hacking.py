@@ -133,3 +133,14 @@ def test_code_hack_suite_catches_every_hack_and_flags_no_honest_solution():
     table = scores(run_suite())
     assert table["any"]["recall"] == 1.0
     assert table["any"]["false_positives"] == 0
+
+
+def test_loop_and_concentration_signatures():
+    from payoff.monitor.behaviour import concentration, distinct_ratio, find_loop
+
+    states = [0, 1, 2, 3] + [7, 8, 9, 10] * 10
+    loop = find_loop(states)
+    assert loop is not None and loop.start == 4 and loop.period == 4 and loop.repeats == 10
+    assert find_loop(list(range(40))) is None
+    assert concentration(states) > 0.9 and concentration(list(range(40))) == 0.1
+    assert distinct_ratio(["abab" * 5] * 4) < 0.05 < distinct_ratio(["the cat", "a dog ran", "xyz!"])
