@@ -46,6 +46,7 @@ LOOKAHEAD = (0.0, 2.0, 4.0, 6.0, 9.0, 12.0, 16.0)  # metres ahead where curvatur
 CURVATURE_SCALE = 4.0  # curvature 0.25 1/m (a 4 m radius bend) reads as 1.0
 WHEELBASE = 1.0  # metres
 MAX_CURVATURE = 0.3  # procedural tracks never bend tighter than a 3.3 m radius
+OBS_LIMIT = 5.0  # observations are clipped to +-5 (a kart is off the track beyond 1)
 SEARCH = np.arange(-6, 15)  # centre-line indices searched around the last nearest point
 
 
@@ -254,10 +255,10 @@ class KartBatch:
         ) % TRACK_POINTS
         curvature = self.curvature_table[self._rows[:, None], ahead]
         obs = np.empty((self.num, self.obs_dim), dtype=np.float32)
-        obs[:, 0] = self.offset / self.half_width
+        obs[:, 0] = np.clip(self.offset / self.half_width, -OBS_LIMIT, OBS_LIMIT)
         obs[:, 1] = _wrap(self.yaw - heading)
         obs[:, 2] = self.vel / self.speed
-        obs[:, 3:] = curvature * CURVATURE_SCALE
+        obs[:, 3:] = np.clip(curvature * CURVATURE_SCALE, -OBS_LIMIT, OBS_LIMIT)
         return obs
 
     def step(
@@ -331,8 +332,11 @@ class KartBatch:
 
 # ---- Gymnasium layers --------------------------------------------------------------------
 def _spaces(batch: KartBatch) -> tuple[gym.spaces.Box, gym.spaces.Box]:
-    high = np.full(batch.obs_dim, np.inf, dtype=np.float32)
-    observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+    high = np.full(batch.obs_dim, OBS_LIMIT, dtype=np.float32)
+    high[1] = np.pi
+    low = -high
+    low[2], high[2] = 0.0, 2.0  # speed / reference speed (at most 1.5 with throttle)
+    observation_space = gym.spaces.Box(low, high, dtype=np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, shape=(batch.act_dim,), dtype=np.float32)
     return observation_space, action_space
 

@@ -68,8 +68,9 @@ def collect_mixture(
 ) -> tuple[MixtureBatch, np.ndarray]:
     """Step `envs` from `obs` until `labels` states have been visited and labelled.
 
-    Each state an env is really in gets one expert label (NEXT_STEP autoreset steps, where the
-    env ignores the action and resets, visit no state and are not labelled). Returns the
+    Each state the policy acts in gets one expert label. Under NEXT_STEP autoreset the
+    observation returned when an episode ends is followed by a step whose action the env
+    ignores (it resets); that terminal observation is not labelled. Returns the
     batch and the observations to continue from.
     """
     num = envs.num_envs

@@ -60,6 +60,8 @@ class ImitationConfig:
     eval_tracks: for KartTrack, the track specs evaluated at the end (completion rate on
         each is reported: training family vs held-out family).
     threads: torch CPU threads (small MLPs are fastest on 1).
+    export_policy: also write the trained actor to this file at the end (the run always
+        has it as policy.pt), e.g. for a later `algo: ppo` with `init_from: <that file>`.
     """
 
     env: EnvConfig = field(default_factory=_kart)
@@ -77,6 +79,7 @@ class ImitationConfig:
     final_eval_episodes: int = 100
     eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
     threads: int = 1
+    export_policy: str | None = None
 
     def validate(self) -> None:
         for name in (
@@ -215,7 +218,7 @@ class ImitationAlgorithm(Algorithm):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total += float(loss)
+            total += float(loss.detach())
             batches += 1
             self.gradient_steps += 1
         self.train_seconds += time.time() - started
@@ -279,6 +282,9 @@ class ImitationAlgorithm(Algorithm):
             labels=self.labels,
             **{f"final/{k.split('/', 1)[1]}": v for k, v in metrics.items()},
         )
+        if config.export_policy:
+            Path(config.export_policy).parent.mkdir(parents=True, exist_ok=True)
+            save_policy(config.export_policy, self.actor)
         if self.run is not None:
             policy = save_policy(self.run.path / "policy.pt", self.actor)
             self.run.write_summary(
