@@ -114,6 +114,21 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_redteam(args: argparse.Namespace) -> int:
+    from payoff.redteam import redteam
+
+    run = redteam(args.spec, args.overrides, out=args.out)
+    summary = run.summary()
+    print(summary["headline"])
+    for finding in summary.get("findings", [])[:3]:
+        print(
+            f"  episode {finding['episode']}: proxy {finding['proxy_return']:.3g}, true {finding['true_return']:.3g}, "
+            f"state concentration {finding['state_concentration']}, loop {finding['loop']}"
+        )
+    print(f"run: {run.path}\nreport: {run.media / 'report.html'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="payoff", description="Reinforcement learning by trial and error, end to end."
@@ -193,6 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run", help="run directory")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser(
+        "redteam",
+        help="attack a reward before training on it",
+        description=(
+            "Train a small aggressive optimizer against a proxy reward and report episodes where the proxy is high "
+            "and the true objective fails, with evidence. SPEC: a shipped spec (boatrace, boatrace-progress, "
+            "cleaning) or a YAML file."
+        ),
+    )
+    p.add_argument("spec", help="red-team spec name or YAML path")
+    p.add_argument("overrides", nargs="*", help="spec overrides key=value (e.g. budget=50000)")
+    p.add_argument("--out", default="runs", help="folder for the run directory (default: runs/)")
+    p.set_defaults(func=_cmd_redteam)
     return parser
 
 

@@ -143,4 +143,29 @@ def test_loop_and_concentration_signatures():
     assert loop is not None and loop.start == 4 and loop.period == 4 and loop.repeats == 10
     assert find_loop(list(range(40))) is None
     assert concentration(states) > 0.9 and concentration(list(range(40))) == 0.1
-    assert distinct_ratio(["abab" * 5] * 4) < 0.05 < distinct_ratio(["the cat", "a dog ran", "xyz!"])
+    assert (
+        distinct_ratio(["abab" * 5] * 4) < 0.05 < distinct_ratio(["the cat", "a dog ran", "xyz!"])
+    )
+
+
+@pytest.mark.slow
+def test_redteam_finds_the_boat_loop_but_not_in_the_corrected_reward(tmp_path):
+    from payoff.redteam import redteam
+
+    hacked = redteam("boatrace", ["budget=16000", "episodes=3"], out=tmp_path).summary()
+    assert hacked["exploits"] == 3
+    assert hacked["findings"][0]["loop"]["period"] == 4  # circling the 2x2 lagoon
+    assert hacked["proxy_return"]["optimizer"] > 2 * hacked["proxy_return"]["random"]
+    corrected = redteam("boatrace-progress", ["budget=16000", "episodes=3"], out=tmp_path).summary()
+    assert corrected["exploits"] == 0
+
+
+def test_redteam_spec_errors():
+    from payoff.redteam import load_spec
+
+    with pytest.raises(
+        ConfigError, match="unknown red-team spec 'boatrac'. Did you mean 'boatrace'"
+    ):
+        load_spec("boatrac")
+    with pytest.raises(ConfigError, match="unknown config key 'budgett'"):
+        load_spec("boatrace", ["budgett=5"])

@@ -77,6 +77,7 @@ def plot_curves(
     x: str = "step",
     title: str | None = None,
     labels: Sequence[str] | None = None,
+    mark_alarms: bool = True,
 ) -> Path:
     """Overlay learning curves; runs sharing a label (same recipe, different seeds) are drawn
     as their mean with a shaded band from min to max."""
@@ -105,12 +106,32 @@ def plot_curves(
                 grid, stacked.mean(0), color=color, label=f"{label} (mean of {len(curves)} seeds)"
             )
             ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
+        if mark_alarms:
+            _mark_alarms(ax, runs, x)
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title or ", ".join(sorted(groups)))
     return save_figure(fig, path)
+
+
+def _mark_alarms(ax: Any, runs: Sequence[Run], x: str) -> None:
+    """A dashed vertical line where a monitor raised a critical alarm (x = step only)."""
+    if x != "step":
+        return
+    labelled = False
+    for run in runs:
+        for record in run.events():
+            if record["event"].get("severity") == "critical":
+                ax.axvline(
+                    record["step"],
+                    color="crimson",
+                    linestyle="--",
+                    linewidth=1.2,
+                    label=None if labelled else f"alarm: {record['event'].get('kind')}",
+                )
+                labelled = True
 
 
 ARROWS = {0: (-1, 0), 1: (0, 1), 2: (1, 0), 3: (0, -1)}  # FrozenLake: left, down, right, up
