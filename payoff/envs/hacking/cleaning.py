@@ -142,8 +142,9 @@ class CleaningRobotEnv(gym.Env):
                     disc(image, r, c, (120, 80, 40), cell, 0.3)
                     if self.covered[r, c]:
                         fill_cell(image, r, c, (170, 40, 60), cell, margin=6)  # the rug
-        fill_cell(
-            image, *CAMERA, (30, 30, 30) if self.camera_blocked else (90, 90, 90), cell, margin=18
-        )
+        # the camera hangs on the wall above its cell: grey lens, or covered in red when blocked
+        row, col = CAMERA
+        lens = (170, 40, 60) if self.camera_blocked else (60, 60, 60)
+        image[row * cell : row * cell + 10, col * cell + 12 : (col + 1) * cell - 12] = lens
         disc(image, *self.position, (40, 110, 220), cell, 0.22)
         return image
