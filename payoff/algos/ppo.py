@@ -119,17 +119,11 @@ class PPO(OnPolicyAlgorithm):
                 entropy_loss = entropy.mean()
                 loss = surrogate.loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
 
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(
-                        self.optimizer.param_groups[0]["params"], config.max_grad_norm
-                    )
-                self.optimizer.step()
+                self.optimizer_step(loss)
 
-                stats["pg"].append(float(surrogate.loss))
-                stats["v"].append(float(v_loss))
-                stats["ent"].append(float(entropy_loss))
+                stats["pg"].append(float(surrogate.loss.detach()))
+                stats["v"].append(float(v_loss.detach()))
+                stats["ent"].append(float(entropy_loss.detach()))
                 stats["kl"].append(float(surrogate.approx_kl))
                 stats["clipfrac"].append(float(surrogate.clip_fraction))
             if config.target_kl is not None and stats["kl"][-1] > config.target_kl:

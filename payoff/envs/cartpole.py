@@ -32,10 +32,7 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 MAX_STEPS = 500
 
-_HIGH = np.array(
-    [X_THRESHOLD * 2, np.finfo(np.float32).max, THETA_THRESHOLD * 2, np.finfo(np.float32).max],
-    dtype=np.float32,
-)
+_HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
 
 
 def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

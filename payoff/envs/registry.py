@@ -27,3 +27,11 @@ _register(
 
 _register("payoff/BoatRace-v0", "payoff.envs.hacking.boatrace:BoatRaceEnv", max_episode_steps=200)
 _register("payoff/CleaningRobot-v0", "payoff.envs.hacking.cleaning:CleaningRobotEnv")
+
+# Batched NumPy CartPole, identical to Gymnasium's CartPole-v1 (PPO/DQN use it for CartPole-v1).
+_register(
+    "payoff/CartPole-v1",
+    "payoff.envs.cartpole:CartPoleEnv",
+    vector_entry_point="payoff.envs.cartpole:CartPoleVectorEnv",
+    max_episode_steps=500,
+)

@@ -30,6 +30,7 @@ from payoff.core.errors import CheckpointError, EnvError
 from payoff.core.io import atomic_write_bytes
 
 POLICY_FORMAT = "payoff-policy/1"
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
@@ -209,8 +210,10 @@ class CategoricalActor(Actor):
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        return dist.log_prob(actions.long()), dist.entropy()
+        # Written out rather than via Categorical: its argument checks cost more than the math.
+        logprobs = torch.log_softmax(self(obs), dim=-1)  # [B, A]
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+        return logprobs.gather(-1, actions.long()[:, None])[:, 0], entropy
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self(obs)
@@ -259,13 +262,20 @@ class GaussianActor(Actor):
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+        return self._log_prob(self(obs), actions), self._entropy().expand(obs.shape[0])
+
+    def _log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Diagonal Gaussian log-density, summed over action dimensions: [B]."""
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - _HALF_LOG_2PI).sum(-1)
+
+    def _entropy(self) -> torch.Tensor:
+        return (0.5 + _HALF_LOG_2PI + self.log_std).sum()
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        actions = dist.sample()
-        return actions, dist.log_prob(actions).sum(-1)
+        mean = self(obs)
+        actions = mean + torch.randn_like(mean) * self.log_std.exp()
+        return actions, self._log_prob(mean, actions)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,6 +27,7 @@ class RolloutStorage:
     truncated: torch.Tensor  # [T, N] bool
     valid: torch.Tensor  # [T, N] bool
     next_values: torch.Tensor  # [N], V(obs after the last step)
+    info: dict[str, torch.Tensor] = field(default_factory=dict)  # [T, N] per requested info key
 
     @classmethod
     def allocate(
@@ -37,6 +38,7 @@ class RolloutStorage:
         act_shape: tuple[int, ...],
         act_dtype: torch.dtype,
         obs_dtype: torch.dtype = torch.float32,
+        info_keys: tuple[str, ...] = (),
     ) -> RolloutStorage:
         shape = (num_steps, num_envs)
         return cls(
@@ -49,6 +51,7 @@ class RolloutStorage:
             truncated=torch.zeros(shape, dtype=torch.bool),
             valid=torch.ones(shape, dtype=torch.bool),
             next_values=torch.zeros(num_envs),
+            info={key: torch.zeros(shape) for key in info_keys},
         )
 
     @property

@@ -23,7 +23,8 @@ from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
 
 Vectorization = Literal["auto", "batched", "sync", "async"]
-BATCHED_IDS = {"CartPole-v1": "payoff/CartPole-v1", "payoff/CartPole-v1": "payoff/CartPole-v1"}
+# Gymnasium ids that payoff implements as a batched NumPy env with identical dynamics.
+BATCHED_ALIASES = {"CartPole-v1": "payoff/CartPole-v1"}
 
 # policy(obs [N, ...]) -> (actions for storage, actions for env.step, logprobs [N], values [N])
 PolicyStep = Callable[
@@ -31,22 +32,36 @@ PolicyStep = Callable[
 ]
 
 
+def batched_id(env: EnvConfig) -> str | None:
+    """The payoff id whose batched NumPy `vector_entry_point` can run `env`, if any."""
+    env_id = BATCHED_ALIASES.get(env.id, env.id) if not env.kwargs else env.id
+    if not env_id.startswith("payoff/") or env_id not in gym.registry:
+        return None
+    return env_id if gym.registry[env_id].vector_entry_point is not None else None
+
+
 def make_vector_env(
     env: EnvConfig, num_envs: int, vectorization: Vectorization = "auto"
 ) -> gym.vector.VectorEnv:
     """`num_envs` copies of `env` behind one batched step() (NEXT_STEP autoreset)."""
     check_env_id(env.id)
-    batched = BATCHED_IDS.get(env.id) if not env.kwargs else None
+    batched = batched_id(env)
     if vectorization == "batched" and batched is None:
         raise ConfigError(
-            f"vectorization 'batched' needs an env payoff implements in NumPy "
-            f"({', '.join(sorted(BATCHED_IDS))}), got {env.id!r} with kwargs {env.kwargs}; "
+            f"vectorization 'batched' needs an env payoff implements as a batched NumPy env "
+            f"(CartPole-v1, or a payoff/ id with a vector_entry_point), got {env.id!r}; "
             f"use 'sync' or 'async'"
         )
     if vectorization in ("auto", "batched") and batched is not None:
-        from payoff.envs.cartpole import CartPoleVectorEnv
-
-        return CartPoleVectorEnv(num_envs)
+        envs = gym.make_vec(
+            batched, num_envs, vectorization_mode="vector_entry_point", **env.kwargs
+        )
+        mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        if mode != gym.vector.AutoresetMode.NEXT_STEP:
+            raise EnvError(
+                f"batched env {batched!r} uses autoreset mode {mode}; payoff's runner needs NEXT_STEP"
+            )
+        return envs
     makers = [lambda: make_env(env) for _ in range(num_envs)]
     if vectorization == "async":
         return gym.vector.AsyncVectorEnv(makers)
@@ -57,7 +72,12 @@ class VectorRunner:
     """Steps a vector env, remembers the current observations and tracks finished episodes."""
 
     def __init__(
-        self, envs: gym.vector.VectorEnv, env_id: str, seed: int, check_finite: bool = True
+        self,
+        envs: gym.vector.VectorEnv,
+        env_id: str,
+        seed: int,
+        check_finite: bool = True,
+        info_keys: tuple[str, ...] = (),
     ):
         self.envs = envs
         self.env_id = env_id
@@ -71,6 +91,11 @@ class VectorRunner:
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.env_steps = 0  # valid steps taken (what "training steps" counts)
+        # Numeric info keys (a true objective, a cost) kept per step and summed per episode.
+        self.info_keys = tuple(info_keys)
+        self.step_info = {key: np.zeros(self.num_envs) for key in self.info_keys}
+        self.episode_info = {key: np.zeros(self.num_envs) for key in self.info_keys}
+        self.finished_info: dict[str, list[float]] = {key: [] for key in self.info_keys}
 
     # ---- one step -----------------------------------------------------------------------
     def step(
@@ -78,17 +103,28 @@ class VectorRunner:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env; returns (next_obs, rewards, terminated, truncated, valid)."""
         valid = ~self.resetting
-        next_obs, rewards, terminated, truncated, _ = self.envs.step(env_actions)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
         rewards = np.asarray(rewards, dtype=np.float32)
         self._check(next_obs, rewards, self.env_steps)
         self.env_steps += int(valid.sum())
         self.episode_return += rewards
         self.episode_length += valid
+        for key in self.info_keys:
+            if key not in infos:
+                raise EnvError(
+                    f"env {self.env_id!r} puts no {key!r} in info (asked for by episode_info); "
+                    f"its info keys are: {', '.join(sorted(k for k in infos if not k.startswith('_')))}"
+                )
+            self.step_info[key] = np.where(valid, np.asarray(infos[key], dtype=np.float64), 0.0)
+            self.episode_info[key] += self.step_info[key]
         done = terminated | truncated
         if done.any():
             for i in np.flatnonzero(done):
                 self.finished_returns.append(float(self.episode_return[i]))
                 self.finished_lengths.append(int(self.episode_length[i]))
+                for key in self.info_keys:
+                    self.finished_info[key].append(float(self.episode_info[key][i]))
+                    self.episode_info[key][i] = 0.0
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
         self.resetting = done
@@ -135,10 +171,18 @@ class VectorRunner:
             storage.terminated[t] = torch.from_numpy(np.asarray(terminated))
             storage.truncated[t] = torch.from_numpy(np.asarray(truncated))
             storage.valid[t] = torch.from_numpy(valid)
+            for key, values_t in storage.info.items():
+                values_t[t] = torch.from_numpy(self.step_info[key])
         if value_fn is not None:
             storage.next_values[:] = value_fn(
                 torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
             )
+
+    def drain_episode_info(self) -> dict[str, list[float]]:
+        """Per-episode sums of the info keys, for episodes finished since the last call."""
+        drained = self.finished_info
+        self.finished_info = {key: [] for key in self.info_keys}
+        return drained
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of episodes finished since the last call."""
@@ -161,9 +205,11 @@ class VectorRunner:
             "episode_length": self.episode_length.copy(),
             "env_steps": self.env_steps,
             "envs": None,
+            "episode_info": {key: sums.copy() for key, sums in self.episode_info.items()},
         }
-        if hasattr(self.envs, "get_state"):
-            state["envs"] = ("batched", self.envs.get_state())
+        envs = self.envs.unwrapped
+        if hasattr(envs, "get_state"):
+            state["envs"] = ("batched", envs.get_state())
         elif isinstance(self.envs, gym.vector.SyncVectorEnv):
             try:
                 state["envs"] = ("pickled", pickle.dumps(self.envs.envs))
@@ -174,8 +220,12 @@ class VectorRunner:
     def load_state_dict(self, state: dict[str, Any], seed: int) -> None:
         self.env_steps = int(state["env_steps"])
         saved = state.get("envs")
-        if saved is not None and saved[0] == "batched" and hasattr(self.envs, "set_state"):
-            self.envs.set_state(saved[1])
+        if (
+            saved is not None
+            and saved[0] == "batched"
+            and hasattr(self.envs.unwrapped, "set_state")
+        ):
+            self.envs.unwrapped.set_state(saved[1])
         elif saved is not None and saved[0] == "pickled":
             self.envs.envs = pickle.loads(saved[1])
             if hasattr(self.envs, "_autoreset_envs"):
@@ -186,11 +236,16 @@ class VectorRunner:
             self.resetting[:] = False
             self.episode_return[:] = 0.0
             self.episode_length[:] = 0
+            for sums in self.episode_info.values():
+                sums[:] = 0.0
             return
         self.obs = np.array(state["obs"])
         self.resetting = np.array(state["resetting"], dtype=bool)
         self.episode_return = np.array(state["episode_return"])
         self.episode_length = np.array(state["episode_length"], dtype=np.int64)
+        for key, sums in state.get("episode_info", {}).items():
+            if key in self.episode_info:
+                self.episode_info[key] = np.array(sums)
 
 
 @torch.no_grad()

@@ -59,6 +59,9 @@ class OnPolicyConfig:
     init_from: start from the actor (and critic, if saved) in a policy file written by
         payoff.models.save_policy (e.g. after behavior cloning), or a saved PPO / A2C /
         REINFORCE model. Its spaces must match the env's.
+    episode_info: numeric `info` keys (e.g. true_reward, cost) summed over each episode and
+        logged as train/episode_<key>, next to the return. This is how a true objective the
+        agent never sees reaches the metrics and the reward-hacking monitors.
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -82,6 +85,7 @@ class OnPolicyConfig:
     check_finite: bool = True
     threads: int = 1
     init_from: str | None = None
+    episode_info: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         for name in ("total_steps", "num_envs", "num_steps", "eval_episodes", "threads"):
@@ -109,7 +113,11 @@ class OnPolicyAlgorithm(Algorithm):
         self.rng = seed_everything(config.seed)
         self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
         self.runner = VectorRunner(
-            self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
+            self.envs,
+            config.env.id,
+            seed=config.seed,
+            check_finite=config.check_finite,
+            info_keys=tuple(config.episode_info),
         )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
@@ -141,6 +149,7 @@ class OnPolicyAlgorithm(Algorithm):
             tuple(self.observation_space.shape or ()),
             act_shape,
             torch.long if not act_shape else torch.float32,
+            info_keys=tuple(config.episode_info),
         )
         self.step = 0
         self.updates = 0
@@ -150,10 +159,17 @@ class OnPolicyAlgorithm(Algorithm):
         self.train_seconds = 0.0  # wall time of rollouts + updates, evaluation excluded
 
     def _make_optimizer(self) -> None:
-        params = list(self.actor.parameters())
-        if self.critic is not None:
-            params += [p for p in self.critic.parameters() if all(p is not q for q in params)]
-        self.optimizer = torch.optim.Adam(params, lr=self.config.learning_rate(0.0), eps=1e-5)
+        self.actor_params = list(self.actor.parameters())
+        self.critic_params = (
+            [p for p in self.critic.parameters() if all(p is not q for q in self.actor_params)]
+            if self.critic is not None
+            else []
+        )
+        params = self.actor_params + self.critic_params
+        # foreach: one fused kernel per step for all tensors (the default on CPU loops over them).
+        self.optimizer = torch.optim.Adam(
+            params, lr=self.config.learning_rate(0.0), eps=1e-5, foreach=True
+        )
 
     def _init_from_file(self, path: str) -> None:
         """Copy actor (and critic) weights from a policy file or a saved on-policy model."""
@@ -256,20 +272,39 @@ class OnPolicyAlgorithm(Algorithm):
         return result
 
     # ---- learning ---------------------------------------------------------------------
+    def optimizer_step(self, loss: torch.Tensor) -> None:
+        """Backpropagate `loss` and take one Adam step.
+
+        Actor and critic gradients are norm-clipped separately: they are separate networks,
+        and one global clip would let the (reward-scaled) value gradient shrink the policy's.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.max_grad_norm > 0:
+            for params in (self.actor_params, self.critic_params):
+                if params:
+                    torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        self.optimizer.step()
+
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         """One learning step from a full rollout; returns train/... metrics."""
         raise NotImplementedError
 
     def learn(self, total: int | None = None) -> OnPolicyAlgorithm:
-        """Train until `total` env steps (default: config.total_steps)."""
+        """Train until `total` env steps (default: config.total_steps).
+
+        Schedules span max(total, config.total_steps), so stopping early and resuming
+        later follows the same schedule as one uninterrupted run.
+        """
         config = self.config
         total = config.total_steps if total is None else total
+        horizon = max(total, config.total_steps)
         progress = Progress(total, initial=self.step, desc=f"{self.name} {config.env.id}")
         value_fn = self._values if self.critic is not None else None
         with GracefulInterrupt() as interrupt:
             while self.step < total and not interrupt.requested and self.solved_at is None:
                 started, before = time.perf_counter(), self.step
-                fraction = self.step / total
+                fraction = self.step / horizon
                 for group in self.optimizer.param_groups:
                     group["lr"] = config.learning_rate(fraction)
                 self.runner.collect(self._policy_step, self.storage, value_fn)
@@ -303,6 +338,8 @@ class OnPolicyAlgorithm(Algorithm):
         if returns:
             record["train/return"] = float(np.mean(self.recent_returns))
             record["train/episode_length"] = float(np.mean(lengths))
+            for key, sums in self.runner.drain_episode_info().items():
+                record[f"train/episode_{key}"] = float(np.mean(sums))
         self.log(self.step, **record)
 
     def _crossed(self, before: int, every: int) -> bool:

@@ -1,0 +1,397 @@
+"""Deep Q-Network (Mnih et al. 2015) with the switches that show why its parts matter.
+
+Per vector step: act epsilon-greedily on Q(s, .), store (s, a, r, s', terminated) in a
+replay buffer. Every `train_every` env steps: `gradient_steps` updates of
+
+    y    = r + gamma * (1 - terminated) * max_a' Q_target(s', a')
+           (double_q: Q_target(s', argmax_a' Q(s', a')), van Hasselt et al. 2016)
+    loss = Huber(Q(s, a) - y)
+
+with the target network copied (tau = 1) or Polyak-averaged (tau < 1) every
+`target_network.update_every` gradient steps. A time-limit truncation is not terminal, so
+the target still bootstraps from s' there.
+
+Ablations: `replay.enabled=false` learns from the latest transitions only (correlated,
+forgetful); `target_network.enabled=false` bootstraps from the network being trained
+(a moving target). `payoff train dqn-ablation` plots all four.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from payoff.algos.base import Algorithm
+from payoff.core.errors import ConfigError, EnvError
+from payoff.core.schedules import Schedule
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.make import EnvConfig
+from payoff.models.mlp import QNetwork
+from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.replay import ReplayBuffer
+from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class ReplayConfig:
+    """enabled: sample uniformly from the last `size` transitions; false = train on the
+    latest `batch_size` transitions only. size: capacity in transitions."""
+
+    enabled: bool = True
+    size: int = 100_000
+
+
+@dataclass
+class TargetNetworkConfig:
+    """enabled: bootstrap from a lagged copy of the Q-network; false = from itself.
+    update_every: gradient steps between target updates. tau: 1 copies the weights (hard
+    update), < 1 moves them that fraction of the way (Polyak averaging)."""
+
+    enabled: bool = True
+    update_every: int = 100
+    tau: float = 1.0
+
+
+@dataclass
+class DQNConfig:
+    """DQN on vectorized envs with a Discrete action space.
+
+    env / seed / num_envs / vectorization / threads / check_finite: as for PPO
+        (payoff.algos.shared.onpolicy.OnPolicyConfig).
+    total_steps: training length in env steps (summed over envs).
+    learning_rate: Adam step size.
+    batch_size: transitions per gradient step.
+    learning_starts: env steps of random-ish play before the first update.
+    train_every / gradient_steps: after every `train_every` env steps do this many updates.
+        Their ratio is the replay ratio; more updates learn more per sample but cost time.
+    gamma: discount.
+    epsilon: exploration rate, a schedule over training (fraction = share of training
+        spent decaying it).
+    hidden / activation: Q-network MLP.
+    double_q: pick the next action with the online net, evaluate it with the target net
+        (reduces the max operator's overestimation).
+    loss: 'huber' (robust to the large TD errors early on) or 'mse'.
+    max_grad_norm: global gradient-norm clip (0 = off).
+    replay / target_network: see ReplayConfig and TargetNetworkConfig.
+    log_every: write train/... metrics every this many env steps.
+    eval_every / eval_episodes / final_eval_episodes / stop_at_return / checkpoint_every:
+        as for PPO; the greedy policy is evaluated.
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    seed: int = 0
+    total_steps: int = 50_000
+    num_envs: int = 4
+    vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    learning_starts: int = 1_000
+    train_every: int = 64
+    gradient_steps: int = 16
+    gamma: float = 0.99
+    epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.05, fraction=0.2))
+    hidden: list[int] = field(default_factory=lambda: [128, 128])
+    activation: Literal["tanh", "relu", "gelu"] = "relu"
+    double_q: bool = False
+    loss: Literal["huber", "mse"] = "huber"
+    max_grad_norm: float = 10.0
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
+    log_every: int = 1_000
+    eval_every: int = 5_000
+    eval_episodes: int = 20
+    final_eval_episodes: int = 50
+    stop_at_return: float | None = None
+    checkpoint_every: int = 50_000
+    check_finite: bool = True
+    threads: int = 1
+
+    def validate(self) -> None:
+        for name in (
+            "total_steps",
+            "num_envs",
+            "batch_size",
+            "train_every",
+            "gradient_steps",
+            "log_every",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.replay.enabled and self.replay.size < self.batch_size:
+            raise ConfigError(
+                f"replay.size {self.replay.size} is smaller than batch_size {self.batch_size}"
+            )
+        if not 0.0 < self.target_network.tau <= 1.0:
+            raise ConfigError(
+                f"target_network.tau must be in (0, 1], got {self.target_network.tau}"
+            )
+        if self.target_network.update_every <= 0:
+            raise ConfigError(
+                f"target_network.update_every must be > 0, got {self.target_network.update_every}"
+            )
+
+
+class DQN(Algorithm):
+    """DQN / double DQN with replay and target-network switches."""
+
+    name = "dqn"
+    config_class = DQNConfig
+    config: DQNConfig
+
+    def setup(self) -> None:
+        config = self.config
+        torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
+        self.observation_space = self.envs.single_observation_space
+        self.action_space = self.envs.single_action_space
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            self.envs.close()
+            raise EnvError(
+                f"DQN takes the action with the largest Q-value, so it needs a Discrete action "
+                f"space; {config.env.id!r} has {self.action_space}. Use PPO (algo: ppo), which "
+                f"handles continuous actions (e.g. `payoff train pendulum-ppo`)."
+            )
+        self.runner = VectorRunner(
+            self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
+        )
+        self.q_net = QNetwork(
+            self.observation_space, self.action_space, config.hidden, config.activation
+        )
+        self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self._params = list(self.q_net.parameters())
+        self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate, foreach=True)
+        capacity = config.replay.size if config.replay.enabled else config.batch_size
+        self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
+        self.step = 0
+        self.gradient_updates = 0
+        self.evals: list[tuple[int, float]] = []
+        self.solved_at: int | None = None
+        self.recent_returns: list[float] = []
+        self.train_seconds = 0.0
+        self._losses: list[float] = []
+        self._q_means: list[float] = []
+
+    def spaces(self) -> dict[str, str]:
+        return {
+            "observation_space": repr(self.observation_space),
+            "action_space": repr(self.action_space),
+        }
+
+    def progress_step(self) -> int:
+        return self.step
+
+    # ---- acting -----------------------------------------------------------------------
+    @torch.no_grad()
+    def _greedy(self, obs: torch.Tensor) -> np.ndarray:
+        return self.q_net(obs).argmax(-1).numpy()
+
+    def _explore(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        actions = self._greedy(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+        explore = self.rng.random(len(actions)) < epsilon
+        if explore.any():
+            actions[explore] = self.rng.integers(0, self.action_space.n, size=int(explore.sum()))
+        return actions
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.shape == tuple(self.observation_space.shape or ())
+        if deterministic:
+            actions = self._greedy(torch.from_numpy(obs[None] if single else obs))
+        else:
+            actions = self._explore(obs[None] if single else obs, self.config.epsilon.end)
+        return int(actions[0]) if single else actions
+
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """Greedy policy on `episodes` fresh episodes of the real env, batched."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        return evaluate_batched(self.config.env, self._greedy, episodes, seed, "sync")
+
+    # ---- learning ---------------------------------------------------------------------
+    def _gradient_step(self) -> None:
+        config = self.config
+        if config.replay.enabled:
+            batch = self.buffer.sample(config.batch_size, self.rng)
+        else:
+            batch = self.buffer.latest(config.batch_size)
+        q_values = self.q_net(batch.obs).gather(1, batch.actions[:, None])[:, 0]  # [B]
+        with torch.no_grad():
+            bootstrap_net = self.target_net if config.target_network.enabled else self.q_net
+            next_q = bootstrap_net(batch.next_obs)  # [B, A]
+            if config.double_q:
+                next_actions = self.q_net(batch.next_obs).argmax(-1, keepdim=True)
+                next_value = next_q.gather(1, next_actions)[:, 0]
+            else:
+                next_value = next_q.max(-1).values
+            targets = batch.rewards + config.gamma * (1.0 - batch.terminated) * next_value
+        if config.loss == "huber":
+            loss = nn.functional.smooth_l1_loss(q_values, targets)
+        else:
+            loss = nn.functional.mse_loss(q_values, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self._params, config.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_updates += 1
+        if config.target_network.enabled and (
+            self.gradient_updates % config.target_network.update_every == 0
+        ):
+            self._update_target(config.target_network.tau)
+        self._losses.append(float(loss.detach()))
+        self._q_means.append(float(q_values.detach().mean()))
+
+    @torch.no_grad()
+    def _update_target(self, tau: float) -> None:
+        if tau >= 1.0:
+            self.target_net.load_state_dict(self.q_net.state_dict())
+            return
+        torch._foreach_lerp_(list(self.target_net.parameters()), self._params, tau)
+
+    def learn(self, total: int | None = None) -> DQN:
+        """Train until `total` env steps (default: config.total_steps).
+
+        The epsilon schedule spans max(total, config.total_steps), so stopping early and
+        resuming later follows the same schedule as one uninterrupted run.
+        """
+        config = self.config
+        total = config.total_steps if total is None else total
+        horizon = max(total, config.total_steps)
+        progress = Progress(total, initial=self.step, desc=f"dqn {config.env.id}")
+        log_every = config.log_every
+        with GracefulInterrupt() as interrupt:
+            started = time.perf_counter()
+            while self.step < total and not interrupt.requested and self.solved_at is None:
+                before = self.step
+                epsilon = config.epsilon(self.step / horizon)
+                obs = self.runner.obs
+                actions = self._explore(obs, epsilon)
+                next_obs, rewards, terminated, truncated, valid = self.runner.step(actions)
+                # Under NEXT_STEP autoreset a step that only reset an env is no transition.
+                self.buffer.add(
+                    np.asarray(obs)[valid],
+                    actions[valid],
+                    rewards[valid],
+                    np.asarray(next_obs)[valid],
+                    np.asarray(terminated)[valid],
+                )
+                self.step = self.runner.env_steps
+                if self.step >= config.learning_starts and (
+                    before // config.train_every != self.step // config.train_every
+                ):
+                    for _ in range(config.gradient_steps):
+                        self._gradient_step()
+                progress.update(self.step - before)
+                if before // log_every != self.step // log_every:
+                    now = time.perf_counter()
+                    self.train_seconds += now - started
+                    self._log(epsilon)
+                    self._periodic(before)
+                    started = time.perf_counter()
+            self.train_seconds += time.perf_counter() - started
+        progress.close()
+        self.interrupted = interrupt.requested
+        if not self.interrupted:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _log(self, epsilon: float) -> None:
+        returns, lengths = self.runner.drain_episodes()
+        self.recent_returns = (self.recent_returns + returns)[-100:]
+        record: dict[str, Any] = {
+            "train/epsilon": epsilon,
+            "train/gradient_updates": self.gradient_updates,
+            "perf/sps": self.step / max(self.train_seconds, 1e-9),
+        }
+        if self._losses:
+            record["train/loss"] = float(np.mean(self._losses))
+            record["train/mean_q"] = float(np.mean(self._q_means))
+            self._losses, self._q_means = [], []
+        if self.recent_returns:
+            record["train/return"] = float(np.mean(self.recent_returns))
+        if lengths:
+            record["train/episode_length"] = float(np.mean(lengths))
+        self.log(self.step, **record)
+
+    def _periodic(self, before: int) -> None:
+        config = self.config
+        if config.eval_every > 0 and before // config.eval_every != self.step // config.eval_every:
+            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+            self.evals.append((self.step, result.mean_return))
+            self.log(
+                self.step,
+                **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+            )
+            if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+                self.solved_at = self.step
+        if config.checkpoint_every > 0 and (
+            before // config.checkpoint_every != self.step // config.checkpoint_every
+        ):
+            self.checkpoint()
+
+    def _finish(self) -> None:
+        result = self.evaluate(self.config.final_eval_episodes)
+        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                steps=self.step,
+                gradient_updates=self.gradient_updates,
+                train_seconds=round(self.train_seconds, 2),
+                solved_at_step=self.solved_at,
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q_net": self.q_net.state_dict(),
+            "target_net": self.target_net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "rng": rng_state(self.rng),
+            "runner": self.runner.state_dict(),
+            "step": self.step,
+            "gradient_updates": self.gradient_updates,
+            "evals": list(self.evals),
+            "solved_at": self.solved_at,
+            "recent_returns": list(self.recent_returns),
+            "train_seconds": self.train_seconds,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.target_net.load_state_dict(state["target_net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        set_rng_state(state["rng"], self.rng)
+        self.step = int(state["step"])
+        self.gradient_updates = int(state["gradient_updates"])
+        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
+        self.solved_at = state.get("solved_at")
+        self.recent_returns = list(state["recent_returns"])
+        self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.runner.load_state_dict(state["runner"], seed=self.config.seed)
+
+    def figures(self, media: Path) -> list[Path]:
+        if self.run is None:
+            return []
+        from payoff.track.plots import plot_curves
+
+        path = media / "learning_curve.png"
+        metrics = ["train/return"] + (["eval/mean_return"] if self.evals else [])
+        plot_curves([self.run], path, metrics=metrics, title=f"dqn on {self.config.env.id}")
+        return [path]
+
+
+ALGORITHM = DQN
