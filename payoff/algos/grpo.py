@@ -1,0 +1,494 @@
+"""GRPO: Group Relative Policy Optimization (Shao et al. 2024, https://arxiv.org/abs/2402.03300).
+
+One step, readable top to bottom in `learn`:
+
+    1. rollout   draw `prompts_per_step` problems, sample `group_size` completions of each
+    2. reward    score every completion with the reward functions (verifiers), weighted sum
+    3. advantage A_i = (r_i - mean(group)) [/ std(group)]: better than its siblings -> push up
+    4. update    `updates_per_batch` passes of minibatch steps on the clipped objective
+
+    ratio_t  = pi(o_t | q, o_<t) / pi_old(o_t | q, o_<t)
+    loss_t   = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A) + beta * KL_k3,t
+    loss     = aggregate(loss_t over completion tokens)   ('sequence' | 'token' | 'dr_grpo')
+
+There is no value network: the group is the baseline. With beta = 0 no reference model is
+kept at all (half the memory). The number of prompts per step is independent of the group
+size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from payoff.algos.sft import BaseModelConfig, build_base_model
+from payoff.algos.shared.group import group_advantages
+from payoff.algos.shared.kl import kl_k3
+from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
+from payoff.algos.shared.logprobs import batched_completion_logprobs, completion_logprobs
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.tasks import TaskConfig, make_task
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.rewards.base import RewardMix, RewardSpec
+from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+Aggregation = Literal["sequence", "token", "dr_grpo"]
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO with verifiable rewards.
+
+    model: the policy. model.path = a local Hugging Face folder; empty = payoff's tiny
+        Llama pretrained on this task by SFT first (`base` says how; cached on disk).
+    base: pretraining settings for that tiny base model (ignored when model.path is set).
+        Its length decides where RL starts: stopping early leaves room for RL to help.
+    task: problems and held-out splits (task.name, task.options, or task.name=jsonl).
+    rewards: reward functions and weights; empty = the task's own verifier (math for
+        arithmetic, code for python, ...). Each is logged alone as reward/<label>.
+    steps: rollout batches (each followed by updates_per_batch passes of optimizer steps).
+    prompts_per_step: distinct problems per rollout batch, independent of group_size.
+    group_size: G completions per problem (>= 2); the group mean is the baseline. A group
+        whose completions all score the same contributes no gradient: with a very weak or
+        very strong model most groups are flat, and a bigger G finds more signal.
+    updates_per_batch: passes over each rollout batch (mu in the paper). With 1 the update is
+        exactly on-policy and the ratio is 1; more reuses samples and is where clipping acts.
+    minibatch_size: completions per optimizer step (0 = the whole batch, one step per pass).
+    learning_rate / max_grad_norm / weight_decay: AdamW; RL wants a smaller lr than SFT.
+    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high]
+        (clip_eps_high null = symmetric; DAPO raises it to ~0.28 to keep exploring).
+    beta: KL coefficient to the frozen starting model (k3 estimator). 0 = no KL and no
+        reference model in memory.
+    scale_rewards: divide advantages by the group's reward std (GRPO); false = Dr. GRPO's
+        mean-centring only, which does not up-weight nearly-solved or hopeless prompts.
+    loss_aggregation: 'sequence' = mean over each completion's tokens, then over completions
+        (the paper; favours short wrong answers being punished more per token); 'token' =
+        mean over all tokens of the batch (DAPO); 'dr_grpo' = sum / (completions * max_new_tokens),
+        free of any length bias.
+    temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
+        logits / temperature, the same distribution the samples came from.
+    eval_every / eval_size: greedy held-out accuracy during training (test split).
+    final_eval_k: pass@k measured at the end (e.g. [1, 8]); sampled at temperature 1.
+    threads: torch CPU threads (1 is fastest for the tiny model on a busy 2-core machine).
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseModelConfig = field(default_factory=BaseModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rewards: list[RewardSpec] = field(default_factory=list)
+    seed: int = 0
+    steps: int = 200
+    prompts_per_step: int = 16
+    group_size: int = 8
+    updates_per_batch: int = 1
+    minibatch_size: int = 0
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    beta: float = 0.0
+    scale_rewards: bool = True
+    loss_aggregation: Aggregation = "sequence"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 8
+    stop: list[str] = field(default_factory=list)
+    log_every: int = 1
+    eval_every: int = 25
+    checkpoint_every: int = 50
+    final_eval_k: list[int] = field(default_factory=lambda: [1, 8])
+    threads: int = 1
+
+    def validate(self) -> None:
+        if self.group_size < 2:
+            raise ConfigError(
+                f"config key 'group_size' must be >= 2 (the group mean is the baseline; with one "
+                f"completion per prompt every advantage is 0), got {self.group_size}"
+            )
+        for name in ("steps", "prompts_per_step", "updates_per_batch", "log_every", "eval_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        batch = self.prompts_per_step * self.group_size
+        if self.minibatch_size < 0 or self.minibatch_size > batch:
+            raise ConfigError(
+                f"config key 'minibatch_size' must be in 0..{batch} (prompts_per_step * group_size), "
+                f"got {self.minibatch_size}"
+            )
+        if self.minibatch_size and batch % self.minibatch_size:
+            raise ConfigError(
+                f"minibatch_size {self.minibatch_size} does not divide the {batch} completions of a "
+                f"step; {batch % self.minibatch_size} would be dropped. Pick a divisor of {batch}"
+            )
+        if self.beta < 0 or self.clip_eps <= 0:
+            raise ConfigError(
+                f"need beta >= 0 and clip_eps > 0, got {self.beta} and {self.clip_eps}"
+            )
+        SamplingConfig(self.temperature, self.top_p, self.max_new_tokens, self.stop).validate()
+        if self.temperature == 0:
+            raise ConfigError(
+                "GRPO needs temperature > 0: greedy groups are identical, so every advantage is 0"
+            )
+
+
+@dataclass
+class LossParts:
+    """The GRPO loss of one minibatch and its diagnostics (all scalars)."""
+
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    kl: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,  # [B, T] under the policy being trained (with grad)
+    old_logprobs: torch.Tensor,  # [B, T] under the policy that sampled
+    advantages: torch.Tensor,  # [B]
+    mask: torch.Tensor,  # [B, T] 1 = completion token
+    ref_logprobs: torch.Tensor | None = None,  # [B, T] under the frozen reference
+    beta: float = 0.0,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    aggregation: Aggregation = "sequence",
+    max_tokens: int | None = None,
+) -> LossParts:
+    """Clipped-ratio policy loss with an optional k3 KL penalty, aggregated over tokens."""
+    mask = mask.to(logprobs.dtype)
+    ratio = (logprobs - old_logprobs).exp()
+    adv = advantages[:, None]  # one advantage per completion, shared by its tokens
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    per_token = -torch.min(unclipped, clipped)
+    kl = torch.zeros_like(per_token)
+    if beta > 0 and ref_logprobs is not None:
+        kl = kl_k3(logprobs, ref_logprobs)
+        per_token = per_token + beta * kl
+    loss = aggregate(per_token, mask, aggregation, max_tokens)
+    with torch.no_grad():
+        tokens = mask.sum().clamp(min=1)
+        was_clipped = ((ratio < 1 - clip_low) & (adv < 0)) | ((ratio > 1 + clip_high) & (adv > 0))
+        clip_fraction = (was_clipped.to(mask.dtype) * mask).sum() / tokens
+        mean_kl = (kl * mask).sum() / tokens
+        policy = aggregate(-torch.min(unclipped, clipped), mask, aggregation, max_tokens)
+    return LossParts(loss, policy, mean_kl, clip_fraction)
+
+
+def aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None
+) -> torch.Tensor:
+    """Reduce a [B, T] per-token loss to a scalar over the masked tokens."""
+    if how == "sequence":
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+    if how == "token":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    if how == "dr_grpo":
+        return (per_token * mask).sum() / (mask.shape[0] * (max_tokens or mask.shape[1]))
+    raise ValueError(f"unknown loss aggregation {how!r}; valid: sequence, token, dr_grpo")
+
+
+class GRPO(LMAlgorithm):
+    """GRPO on a language model with verifiable rewards."""
+
+    name = "grpo"
+    config_class = GRPOConfig
+    config: GRPOConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.task = make_task(config.task)
+        model_config = config.model
+        if not model_config.path:
+            path = build_base_model(config.task, config.base, config.max_new_tokens)
+            model_config = dataclasses.replace(model_config, path=str(path))
+            self.base_model_path = str(path)
+        self.rng = seed_everything(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        # The frozen reference for the KL term; with beta = 0 there is none to keep.
+        self.reference = None
+        if config.beta > 0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
+        self.rewards = RewardMix(specs, on_event=self._reward_event)
+        self.verifier = RewardMix([correctness_spec(self.task)])
+        self.sampler = LocalSampler(self.model, self.tokenizer)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.step = 0
+        self.samples_seen = 0
+
+    def max_new_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    def stop_strings(self) -> list[str]:
+        return self.config.stop
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
+
+    def _reward_event(self, kind: str, message: str, **evidence: Any) -> None:
+        if self.run is not None:
+            self.run.event(self.step, kind, message, **evidence)
+
+    # ---- one step, in four parts --------------------------------------------------------
+    def rollout(self) -> tuple[list[dict[str, Any]], Generation]:
+        """1. Sample G completions for each of prompts_per_step problems."""
+        config = self.config
+        problems = self.task.sample(self.rng, config.prompts_per_step)
+        rows = [row for row in problems for _ in range(config.group_size)]  # groups adjacent
+        sampling = SamplingConfig(
+            config.temperature, config.top_p, config.max_new_tokens, config.stop
+        )
+        return rows, self.sampler.generate([r["prompt"] for r in rows], sampling, self.generator)
+
+    def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
+        """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
+        ids = [
+            row[mask.bool()].tolist()
+            for row, mask in zip(generation.completion_ids, generation.completion_mask, strict=True)
+        ]
+        return self.rewards(
+            [r["prompt"] for r in rows],
+            generation.completions,
+            completion_ids=ids,
+            **columns_of(rows),
+        )
+
+    def update(self, generation: Generation, advantages: torch.Tensor) -> dict[str, float]:
+        """4. updates_per_batch passes of minibatch steps on the GRPO loss."""
+        config = self.config
+        g = generation
+        batch = g.prompt_ids.shape[0]
+        minibatch = config.minibatch_size or batch
+        on_policy = config.updates_per_batch == 1 and minibatch == batch
+        old_logprobs = None
+        if not on_policy:
+            # Samples are reused after the policy moves, so pin pi_old before the first step.
+            old_logprobs = batched_completion_logprobs(
+                self.model,
+                g.prompt_ids,
+                g.prompt_mask,
+                g.completion_ids,
+                g.completion_mask,
+                config.temperature,
+                minibatch,
+            )
+        ref_logprobs = None
+        if self.reference is not None:
+            ref_logprobs = batched_completion_logprobs(
+                self.reference,
+                g.prompt_ids,
+                g.prompt_mask,
+                g.completion_ids,
+                g.completion_mask,
+                config.temperature,
+                minibatch,
+            )
+        stats: dict[str, list[float]] = {
+            k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
+        }
+        self.model.train()
+        for _ in range(config.updates_per_batch):
+            order = (
+                torch.randperm(batch, generator=self.generator)
+                if not on_policy
+                else torch.arange(batch)
+            )
+            for start in range(0, batch, minibatch):
+                index = order[start : start + minibatch]
+                mask = g.completion_mask[index]
+                out = completion_logprobs(
+                    self.model,
+                    g.prompt_ids[index],
+                    g.prompt_mask[index],
+                    g.completion_ids[index],
+                    mask,
+                    config.temperature,
+                    with_entropy=True,
+                )
+                old = out.logprobs.detach() if old_logprobs is None else old_logprobs[index]
+                parts = grpo_loss(
+                    out.logprobs,
+                    old,
+                    advantages[index],
+                    mask,
+                    ref_logprobs[index] if ref_logprobs is not None else None,
+                    beta=config.beta,
+                    clip_low=config.clip_eps,
+                    clip_high=config.clip_eps
+                    if config.clip_eps_high is None
+                    else config.clip_eps_high,
+                    aggregation=config.loss_aggregation,
+                    max_tokens=config.max_new_tokens,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                parts.loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), config.max_grad_norm
+                )
+                self.optimizer.step()
+                assert out.entropy is not None
+                stats["loss"].append(parts.loss.item())
+                stats["policy"].append(parts.policy_loss.item())
+                stats["kl"].append(parts.kl.item())
+                stats["clip"].append(parts.clip_fraction.item())
+                stats["entropy"].append(float((out.entropy * mask).sum() / mask.sum().clamp(min=1)))
+                stats["grad"].append(float(grad_norm))
+        return {k: float(np.mean(v)) for k, v in stats.items()}
+
+    # ---- the loop -------------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> GRPO:
+        """Train until `total` rollout batches (default: config.steps)."""
+        config = self.config
+        total = config.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc=f"grpo {config.task.name}")
+        if self.step == 0 and self.run is not None:
+            self._evaluate_now()  # where RL starts from
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                rows, generation = self.rollout()
+                generated = time.time()
+                rewards = self.score(rows, generation)
+                correct = self.verifier(
+                    [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
+                ).total
+                totals = torch.tensor(rewards.total, dtype=torch.float32)
+                advantages = group_advantages(totals, config.group_size, config.scale_rewards)
+                scored = time.time()
+                stats = self.update(generation, advantages)
+                self.step += 1
+                self.samples_seen += len(rows)
+                elapsed = time.time() - started
+                lengths = generation.lengths.float()
+                flat = (totals.view(-1, config.group_size).std(-1) == 0).float().mean()
+                accuracy = float(np.mean([c >= 1.0 for c in correct]))
+                metrics: dict[str, Any] = {
+                    "samples": self.samples_seen,
+                    "train/reward": float(totals.mean()),
+                    "train/reward_std": float(totals.std()),
+                    "train/accuracy": accuracy,
+                    "train/loss": stats["loss"],
+                    "train/policy_loss": stats["policy"],
+                    "train/kl": stats["kl"],
+                    "train/entropy": stats["entropy"],
+                    "train/clip_fraction": stats["clip"],
+                    "train/grad_norm": stats["grad"],
+                    "train/flat_groups": float(flat),
+                    "train/completion_length": float(lengths.mean()),
+                    "train/completion_length_max": float(lengths.max()),
+                    "train/truncated": float(generation.truncated.float().mean()),
+                    "reward/errors": float(sum(rewards.errors.values())),
+                    "perf/tokens_per_s": float(lengths.sum()) / max(generated - started, 1e-9),
+                    "perf/step_s": elapsed,
+                    "perf/generate_s": generated - started,
+                    "perf/reward_s": scored - generated,
+                    "perf/update_s": time.time() - scored,
+                }
+                for key, values in rewards.scores.items():
+                    applicable = [v for v in values if v is not None]
+                    if applicable:
+                        metrics[f"reward/{key}"] = float(np.mean(applicable))
+                metrics.update(self.rewards.counters())
+                progress.update(1, acc=accuracy, len=float(lengths.mean()))
+                if self.step % config.log_every == 0:
+                    self.log(self.step, **metrics)
+                if self.step % config.eval_every == 0 or self.step == total:
+                    self._evaluate_now()
+                if self.step % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _evaluate_now(self) -> None:
+        result = self.evaluate(self.config.task.eval_size, split="test", k=())
+        self.log(
+            self.step,
+            samples=self.samples_seen,
+            **{"eval/accuracy": result.accuracy, "eval/completion_length": result.mean_length},
+        )
+
+    def _finish(self) -> None:
+        config = self.config
+        result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
+        ood = self.evaluate(config.task.eval_size, split="ood", k=())
+        start = next((r for r in self.history if "eval/accuracy" in r), None)
+        self.export_model()
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                final_line=result.line(),
+                start_accuracy=start["eval/accuracy"] if start else None,
+                ood_accuracy=ood.accuracy,
+                steps=self.step,
+                samples=self.samples_seen,
+                model_dir=str(self.run.path / "model"),
+                base_model=getattr(self, "base_model_path", config.model.path),
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "samples_seen": self.samples_seen,
+            "rng": rng_state(self.rng),
+            "generator": self.generator.get_state(),
+            "reward_errors": dict(self.rewards.error_totals),
+            "reward_counts": {
+                spec.key: dict(getattr(fn, "counts", {}))
+                for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True)
+            },
+        }
+        if self.reference is not None:
+            state["reference"] = {k: v.clone() for k, v in self.reference.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reference is not None and "reference" in state:
+            self.reference.load_state_dict(state["reference"])
+        self.step = int(state["step"])
+        self.samples_seen = int(state["samples_seen"])
+        set_rng_state(state["rng"], self.rng)
+        self.generator.set_state(state["generator"])
+        self.rewards.error_totals.update(state.get("reward_errors", {}))
+        for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True):
+            counts = getattr(fn, "counts", None)
+            if counts is not None:
+                counts.update(state.get("reward_counts", {}).get(spec.key, {}))
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.algos.shared.lm_plots import plot_lm_training
+
+        if self.run is None:
+            return []
+        return [plot_lm_training(self.run, media / "llm_training.png")]
+
+
+ALGORITHM = GRPO

@@ -1,0 +1,275 @@
+"""Supervised fine-tuning (and pretraining) of a causal LM: next-token cross-entropy.
+
+    rows {"prompt", "answer"} --> text = prompt + answer + EOS
+    loss = mean over answer tokens of -log p(token | everything before it)     (loss_on=completion)
+        or mean over every token                                              (loss_on=all)
+
+With an empty model.path it starts from payoff's freshly initialised tiny Llama: that is
+how `payoff train tiny-lm-pretrain` makes the "base model" that GRPO later sharpens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from payoff.algos.shared.lm import LMAlgorithm, correctness_spec
+from payoff.core.config import to_dict
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.tasks import Row, TaskConfig, make_task
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.models.tiny_lm import TinyLMConfig
+from payoff.rewards.base import RewardMix
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning on prompt/answer pairs.
+
+    model: which LM (model.path = a local Hugging Face folder; empty = fresh tiny Llama).
+    task: where the pairs come from (a generator, or task.name=jsonl with task.data=file).
+    steps / batch_size: optimizer steps and rows per step.
+    learning_rate / weight_decay / warmup_steps: AdamW with linear warmup, then constant.
+        1e-3 suits the tiny model from scratch; fine-tuning a pretrained model wants ~1e-5.
+    loss_on: 'completion' masks the prompt out of the loss (the usual SFT); 'all' is plain
+        language modelling of the whole text. On random-digit prompts 'all' spends capacity
+        predicting unpredictable digits and learns the answers more slowly.
+    max_grad_norm: gradient clipping.
+    max_new_tokens: completion length for evaluation.
+    eval_every / log_every / checkpoint_every: in optimizer steps.
+    threads: torch CPU threads. 1 is fastest for small models on a shared or 2-core machine
+        (more threads fight over the cores); 0 leaves torch's default.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    seed: int = 0
+    steps: int = 300
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    loss_on: Literal["completion", "all"] = "completion"
+    max_grad_norm: float = 1.0
+    max_new_tokens: int = 8
+    log_every: int = 10
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    threads: int = 1
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+
+
+class SFT(LMAlgorithm):
+    """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
+
+    name = "sft"
+    config_class = SFTConfig
+    config: SFTConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        self.task = make_task(config.task)
+        self.model, self.tokenizer = load_lm(config.model, seed=config.seed)
+        self.verifier = RewardMix([correctness_spec(self.task)])
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / max(1, config.warmup_steps))
+        )
+        self.step = 0
+        self.best_accuracy = 0.0
+
+    def max_new_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
+
+    # ---- data -------------------------------------------------------------------------
+    def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
+        """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`."""
+        tokenizer = self.tokenizer
+        prompts = tokenizer([r["prompt"] for r in rows], add_special_tokens=False)["input_ids"]
+        answers = tokenizer([r["answer"] for r in rows], add_special_tokens=False)["input_ids"]
+        sequences, labels = [], []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            answer = [*answer, tokenizer.eos_token_id]  # the model must learn to stop
+            sequences.append(prompt + answer)
+            masked = [-100] * len(prompt) if self.config.loss_on == "completion" else prompt
+            labels.append(masked + answer)
+        width = max(len(s) for s in sequences)
+        pad = tokenizer.pad_token_id
+        return {
+            "input_ids": torch.tensor([s + [pad] * (width - len(s)) for s in sequences]),
+            "attention_mask": torch.tensor(
+                [[1] * len(s) + [0] * (width - len(s)) for s in sequences]
+            ),
+            "labels": torch.tensor([s + [-100] * (width - len(s)) for s in labels]),
+        }
+
+    # ---- learning ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> SFT:
+        """Train until `total` optimizer steps (default: config.steps)."""
+        config = self.config
+        total = config.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc=f"sft {config.task.name}")
+        self.model.train()
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                batch = self.batch(self.task.sample(self.rng, config.batch_size))
+                loss = self.model(**batch).loss
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), config.max_grad_norm
+                )
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                tokens = int(batch["attention_mask"].sum())
+                progress.update(1, loss=loss.item())
+                if self.step % config.log_every == 0:
+                    self.log(
+                        self.step,
+                        **{
+                            "train/loss": loss.item(),
+                            "train/grad_norm": float(grad_norm),
+                            "train/learning_rate": self.scheduler.get_last_lr()[0],
+                            "perf/tokens_per_s": tokens / max(time.time() - started, 1e-9),
+                        },
+                    )
+                if self.step % config.eval_every == 0 or self.step == total:
+                    result = self.evaluate(config.task.eval_size, split="test", k=())
+                    self.best_accuracy = max(self.best_accuracy, result.accuracy)
+                    self.log(self.step, **{"eval/accuracy": result.accuracy})
+                if self.step % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _finish(self) -> None:
+        result = self.evaluate(self.config.task.eval_size, split="test", k=())
+        self.export_model()
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                final_line=result.line(),
+                steps=self.step,
+                model_dir=str(self.run.path / "model"),
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "best_accuracy": self.best_accuracy,
+            "rng": rng_state(self.rng),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.best_accuracy = float(state["best_accuracy"])
+        set_rng_state(state["rng"], self.rng)
+
+
+# ---- the base model that RL starts from -------------------------------------------------
+@dataclass
+class BaseModelConfig:
+    """How to pretrain the tiny base model when an RL run is given no model.path.
+
+    It is trained with SFT on the RL run's own task (same options), then cached under
+    $PAYOFF_CACHE (default ~/.cache/payoff)/base-models/, keyed by these settings and the
+    task, so later runs reuse it. Stop it early (few steps) to leave RL room to improve.
+    """
+
+    steps: int = 300
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    loss_on: Literal["completion", "all"] = "completion"
+    seed: int = 0
+    tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PAYOFF_CACHE", "~/.cache/payoff")).expanduser()
+
+
+def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: int = 8) -> Path:
+    """Path of a Hugging Face folder with the pretrained tiny base model, training it if not cached."""
+    config = SFTConfig(
+        model=ModelConfig(tiny=base.tiny),
+        task=task,
+        seed=base.seed,
+        steps=base.steps,
+        batch_size=base.batch_size,
+        learning_rate=base.learning_rate,
+        loss_on=base.loss_on,
+        max_new_tokens=max_new_tokens,
+        eval_every=base.steps,
+        log_every=base.steps,
+        checkpoint_every=base.steps,
+    )
+    key = hashlib.sha1(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()[:12]
+    path = cache_root() / "base-models" / f"{task.name}-{key}"
+    if (path / "config.json").is_file():
+        print(f"base model: {path} (cached)", file=sys.stderr)
+        return path
+    print(
+        f"base model: none given (model.path is empty), so pretraining payoff's tiny Llama with SFT "
+        f"on {task.name} for {base.steps} steps into {path} (once; later runs reuse it)",
+        file=sys.stderr,
+    )
+    sft = SFT(config=config)
+    sft.learn()
+    result = sft.evaluate(task.eval_size, split="test", k=())
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    sft.save_model(tmp)
+    (tmp / "payoff_base.json").write_text(
+        json.dumps({"sft": to_dict(config), "test": result.to_dict()})
+    )
+    if path.exists():  # another process finished first; keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(path)
+    print(f"base model: greedy test accuracy {result.accuracy:.3f}", file=sys.stderr)
+    return path
+
+
+ALGORITHM = SFT

@@ -1,0 +1,194 @@
+"""What the language-model algorithms (SFT, GRPO) share: evaluation with pass@k and model plumbing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.algos.base import Algorithm
+from payoff.core.errors import ConfigError
+from payoff.envs.tasks import Row, Task
+from payoff.models.lm import save_lm
+from payoff.rewards.base import RewardMix, RewardSpec
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which `correct` passed (Chen et al. 2021, eq. 1)."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.prod((n - correct - i) / (n - i) for i in range(k))
+
+
+@dataclass
+class LMEvalResult:
+    """Held-out evaluation of a language model on a task split.
+
+    accuracy: greedy decoding (temperature 0), one completion per problem.
+    pass_at: {k: pass@k} from `samples` completions per problem at `temperature`; pass@1
+        is the sampled accuracy, pass@8 whether any of 8 tries is right.
+    """
+
+    split: str
+    problems: int
+    accuracy: float
+    mean_length: float
+    pass_at: dict[int, float] = field(default_factory=dict)
+    samples: int = 0
+    temperature: float = 1.0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
+        for k, v in self.pass_at.items():
+            data[f"pass@{k}"] = v
+        return data
+
+    def line(self) -> str:
+        text = f"{self.split}: greedy accuracy {self.accuracy:.3f} on {self.problems} problems"
+        if self.pass_at:
+            passes = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(self.pass_at.items()))
+            text += f"; {passes} ({self.samples} samples/problem at temperature {self.temperature:g})"
+        return text + f"; mean completion length {self.mean_length:.1f} tokens"
+
+
+def correctness_spec(task: Task) -> RewardSpec:
+    """The verifier that decides 'correct' for accuracy: the task's first default reward."""
+    return RewardSpec(name=task.default_rewards[0], label="correct")
+
+
+def columns_of(rows: Sequence[Row]) -> dict[str, list[Any]]:
+    """Dataset columns (everything but the prompt) as lists, the way reward functions get them."""
+    keys = [k for k in rows[0] if k != "prompt"]
+    return {k: [row.get(k) for row in rows] for k in keys}
+
+
+@torch.no_grad()
+def evaluate_lm(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Row],
+    verifier: RewardMix,
+    max_new_tokens: int,
+    stop: list[str] | None = None,
+    k: Sequence[int] = (),
+    temperature: float = 1.0,
+    seed: int = 0,
+    examples: int = 5,
+) -> LMEvalResult:
+    """Greedy accuracy, and pass@k for each k from max(k) samples per problem."""
+    if not rows:
+        raise ConfigError("no problems to evaluate on")
+    sampler = LocalSampler(model, tokenizer)
+    prompts = [row["prompt"] for row in rows]
+    greedy = sampler.generate(
+        prompts, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop or [])
+    )
+    scores = verifier(prompts, greedy.completions, **columns_of(rows)).total
+    correct = [s >= 1.0 for s in scores]
+    shown = [
+        {"prompt": p, "completion": c, "answer": row.get("answer"), "correct": ok}
+        for p, c, row, ok in list(zip(prompts, greedy.completions, rows, correct, strict=True))[
+            :examples
+        ]
+    ]
+    result = LMEvalResult(
+        split="",
+        problems=len(rows),
+        accuracy=float(np.mean(correct)),
+        mean_length=float(greedy.lengths.float().mean()),
+        examples=shown,
+    )
+    ks = sorted({int(x) for x in k})
+    if ks:
+        if ks[0] < 1:
+            raise ConfigError(f"k for pass@k must be >= 1, got {ks}")
+        n = max(ks)
+        repeated = [row for row in rows for _ in range(n)]
+        generator = torch.Generator().manual_seed(seed)
+        sampled = sampler.generate(
+            [row["prompt"] for row in repeated],
+            SamplingConfig(
+                temperature=temperature, max_new_tokens=max_new_tokens, stop=stop or []
+            ),
+            generator,
+        )
+        totals = verifier(
+            [row["prompt"] for row in repeated], sampled.completions, **columns_of(repeated)
+        ).total
+        per_problem = np.asarray([t >= 1.0 for t in totals]).reshape(len(rows), n).sum(1)
+        result.pass_at = {
+            kk: float(np.mean([pass_at_k(n, int(c), kk) for c in per_problem])) for kk in ks
+        }
+        result.samples = n
+        result.temperature = temperature
+    return result
+
+
+class LMAlgorithm(Algorithm):
+    """Plumbing shared by the language-model algorithms: eval on task splits, predict, HF export."""
+
+    model: Any
+    tokenizer: Any
+    task: Task
+    verifier: RewardMix
+
+    def max_new_tokens(self) -> int:
+        raise NotImplementedError
+
+    def stop_strings(self) -> list[str]:
+        return []
+
+    def evaluate(  # type: ignore[override]
+        self,
+        episodes: int = 200,
+        seed: int | None = None,
+        split: str = "test",
+        k: Sequence[int] = (1, 8),
+        temperature: float = 1.0,
+    ) -> LMEvalResult:
+        """Greedy accuracy and pass@k on `episodes` problems of a held-out split (test | ood)."""
+        rows = self.task.split(split, episodes)
+        result = evaluate_lm(
+            self.model,
+            self.tokenizer,
+            rows,
+            self.verifier,
+            self.max_new_tokens(),
+            self.stop_strings(),
+            k=k,
+            temperature=temperature,
+            seed=self.config.seed + 3_000_000 if seed is None else seed,
+        )
+        result.split = split
+        return result
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """Completion(s) for a prompt string (or a list of them); greedy when deterministic."""
+        prompts = [observation] if isinstance(observation, str) else list(observation)
+        sampling = SamplingConfig(
+            temperature=0.0 if deterministic else 1.0,
+            max_new_tokens=self.max_new_tokens(),
+            stop=self.stop_strings(),
+        )
+        completions = LocalSampler(self.model, self.tokenizer).generate(prompts, sampling).completions
+        return completions[0] if isinstance(observation, str) else completions
+
+    def record_gif(self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8):
+        raise NotImplementedError("language-model runs have no rendered episodes; use payoff eval")
+
+    def save_model(self, path: str | Path) -> Path:
+        """Write the model in Hugging Face format (loads with AutoModelForCausalLM.from_pretrained)."""
+        return save_lm(self.model, self.tokenizer, path)
+
+    def export_model(self) -> None:
+        """Save the trained model as RUN/model/ next to the checkpoints."""
+        if self.run is not None:
+            self.save_model(self.run.path / "model")

@@ -1,0 +1,46 @@
+"""The two pictures of an LLM RL run: accuracy and completion length over training (R1's figure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from payoff.track.plots import plt, save_figure, series
+from payoff.track.run import Run
+
+
+def _smooth(values: np.ndarray, window: int = 10) -> np.ndarray:
+    if len(values) < window:
+        return values
+    kernel = np.ones(window) / window
+    return np.convolve(np.pad(values, (window - 1, 0), mode="edge"), kernel, mode="valid")
+
+
+def plot_lm_training(run: Run, path: str | Path, title: str | None = None) -> Path:
+    """Left: train accuracy (smoothed) and held-out greedy accuracy; right: completion length."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    xs, ys = series(run, "train/accuracy")
+    if len(xs):
+        left.plot(xs, ys, color="C0", alpha=0.25)
+        left.plot(xs, _smooth(ys), color="C0", label="train (sampled, smoothed)")
+    xs, ys = series(run, "eval/accuracy")
+    if len(xs):
+        left.plot(xs, ys, "o-", color="C3", label="held-out test (greedy)")
+    left.set_xlabel("step")
+    left.set_ylabel("accuracy")
+    left.set_ylim(-0.02, 1.02)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    xs, ys = series(run, "train/completion_length")
+    if len(xs):
+        right.plot(xs, _smooth(ys), color="C2", label="mean (smoothed)")
+    xs, ys = series(run, "train/completion_length_max")
+    if len(xs):
+        right.plot(xs, ys, color="C2", alpha=0.3, label="max")
+    right.set_xlabel("step")
+    right.set_ylabel("completion length (tokens)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    fig.suptitle(title or run.name)
+    return save_figure(fig, path)
