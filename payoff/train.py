@@ -184,11 +184,22 @@ def train_experiment(
         title=description or name,
         labels=labels,
     )
+    _experiment_figures(member_runs, labels, run.media)
     run.write_summary(
         members=[str(r.path) for r in member_runs], seconds=round(time.time() - started, 1)
     )
     write_report(run)
     return run
+
+
+def _experiment_figures(runs: list[Run], labels: list[str], media: Path) -> None:
+    """Let each algorithm of the members add its own comparison pictures (once per hook)."""
+    done: list[Any] = []
+    for member in runs:
+        hook = get_algorithm(str(member.config.get("algo"))).experiment_figures
+        if hook.__func__ not in done:  # type: ignore[attr-defined]
+            done.append(hook.__func__)  # type: ignore[attr-defined]
+            hook(runs, labels, media)
 
 
 def algorithm_config(run: Run) -> dict[str, Any]:

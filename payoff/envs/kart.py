@@ -327,6 +327,13 @@ class KartBatch:
         body = np.array([[1.2, 0.0], [-0.8, 0.6], [-0.8, -0.6]])
         rotation = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])
         draw.polygon(px(pos + body @ rotation.T), fill=(230, 40, 40), outline=(0, 0, 0))
+        off = abs(self.offset[i]) > self.half_width
+        status = "OFF TRACK" if off else f"lap {min(self.progress[i] / self.length[i], 1.0):.0%}"
+        draw.text(
+            (8, 6),
+            f"{self.track_names[i]}  step {self.steps[i]}  {status}",
+            fill=(255, 60, 60) if off else (255, 255, 255),
+        )
         return np.asarray(image, dtype=np.uint8)
 
 
