@@ -133,3 +133,26 @@ def test_dagger_resume_is_exact_and_exports_a_ppo_policy(tmp_path):
     actor, _ = load_policy(export)
     obs = straight.data_obs[:50]
     assert np.array_equal(actor.predict(obs), straight.act(obs))
+
+
+@pytest.mark.slow
+def test_dagger_beats_behavior_cloning_on_held_out_tracks():
+    """The compounding-errors story, shortened: same 1,500 labels, evaluated on a track family
+    neither learner trained on. Measured (seed 0, 60 held-out episodes, two evaluation
+    seeds): BC 0.33 and 0.38, DAgger 0.93 and 0.93 (the full recipes: BC 0.59, DAgger 1.00)."""
+    env = {"id": "payoff/KartTrack-v0", "kwargs": {"track": "train"}}
+    bc = BC(env=env, label_budget=1500, epochs=100, eval_every=0, final_eval_episodes=5)
+    bc.gather()
+    for _ in range(100):
+        bc.fit_epoch()
+    dagger = DAgger(
+        env=env, label_budget=1500, rounds=5, epochs_per_round=50, final_eval_episodes=5
+    )
+    envs = make_envs(dagger.config.env, dagger.config.num_envs)
+    while dagger.round < 5:
+        dagger._one_round(envs)
+    assert bc.labels == dagger.labels == 1500
+    bc_rate = bc.play(60, 123, "heldout").success_rate
+    dagger_rate = dagger.play(60, 123, "heldout").success_rate
+    assert dagger_rate >= 0.85
+    assert bc_rate <= dagger_rate - 0.3
