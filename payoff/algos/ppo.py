@@ -142,7 +142,7 @@ class PPO(OnPolicyAlgorithm):
             "train/explained_variance": explained_variance(old_values, returns),
         }
         if self.action_space.shape:
-            metrics["train/std"] = float(self.actor.log_std.exp().mean())  # type: ignore[operator]
+            metrics["train/std"] = float(self.actor.log_std.detach().exp().mean())  # type: ignore[operator]
         return metrics
 
 

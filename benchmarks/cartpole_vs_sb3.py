@@ -1,0 +1,332 @@
+"""PPO and DQN on CartPole-v1: payoff vs Stable-Baselines3 (rl-zoo hyperparameters), side by side.
+
+Metric: wall-clock seconds of training until the deterministic policy averages >= 475 over
+20 evaluation episodes of Gymnasium's CartPole-v1. Both libraries are evaluated by the same
+function (payoff.rollout.vector.evaluate_batched) every `eval_every` env steps, and
+evaluation time is EXCLUDED from the clock on both sides. Each trial runs in a fresh
+subprocess (so peak memory is per trial), alternating payoff / SB3 seed by seed, with
+torch.set_num_threads(1) on both sides.
+
+    python benchmarks/cartpole_vs_sb3.py            # 5 seeds each, PPO and DQN
+    python benchmarks/cartpole_vs_sb3.py --quick    # 2 seeds each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TARGET = 475.0
+EVAL_EPISODES = 20
+EVAL_EVERY = {"ppo": 8192, "dqn": 2000}
+
+# rl-zoo (rl-baselines3-zoo hyperparams/*.yml) CartPole-v1 settings.
+SB3_PPO = dict(
+    n_envs=8,
+    n_timesteps=100_000,
+    n_steps=32,
+    batch_size=256,
+    gae_lambda=0.8,
+    gamma=0.98,
+    n_epochs=20,
+    ent_coef=0.0,
+    learning_rate=1e-3,  # linear schedule to 0
+    clip_range=0.2,  # linear schedule to 0
+)
+SB3_DQN = dict(
+    n_timesteps=50_000,
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    net_arch=[256, 256],
+)
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def evaluate(act: Any, seed: int) -> float:
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.vector import evaluate_batched
+
+    return evaluate_batched(EnvConfig("CartPole-v1"), act, EVAL_EPISODES, seed, "sync").mean_return
+
+
+# ---- payoff ------------------------------------------------------------------------------
+def run_payoff(algo: str, seed: int) -> dict[str, Any]:
+    """payoff's shipped recipe (cartpole-ppo / cartpole-dqn), stopping once solved."""
+    from payoff import train
+
+    cls, config, _ = train.resolve(
+        f"cartpole-{algo}",
+        [
+            f"eval_every={EVAL_EVERY[algo]}",
+            f"eval_episodes={EVAL_EPISODES}",
+            f"stop_at_return={TARGET}",
+        ],
+        seed=seed,
+    )
+    agent = cls(config=config)
+    rollout_time = [0.0]
+    if algo == "ppo":  # time rollout collection on its own
+        collect = agent.runner.collect
+
+        def timed(*args: Any, **kwargs: Any) -> None:
+            started = time.perf_counter()
+            collect(*args, **kwargs)
+            rollout_time[0] += time.perf_counter() - started
+
+        agent.runner.collect = timed
+    agent.config.final_eval_episodes = 1
+    agent.learn()
+    return {
+        "solved": agent.solved_at is not None,
+        "seconds": agent.train_seconds,
+        "steps": agent.step,
+        "train_sps": agent.step / agent.train_seconds,
+        "rollout_sps": agent.step / rollout_time[0] if rollout_time[0] else None,
+        "peak_mb": peak_mb(),
+    }
+
+
+# ---- Stable-Baselines3 ---------------------------------------------------------------------
+def run_sb3(algo: str, seed: int) -> dict[str, Any]:
+    """SB3 with rl-zoo hyperparameters; a callback evaluates and stops once solved."""
+    import numpy as np
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    every = EVAL_EVERY[algo]
+
+    class SolveCallback(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_seconds = 0.0
+            self.solved_at: int | None = None
+            self.next_eval = every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += every
+            started = time.perf_counter()
+            score = evaluate(
+                lambda obs: self.model.predict(obs.numpy(), deterministic=True)[0],
+                seed + 10_000 + self.num_timesteps,
+            )
+            self.eval_seconds += time.perf_counter() - started
+            if score >= TARGET:
+                self.solved_at = self.num_timesteps
+                return False
+            return True
+
+    if algo == "ppo":
+        p = SB3_PPO
+        env = make_vec_env("CartPole-v1", n_envs=p["n_envs"], seed=seed)
+
+        def linear(start: float) -> Any:
+            return lambda remaining: remaining * start
+
+        model: Any = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=p["n_steps"],
+            batch_size=p["batch_size"],
+            gae_lambda=p["gae_lambda"],
+            gamma=p["gamma"],
+            n_epochs=p["n_epochs"],
+            ent_coef=p["ent_coef"],
+            learning_rate=linear(p["learning_rate"]),
+            clip_range=linear(p["clip_range"]),
+            seed=seed,
+            device="cpu",
+        )
+    else:
+        p = SB3_DQN
+        env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
+        model = DQN(
+            "MlpPolicy",
+            env,
+            learning_rate=p["learning_rate"],
+            batch_size=p["batch_size"],
+            buffer_size=p["buffer_size"],
+            learning_starts=p["learning_starts"],
+            gamma=p["gamma"],
+            target_update_interval=p["target_update_interval"],
+            train_freq=p["train_freq"],
+            gradient_steps=p["gradient_steps"],
+            exploration_fraction=p["exploration_fraction"],
+            exploration_final_eps=p["exploration_final_eps"],
+            policy_kwargs={"net_arch": p["net_arch"]},
+            seed=seed,
+            device="cpu",
+        )
+    rollout_time = [0.0]
+    collect = model.collect_rollouts
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = collect(*args, **kwargs)
+        rollout_time[0] += time.perf_counter() - started
+        return result
+
+    model.collect_rollouts = timed
+    callback = SolveCallback()
+    started = time.perf_counter()
+    model.learn(total_timesteps=p["n_timesteps"], callback=callback)
+    seconds = time.perf_counter() - started - callback.eval_seconds
+    steps = int(model.num_timesteps)
+    # collect_rollouts includes the callback's evaluations; take them out of rollout time too
+    collect_seconds = max(rollout_time[0] - callback.eval_seconds, 1e-9)
+    del np
+    return {
+        "solved": callback.solved_at is not None,
+        "seconds": seconds,
+        "steps": steps,
+        "train_sps": steps / seconds,
+        "rollout_sps": steps / collect_seconds if algo == "ppo" else None,
+        "peak_mb": peak_mb(),
+    }
+
+
+def worker(spec: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    job = json.loads(spec)
+    runner = run_payoff if job["lib"] == "payoff" else run_sb3
+    print(json.dumps(runner(job["algo"], job["seed"])))
+
+
+# ---- the comparison --------------------------------------------------------------------
+def trial(lib: str, algo: str, seed: int) -> dict[str, Any]:
+    spec = json.dumps({"lib": lib, "algo": algo, "seed": seed})
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", spec], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{lib} {algo} seed {seed} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"{algo} {lib:>6} seed {seed}: {'solved' if result['solved'] else 'NOT solved'} "
+        f"in {result['seconds']:.2f} s, {result['steps']} steps",
+        flush=True,
+    )
+    return result
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2 seeds instead of 5")
+    parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--algos", default="ppo,dqn")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    seeds = range(args.seeds or (2 if args.quick else 5))
+    goals = {"ppo": 8, "dqn": 4}
+    rows, notes = [], []
+    for algo in args.algos.split(","):
+        results: dict[str, list[dict[str, Any]]] = {"payoff": [], "sb3": []}
+        for seed in seeds:
+            for lib in ("payoff", "sb3"):  # alternate, so machine load hits both alike
+                results[lib].append(trial(lib, algo, seed))
+        summary = {}
+        for lib, runs in results.items():
+            solved = [r for r in runs if r["solved"]]
+            summary[lib] = {
+                "solved": f"{len(solved)}/{len(runs)}",
+                # an unsolved seed counts with its full time: a lower bound on time-to-solve
+                "median_s": median([r["seconds"] for r in runs]),
+                "median_steps": median([r["steps"] for r in runs]),
+                "train_sps": median([r["train_sps"] for r in runs]),
+                "rollout_sps": median([r["rollout_sps"] for r in runs if r["rollout_sps"]]),
+                "peak_mb": max(r["peak_mb"] for r in runs),
+                "all_s": ", ".join(f"{r['seconds']:.1f}" for r in runs),
+            }
+        ratio = summary["payoff"]["median_s"] / summary["sb3"]["median_s"]
+        met = (
+            ratio <= 1 / goals[algo] and summary["payoff"]["solved"] == f"{len(seeds)}/{len(seeds)}"
+        )
+        print(
+            f"{algo}: payoff/SB3 median time-to-solve ratio {ratio:.3f} (goal <= 1/{goals[algo]}: {'met' if met else 'NOT met'})"
+        )
+        for lib in ("payoff", "sb3"):
+            s = summary[lib]
+            rows.append(
+                [
+                    algo.upper(),
+                    "payoff" if lib == "payoff" else "SB3 2.9.2 (rl-zoo)",
+                    s["solved"],
+                    f"{s['median_s']:.2f}",
+                    s["all_s"],
+                    f"{s['median_steps']:.0f}",
+                    f"{s['train_sps']:.0f}",
+                    "—" if s["rollout_sps"] != s["rollout_sps"] else f"{s['rollout_sps']:.0f}",
+                    f"{s['peak_mb']:.0f}",
+                ]
+            )
+        notes.append(
+            f"- **{algo.upper()}**: payoff / SB3 median time-to-solve = **{ratio:.3f}** "
+            f"(1/{1 / ratio:.1f}; goal <= 1/{goals[algo]}: {'met' if met else 'not met'})."
+        )
+    from benchmarks.common import markdown_table, write_section
+
+    table = markdown_table(
+        [
+            "algo",
+            "library",
+            "solved",
+            "median s to solve",
+            "per seed (s)",
+            "median steps",
+            "train steps/s",
+            "rollout steps/s",
+            "peak MB",
+        ],
+        rows,
+    )
+    body = (
+        f"Seconds of training until the deterministic policy averages >= {TARGET:.0f} over "
+        f"{EVAL_EPISODES} episodes of Gymnasium's CartPole-v1, evaluated every "
+        f"{EVAL_EVERY['ppo']} (PPO) / {EVAL_EVERY['dqn']} (DQN) env steps by the same function on "
+        f"both sides; evaluation time is excluded on both sides. Seeds alternate payoff / SB3, "
+        f"each trial in a fresh process with torch.set_num_threads(1). SB3 uses rl-zoo's tuned "
+        f"CartPole-v1 hyperparameters and budget ({SB3_PPO['n_timesteps']} PPO / "
+        f"{SB3_DQN['n_timesteps']} DQN steps); payoff uses its shipped recipes cartpole-ppo and "
+        f"cartpole-dqn (64 / 8 batched NumPy envs). An unsolved seed counts with its full "
+        f"training time. Rollout steps/s is collection alone (PPO; DQN interleaves updates).\n\n"
+        f"{table}\n\n" + "\n".join(notes)
+    )
+    path = write_section(
+        "cartpole_vs_sb3", "CartPole-v1: payoff vs Stable-Baselines3 (PPO, DQN)", body
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
