@@ -136,9 +136,11 @@ class AlphaZeroConfig:
             raise ConfigError(
                 f"batch_size {self.batch_size} is larger than replay_size {self.replay_size}"
             )
-        make_game(self.game)  # unknown game -> clear error now, not mid-run
+        game = make_game(self.game)  # unknown game -> clear error now, not mid-run
         if not self.baselines:
             raise ConfigError("config key 'baselines' needs at least one player, e.g. [random]")
+        for baseline in self.baselines:
+            make_player(baseline, game)
 
 
 class ReplayBuffer:
@@ -188,8 +190,13 @@ class ReplayBuffer:
 def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
     """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask."""
 
+    encode_batch = getattr(game, "encode_batch", None)  # optional fast path of a Game
+
     def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
-        planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
+        if encode_batch is not None:
+            planes = torch.from_numpy(encode_batch(states))
+        else:
+            planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
         legal = torch.from_numpy(np.stack([game.legal_mask(s) for s in states]))
         with torch.inference_mode():
             logits, values = net(planes)
@@ -293,16 +300,21 @@ class AlphaZero(Algorithm):
             total, initial=self.iteration, desc=f"alphazero {config.game}", unit="it"
         )
         with GracefulInterrupt() as interrupt:
-            if not self.results:
+            if not self.results and config.eval_games:
                 self._calibrate_baselines()
+                # The untrained network (with search) starts the Elo curve.
+                self.log(0, iteration=0, **self._evaluate_league())
+                self.checkpoint()
             while self.iteration < total and not interrupt.requested:
                 metrics = self._self_play()
                 metrics.update(self._train())
                 metrics.update(self._gate())
                 self.iteration += 1
                 last = self.iteration == total
-                if self.iteration % config.eval_every == 0 or last:
+                if config.eval_games and (self.iteration % config.eval_every == 0 or last):
                     metrics.update(self._evaluate_league())
+                # CPU seconds of this process: the honest budget on a shared, busy machine.
+                metrics["perf/cpu_seconds"] = time.process_time()
                 self.log(self.games_played, iteration=self.iteration, **metrics)
                 progress.update(
                     1,
@@ -427,7 +439,7 @@ class AlphaZero(Algorithm):
                     self.game,
                     make_player(first, self.game, self.config.seed + 11),
                     make_player(second, self.game, self.config.seed + 12),
-                    max(self.config.eval_games, 2),
+                    self.config.eval_games,
                 )
                 self.results.append(_as_result(result))
 
@@ -490,7 +502,8 @@ class AlphaZero(Algorithm):
     def _finish(self) -> None:
         config = self.config
         finals = {}
-        for k, baseline in enumerate(config.baselines):
+        last: MatchResult | None = None
+        for k, baseline in enumerate(config.baselines if config.final_eval_games else []):
             seed = config.seed + 2_000_000 + k
             result = play_match(
                 self.game,
@@ -510,7 +523,7 @@ class AlphaZero(Algorithm):
         rows = league_table(self.results, anchor="random" if "random" in config.baselines else None)
         if self.run is not None:
             self.run.write_summary(
-                final_eval=_eval_result(last).to_dict(),
+                final_eval=_eval_result(last).to_dict() if last is not None else None,
                 final_opponent=config.baselines[-1],
                 final_matches=finals,
                 self_play_games=self.games_played,

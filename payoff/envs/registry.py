@@ -35,3 +35,11 @@ _register(
     vector_entry_point="payoff.envs.cartpole:CartPoleVectorEnv",
     max_episode_steps=500,
 )
+
+# Any PettingZoo parallel env (env.kwargs.env_id), one agent per vector slot; the plain
+# entry point is one learning agent among random ones (payoff.envs.pettingzoo).
+_register(
+    "payoff/PettingZoo-v0",
+    "payoff.envs.pettingzoo:SingleAgentEnv",
+    vector_entry_point="payoff.envs.pettingzoo:AgentsVectorEnv",
+)
