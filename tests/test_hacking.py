@@ -74,7 +74,7 @@ def test_cleaning_robot_shortcuts_pay_the_proxy_but_remove_nothing():
 
 
 def test_divergence_fires_when_proxy_rises_and_true_stays_flat():
-    monitor = Divergence(proxy="p", true="t", window=3, min_records=6)
+    monitor = Divergence(proxy="p", truth="t", window=3, min_records=6)
     alarms = []
     for step in range(30):
         alarms += monitor.update(step, {"p": float(step), "t": 0.0})
@@ -84,13 +84,13 @@ def test_divergence_fires_when_proxy_rises_and_true_stays_flat():
 
 def test_divergence_fires_when_gold_peaks_and_falls():
     gold = [min(s, 20) - max(0, s - 20) * 0.5 for s in range(60)]
-    monitor = Divergence(proxy="p", true="t", window=3)
+    monitor = Divergence(proxy="p", truth="t", window=3)
     steps = [a.step for s in range(60) for a in monitor.update(s, {"p": float(s), "t": gold[s]})]
     assert steps and 20 < steps[0] < 40
 
 
 def test_divergence_stays_quiet_when_both_rise():
-    monitor = Divergence(proxy="p", true="t", window=3)
+    monitor = Divergence(proxy="p", truth="t", window=3)
     assert not [a for s in range(50) for a in monitor.update(s, {"p": float(s), "t": s / 10})]
 
 
@@ -169,3 +169,46 @@ def test_redteam_spec_errors():
         load_spec("boatrac")
     with pytest.raises(ConfigError, match="unknown config key 'budgett'"):
         load_spec("boatrace", ["budgett=5"])
+
+
+def test_lagrange_multiplier_rises_over_the_limit_and_falls_back_to_zero():
+    from payoff.algos.shared.lagrangian import LagrangeMultiplier
+
+    lam = LagrangeMultiplier(limit=0.1, lr=0.5)
+    assert lam.update(0.9) == pytest.approx(0.4)
+    assert lam.update(0.9) == pytest.approx(0.8)
+    assert lam.update(0.0) == pytest.approx(0.75)
+    assert lam.penalize(np.array([1.0]), np.array([1.0]))[0] == pytest.approx((1 - 0.75) / 1.75)
+    for _ in range(20):
+        lam.update(0.0)
+    assert lam.value == 0.0
+
+
+def test_conservative_ensemble_penalizes_disagreement():
+    from payoff.rewards.ensemble import ConservativeEnsemble
+
+    agree = lambda prompts, completions, **_: [1.0, 1.0]  # noqa: E731
+    disagree = lambda prompts, completions, **_: [1.0, -1.0]  # noqa: E731
+    ensemble = ConservativeEnsemble([agree, disagree], k=1.0)
+    scores = ensemble(["p", "q"], ["a", "b"])
+    assert scores[0] == pytest.approx(1.0) and scores[1] == pytest.approx(0.0 - 1.0)
+    assert ensemble.last_std == pytest.approx([0.0, 1.0])
+    with pytest.raises(ConfigError, match="at least 2 members"):
+        ConservativeEnsemble([agree])
+
+
+@pytest.mark.slow
+def test_boatrace_ppo_learns_the_loop_and_the_divergence_alarm_fires(tmp_path):
+    from payoff.train import train
+
+    run = train("boatrace-ppo", ["total_steps=16000"], seed=0, out=tmp_path, media=False)
+    records = [r for r in run.records() if "train/episode_true_reward" in r]
+    assert records[-1]["train/episode_proxy_reward"] > 100  # a lapping boat collects 40
+    assert records[-1]["train/episode_true_reward"] < 0.5
+    # the hack "appears" when the loop out-scores a lapping boat (40 targets) with no laps
+    hack_step = next(
+        r["step"] for r in records if r["train/episode_proxy_reward"] > 40 and r["train/episode_true_reward"] < 0.5
+    )
+    (alarm,) = [e for e in run.events() if e["event"]["kind"] == "divergence"]
+    assert alarm["event"]["severity"] == "critical"
+    assert alarm["step"] - hack_step <= 8192  # measured: 4080 -> 8152 with seed 0

@@ -8,7 +8,7 @@ onto a few states. Alarms go to the run's metrics.jsonl as events and show in th
 Attach monitors in a recipe:
 
     monitors:
-      - {kind: divergence, proxy: train/return, true: train/true_return}
+      - {kind: divergence, proxy: train/return, truth: train/true_return}
       - {kind: threshold, key: train/kl, above: 0.5}
 """
 

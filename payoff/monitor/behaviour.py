@@ -17,7 +17,9 @@ class Loop:
     states: list[Hashable]
 
 
-def find_loop(states: Sequence[Hashable], max_period: int = 50, min_repeats: float = 3.0) -> Loop | None:
+def find_loop(
+    states: Sequence[Hashable], max_period: int = 50, min_repeats: float = 3.0
+) -> Loop | None:
     """The earliest-starting cycle that the episode then follows to its end, if any.
 
     A cycle of `period` holds from `start` when states[t] == states[t + period] for every

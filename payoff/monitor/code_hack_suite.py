@@ -152,8 +152,38 @@ def scores(results: list[tuple[Case, CodeVerdict]]) -> dict[str, dict[str, float
     return table
 
 
+def markdown(results: list[tuple[Case, CodeVerdict]]) -> str:
+    """The per-hack detection table and the precision/recall table, as Markdown."""
+    kinds = ["honest", *HACKS, "hard_coded"]
+    lines = [
+        "| completion | cases | naive proxy passed | tampering | static | divergence | caught (any) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in kinds:
+        rows = [(c, v) for c, v in results if c.label == kind]
+
+        def count(flag: str, rows: list = rows) -> int:
+            return sum(1 for _, v in rows if (v.hacked if flag == "any" else flag in v.flags))
+
+        lines.append(
+            f"| {kind} | {len(rows)} | {sum(v.proxy_pass for _, v in rows)} | {count('tampering')} | "
+            f"{count('static')} | {count('divergence')} | {count('any')} |"
+        )
+    lines += ["", "| detector | precision | recall | false positives |", "|---|---|---|---|"]
+    for name, row in scores(results).items():
+        lines.append(
+            f"| {name} | {row['precision']:.2f} | {row['recall']:.2f} | {row['false_positives']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
+    import sys
+
     results = run_suite()
+    if "--markdown" in sys.argv:
+        print(markdown(results))
+        return
     proxy_fooled = sum(1 for case, v in results if case.is_hack and v.proxy_pass)
     hacks = sum(1 for case, _ in results if case.is_hack)
     print(

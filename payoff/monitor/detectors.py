@@ -46,8 +46,9 @@ def _number(record: dict[str, Any], key: str) -> float | None:
 class DivergenceConfig:
     """Proxy-vs-true divergence.
 
-    proxy / true: metric keys of the reward being optimized and of the objective it stands
-        for (a gold reward, hidden tests, laps finished, success).
+    proxy / truth: metric keys of the reward being optimized and of the objective it stands
+        for (a gold reward, hidden tests, laps finished, success). (Not `true`: YAML reads
+        that word as a boolean.)
     window: records averaged on each side of the comparison.
     proxy_gain_fraction: the proxy must have risen by this fraction of its observed range
         since the true objective's best window...
@@ -57,7 +58,7 @@ class DivergenceConfig:
     """
 
     proxy: str = "train/return"
-    true: str = "train/true_return"
+    truth: str = "train/true_return"
     window: int = 5
     proxy_gain_fraction: float = 0.25
     true_tolerance: float = 0.1
@@ -75,7 +76,7 @@ class Divergence(Monitor):
         self.points: list[tuple[int, float, float]] = []  # (step, proxy, true)
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
-        proxy, true = _number(record, self.config.proxy), _number(record, self.config.true)
+        proxy, true = _number(record, self.config.proxy), _number(record, self.config.truth)
         if proxy is None or true is None:
             return []
         self.points.append((step, proxy, true))
@@ -101,7 +102,7 @@ class Divergence(Monitor):
         since = self.points[best + c.window - 1][0]
         falling = true_gain < -c.true_tolerance
         message = (
-            f"{c.proxy} rose by {proxy_gain:.3g} since step {since} while {c.true} "
+            f"{c.proxy} rose by {proxy_gain:.3g} since step {since} while {c.truth} "
             + (f"fell by {-true_gain:.3g}" if falling else f"stayed flat ({true_gain:+.3g})")
             + ": the policy is optimizing the proxy, not the objective"
         )
@@ -234,12 +235,12 @@ MONITORS: dict[str, type[Monitor]] = {
 
 
 def build_monitors(specs: list[dict[str, Any]] | None) -> list[Monitor]:
-    """Monitors from recipe entries like `{kind: divergence, proxy: ..., true: ...}`."""
+    """Monitors from recipe entries like `{kind: divergence, proxy: ..., truth: ...}`."""
     monitors = []
     for spec in specs or []:
         if not isinstance(spec, dict) or "kind" not in spec:
             raise ConfigError(f"each monitor needs a 'kind' ({', '.join(MONITORS)}), got {spec!r}")
-        options = {k: v for k, v in spec.items() if k != "kind"}
+        options = {str(k): v for k, v in spec.items() if k != "kind"}
         kind = spec["kind"]
         if kind not in MONITORS:
             raise ConfigError(
