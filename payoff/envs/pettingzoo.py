@@ -12,8 +12,8 @@ Two wrappers around a PettingZoo *parallel* env, both registered as `payoff/Pett
 - `SingleAgentEnv` (the plain entry point): one agent learns, the others play uniformly
   at random; a standard Gymnasium env (it passes `check_env`), used for evaluation.
 
-Env ids: PettingZoo's registry ids ('classic/rps-v2', 'sisl/pursuit-v5', ...), or a module
-that has `parallel_env()` ('mpe2.simple_spread_v3'). Turn-based AEC games with action masks
+Env ids: PettingZoo's registry ids ('classic/rps-v2', 'sisl/pursuit-v5', ...), a module
+that has `parallel_env()` ('mpe2.simple_spread_v3'), or 'package.module:factory' for your own. Turn-based AEC games with action masks
 (tic-tac-toe, Connect Four) are played with `play_aec`, e.g. by an AlphaZero agent.
 
 Not supported, with a clear error: agents that join or leave during an episode (all agents
@@ -47,6 +47,12 @@ def _require_pettingzoo() -> Any:
 def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
     """A PettingZoo env from a registry id ('classic/rps-v2') or a module ('mpe2.simple_spread_v3')."""
     pettingzoo = _require_pettingzoo()
+    if ":" in env_id:  # 'package.module:factory', for your own envs
+        module_name, _, factory = env_id.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), factory)(**kwargs)
+        except (ImportError, AttributeError) as err:
+            raise EnvError(f"cannot make PettingZoo env {env_id!r}: {err}") from None
     if "/" not in env_id:
         try:
             module = importlib.import_module(env_id)
@@ -67,14 +73,21 @@ def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
         raise EnvError(f"cannot make PettingZoo {api} env {env_id!r}: {err}") from None
 
 
-def _flat_space(space: gym.Space, env_id: str) -> tuple[int, Callable[[Any], np.ndarray]]:
-    """(width, encoder) turning one agent's observation into a float32 vector."""
+def _flat_space(
+    space: gym.Space, env_id: str
+) -> tuple[np.ndarray, np.ndarray, Callable[[Any], np.ndarray]]:
+    """(low, high, encoder) turning one agent's observation into a float32 vector."""
     if isinstance(space, gym.spaces.Box):
         width = int(np.prod(space.shape))
-        return width, lambda obs: np.asarray(obs, dtype=np.float32).reshape(width)
+        low, high = space.low.reshape(width), space.high.reshape(width)
+        return low, high, lambda obs: np.asarray(obs, dtype=np.float32).reshape(width)
     if isinstance(space, gym.spaces.Discrete):
         n = int(space.n)
-        return n, lambda obs: np.eye(n, dtype=np.float32)[int(obs) - int(space.start)]
+        return (
+            np.zeros(n),
+            np.ones(n),
+            lambda obs: np.eye(n, dtype=np.float32)[int(obs) - int(space.start)],
+        )
     raise EnvError(
         f"PettingZoo env {env_id!r} has observation space {space}; payoff's multi-agent wrappers "
         f"take Box or Discrete observations (dict observations with action masks are for "
@@ -101,10 +114,15 @@ class _Agents:
                 f"PettingZoo env {env_id!r} has action space {actions[0]}; need Discrete or Box"
             )
         self.action_space = actions[0]
-        self.width, self.encode = _flat_space(spaces[0], env_id)
+        low, high, self.encode = _flat_space(spaces[0], env_id)
+        self.width = len(low)
         self.agent_id = agent_id
-        size = self.width + (len(self.agents) if agent_id else 0)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        if agent_id:  # the one-hot id columns lie in [0, 1]
+            low = np.concatenate([low, np.zeros(len(self.agents))])
+            high = np.concatenate([high, np.ones(len(self.agents))])
+        self.observation_space = gym.spaces.Box(
+            low.astype(np.float32), high.astype(np.float32), dtype=np.float32
+        )
 
     def observe(self, observations: dict[str, Any]) -> np.ndarray:
         """[n_agents, size] observations in possible_agents order (+ one-hot ids).
