@@ -103,6 +103,9 @@ def test_state_from_planes_round_trip() -> None:
         state = game.play(state, move)
     back = state_from_planes(game.encode(state).transpose(1, 2, 0), game.shape)
     assert back.to_play == state.to_play and np.array_equal(back.board, state.board)
+    batch = game.encode_batch([state, game.initial_state()])
+    np.testing.assert_array_equal(batch[0], game.encode(state))
+    np.testing.assert_array_equal(batch[1], game.encode(game.initial_state()))
 
 
 def test_baselines() -> None:

@@ -72,7 +72,18 @@ class MCTSConfig:
 class Node:
     """A position in the tree; statistics live on its outgoing edges, indexed by action."""
 
-    __slots__ = ("children", "legal", "priors", "state", "terminal", "value_sums", "visits")
+    __slots__ = (
+        "children",
+        "legal",
+        "priors",
+        "q",
+        "scaled_priors",
+        "state",
+        "terminal",
+        "total",
+        "value_sums",
+        "visits",
+    )
 
     def __init__(self, state: GameState, terminal: float | None):
         self.state = state
@@ -81,7 +92,22 @@ class Node:
         self.legal: np.ndarray | None = None  # bool [A]
         self.visits: np.ndarray | None = None  # [A] visit counts N(s, a)
         self.value_sums: np.ndarray | None = None  # [A] total value W(s, a) for this mover
+        self.q: np.ndarray | None = None  # [A] W / N, 0 when unvisited, -inf when illegal
+        self.scaled_priors: np.ndarray | None = None  # [A] c_puct * P(s, a)
+        self.total = 0  # N(s), the sum of the edges' visits
         self.children: dict[int, Node] = {}
+
+    def set_priors(self, priors: np.ndarray, c_puct: float) -> None:
+        self.priors = priors
+        self.scaled_priors = c_puct * priors
+
+    def add(self, action: int, visits: int, value: float) -> None:
+        """Add visits and value to one edge and refresh its mean value."""
+        self.visits[action] += visits  # type: ignore[index]
+        self.value_sums[action] += value  # type: ignore[index]
+        self.total += visits
+        n = self.visits[action]  # type: ignore[index]
+        self.q[action] = self.value_sums[action] / n if n > 0 else 0.0  # type: ignore[index]
 
     @property
     def expanded(self) -> bool:
@@ -157,8 +183,7 @@ class MCTS:
                     self._backup(path, leaf.terminal)  # a finished game needs no evaluator
                     continue
                 for node, action in path:  # virtual loss steers the next pick elsewhere
-                    node.visits[action] += 1  # type: ignore[index]
-                    node.value_sums[action] -= config.virtual_loss  # type: ignore[index]
+                    node.add(action, 1, -config.virtual_loss)
                 pending[id(leaf)] = leaf
                 paths.append((leaf, path))
         if not pending:
@@ -166,22 +191,16 @@ class MCTS:
         values = self._expand(list(pending.values()))
         for leaf, path in paths:
             for node, action in path:
-                node.visits[action] -= 1  # type: ignore[index]
-                node.value_sums[action] += config.virtual_loss  # type: ignore[index]
+                node.add(action, -1, config.virtual_loss)
             self._backup(path, values[id(leaf)])
 
     def _select(self, root: Node) -> tuple[Node, list[tuple[Node, int]]]:
         """Walk down by PUCT to an unexpanded or finished node."""
-        c_puct = self.config.c_puct
         node, path = root, []
         while node.expanded and node.terminal is None:
-            visits = node.visits
-            q = np.divide(
-                node.value_sums, visits, out=np.zeros_like(node.value_sums), where=visits > 0
-            )
-            u = c_puct * node.priors * math.sqrt(max(visits.sum(), 1.0)) / (1.0 + visits)
-            score = np.where(node.legal, q + u, -np.inf)
-            action = int(np.argmax(score))
+            # q holds W/N per edge (0 unvisited, -inf illegal), kept current by the backups.
+            exploration = math.sqrt(max(node.total, 1)) / (1.0 + node.visits)
+            action = int(np.argmax(node.q + node.scaled_priors * exploration))
             path.append((node, action))
             child = node.children.get(action)
             if child is None:
@@ -201,10 +220,11 @@ class MCTS:
             legal = self.game.legal_mask(leaf.state)
             prior = np.where(legal, prior, 0.0)  # the evaluator may put mass on illegal moves
             total = prior.sum()
-            leaf.priors = prior / total if total > 0 else legal / legal.sum()
+            leaf.set_priors(prior / total if total > 0 else legal / legal.sum(), self.config.c_puct)
             leaf.legal = legal
             leaf.visits = np.zeros(len(legal))
             leaf.value_sums = np.zeros(len(legal))
+            leaf.q = np.where(legal, 0.0, -np.inf)
             result[id(leaf)] = float(value)
         return result
 
@@ -216,7 +236,7 @@ class MCTS:
         priors[legal] = (1 - config.dirichlet_fraction) * priors[legal] + (
             config.dirichlet_fraction * noise
         )
-        root.priors = priors
+        root.set_priors(priors, config.c_puct)
 
     @staticmethod
     def _backup(path: list[tuple[Node, int]], leaf_value: float) -> None:
@@ -224,8 +244,7 @@ class MCTS:
         value = leaf_value
         for node, action in reversed(path):
             value = -value  # the parent's mover is the leaf mover's opponent
-            node.visits[action] += 1  # type: ignore[index]
-            node.value_sums[action] += value  # type: ignore[index]
+            node.add(action, 1, value)
 
 
 def select_action(counts: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

@@ -104,6 +104,14 @@ def encode_planes(state: GameState, shape: tuple[int, int]) -> np.ndarray:
     return np.stack([board == mover, board == opponent]).astype(np.float32)
 
 
+def encode_planes_batch(states: list[GameState], shape: tuple[int, int]) -> np.ndarray:
+    """`encode_planes` for many positions at once: [N, 2, rows, cols] float32."""
+    boards = np.stack([s.board for s in states])  # [N, cells]
+    mover = np.array([s.to_play + 1 for s in states], dtype=np.int8)[:, None]
+    planes = np.stack([boards == mover, boards == 3 - mover], axis=1)  # [N, 2, cells]
+    return planes.reshape(len(states), 2, *shape).astype(np.float32)
+
+
 def state_from_planes(planes: np.ndarray, shape: tuple[int, int]) -> GameState:
     """Rebuild a running position from mover/opponent planes ([2, H, W] or PettingZoo's [H, W, 2]).
 

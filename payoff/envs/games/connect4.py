@@ -9,6 +9,7 @@ from payoff.envs.games.base import (
     GameState,
     IllegalMoveError,
     encode_planes,
+    encode_planes_batch,
     outcome_for_mover,
 )
 
@@ -56,8 +57,8 @@ class ConnectFour:
                 f"column {column} is full or off the board; legal moves: {legal}"
             )
         board = state.board.copy()
-        free_rows = np.flatnonzero(board[column::COLS] == 0)
-        cell = int(free_rows[-1]) * COLS + column
+        row = ROWS - 1 - int(np.count_nonzero(board[column::COLS]))  # stones fill from the bottom
+        cell = row * COLS + column
         stone = state.to_play + 1
         board[cell] = stone
         moves = state.moves + 1
@@ -73,6 +74,10 @@ class ConnectFour:
 
     def encode(self, state: GameState) -> np.ndarray:
         return encode_planes(state, self.shape)
+
+    def encode_batch(self, states: list[GameState]) -> np.ndarray:
+        """`encode` for many positions at once (one NumPy pass): [N, 2, rows, cols]."""
+        return encode_planes_batch(states, self.shape)
 
     def symmetries(
         self, planes: np.ndarray, policy: np.ndarray

@@ -9,6 +9,7 @@ from payoff.envs.games.base import (
     GameState,
     IllegalMoveError,
     encode_planes,
+    encode_planes_batch,
     outcome_for_mover,
 )
 
@@ -62,6 +63,10 @@ class TicTacToe:
 
     def encode(self, state: GameState) -> np.ndarray:
         return encode_planes(state, self.shape)
+
+    def encode_batch(self, states: list[GameState]) -> np.ndarray:
+        """`encode` for many positions at once (one NumPy pass): [N, 2, rows, cols]."""
+        return encode_planes_batch(states, self.shape)
 
     def symmetries(
         self, planes: np.ndarray, policy: np.ndarray

@@ -1,0 +1,134 @@
+"""AlphaZero-lite: self-play learning, exact resume, PettingZoo observations, human play."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from payoff.algos.alphazero import AlphaZero, play_human
+from payoff.core.errors import ConfigError, EnvError
+from payoff.envs.games.arena import play_match
+from payoff.envs.games.players import make_player
+
+TINY = dict(
+    game="tictactoe",
+    games_per_iteration=8,
+    train_steps=5,
+    batch_size=32,
+    gate_games=2,
+    gate_simulations=4,
+    eval_every=1,
+    eval_games=2,
+    eval_simulations=4,
+    baselines=["random", "greedy"],
+    final_eval_games=2,
+    mcts={"simulations": 8},
+)
+
+
+def _losses_to_random(agent: AlphaZero, simulations: int = 16) -> tuple[int, int]:
+    """(losses, losses moving first) over 200 games against the random player."""
+    losses = first = 0
+    for seed in (1, 2):
+        result = play_match(
+            agent.game,
+            agent.player(simulations=simulations, seed=seed),
+            make_player("random", agent.game, 10 + seed),
+            100,
+        )
+        losses, first = losses + result.losses, first + result.losses_first
+    return losses, first
+
+
+@pytest.mark.slow
+def test_tictactoe_self_play_stops_losing_to_random() -> None:
+    """Measured (seed 0): an untrained net with 16 simulations loses 32 of 200 games to
+    random play; after 8 iterations of 32 self-play games it lost 4, none moving first."""
+    agent = AlphaZero(
+        game="tictactoe",
+        seed=0,
+        iterations=8,
+        games_per_iteration=32,
+        train_steps=50,
+        gate_games=0,
+        temperature_moves=2,
+        eval_every=100,
+        eval_games=0,
+        baselines=["random"],
+        final_eval_games=0,
+    )
+    before, _ = _losses_to_random(agent)
+    agent.learn()
+    after, after_first = _losses_to_random(agent)
+    assert before >= 20
+    assert after <= 10 and after_first <= 1
+    value_losses = [h["train/value_loss"] for h in agent.history if "train/value_loss" in h]
+    assert value_losses[-1] < value_losses[0]
+
+
+def _comparable(history: list[dict]) -> list[dict]:
+    """Records without timings, and without the end-of-run matches (learn(2) ends a run too)."""
+    return [
+        {k: v for k, v in h.items() if not k.startswith("perf/")}
+        for h in history
+        if not any(k.startswith("final/") for k in h)
+    ]
+
+
+def test_resume_is_exact() -> None:
+    straight = AlphaZero(iterations=3, **TINY).learn()
+    first = AlphaZero(iterations=3, **TINY)
+    first.learn(2)
+    resumed = AlphaZero(iterations=3, **TINY)
+    resumed.load_state_dict(first.state_dict())
+    resumed.learn()
+    assert _comparable(first.history + resumed.history) == _comparable(straight.history)
+    assert [r.__dict__ for r in resumed.results] == [r.__dict__ for r in straight.results]
+    assert [it for it, _, _ in straight.elo_curve] == [0, 1, 2, 3]  # iteration 0: untrained
+
+
+def test_predict_takes_pettingzoo_observations() -> None:
+    pettingzoo = pytest.importorskip("pettingzoo")
+    agent = AlphaZero(**TINY)
+    env = pettingzoo.make("aec", "classic/tictactoe-v3")
+    env.reset(seed=0)
+    for move in (0, 4, 1):  # X threatens the first column; O must block at 2
+        env.step(move)
+    observation, *_ = env.last()
+    agent.config.eval_simulations = 200
+    assert agent.predict(observation) == 2
+    with pytest.raises(EnvError, match="action_mask"):
+        agent.predict({"observation": observation["observation"]})
+    with pytest.raises(EnvError, match="action_mask"):
+        agent.predict(observation["observation"])
+
+
+def test_play_human_reprompts_on_bad_moves() -> None:
+    agent = AlphaZero(**TINY)
+    typed = iter(["hello", "9", "0", "0", "q"])
+    said: list[str] = []
+    result = play_human(agent, human_first=True, read=lambda _: next(typed), write=said.append)
+    text = "\n".join(said)
+    assert "'hello' is not a move" in text
+    assert "cell 9 is not free" in text and "legal moves" in text
+    assert "cell 0 is not free" in text  # the second 0: that cell is already taken
+    assert result == -1.0 and "You resign." in text
+
+
+def test_config_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown game 'chess'"):
+        AlphaZero(game="chess")
+    with pytest.raises(ConfigError, match="alphabeta-<depth>"):
+        AlphaZero(**{**TINY, "baselines": ["alphabeta"]})
+    with pytest.raises(ConfigError, match="batch_size"):
+        AlphaZero(batch_size=512, replay_size=100)
+
+
+def test_replay_keeps_symmetries_and_outcomes() -> None:
+    agent = AlphaZero(iterations=1, **TINY)
+    agent.learn()
+    n = agent.replay.size
+    assert n % 8 == 0  # every tic-tac-toe position is stored with its 8 symmetries
+    values = agent.replay.values[:n]
+    assert set(np.unique(values)) <= {-1.0, 0.0, 1.0}
+    np.testing.assert_allclose(agent.replay.policies[:n].sum(axis=1), 1.0, atol=1e-5)
