@@ -532,6 +532,10 @@ class AlphaZero(Algorithm):
                 league=rows_as_dicts(rows),
             )
 
+    def play_human(self, human_first: bool = True, **io: Any) -> float:
+        """Play one game against a human in the terminal (see `play_human`)."""
+        return play_human(self, human_first=human_first, **io)
+
     def league(self) -> str:
         """The current Elo league as a markdown table."""
         anchor = "random" if "random" in self.config.baselines else None
@@ -671,4 +675,32 @@ def play_human(
     return 1.0 if won else -1.0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m payoff.algos.alphazero RUN [--second]`: play a trained run in the terminal."""
+    import argparse
+
+    from payoff.core.errors import PayoffError
+
+    parser = argparse.ArgumentParser(description="Play against a trained AlphaZero run.")
+    parser.add_argument("run", help="run directory of an alphazero run")
+    parser.add_argument("--second", action="store_true", help="let the agent move first")
+    args = parser.parse_args(argv)
+    try:
+        from payoff import train
+
+        _, agent = train.load(args.run)
+        if not hasattr(agent, "play_human"):  # (run as __main__, this module's class is a copy)
+            raise PayoffError(
+                f"{args.run} is a {agent.name} run; only alphazero runs can be played"
+            )
+        agent.play_human(human_first=not args.second)
+    except PayoffError as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
 ALGORITHM = AlphaZero
+
+if __name__ == "__main__":
+    raise SystemExit(main())
