@@ -45,7 +45,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"stopped early; checkpoint saved. Continue with: payoff train --resume {run.path}")
         return 130
     final = summary.get("final_eval")
-    if final:
+    if summary.get("final_line"):  # algorithms with their own evaluation (language models)
+        print(f"final evaluation: {summary['final_line']}")
+    elif final:
         from payoff.rollout.evaluate import EvalResult
 
         print(f"final evaluation: {EvalResult(**final).line()}")

@@ -485,10 +485,10 @@ class GRPO(LMAlgorithm):
     # ---- pictures ---------------------------------------------------------------------
     def figures(self, media: Path) -> list[Path]:
         from payoff.algos.shared.lm_plots import plot_lm_training
+        from payoff.track.run import Run
 
-        if self.run is None:
-            return []
-        return [plot_lm_training(self.run, media / "llm_training.png")]
+        run = self.run or Run.open(media.parent)
+        return [plot_lm_training(run, media / "llm_training.png")]
 
 
 ALGORITHM = GRPO

@@ -1,0 +1,121 @@
+"""LLM training end to end: HF export, exact resume, misbehaving rewards, eval CLI, and GRPO learning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from payoff.algos.grpo import GRPO
+from payoff.algos.sft import SFT
+from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.track.run import Run
+
+
+def digit_share(prompts, completions, **kwargs):
+    """Share of digits in the completion: a reward even an untrained model gets signal from."""
+    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+
+def explodes(prompts, completions, **kwargs):
+    """Raises on completions without a digit, works on the rest."""
+    if any(not any(ch.isdigit() for ch in text) for text in completions):
+        raise RuntimeError("no digit to grade")
+    return [1.0 for _ in completions]
+
+
+@pytest.fixture(scope="module")
+def fresh_model_dir(tmp_path_factory):
+    """An untrained tiny model saved in HF format: GRPO tests start from it, skipping pretraining."""
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    return str(save_lm(model, tokenizer, tmp_path_factory.mktemp("fresh") / "model"))
+
+
+def _grpo_settings(model_dir: str, **extra):
+    settings = {
+        "model": {"path": model_dir},
+        "rewards": [{"name": f"{__file__}:digit_share"}],
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "max_new_tokens": 4,
+        "learning_rate": 1e-3,
+        "eval_every": 2,
+        "checkpoint_every": 2,
+        "final_eval_k": [1, 2],
+        "task": {"eval_size": 8},
+    }
+    settings.update(extra)
+    return settings
+
+
+def _comparable(run: Run) -> list[dict]:
+    return [
+        {k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")}
+        for r in run.records()
+    ]
+
+
+def test_payoff_trained_model_loads_with_plain_transformers(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = Run.create(tmp_path, "sft", {"algo": "sft"})
+    sft = SFT(config=None, run=run, steps=3, batch_size=8, eval_every=3, task={"eval_size": 4})
+    sft.learn()
+    folder = run.path / "model"
+    assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, sft.model(ids).logits, atol=1e-5)
+
+
+def test_grpo_resume_is_exact(tmp_path, fresh_model_dir):
+    straight = Run.create(tmp_path, "a", {"algo": "grpo"})
+    GRPO(run=straight, steps=4, **_grpo_settings(fresh_model_dir)).learn()
+    stopped = Run.create(tmp_path, "b", {"algo": "grpo"})
+    GRPO(run=stopped, steps=4, **_grpo_settings(fresh_model_dir)).learn(total=2)
+    resumed = GRPO.from_run(stopped)
+    assert resumed.step == 2
+    resumed.learn()
+    stopped.close()
+    a, b = _comparable(straight), _comparable(stopped)
+    train_a = [r for r in a if "train/loss" in r]
+    train_b = [r for r in b if "train/loss" in r]
+    assert len(train_a) == 4 and train_a == train_b
+
+
+def test_a_raising_reward_is_counted_and_the_run_goes_on(tmp_path, fresh_model_dir):
+    run = Run.create(tmp_path, "err", {"algo": "grpo"})
+    settings = _grpo_settings(fresh_model_dir)
+    settings["rewards"] = [
+        {"name": f"{__file__}:digit_share"},
+        {"name": f"{__file__}:explodes", "on_error": 0.0},
+    ]
+    GRPO(run=run, steps=2, **settings).learn()
+    run.close()
+    records = [r for r in run.records() if "reward/errors" in r]
+    assert len(records) == 2 and sum(r["reward/errors"] for r in records) > 0
+    assert "reward/digit_share" in records[0]
+    events = [e["event"] for e in run.events()]
+    assert events and events[0]["kind"] == "reward_error" and "no digit" in events[0]["message"]
+
+
+def test_eval_cli_reports_pass_at_k(tmp_path, fresh_model_dir, capsys):
+    from payoff.cli import main
+
+    run = Run.create(tmp_path, "cli", {"algo": "grpo"})
+    settings = _grpo_settings(fresh_model_dir)
+    algorithm = GRPO(run=run, steps=1, **settings)
+    algorithm.learn()
+    run.close()
+    summary = run.summary()
+    assert "pass@2" in summary["final_eval"] and summary["final_line"].startswith("test:")
+    assert (
+        main(["eval", str(run.path), "--split", "ood", "--k", "1,4", "--episodes", "6", "--json"])
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["split"] == "ood" and result["problems"] == 6
+    assert 0.0 <= result["pass@1"] <= result["pass@4"] <= 1.0

@@ -1,0 +1,273 @@
+"""Units of the LLM stack: tokenizer, tiny model, sampler, GRPO loss by hand, tasks, data errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from payoff.algos.grpo import GRPOConfig, aggregate, grpo_loss
+from payoff.algos.shared.group import group_advantages
+from payoff.algos.shared.kl import kl_k1, kl_k3
+from payoff.algos.shared.lm import pass_at_k
+from payoff.algos.shared.logprobs import completion_logprobs
+from payoff.core.config import from_dict
+from payoff.core.errors import ConfigError, DataError
+from payoff.envs.tasks import TaskConfig, make_task, read_rows
+from payoff.models.lm import ModelConfig, count_parameters, load_lm
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    return model, tokenizer
+
+
+# ---- tokenizer and model ----------------------------------------------------------------
+
+
+def test_char_tokenizer_round_trips_through_hf_files(tmp_path, tiny):
+    from transformers import AutoTokenizer
+
+    _, tokenizer = tiny
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "12+34=46\n<think>a b</think><answer>7</answer>"
+    ids = loaded(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text)  # one token per character
+    assert loaded.decode(ids) == text
+    assert loaded.padding_side == "left" and loaded.pad_token_id == tokenizer.pad_token_id
+
+
+def test_tiny_model_is_about_a_million_parameters(tiny):
+    model, _ = tiny
+    assert 0.9e6 < count_parameters(model) < 1.2e6
+
+
+# ---- generation ---------------------------------------------------------------------------
+
+
+def test_sampler_logprobs_match_a_full_forward_pass(tiny):
+    model, tokenizer = tiny
+    sampler = LocalSampler(model, tokenizer)
+    out = sampler.generate(
+        ["12+34=", "7+8=", "100+1="],
+        SamplingConfig(max_new_tokens=6),
+        torch.Generator().manual_seed(0),
+    )
+    assert out.completion_ids.shape == out.logprobs.shape == out.completion_mask.shape
+    with torch.no_grad():
+        full = completion_logprobs(
+            model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask
+        ).logprobs
+    assert torch.allclose(full * out.completion_mask, out.logprobs, atol=1e-4)
+
+
+def test_sampling_is_seeded_and_greedy_is_deterministic(tiny):
+    model, tokenizer = tiny
+    sampler = LocalSampler(model, tokenizer)
+    prompts = ["1+1=", "22+22="] * 4
+    a = sampler.generate(
+        prompts, SamplingConfig(max_new_tokens=5), torch.Generator().manual_seed(3)
+    )
+    b = sampler.generate(
+        prompts, SamplingConfig(max_new_tokens=5), torch.Generator().manual_seed(3)
+    )
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    assert (
+        sampler.generate(prompts, greedy).completions
+        == sampler.generate(prompts, greedy).completions
+    )
+
+
+def test_masks_stop_after_eos_and_stop_strings(tiny):
+    model, tokenizer = tiny
+    # Make EOS overwhelmingly likely after one token, so every row stops at step 2.
+    sampler = LocalSampler(model, tokenizer)
+    with torch.no_grad():
+        bias = model.lm_head.weight  # tied with the embeddings
+        saved = bias[tokenizer.eos_token_id].clone()
+        model.model.embed_tokens.weight[tokenizer.eos_token_id] *= 0
+    try:
+        out = sampler.generate(["1+1="] * 4, SamplingConfig(max_new_tokens=6, temperature=0.5))
+    finally:
+        with torch.no_grad():
+            model.model.embed_tokens.weight[tokenizer.eos_token_id] = saved
+    for row_ids, row_mask in zip(out.completion_ids, out.completion_mask, strict=True):
+        eos = (row_ids == tokenizer.eos_token_id).nonzero()
+        if len(eos):  # everything after the first EOS is padding with mask 0
+            first = int(eos[0])
+            assert row_mask[: first + 1].all() and not row_mask[first + 1 :].any()
+    # A stop string ends the row and is kept in the text.
+    generator = torch.Generator().manual_seed(0)
+    free = sampler.generate(["9+9="] * 8, SamplingConfig(max_new_tokens=8), generator)
+    stop = free.completions[0][1]  # the second character the model wrote in row 0
+    generator = torch.Generator().manual_seed(0)
+    cut = sampler.generate(["9+9="] * 8, SamplingConfig(max_new_tokens=8, stop=[stop]), generator)
+    assert cut.completions[0] == free.completions[0][: free.completions[0].index(stop) + 1]
+    assert int(cut.completion_mask[0].sum()) == len(cut.completions[0])
+    assert not bool(cut.truncated[0])
+
+
+def test_top_p_keeps_only_the_nucleus():
+    from payoff.rollout.generation import sample_next
+
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.05, 0.05]]))
+    generator = torch.Generator().manual_seed(0)
+    draws = {int(sample_next(logits, 1.0, 0.8, generator)[0]) for _ in range(200)}
+    assert draws == {0, 1}
+
+
+# ---- GRPO math, by hand ---------------------------------------------------------------------
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    scaled = group_advantages(rewards, 4, scale=True, eps=1e-8)
+    # group 1: mean 0.25, unbiased std 0.5; group 2 is flat and carries no signal
+    assert torch.allclose(scaled, torch.tensor([1.5, -0.5, -0.5, -0.5, 0, 0, 0, 0]))
+    centred = group_advantages(rewards, 4, scale=False)
+    assert torch.allclose(centred, torch.tensor([0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0]))
+    with pytest.raises(ValueError):
+        group_advantages(rewards, 3)
+
+
+def test_kl_estimators_by_hand():
+    logp, ref = torch.tensor([0.0, -1.0]), torch.tensor([math.log(2.0), -1.0])
+    assert torch.allclose(kl_k3(logp, ref), torch.tensor([2 - math.log(2) - 1, 0.0]))
+    assert torch.allclose(kl_k1(logp, ref), torch.tensor([-math.log(2), 0.0]))
+
+
+def _hand_case():
+    ratios = torch.tensor([[1.5, 0.5], [1.0, 1.1]])
+    logprobs = ratios.log().requires_grad_(True)
+    old = torch.zeros(2, 2)
+    advantages = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    return logprobs, old, advantages, mask
+
+
+def test_grpo_loss_clipping_and_aggregation_by_hand():
+    logprobs, old, advantages, mask = _hand_case()
+    # per token: row 0 (A=+1): min(1.5, 1.2) = 1.2 -> -1.2 ; min(0.5, 0.8) = 0.5 -> -0.5
+    #            row 1 (A=-1): min(-1, -1) -> +1.0 ; masked
+    seq = grpo_loss(logprobs, old, advantages, mask, aggregation="sequence")
+    assert seq.loss.item() == pytest.approx(((-1.2 - 0.5) / 2 + 1.0) / 2)
+    token = grpo_loss(logprobs, old, advantages, mask, aggregation="token")
+    assert token.loss.item() == pytest.approx((-1.2 - 0.5 + 1.0) / 3)
+    dr = grpo_loss(logprobs, old, advantages, mask, aggregation="dr_grpo", max_tokens=2)
+    assert dr.loss.item() == pytest.approx((-1.2 - 0.5 + 1.0) / (2 * 2))
+    assert token.clip_fraction.item() == pytest.approx(1 / 3)  # only the 1.5 ratio with A > 0
+    # Gradients: the clipped token gets none; the others get -A * ratio / tokens.
+    token.loss.backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -0.5 / 3], [1.0 / 3, 0.0]]))
+
+
+def test_grpo_loss_asymmetric_clip_and_kl_by_hand():
+    logprobs, old, advantages, mask = _hand_case()
+    # clip_high 0.6 lets the 1.5 ratio through unclipped: row 0 token 0 -> -1.5
+    loose = grpo_loss(
+        logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.6, aggregation="token"
+    )
+    assert loose.loss.item() == pytest.approx((-1.5 - 0.5 + 1.0) / 3)
+    assert loose.clip_fraction.item() == 0.0
+    # k3 KL: ref higher by log 2 on two tokens (one masked) -> 2 - log 2 - 1 on one counted token
+    shift = torch.tensor([[math.log(2.0), 0.0], [0.0, math.log(2.0)]])
+    ref = logprobs.detach() + shift
+    k3 = 2 - math.log(2) - 1
+    with_kl = grpo_loss(
+        logprobs, old, advantages, mask, ref_logprobs=ref, beta=0.1, aggregation="sequence"
+    )
+    assert with_kl.kl.item() == pytest.approx(k3 / 3)
+    assert with_kl.loss.item() == pytest.approx(((-1.2 + 0.1 * k3 - 0.5) / 2 + 1.0) / 2)
+
+
+def test_on_policy_ratio_gives_the_plain_policy_gradient():
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss = grpo_loss(logprobs, logprobs.detach(), torch.tensor([2.0]), torch.ones(1, 2)).loss
+    loss.backward()
+    assert loss.item() == pytest.approx(-2.0)
+    assert torch.allclose(logprobs.grad, torch.tensor([[-1.0, -1.0]]))  # -A / tokens
+
+
+def test_aggregate_rejects_unknown_mode():
+    with pytest.raises(ValueError):
+        aggregate(torch.zeros(1, 1), torch.ones(1, 1), "mean")  # type: ignore[arg-type]
+
+
+def test_pass_at_k():
+    assert pass_at_k(8, 0, 1) == 0.0
+    assert pass_at_k(8, 8, 8) == 1.0
+    assert pass_at_k(8, 2, 1) == pytest.approx(0.25)
+    assert pass_at_k(8, 1, 8) == 1.0
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+
+
+def test_grpo_config_checks_explain_themselves():
+    with pytest.raises(ConfigError, match="group_size' must be >= 2"):
+        from_dict(GRPOConfig, {"group_size": 1})
+    with pytest.raises(ConfigError, match="does not divide"):
+        from_dict(GRPOConfig, {"prompts_per_step": 4, "group_size": 3, "minibatch_size": 5})
+    with pytest.raises(ConfigError, match="loss_aggregation"):
+        from_dict(GRPOConfig, {"loss_aggregation": "mean"})
+
+
+# ---- tasks and data ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["addition", "multiplication", "countdown", "sorting", "python"])
+def test_test_split_never_overlaps_training_and_ood_is_harder(name):
+    task = make_task(TaskConfig(name=name))
+    train_keys = {row["key"] for row in task.sample(np.random.default_rng(0), 3000)}
+    test = task.split("test", 50)
+    assert test and not train_keys & {row["key"] for row in test}
+    assert task.split("test", 50) == test  # fixed
+    ood = task.split("ood", 20)
+    assert len(ood[0]["prompt"]) > np.mean([len(r["prompt"]) for r in test]) - 1
+
+
+def test_generated_rows_score_one_with_their_own_verifier():
+    from payoff.rewards.base import RewardMix, RewardSpec
+
+    for name in ["addition", "multiplication", "countdown", "sorting", "python"]:
+        task = make_task(TaskConfig(name=name))
+        rows = task.sample(np.random.default_rng(1), 6)
+        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+        mix = RewardMix([RewardSpec(name=task.default_rewards[0])])
+        result = mix([r["prompt"] for r in rows], [r["answer"] for r in rows], **columns)
+        assert result.total == [1.0] * 6, name
+
+
+def test_task_options_are_checked():
+    with pytest.raises(ConfigError, match="unknown config key 'task.options.digts'.*digits"):
+        make_task(TaskConfig(name="addition", options={"digts": 3}))
+    with pytest.raises(ConfigError, match="unknown task 'additon'.*addition"):
+        from_dict(TaskConfig, {"name": "additon"})
+
+
+def test_jsonl_rows_pass_extra_columns_and_errors_name_file_and_line(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text(
+        '{"prompt": "2+2=", "answer": 4, "source": "hand"}\n\n{"prompt": "3+3=", "answer": "6"}\n'
+    )
+    rows = read_rows(good)
+    assert rows[0]["answer"] == "4" and rows[0]["source"] == "hand"
+    task = make_task(TaskConfig(name="jsonl", data=str(good), test_data=str(good)))
+    assert task.sample(np.random.default_rng(0), 3)[0]["prompt"] in ("2+2=", "3+3=")
+    for text, message in [
+        (
+            '{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": 2',
+            "bad.jsonl:2: not valid JSON",
+        ),
+        ('{"answer": "1"}', "bad.jsonl:1: missing a non-empty string 'prompt'"),
+        ('{"prompt": "x"}', "bad.jsonl:1: needs an 'answer'"),
+        ("[1, 2]", "bad.jsonl:1: each line must be a JSON object"),
+    ]:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        with pytest.raises(DataError, match=message):
+            read_rows(bad)
