@@ -7,6 +7,8 @@ import json
 import pytest
 import torch
 
+pytest.importorskip("transformers", reason="the llm extra is not installed")
+
 from payoff.algos.grpo import GRPO
 from payoff.algos.sft import SFT
 from payoff.models.lm import ModelConfig, load_lm, save_lm

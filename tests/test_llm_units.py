@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("transformers", reason="the llm extra is not installed")
+
 from payoff.algos.grpo import GRPOConfig, aggregate, grpo_loss
 from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k1, kl_k3
