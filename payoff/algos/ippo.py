@@ -72,7 +72,7 @@ class IPPO(PPO):
 
     def setup(self) -> None:
         super().setup()
-        self.n_agents = self.envs.n_agents
+        self.n_agents = int(self.envs.n_agents)  # type: ignore[attr-defined]
 
     def evaluate(self, episodes: int = 20, seed: int | None = None) -> EvalResult:
         """All agents play the deterministic shared policy; returns are per agent."""

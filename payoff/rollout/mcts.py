@@ -69,6 +69,9 @@ class MCTSConfig:
             raise ConfigError(f"mcts 'dirichlet_alpha' must be > 0, got {self.dirichlet_alpha}")
 
 
+EMPTY = np.zeros(0)
+
+
 class Node:
     """A position in the tree; statistics live on its outgoing edges, indexed by action."""
 
@@ -88,14 +91,19 @@ class Node:
     def __init__(self, state: GameState, terminal: float | None):
         self.state = state
         self.terminal = terminal  # game result for the player to move, None if running
-        self.priors: np.ndarray | None = None  # [A], set on expansion
-        self.legal: np.ndarray | None = None  # bool [A]
-        self.visits: np.ndarray | None = None  # [A] visit counts N(s, a)
-        self.value_sums: np.ndarray | None = None  # [A] total value W(s, a) for this mover
-        self.q: np.ndarray | None = None  # [A] W / N, 0 when unvisited, -inf when illegal
-        self.scaled_priors: np.ndarray | None = None  # [A] c_puct * P(s, a)
+        # Edge statistics, [A] each, filled in by `expand` (empty until then):
+        self.priors = EMPTY  # P(s, a), the evaluator's move probabilities
+        self.legal = EMPTY  # which actions are allowed
+        self.visits = EMPTY  # N(s, a)
+        self.value_sums = EMPTY  # W(s, a), total value for this node's mover
+        self.q = EMPTY  # W / N, 0 when unvisited, -inf when illegal
+        self.scaled_priors = EMPTY  # c_puct * P(s, a)
         self.total = 0  # N(s), the sum of the edges' visits
         self.children: dict[int, Node] = {}
+
+    @property
+    def expanded(self) -> bool:
+        return self.priors.size > 0
 
     def set_priors(self, priors: np.ndarray, c_puct: float) -> None:
         self.priors = priors
@@ -103,15 +111,11 @@ class Node:
 
     def add(self, action: int, visits: int, value: float) -> None:
         """Add visits and value to one edge and refresh its mean value."""
-        self.visits[action] += visits  # type: ignore[index]
-        self.value_sums[action] += value  # type: ignore[index]
+        self.visits[action] += visits
+        self.value_sums[action] += value
         self.total += visits
-        n = self.visits[action]  # type: ignore[index]
-        self.q[action] = self.value_sums[action] / n if n > 0 else 0.0  # type: ignore[index]
-
-    @property
-    def expanded(self) -> bool:
-        return self.priors is not None
+        n = self.visits[action]
+        self.q[action] = self.value_sums[action] / n if n > 0 else 0.0
 
 
 @dataclass
@@ -169,7 +173,7 @@ class MCTS:
             self._simulate_round(roots)
         self.stats.simulations += len(roots) * simulations
         self.stats.seconds += time.perf_counter() - started
-        return np.stack([root.visits for root in roots]).astype(np.float64)  # type: ignore[misc]
+        return np.stack([root.visits for root in roots]).astype(np.float64)
 
     # ---- one round: select leaves, evaluate them together, back up ---------------------
     def _simulate_round(self, roots: list[Node]) -> None:
@@ -232,7 +236,7 @@ class MCTS:
         config = self.config
         legal = np.flatnonzero(root.legal)
         noise = self.rng.dirichlet([config.dirichlet_alpha] * len(legal))
-        priors = root.priors.copy()  # type: ignore[union-attr]
+        priors = root.priors.copy()
         priors[legal] = (1 - config.dirichlet_fraction) * priors[legal] + (
             config.dirichlet_fraction * noise
         )

@@ -29,7 +29,7 @@ def _windows() -> np.ndarray:
 
 
 WINDOWS = _windows()  # [69, 4]
-WINDOWS_THROUGH = [WINDOWS[(cell == WINDOWS).any(axis=1)] for cell in range(ROWS * COLS)]
+WINDOWS_THROUGH = [np.array([w for w in WINDOWS if cell in w]) for cell in range(ROWS * COLS)]
 
 
 class ConnectFour:

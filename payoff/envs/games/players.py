@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class Player:
         raise NotImplementedError
 
 
-def _pick(rng: np.random.Generator, candidates: np.ndarray | list[int]) -> int:
+def _pick(rng: np.random.Generator, candidates: Any) -> int:
     return int(candidates[0] if len(candidates) == 1 else rng.choice(candidates))
 
 

@@ -18,7 +18,7 @@ LINES = np.array(
     [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 3, 6], [1, 4, 7], [2, 5, 8], [0, 4, 8], [2, 4, 6]]
 )
 # For each cell, the lines through it: a win can only appear on a line through the new stone.
-LINES_THROUGH = [LINES[(cell == LINES).any(axis=1)] for cell in range(9)]
+LINES_THROUGH = [np.array([line for line in LINES if cell in line]) for cell in range(9)]
 
 
 class TicTacToe:
