@@ -132,3 +132,13 @@ def test_replay_keeps_symmetries_and_outcomes() -> None:
     values = agent.replay.values[:n]
     assert set(np.unique(values)) <= {-1.0, 0.0, 1.0}
     np.testing.assert_allclose(agent.replay.policies[:n].sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "recipe", ["tictactoe-alphazero", "connect4-alphazero", "simple-spread-ippo"]
+)
+def test_recipes_resolve(recipe: str) -> None:
+    from payoff.train import resolve
+
+    cls, config, resolved = resolve(recipe)
+    assert resolved["algo"] == cls.name and resolved["description"]
