@@ -85,6 +85,16 @@ def _cmd_play(args: argparse.Namespace) -> int:
     from payoff import train
 
     _, algorithm = train.load(args.run)
+    if args.human:
+        play_human = getattr(algorithm, "play_human", None)
+        if play_human is None:
+            raise PayoffError(
+                f"{algorithm.name} runs cannot be played by a human; --human works with board-game runs (alphazero)"
+            )
+        play_human(human_first=not args.second)
+        return 0
+    if not args.gif:
+        raise PayoffError("pass --gif PATH to render episodes, or --human to play a board-game run")
     path = algorithm.record_gif(args.gif, episodes=args.episodes)
     print(f"wrote {path}")
     return 0
@@ -184,7 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Render episodes of a trained policy to a GIF.",
     )
     p.add_argument("run", help="run directory")
-    p.add_argument("--gif", required=True, help="output GIF path")
+    p.add_argument("--gif", help="output GIF path")
+    p.add_argument(
+        "--human", action="store_true", help="play against a board-game run in the terminal"
+    )
+    p.add_argument("--second", action="store_true", help="with --human: the agent moves first")
     p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
     p.set_defaults(func=_cmd_play)
 
