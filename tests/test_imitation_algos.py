@@ -156,3 +156,20 @@ def test_dagger_beats_behavior_cloning_on_held_out_tracks():
     dagger_rate = dagger.play(60, 123, "heldout").success_rate
     assert dagger_rate >= 0.85
     assert bc_rate <= dagger_rate - 0.3
+
+
+def test_a_trained_run_serves_as_the_expert(tmp_path):
+    run = Run.create(tmp_path, "bc", {"algo": "bc"})
+    teacher = BC(
+        **CARTPOLE, label_budget=300, epochs=10, eval_every=0, final_eval_episodes=2, run=run
+    )
+    teacher.learn()
+    student = DAgger(
+        **{**CARTPOLE, "expert": str(run.path)},
+        label_budget=120,
+        rounds=2,
+        epochs_per_round=2,
+        final_eval_episodes=2,
+    ).learn()
+    assert student.labels == 120
+    assert np.array_equal(student.data_act, teacher.act(student.data_obs))

@@ -14,7 +14,8 @@ Observation (float32, 10 values by default):
     [3:] centre-line curvature at the lookahead distances ahead, times `CURVATURE_SCALE`
 Action: steering in [-1, 1] (times max_steer radians; positive turns left), plus throttle in
     [-1, 1] when `throttle=True`.
-Reward: progress along the centre line, in percent of a lap (a whole lap is 100).
+Reward: progress along the centre line, in percent of a lap (a whole lap is 100), minus
+    `time_cost` per step (0 by default; with `throttle=True` a time cost makes fast laps pay).
 Termination: the kart leaves the track (failure) or completes one lap (info["is_success"]).
 Truncation: after `time_limit` times the steps a lap takes at the reference speed.
 
@@ -175,6 +176,7 @@ class KartBatch:
         yaw_noise: float = 0.005,
         dt: float = 0.1,
         time_limit: float = 2.0,
+        time_cost: float = 0.0,
     ):
         get_track(track, np.random.default_rng(0))  # fail early on a bad spec
         self.num, self.track_spec = num, track
@@ -185,6 +187,7 @@ class KartBatch:
             dt,
             time_limit,
         )
+        self.time_cost = time_cost
         self.points = np.zeros((num, TRACK_POINTS, 2))
         self.heading_table = np.zeros((num, TRACK_POINTS))
         self.curvature_table = np.zeros((num, TRACK_POINTS))
@@ -219,7 +222,7 @@ class KartBatch:
         the centre line, aligned with it; returns all observations."""
         indices = self._rows if which is None else self._rows[which]
         for i in indices:
-            self.set_track(i, get_track(self.track_spec, rng))
+            self.set_track(int(i), get_track(self.track_spec, rng))
             start = int(rng.integers(TRACK_POINTS))
             self.index[i] = start
             self.pos[i] = self.points[i, start]
@@ -282,7 +285,7 @@ class KartBatch:
         moved = (self.s - previous + half) % self.length - half  # wrapped, metres
         self.progress += moved
         self.steps += 1
-        reward = 100.0 * moved / self.length
+        reward = 100.0 * moved / self.length - self.time_cost
         off_track = np.abs(self.offset) > self.half_width
         lap = self.progress >= self.length
         terminated = off_track | lap

@@ -5,7 +5,7 @@
 
 Shipped experts: a scripted kart driver (curvature feed-forward plus a PD correction on the
 centre line), a scripted CartPole balancer, any trained payoff policy (`PolicyExpert`, from
-a run directory, a checkpoint or a saved policy file), any plain function (`FunctionExpert`),
+a saved policy file, or a run directory via payoff.algos.shared.imitation.expert_from_run), any plain function (`FunctionExpert`),
 and a human at the keyboard (`KeyboardExpert`, pygame, needs a display).
 """
 
@@ -45,6 +45,7 @@ class KartExpert:
     steering angle = atan(wheelbase * curvature a little ahead)   (feed-forward: the bend)
                      - heading_gain * heading error
                      - atan(offset_gain * offset / speed)          (Stanley's cross-track term)
+    With `throttle=True` (for envs made with throttle=True) it also holds the reference speed.
     With the default gains it holds the kart within a few centimetres of the centre line, so
     its demonstrations show almost no corrections: exactly the data that makes behaviour
     cloning brittle.
@@ -58,7 +59,9 @@ class KartExpert:
         half_width: float = 1.0,
         speed: float = 6.0,
         max_steer: float = 0.5,
+        throttle: bool = False,
     ):
+        self.throttle = throttle
         self.offset_gain, self.heading_gain, self.preview = offset_gain, heading_gain, preview
         self.half_width, self.speed, self.max_steer = half_width, speed, max_steer
 
@@ -76,7 +79,12 @@ class KartExpert:
             - self.heading_gain * heading_error
             - np.arctan(self.offset_gain * offset / speed)
         )
-        return np.clip(steer / self.max_steer, -1.0, 1.0)[:, None].astype(np.float32)
+        steering = np.clip(steer / self.max_steer, -1.0, 1.0)[:, None]
+        if not self.throttle:
+            return steering.astype(np.float32)
+        # With a throttle, hold the reference speed (observation 2 is speed / reference).
+        hold = np.clip(3.0 * (1.0 - obs[:, 2]), -1.0, 1.0)[:, None]
+        return np.concatenate([steering, hold], axis=1).astype(np.float32)
 
 
 class CartPoleExpert:
@@ -90,7 +98,7 @@ class CartPoleExpert:
 
 
 class PolicyExpert:
-    """A trained payoff policy as an expert: a run directory, a checkpoint or a policy file."""
+    """A trained payoff policy (any batched `predict`) as an expert."""
 
     def __init__(self, predict: Callable[[np.ndarray], Any], source: str = ""):
         self._predict = predict
@@ -98,20 +106,11 @@ class PolicyExpert:
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyExpert:
-        """From a run directory / checkpoint (any algorithm) or a file from `save_policy`."""
-        path = Path(path)
-        if path.is_dir():
-            from payoff import train  # a higher layer, imported only when asked for a run
+        """From a policy file written by `payoff.models.save_policy` (e.g. a run's policy.pt).
 
-            _, algorithm = train.load(path)
-            actor = getattr(algorithm, "actor", None)
-            if actor is not None and hasattr(actor, "predict"):  # batched network policies
-                return cls(lambda obs: actor.predict(obs, deterministic=True), str(path))
-
-            def predict(obs: np.ndarray) -> Any:
-                return np.stack([np.asarray(algorithm.predict(o)) for o in obs])
-
-            return cls(predict, str(path))
+        For a whole run directory (any algorithm), use
+        `payoff.algos.shared.imitation.expert_from_run`.
+        """
         from payoff.models.mlp import load_policy
 
         actor, _ = load_policy(path)
@@ -159,7 +158,7 @@ class KeyboardExpert:
         if isinstance(self.action_space, gym.spaces.Discrete):
             chosen = next((d for d in range(10) if keys[pygame.K_0 + d]), 0)
             return np.full(rows, min(chosen, int(self.action_space.n) - 1), dtype=np.int64)
-        action = np.zeros((rows, *self.action_space.shape), dtype=np.float32)
+        action = np.zeros((rows, *(self.action_space.shape or ())), dtype=np.float32)
         action[:, 0] = float(keys[pygame.K_LEFT]) - float(keys[pygame.K_RIGHT])
         return action
 
@@ -168,7 +167,7 @@ EXPERTS: dict[str, Callable[..., Expert]] = {"kart": KartExpert, "cartpole": Car
 
 
 def make_expert(spec: str, action_space: gym.Space | None = None, **kwargs: Any) -> Expert:
-    """An expert from a name ('kart', 'cartpole', 'keyboard') or a path to a run / policy file."""
+    """An expert from a name ('kart', 'cartpole', 'keyboard') or a path to a policy file."""
     if spec in EXPERTS:
         return EXPERTS[spec](**kwargs)
     if spec == "keyboard":
@@ -177,7 +176,7 @@ def make_expert(spec: str, action_space: gym.Space | None = None, **kwargs: Any)
         return KeyboardExpert(action_space, **kwargs)
     if Path(spec).exists():
         return PolicyExpert.load(spec)
-    valid = [*EXPERTS, "keyboard", "<run dir or policy file>"]
+    valid = [*EXPERTS, "keyboard", "<policy file>", "<run directory> (in recipes)"]
     raise ConfigError(
         f"unknown expert {spec!r}.{suggest(spec, list(EXPERTS) + ['keyboard'])} Valid: {', '.join(valid)}"
     )

@@ -19,7 +19,7 @@ def _hold_last(errors: np.ndarray) -> np.ndarray:
 
 
 def plot_cross_track_error(
-    traces: dict[str, tuple[np.ndarray, np.ndarray]],
+    traces: dict[str, tuple[np.ndarray | None, np.ndarray]],
     path: str | Path,
     title: str = "",
     half_width: float = 1.0,

@@ -26,7 +26,7 @@ from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig, make_env
 from payoff.models.mlp import Actor, make_actor, save_policy
 from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.experts import Expert, check_expert, make_expert
+from payoff.rollout.experts import Expert, PolicyExpert, check_expert, make_expert
 from payoff.rollout.imitation import EpisodeTraces, play_episodes
 
 KART_ID = "payoff/KartTrack-v0"
@@ -115,10 +115,30 @@ def fit_normalizer(actor: Actor, observations: np.ndarray) -> None:
     normalizer = actor.normalizer
     if not normalizer.enabled:
         return
-    normalizer.mean.zero_()
-    normalizer.var.fill_(1.0)
-    normalizer.count.fill_(1e-4)
+    for name, start in (("mean", 0.0), ("var", 1.0), ("count", 1e-4)):
+        getattr(normalizer, name).fill_(start)
     normalizer.update(torch.as_tensor(observations, dtype=torch.float32))
+
+
+def expert_from_run(path: str | Path) -> Expert:
+    """The trained policy of a payoff run directory (any algorithm) as an expert."""
+    from payoff.algos import get_algorithm
+    from payoff.core.errors import RunError
+    from payoff.track.run import Run
+
+    run = Run.open(path)
+    algo = run.config.get("algo")
+    if not algo:
+        raise RunError(f"{str(path)!r} has no 'algo' in its config.yaml; cannot load its policy")
+    cls = get_algorithm(str(algo))
+    payload, _ = run.load_checkpoint(cls.name)
+    algorithm = cls._from_payload(payload)
+    actor = getattr(algorithm, "actor", None)
+    if isinstance(actor, Actor):  # network policies answer a whole batch at once
+        return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), str(path))
+    return PolicyExpert(
+        lambda obs: np.stack([np.asarray(algorithm.predict(o)) for o in obs]), str(path)
+    )
 
 
 class ImitationAlgorithm(Algorithm):
@@ -161,23 +181,11 @@ class ImitationAlgorithm(Algorithm):
     def _make_expert(self) -> Expert:
         spec = self.config.expert
         if Path(spec).is_dir():
-            from payoff import train  # a run directory: rebuild its algorithm
-            from payoff.rollout.experts import PolicyExpert
-
-            _, algorithm = train.load(spec)
-            actor = getattr(algorithm, "actor", None)
-            if actor is not None:
-                return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), spec)
-            return PolicyExpert(
-                lambda obs: np.stack([np.asarray(algorithm.predict(o)) for o in obs]), spec
-            )
+            return expert_from_run(spec)
         kwargs: dict[str, Any] = {}
         if spec == "kart":  # the scripted driver must know the track's width and speed
-            kwargs = {
-                k: self.config.env.kwargs[k]
-                for k in ("half_width", "speed", "max_steer")
-                if k in self.config.env.kwargs
-            }
+            options = ("half_width", "speed", "max_steer", "throttle")
+            kwargs = {k: v for k, v in self.config.env.kwargs.items() if k in options}
         return make_expert(spec, self.action_space, **kwargs)
 
     def spaces(self) -> dict[str, str]:
