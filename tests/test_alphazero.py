@@ -142,3 +142,21 @@ def test_recipes_resolve(recipe: str) -> None:
 
     cls, config, resolved = resolve(recipe)
     assert resolved["algo"] == cls.name and resolved["description"]
+
+
+def test_cli_play_human(tmp_path, monkeypatch, capsys) -> None:
+    """`payoff play RUN --human` on a (barely) trained run; illegal moves are re-asked."""
+    from payoff.cli import main
+
+    overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("mcts", "baselines", "game")]
+    overrides += ["iterations=1", "mcts.simulations=8", "baselines=[random]"]
+    assert (
+        main(["train", "tictactoe-alphazero", *overrides, "--out", str(tmp_path), "--no-media"])
+        == 0
+    )
+    run = next(tmp_path.iterdir())
+    typed = iter(["4", "4", "q"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    assert main(["play", str(run), "--human", "--second"]) == 0
+    out = capsys.readouterr().out
+    assert "You play O (second)" in out and "legal moves" in out and "You resign." in out

@@ -630,7 +630,7 @@ def _eval_result(match: MatchResult) -> EvalResult:
 def play_human(
     agent: AlphaZero,
     human_first: bool = True,
-    read: Callable[[str], str] = input,
+    read: Callable[[str], str] | None = None,
     write: Callable[[str], Any] = print,
 ) -> float:
     """Play one game against `agent` in the terminal; returns +1 / 0 / -1 for the human.
@@ -638,6 +638,7 @@ def play_human(
     Illegal or unreadable moves are answered with the legal moves and asked again;
     'q' (or end of input) resigns.
     """
+    read = read or input  # looked up at call time, so a replaced builtins.input is used
     game = agent.game
     bot = agent.player(seed=int(time.time()) % 100_000)
     human_side = 0 if human_first else 1
