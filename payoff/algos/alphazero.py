@@ -576,7 +576,7 @@ class AlphaZero(Algorithm):
 
     # ---- pictures ---------------------------------------------------------------------
     def figures(self, media: Path) -> list[Path]:
-        from payoff.track.elo import plot_elo
+        from payoff.track.elo import plot_elo, plot_league
 
         if not self.elo_curve:
             return []
@@ -587,7 +587,9 @@ class AlphaZero(Algorithm):
             self.elo_curve, rows, self.config.baselines, str(path), f"AlphaZero on {self.game.name}"
         )
         (media / "league.md").write_text(league_markdown(rows) + "\n")
-        return [path]
+        league = media / "league.png"
+        plot_league(rows, str(league), f"Elo league, {self.game.name} (random = 0)")
+        return [path, league]
 
     def record_gif(
         self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 2

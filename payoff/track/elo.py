@@ -184,3 +184,28 @@ def plot_elo(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_league(rows: list[LeagueRow], path: str, title: str = "Elo league") -> str:
+    """The league table as a picture, so run reports (which show PNGs) include it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    header = ["player", "Elo", "games", "won", "drawn", "lost", "score"]
+    cells = [
+        [r.player, f"{r.rating:.0f}", r.games, r.wins, r.draws, r.losses, f"{r.score:.2f}"]
+        for r in rows
+    ]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * (len(rows) + 2)))
+    ax.axis("off")
+    table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table.scale(1, 1.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
