@@ -241,7 +241,9 @@ class AlphaZero(Algorithm):
         return self.games_played
 
     # ---- acting -----------------------------------------------------------------------
-    def player(self, simulations: int | None = None, random_moves: int = 0, seed: int = 0):
+    def player(
+        self, simulations: int | None = None, random_moves: int = 0, seed: int = 0
+    ) -> MCTSPlayer:
         """The best network with search, as an arena player."""
         return MCTSPlayer(
             self.game,
