@@ -173,3 +173,28 @@ def test_a_trained_run_serves_as_the_expert(tmp_path):
     ).learn()
     assert student.labels == 120
     assert np.array_equal(student.data_act, teacher.act(student.data_obs))
+
+
+def test_cloned_actor_and_prefitted_critic_initialize_ppo(tmp_path):
+    from payoff.algos.ppo import PPO
+
+    export = tmp_path / "bc.pt"
+    bc = BC(
+        **CARTPOLE,
+        label_budget=1000,
+        epochs=60,
+        eval_every=0,
+        final_eval_episodes=2,
+        normalize_obs=False,
+        export_policy=str(export),
+        value_prefit_steps=1500,
+        value_gamma=0.9,
+    ).learn()
+    actor, critic = load_policy(export)
+    assert critic is not None
+    # Returns of 1 per step discounted by 0.9 approach 1 / (1 - 0.9) = 10 far from the end.
+    obs = torch.as_tensor(bc.data_obs[:200])
+    assert 7.0 < float(critic(obs).mean().detach()) < 11.0
+    ppo = PPO(env="CartPole-v1", hidden=[32, 32], normalize_obs=False, init_from=str(export))
+    assert np.array_equal(ppo.predict(bc.data_obs[:100]), bc.act(bc.data_obs[:100]))
+    assert torch.equal(ppo.critic(obs), critic(obs))

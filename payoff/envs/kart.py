@@ -300,7 +300,7 @@ class KartBatch:
         self, i: int = 0, size: int = 320, trail: list[np.ndarray] | None = None
     ) -> np.ndarray:
         """An rgb_array [size, size, 3] of kart i on its track (with an optional trail)."""
-        from PIL import Image, ImageDraw
+        from PIL import Image, ImageDraw, ImageFont
 
         points = self.points[i]
         lo, hi = points.min(0) - 3.0, points.max(0) + 3.0
@@ -332,10 +332,16 @@ class KartBatch:
         draw.polygon(px(pos + body @ rotation.T), fill=(230, 40, 40), outline=(0, 0, 0))
         off = abs(self.offset[i]) > self.half_width
         status = "OFF TRACK" if off else f"lap {min(self.progress[i] / self.length[i], 1.0):.0%}"
+        try:
+            font = ImageFont.load_default(size=max(10, size // 22))
+        except TypeError:  # Pillow < 10.1 has one fixed-size default font
+            font = ImageFont.load_default()
+        name = self.track_names[i].split(":")[0]  # the family, not the long procedural seed
         draw.text(
             (8, 6),
-            f"{self.track_names[i]}  step {self.steps[i]}  {status}",
+            f"{name}  step {self.steps[i]}  {status}",
             fill=(255, 60, 60) if off else (255, 255, 255),
+            font=font,
         )
         return np.asarray(image, dtype=np.uint8)
 

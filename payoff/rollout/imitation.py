@@ -165,3 +165,39 @@ def play_episodes(
         has_success=has_success,
         cross_track_error=np.stack(errors, axis=1) if errors else None,
     )
+
+
+def discounted_returns(
+    env: EnvConfig, act: Act, steps: int, gamma: float, seed: int, num_envs: int = 8
+) -> tuple[np.ndarray, np.ndarray]:
+    """Visited observations and their discounted returns-to-go under `act`, from episodes that
+    finished within about `steps` env steps (unfinished tails are dropped: their returns are
+    unknown). For fitting a critic to a cloned policy before RL."""
+    envs = make_envs(env, num_envs)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        pending: list[list[tuple[np.ndarray, float]]] = [[] for _ in range(num_envs)]
+        observations: list[np.ndarray] = []
+        returns: list[float] = []
+        resetting = np.zeros(num_envs, dtype=bool)
+        taken = 0
+        while taken < steps:
+            next_obs, reward, terminated, truncated, _ = envs.step(np.asarray(act(obs)))
+            done = np.asarray(terminated) | np.asarray(truncated)
+            for i in np.flatnonzero(~resetting):
+                pending[i].append((obs[i], float(reward[i])))
+                taken += 1
+                if done[i]:
+                    running = 0.0
+                    for state, r in reversed(pending[i]):
+                        running = r + gamma * running
+                        observations.append(state)
+                        returns.append(running)
+                    pending[i] = []
+            resetting = done
+            obs = next_obs
+    finally:
+        envs.close()
+    if not returns:
+        return np.zeros((0, *obs.shape[1:]), dtype=np.float32), np.zeros(0)
+    return np.stack(observations).astype(np.float32), np.asarray(returns)

@@ -67,7 +67,7 @@ def plot_completion(
 ) -> Path:
     """Grouped bars: method -> {track family -> completion rate}."""
     methods = list(rates)
-    families = sorted({f for r in rates.values() for f in r})
+    families = list(dict.fromkeys(f for r in rates.values() for f in r))  # first-seen order
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(methods), 3.8))
     width = 0.8 / max(len(families), 1)
     for j, family in enumerate(families):
@@ -85,6 +85,6 @@ def plot_completion(
     ax.set_xticks(range(len(methods)), methods)
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("laps completed without leaving the track")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title)
     return save_figure(fig, path)

@@ -24,10 +24,10 @@ from payoff.algos.base import Algorithm
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig, make_env
-from payoff.models.mlp import Actor, make_actor, save_policy
+from payoff.models.mlp import Actor, Critic, make_actor, save_policy
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.experts import Expert, PolicyExpert, check_expert, make_expert
-from payoff.rollout.imitation import EpisodeTraces, play_episodes
+from payoff.rollout.imitation import EpisodeTraces, discounted_returns, play_episodes
 
 KART_ID = "payoff/KartTrack-v0"
 
@@ -62,6 +62,11 @@ class ImitationConfig:
     threads: torch CPU threads (small MLPs are fastest on 1).
     export_policy: also write the trained actor to this file at the end (the run always
         has it as policy.pt), e.g. for a later `algo: ppo` with `init_from: <that file>`.
+    value_prefit_steps: when > 0, also fit a critic (PPO's Critic, same hidden/activation)
+        to the discounted returns of this many env steps of the cloned policy (sampling,
+        as PPO will) and save it next to the actor, so PPO starts with sensible
+        advantages instead of a random critic's. 0 saves the actor alone.
+    value_gamma: the discount of those returns; use the PPO run's gamma.
     """
 
     env: EnvConfig = field(default_factory=_kart)
@@ -80,6 +85,8 @@ class ImitationConfig:
     eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
     threads: int = 1
     export_policy: str | None = None
+    value_prefit_steps: int = 0
+    value_gamma: float = 0.99
 
     def validate(self) -> None:
         for name in (
@@ -290,11 +297,12 @@ class ImitationAlgorithm(Algorithm):
             labels=self.labels,
             **{f"final/{k.split('/', 1)[1]}": v for k, v in metrics.items()},
         )
+        critic = self.prefit_critic() if config.value_prefit_steps > 0 else None
         if config.export_policy:
             Path(config.export_policy).parent.mkdir(parents=True, exist_ok=True)
-            save_policy(config.export_policy, self.actor)
+            save_policy(config.export_policy, self.actor, critic)
         if self.run is not None:
-            policy = save_policy(self.run.path / "policy.pt", self.actor)
+            policy = save_policy(self.run.path / "policy.pt", self.actor, critic)
             self.run.write_summary(
                 final_eval=final.to_dict(),
                 final_metrics=metrics,
@@ -304,6 +312,41 @@ class ImitationAlgorithm(Algorithm):
                 policy_file=str(policy),
                 **extra,
             )
+
+    def prefit_critic(self, epochs: int = 30) -> Critic:
+        """A critic fitted (MSE) to Monte-Carlo returns of the cloned policy, for PPO."""
+        config = self.config
+        observations, returns = discounted_returns(
+            config.env,
+            lambda obs: self.actor.predict(np.asarray(obs, dtype=np.float32), deterministic=False),
+            config.value_prefit_steps,
+            config.value_gamma,
+            config.seed + 5_000_000,
+        )
+        critic = Critic(
+            self.observation_space,
+            config.hidden,
+            config.activation,
+            normalizer=self.actor.normalizer,
+        )
+        if len(returns) == 0:
+            return critic
+        optimizer = torch.optim.Adam(critic.value.parameters(), lr=1e-3)
+        obs, targets = torch.as_tensor(observations), torch.as_tensor(returns, dtype=torch.float32)
+        loss = torch.zeros(())
+        for _ in range(epochs):
+            order = torch.randperm(len(obs))
+            for start in range(0, len(obs), config.batch_size):
+                idx = order[start : start + config.batch_size]
+                loss = ((critic(obs[idx]) - targets[idx]) ** 2).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+        self.log(
+            self.progress_step(),
+            **{"value_prefit/loss": float(loss.detach()), "value_prefit/samples": len(returns)},
+        )
+        return critic
 
     # ---- state ------------------------------------------------------------------------
     def base_state(self) -> dict[str, Any]:
@@ -438,6 +481,6 @@ class ImitationAlgorithm(Algorithm):
             frames = record_frames(envs[label], learner.predict, 1, chosen, max_frames=400)
             safe = "".join(c if c.isalnum() else "-" for c in label)
             paths.append(
-                write_gif(frames[::2], media / f"{safe}-heldout.gif", fps=10, max_side=240)
+                write_gif(frames[::2] + [frames[-1]] * 6, media / f"{safe}-heldout.gif", fps=10)
             )
         return paths
