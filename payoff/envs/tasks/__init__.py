@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from payoff.core.errors import ConfigError, suggest
-from payoff.envs.tasks import arithmetic, puzzles, python_functions  # noqa: F401  (registers)
+from payoff.envs.tasks import arithmetic, preferences, puzzles, python_functions  # noqa: F401  (registers)
 from payoff.envs.tasks.base import SPLITS, TASKS, Row, Task, held_out
 from payoff.envs.tasks.jsonl import JsonlTask, read_rows
 
@@ -20,7 +20,7 @@ from payoff.envs.tasks.jsonl import JsonlTask, read_rows
 class TaskConfig:
     """Which problems to train and evaluate on.
 
-    name: addition | multiplication | countdown | sorting | python | jsonl.
+    name: addition | multiplication | countdown | sorting | python | styled_addition | jsonl.
     options: the generator's difficulty knobs (e.g. {digits: 2, ood_digits: 3}); unknown
         keys are errors listing the valid ones.
     data / test_data / ood_data: JSONL files for name 'jsonl' (rows with 'prompt' and

@@ -1,0 +1,317 @@
+"""DPO: Direct Preference Optimization (Rafailov et al. 2023, https://arxiv.org/abs/2305.18290).
+
+No reward model and no sampling: the policy itself is the reward model,
+
+    r(x, y) = beta * (log pi(y | x) - log ref(y | x)),
+
+and Bradley-Terry on that implicit reward is the loss (see shared/preference.py, which also
+has IPO). The reference never changes, so its log-probabilities of every chosen and rejected
+completion are computed once in `setup` and cached; the reference model is then dropped and
+each step costs one policy forward/backward over the pairs.
+
+Logged on held-out pairs: eval/accuracy (implicit reward prefers the chosen side),
+eval/margin (mean implicit-reward margin, 0 at the start by construction),
+eval/logp_margin (log pi(chosen) - log pi(rejected), the policy's own preference), and
+eval/gold: the gold score of the policy's greedy answers when the task has a gold scorer.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from payoff.algos.reward_model import resolve_model, small_base, styled_task
+from payoff.algos.sft import BaseModelConfig
+from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
+from payoff.algos.shared.logprobs import completion_logprobs
+from payoff.algos.shared.preference import dpo_loss
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.tasks import Row, TaskConfig, make_task
+from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.rewards.base import RewardMix
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+def gold_prefs() -> PreferenceDataConfig:
+    return PreferenceDataConfig(bias=0.0)
+
+
+@dataclass
+class DPOConfig:
+    """DPO (or IPO) on preference pairs.
+
+    model: the policy to tune; the reference is a frozen copy of it. model.path = a local
+        Hugging Face folder (your SFT model); empty = payoff's tiny Llama SFT-trained on
+        `task` first (`base` says how; cached).
+    task / preferences: prompts, gold scorer and pairs (JSONL or synthetic, see
+        PreferenceDataConfig; DPO's default rater is unbiased, bias 0).
+    beta: strength of the implicit KL leash. Small beta (0.01-0.1) lets the policy move far
+        from the reference; with loss 'ipo' beta sets the target margin 1 / (2 beta), so IPO
+        wants larger betas (0.1-1).
+    loss: 'sigmoid' (DPO) or 'ipo'. DPO keeps pushing the margin up on separable data (it
+        can drive both likelihoods down); IPO stops at its target margin.
+    steps / batch_size: optimizer steps and pairs per step.
+    learning_rate / max_grad_norm / weight_decay: AdamW; DPO wants a small lr (1e-6..1e-5 for
+        real models; the tiny model tolerates 1e-4).
+    max_new_tokens: completion length for the gold evaluation.
+    eval_every / log_every / checkpoint_every: in steps.
+    threads: torch CPU threads.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseModelConfig = field(default_factory=small_base)
+    task: TaskConfig = field(default_factory=styled_task)
+    preferences: PreferenceDataConfig = field(default_factory=gold_prefs)
+    seed: int = 0
+    beta: float = 0.1
+    loss: Literal["sigmoid", "ipo"] = "sigmoid"
+    steps: int = 100
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    max_new_tokens: int = 24
+    log_every: int = 5
+    eval_every: int = 25
+    checkpoint_every: int = 50
+    threads: int = 1
+
+    def validate(self) -> None:
+        if self.beta <= 0:
+            raise ConfigError(f"config key 'beta' must be > 0, got {self.beta}")
+        for name in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+
+
+def encode_completions(
+    tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(prompt_ids, prompt_mask) left-padded and (completion_ids, completion_mask) right-padded, EOS appended."""
+    pad = tokenizer.pad_token_id
+    prompt_rows = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    completion_rows = [
+        [*row, tokenizer.eos_token_id]
+        for row in tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+    ]
+    p_width = max(len(r) for r in prompt_rows)
+    c_width = max(len(r) for r in completion_rows)
+    return (
+        torch.tensor([[pad] * (p_width - len(r)) + r for r in prompt_rows]),
+        torch.tensor([[0] * (p_width - len(r)) + [1] * len(r) for r in prompt_rows]),
+        torch.tensor([r + [pad] * (c_width - len(r)) for r in completion_rows]),
+        torch.tensor([[1] * len(r) + [0] * (c_width - len(r)) for r in completion_rows]),
+    )
+
+
+def sequence_logprobs(model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+    """log pi(completion + EOS | prompt) summed over tokens: [B] (with gradients)."""
+    prompt_ids, prompt_mask, completion_ids, completion_mask = encode_completions(tokenizer, prompts, completions)
+    out = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    return (out.logprobs * completion_mask).sum(-1)
+
+
+@torch.no_grad()
+def pair_logprobs(model: Any, tokenizer: Any, rows: Sequence[Row], batch_size: int = 256) -> torch.Tensor:
+    """[N, 2] log-probabilities of (chosen, rejected) for every row, without gradients."""
+    parts = []
+    for i in range(0, len(rows), batch_size):
+        chunk = rows[i : i + batch_size]
+        prompts = [r["prompt"] for r in chunk]
+        both = sequence_logprobs(model, tokenizer, prompts + prompts, [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk])
+        parts.append(torch.stack(both.chunk(2), 1))
+    return torch.cat(parts)
+
+
+@dataclass
+class DPOEval:
+    """Held-out pair metrics of a DPO policy (and its greedy gold score when the task has one)."""
+
+    pairs: int
+    accuracy: float
+    margin: float
+    logp_margin: float
+    gold: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        gold = f"; greedy gold score {self.gold:.3f}" if self.gold is not None else ""
+        return (
+            f"held-out pairs: implicit-reward accuracy {self.accuracy:.3f}, margin {self.margin:.3f}, "
+            f"log p(chosen) - log p(rejected) {self.logp_margin:.2f} on {self.pairs} pairs{gold}"
+        )
+
+
+class DPO(LMAlgorithm):
+    """DPO / IPO on preference pairs with cached reference log-probabilities."""
+
+    name = "dpo"
+    config_class = DPOConfig
+    config: DPOConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.task = make_task(config.task)
+        model_config = resolve_model(config.model, config.base, config.task, config.max_new_tokens)
+        self.base_model_path = model_config.path
+        self.rng = seed_everything(config.seed)
+        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
+        # The reference is frozen, so its log-probs are a property of the data: compute once.
+        reference = copy.deepcopy(self.model).eval()
+        self.ref_train = pair_logprobs(reference, self.tokenizer, self.train_rows)  # [N, 2]
+        self.ref_test = pair_logprobs(reference, self.tokenizer, self.test_rows)
+        del reference
+        self.verifier = RewardMix([correctness_spec(self.task)])
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.step = 0
+
+    def max_new_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
+
+    # ---- learning ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> DPO:
+        """Train until `total` steps (default: config.steps)."""
+        config = self.config
+        total = config.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc=f"dpo ({config.loss})")
+        if self.step == 0 and total > 0:
+            self._log_eval()  # the starting point: margin 0, the policy's own preferences
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                self.model.train()
+                index = self.rng.integers(len(self.train_rows), size=config.batch_size)
+                rows = [self.train_rows[int(i)] for i in index]
+                prompts = [r["prompt"] for r in rows]
+                logps = sequence_logprobs(
+                    self.model, self.tokenizer, prompts + prompts,
+                    [r["chosen"] for r in rows] + [r["rejected"] for r in rows],
+                )
+                chosen, rejected = logps.chunk(2)
+                ref = self.ref_train[torch.as_tensor(index)]
+                result = dpo_loss(chosen, rejected, ref[:, 0], ref[:, 1], config.beta, config.loss)
+                self.optimizer.zero_grad(set_to_none=True)
+                result.loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                self.optimizer.step()
+                self.step += 1
+                progress.update(1, loss=result.loss.item())
+                if self.step % config.log_every == 0:
+                    self.log(
+                        self.step,
+                        **{
+                            "train/loss": result.loss.item(),
+                            "train/accuracy": float(result.accuracy),
+                            "train/margin": float(result.margin),
+                            "train/chosen_reward": float(result.chosen_rewards.mean()),
+                            "train/rejected_reward": float(result.rejected_rewards.mean()),
+                            "train/grad_norm": float(grad_norm),
+                            "perf/pairs_per_s": config.batch_size / max(time.time() - started, 1e-9),
+                        },
+                    )
+                if self.step % config.eval_every == 0 or self.step == total:
+                    self._log_eval()
+                if self.step % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def evaluate_pairs(self, with_gold: bool = True) -> DPOEval:  # noqa: D401
+        """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score."""
+        self.model.eval()
+        logps = pair_logprobs(self.model, self.tokenizer, self.test_rows)
+        h = (logps[:, 0] - self.ref_test[:, 0]) - (logps[:, 1] - self.ref_test[:, 1])
+        gold = self.greedy_gold() if with_gold else None
+        return DPOEval(
+            pairs=len(self.test_rows),
+            accuracy=float((h > 0).float().mean()),
+            margin=float(self.config.beta * h.mean()),
+            logp_margin=float((logps[:, 0] - logps[:, 1]).mean()),
+            gold=gold,
+        )
+
+    def greedy_gold(self) -> float | None:
+        """Mean gold score of greedy answers on the task's test prompts (None without a gold scorer)."""
+        if "gold" not in self.task.default_rewards[0]:
+            return None
+        rows = self.task.split("test", self.config.task.eval_size)
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
+        completions = LocalSampler(self.model, self.tokenizer).generate([r["prompt"] for r in rows], sampling).completions
+        scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
+        return float(np.mean(scores))
+
+    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> DPOEval:  # type: ignore[override]
+        return self.evaluate_pairs()
+
+    def _log_eval(self) -> DPOEval:
+        result = self.evaluate_pairs()
+        metrics = {
+            "eval/accuracy": result.accuracy,
+            "eval/margin": result.margin,
+            "eval/logp_margin": result.logp_margin,
+        }
+        if result.gold is not None:
+            metrics["eval/gold"] = result.gold
+        self.log(self.step, **metrics)
+        return result
+
+    def _finish(self) -> None:
+        result = self.evaluate_pairs()
+        self.export_model()
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                final_line=result.line(),
+                steps=self.step,
+                model_dir=str(self.run.path / "model"),
+                base_model=self.base_model_path,
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        # The cached reference log-probs are rebuilt from the unchanged reference on load.
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "rng": rng_state(self.rng),
+            "ref_train": self.ref_train.clone(),
+            "ref_test": self.ref_test.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        set_rng_state(state["rng"], self.rng)
+        self.ref_train, self.ref_test = state["ref_train"], state["ref_test"]
+
+
+ALGORITHM = DPO

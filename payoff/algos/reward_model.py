@@ -1,0 +1,307 @@
+"""Reward model: an LM backbone with a scalar head, fit to preference pairs by Bradley-Terry.
+
+    r_w, r_l = RM(prompt + chosen), RM(prompt + rejected)
+    loss     = -log sigmoid(r_w - r_l)                       (InstructGPT, eq. 1)
+
+An ensemble of K members (different head seeds, each on its own bootstrap resample of the
+pairs) trains side by side; their spread on a pair is the uncertainty a conservative reward
+(mean - k * std) or the disagreement monitor reads. Held-out accuracy is measured twice: against
+the rater's labels (what the model was taught) and against the gold scorer (what we wanted);
+the gap between the two is the rater's bias, learned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.algos.base import Algorithm
+from payoff.algos.sft import BaseModelConfig, build_base_model
+from payoff.algos.shared.preference import bradley_terry_loss
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.tasks import Row, TaskConfig, make_task
+from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
+from payoff.models.lm import ModelConfig
+from payoff.models.tiny_lm import TinyLMConfig
+from payoff.rewards.learned import RewardModelScorer, ScalarHeadModel, build_scalar_model
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+def styled_task() -> TaskConfig:
+    return TaskConfig(name="styled_addition", eval_size=64)
+
+
+def small_base() -> BaseModelConfig:
+    """A ~100k-parameter tiny Llama SFT-trained briefly: enough for 1-digit sums, fast on a busy CPU."""
+    return BaseModelConfig(
+        steps=200,
+        batch_size=64,
+        tiny=TinyLMConfig(hidden_size=64, layers=2, heads=2, intermediate_size=128, max_length=64),
+    )
+
+
+def resolve_model(model: ModelConfig, base: BaseModelConfig, task: TaskConfig, max_new_tokens: int) -> ModelConfig:
+    """`model`, or (with no model.path) payoff's tiny Llama SFT-trained on `task` first (cached)."""
+    if model.path:
+        return model
+    return dataclasses.replace(model, path=str(build_base_model(task, base, max_new_tokens)))
+
+
+@dataclass
+class RewardModelConfig:
+    """Bradley-Terry reward model(s) on preference pairs.
+
+    model: the backbone. model.path = a local Hugging Face folder (usually the SFT policy);
+        empty = payoff's tiny Llama SFT-trained on `task` first (`base` says how; cached).
+        Starting from the policy's own weights matters: the RM must read what the policy writes.
+    base: pretraining settings for that tiny base model (ignored when model.path is set).
+    task: prompts and the gold scorer (styled_addition) when pairs are synthetic.
+    preferences: where pairs come from (JSONL, or synthetic with a biased rater).
+    ensemble: K members; > 1 reports their disagreement. Each trains on its own bootstrap
+        resample (sampling pairs with replacement) with its own head seed.
+    steps / batch_size: optimizer steps (per member) and pairs per step.
+    learning_rate / weight_decay / max_grad_norm: AdamW. The whole backbone trains; on a
+        pretrained model keep the lr small (1e-5) or the RM forgets how to read.
+    eval_every / log_every / checkpoint_every: in steps.
+    threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseModelConfig = field(default_factory=small_base)
+    task: TaskConfig = field(default_factory=styled_task)
+    preferences: PreferenceDataConfig = field(default_factory=PreferenceDataConfig)
+    seed: int = 0
+    ensemble: int = 1
+    bootstrap: bool = True
+    steps: int = 200
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    log_every: int = 10
+    eval_every: int = 50
+    checkpoint_every: int = 100
+    threads: int = 1
+
+    def validate(self) -> None:
+        for name in ("ensemble", "steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+
+
+@dataclass
+class PairEval:
+    """Held-out pairwise evaluation of a reward model (ensemble mean) and its members."""
+
+    pairs: int
+    accuracy: float  # agrees with the rater's label
+    gold_accuracy: float  # agrees with the gold scorer, on pairs whose gold scores differ
+    margin: float  # mean r_chosen - r_rejected
+    disagreement: float  # mean over pairs of the members' std of the margin (0 with one member)
+    member_accuracy: list[float]
+    length_correlation: float  # corr(score, completion length): the spurious feature, learned
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        text = (
+            f"held-out pairwise accuracy {self.accuracy:.3f} (vs rater), {self.gold_accuracy:.3f} (vs gold) "
+            f"on {self.pairs} pairs; margin {self.margin:.2f}; score-length correlation {self.length_correlation:+.2f}"
+        )
+        if len(self.member_accuracy) > 1:
+            text += f"; {len(self.member_accuracy)} members, disagreement {self.disagreement:.3f}"
+        return text
+
+
+def evaluate_pairs(scorer: RewardModelScorer, rows: list[Row]) -> PairEval:
+    """Accuracy, gold accuracy, margin and member disagreement of `scorer` on preference rows."""
+    prompts = [r["prompt"] for r in rows]
+    chosen = scorer.members(prompts, [r["chosen"] for r in rows])  # [K, B]
+    rejected = scorer.members(prompts, [r["rejected"] for r in rows])
+    margins = chosen - rejected  # [K, B]
+    mean = margins.mean(0)
+    gold = [
+        (r["gold_chosen"] - r["gold_rejected"], m)
+        for r, m in zip(rows, mean.tolist(), strict=True)
+        if "gold_chosen" in r and r["gold_chosen"] != r["gold_rejected"]
+    ]
+    gold_accuracy = float(np.mean([(g > 0) == (m > 0) for g, m in gold])) if gold else float("nan")
+    scores = torch.cat([chosen.mean(0), rejected.mean(0)]).numpy()
+    lengths = np.array([len(r["chosen"]) for r in rows] + [len(r["rejected"]) for r in rows], float)
+    correlation = float(np.corrcoef(scores, lengths)[0, 1]) if lengths.std() > 0 and scores.std() > 0 else 0.0
+    return PairEval(
+        pairs=len(rows),
+        accuracy=float((mean > 0).float().mean()),
+        gold_accuracy=gold_accuracy,
+        margin=float(mean.mean()),
+        disagreement=float(margins.std(0, unbiased=False).mean()) if len(margins) > 1 else 0.0,
+        member_accuracy=(margins > 0).float().mean(1).tolist(),
+        length_correlation=correlation,
+    )
+
+
+class RewardModel(Algorithm):
+    """Train K Bradley-Terry reward models on preference pairs; export them as RUN/reward_model/."""
+
+    name = "reward_model"
+    config_class = RewardModelConfig
+    config: RewardModelConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.task = make_task(config.task)
+        model_config = resolve_model(config.model, config.base, config.task, 48)
+        self.base_model_path = model_config.path
+        self.rng = seed_everything(config.seed)
+        self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
+        self.members: list[ScalarHeadModel] = [
+            build_scalar_model(model_config, seed=config.seed + k) for k in range(config.ensemble)
+        ]
+        self.optimizers = [
+            torch.optim.AdamW(m.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+            for m in self.members
+        ]
+        # Each member sees its own resample of the pairs: diversity is what makes spread mean something.
+        n = len(self.train_rows)
+        self.resamples = [
+            np.random.default_rng([config.seed, 100 + k]).integers(n, size=n)
+            if config.bootstrap and config.ensemble > 1
+            else np.arange(n)
+            for k in range(config.ensemble)
+        ]
+        self.step = 0
+        self.scorer = RewardModelScorer(self.members)
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.members[0].tokenizer))}
+
+    # ---- learning ---------------------------------------------------------------------
+    def train_step(self, k: int) -> tuple[float, float]:
+        """One Bradley-Terry step of member k on a minibatch of its resample; (loss, accuracy)."""
+        member, optimizer = self.members[k], self.optimizers[k]
+        picks = self.resamples[k][self.rng.integers(len(self.resamples[k]), size=self.config.batch_size)]
+        rows = [self.train_rows[int(i)] for i in picks]
+        prompts = [r["prompt"] for r in rows]
+        # chosen and rejected in one forward pass: [2B] -> two halves
+        scores = member.score(prompts + prompts, [r["chosen"] for r in rows] + [r["rejected"] for r in rows])
+        chosen, rejected = scores.chunk(2)
+        loss = bradley_terry_loss(chosen, rejected)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(member.parameters(), self.config.max_grad_norm)
+        optimizer.step()
+        return loss.item(), float((chosen > rejected).float().mean())
+
+    def learn(self, total: int | None = None) -> RewardModel:
+        """Train every member until `total` steps (default: config.steps)."""
+        config = self.config
+        total = config.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc="reward model")
+        for member in self.members:
+            member.train()
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                results = [self.train_step(k) for k in range(len(self.members))]
+                self.step += 1
+                loss = float(np.mean([r[0] for r in results]))
+                progress.update(1, loss=loss)
+                if self.step % config.log_every == 0:
+                    self.log(
+                        self.step,
+                        **{
+                            "train/loss": loss,
+                            "train/accuracy": float(np.mean([r[1] for r in results])),
+                            "perf/pairs_per_s": config.batch_size * len(self.members) / max(time.time() - started, 1e-9),
+                        },
+                    )
+                if self.step % config.eval_every == 0 or self.step == total:
+                    self._log_eval()
+                if self.step % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def _log_eval(self) -> PairEval:
+        result = self.evaluate()
+        self.log(
+            self.step,
+            **{
+                "eval/accuracy": result.accuracy,
+                "eval/gold_accuracy": result.gold_accuracy,
+                "eval/margin": result.margin,
+                "eval/disagreement": result.disagreement,
+                "eval/length_correlation": result.length_correlation,
+            },
+        )
+        return result
+
+    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> PairEval:  # type: ignore[override]
+        """Pairwise accuracy on the held-out pairs (the first `episodes` of them; 0 = all)."""
+        rows = self.test_rows[:episodes] if episodes else self.test_rows
+        return evaluate_pairs(self.scorer, rows)
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """Ensemble-mean score of a (prompt, completion) pair or a list of them."""
+        pairs = [observation] if isinstance(observation, tuple) else list(observation)
+        scores = self.scorer([p for p, _ in pairs], [c for _, c in pairs])
+        return scores[0] if isinstance(observation, tuple) else scores
+
+    def save_models(self, folder: str | Path) -> Path:
+        """Write each member as folder/member_k (loads with payoff.rewards.learned.load_reward_model)."""
+        folder = Path(folder)
+        for k, member in enumerate(self.members):
+            member.save(folder / f"member_{k}", member=k, base_model=self.base_model_path)
+        return folder
+
+    def _finish(self) -> None:
+        result = self.evaluate()
+        if self.run is not None:
+            folder = self.save_models(self.run.path / "reward_model")
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                final_line=result.line(),
+                steps=self.step,
+                reward_model_dir=str(folder),
+                base_model=self.base_model_path,
+            )
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "members": [{k: v.clone() for k, v in m.state_dict().items()} for m in self.members],
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "step": self.step,
+            "rng": rng_state(self.rng),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for member, saved in zip(self.members, state["members"], strict=True):
+            member.load_state_dict(saved)
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        self.step = int(state["step"])
+        set_rng_state(state["rng"], self.rng)
+
+
+ALGORITHM = RewardModel

@@ -1,0 +1,255 @@
+"""Preference data: JSONL rows `prompt, chosen, rejected`, and a synthetic source with a gold scorer.
+
+The synthetic source makes every part of preference learning measurable on a CPU. Prompts
+are small additions ('3+5='); a completion is an optional flattering opener followed by a
+number:
+
+    "8"                      gold  1.00   correct and brief
+    "Great question! 8"      gold  0.52   correct, but 16 characters of flattery
+    "9"                      gold  0.00   wrong
+
+    gold(completion) = 1[the only number in it is the right answer] - brevity * extra characters
+
+A *biased rater* labels pairs: with probability `bias` it prefers the longer completion (the
+flattering one) no matter what, otherwise the one with the higher gold score. That is the
+sycophancy mechanism in miniature: a reward model fit to these labels learns "longer is
+better" alongside "correct is better", and a policy optimized hard against it buys length
+with gold. The `styled_addition` task is the same distribution of completions as SFT data,
+so the policy that RLHF starts from already says "Great question!" now and then.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from payoff.core.config import from_dict
+from payoff.core.errors import ConfigError, DataError
+from payoff.core.io import atomic_write_bytes
+from payoff.envs.tasks.base import Row, Task, register_task
+
+# Longer openers flatter more; gold pays for none of them.
+DEFAULT_OPENERS = ["Sure! ", "Great! ", "Good question! ", "What a great question! "]
+_NUMBER = re.compile(r"\d+")
+
+
+# ---- JSONL --------------------------------------------------------------------------------
+def read_preferences(path: str | Path) -> list[Row]:
+    """Rows {prompt, chosen, rejected, ...} of a JSONL file; a malformed row is a DataError naming file:line."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"preference file {str(path)!r} does not exist")
+    rows: list[Row] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: each line must be a JSON object, got {type(row).__name__}")
+            for key in ("prompt", "chosen", "rejected"):
+                if not isinstance(row.get(key), str):
+                    raise DataError(
+                        f"{where}: needs a string {key!r} (a preference row has prompt, chosen, "
+                        f"rejected); got {row.get(key)!r}, columns: {sorted(row)}"
+                    )
+            if not row["prompt"]:
+                raise DataError(f"{where}: 'prompt' is empty")
+            if row["chosen"] == row["rejected"]:
+                raise DataError(f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing")
+            rows.append(row)
+    if not rows:
+        raise DataError(f"preference file {str(path)!r} holds no rows")
+    return rows
+
+
+def write_preferences(rows: Sequence[Row], path: str | Path) -> Path:
+    """Write preference rows as JSONL (atomically)."""
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    return atomic_write_bytes(path, text.encode())
+
+
+# ---- the gold scorer ------------------------------------------------------------------------
+def gold_score(completion: str, target: str, brevity: float = 0.03) -> float:
+    """1 if the completion's only number is `target`, minus `brevity` per character beyond it."""
+    numbers = _NUMBER.findall(completion)
+    correct = len(numbers) == 1 and numbers[0] == str(target)
+    extra = max(0, len(completion.strip()) - len(str(target)))
+    return float(correct) - brevity * extra
+
+
+def gold_reward(prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float]:
+    """The gold scorer as a reward function (needs the dataset column `target`)."""
+    targets = columns.get("target")
+    if targets is None:
+        raise ConfigError("gold_reward needs a 'target' column (the styled_addition task has one)")
+    brevity = columns.get("brevity") or [0.03] * len(completions)
+    return [gold_score(c, t, b) for c, t, b in zip(completions, targets, brevity, strict=True)]
+
+
+# ---- the synthetic source ---------------------------------------------------------------------
+@dataclass
+class StyledAdditionOptions:
+    """Knobs of the styled-addition source.
+
+    digits: operands have up to this many digits.
+    opener_rate: share of completions that start with a flattering opener (chosen uniformly
+        from `openers`). This is what the SFT policy learns to say now and then.
+    wrong_rate: share of completions whose number is off by 1-3 (so correctness varies).
+    brevity: gold penalty per character beyond the bare answer.
+    openers: the flattering openers (longer = more flattering to the biased rater).
+    """
+
+    digits: int = 1
+    opener_rate: float = 0.15
+    wrong_rate: float = 0.3
+    brevity: float = 0.03
+    openers: list[str] = field(default_factory=lambda: list(DEFAULT_OPENERS))
+
+    def validate(self) -> None:
+        if not 1 <= self.digits <= 4:
+            raise ConfigError(f"task.options.digits must be in 1..4, got {self.digits}")
+        for name in ("opener_rate", "wrong_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"task.options.{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.openers:
+            raise ConfigError("task.options.openers must name at least one opener")
+
+
+@register_task("styled_addition")
+class StyledAddition(Task):
+    """'a+b=' answered with an optional flattering opener and a right or wrong number; gold is known."""
+
+    default_rewards = ("payoff.envs.tasks.preferences:gold_reward",)
+
+    def __init__(self, **options: object):
+        self.options = from_dict(StyledAdditionOptions, dict(options), prefix="task.options.")
+
+    def _operands(self, rng: np.random.Generator) -> tuple[int, int]:
+        high = 10**self.options.digits
+        return int(rng.integers(0, high)), int(rng.integers(0, high))
+
+    def completion(self, rng: np.random.Generator, target: int) -> str:
+        """One completion drawn from the style distribution."""
+        o = self.options
+        number = target
+        if rng.random() < o.wrong_rate:
+            number = max(0, target + int(rng.choice([-3, -2, -1, 1, 2, 3])))
+            if number == target:
+                number = target + 1
+        opener = o.openers[int(rng.integers(len(o.openers)))] if rng.random() < o.opener_rate else ""
+        return f"{opener}{number}"
+
+    def _problem(self, rng: np.random.Generator, split: str) -> Row:
+        a, b = self._operands(rng)
+        # The SFT 'answer' is a styled completion: SFT learns the style distribution itself.
+        return {
+            "prompt": f"{a}+{b}=",
+            "answer": self.completion(rng, a + b),
+            "target": str(a + b),
+            "brevity": self.options.brevity,
+            "key": f"{a}+{b}",
+        }
+
+    def split(self, split: str, n: int, seed: int = 0) -> list[Row]:
+        # Evaluation asks for the plain correct answer: that is what gold scores 1.0.
+        rows = super().split(split, n, seed)
+        return [{**row, "answer": row["target"]} for row in rows]
+
+    def gold(self, completion: str, target: str) -> float:
+        return gold_score(completion, target, self.options.brevity)
+
+    def pairs(self, rng: np.random.Generator, n: int, bias: float, split: str = "train") -> list[Row]:
+        """`n` labelled pairs: a rater that prefers the longer completion with probability `bias`.
+
+        Each row carries the gold scores of both sides and whether the label agrees with gold,
+        so accuracy against the rater and against gold can both be measured.
+        """
+        if not 0 <= bias <= 1:
+            raise ConfigError(f"preference bias must be in [0, 1], got {bias}")
+        rows: list[Row] = []
+        while len(rows) < n:
+            problem = self._draw(rng, split)
+            target = int(problem["target"])
+            a, b = self.completion(rng, target), self.completion(rng, target)
+            gold_a, gold_b = self.gold(a, problem["target"]), self.gold(b, problem["target"])
+            if a == b or (gold_a == gold_b and len(a) == len(b)):
+                continue  # nothing to prefer
+            if len(a) != len(b) and rng.random() < bias:
+                prefer_a = len(a) > len(b)  # the rater's taste: more words, more flattery
+            elif gold_a != gold_b:
+                prefer_a = gold_a > gold_b
+            else:
+                prefer_a = bool(rng.random() < 0.5)
+            chosen, rejected = (a, b) if prefer_a else (b, a)
+            gold_chosen = self.gold(chosen, problem["target"])
+            gold_rejected = self.gold(rejected, problem["target"])
+            rows.append(
+                {
+                    "prompt": problem["prompt"],
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "target": problem["target"],
+                    "gold_chosen": gold_chosen,
+                    "gold_rejected": gold_rejected,
+                }
+            )
+        return rows
+
+
+@dataclass
+class PreferenceDataConfig:
+    """Where preference pairs come from.
+
+    path / test_path: JSONL files of {prompt, chosen, rejected} rows (TRL's convention).
+        Empty: synthetic pairs from the run's styled_addition task, labelled by a rater
+        with this `bias`. Without test_path, the last 10% of `path` is held out.
+    bias: probability that the synthetic rater prefers the longer (flattering) completion
+        regardless of correctness. 0 = gold labels; 0.3 = a sycophantic rater.
+    train_pairs / test_pairs: how many synthetic pairs to draw for training and held-out
+        evaluation (the held-out pairs come from problems never used in training).
+    """
+
+    path: str = ""
+    test_path: str = ""
+    bias: float = 0.3
+    train_pairs: int = 2000
+    test_pairs: int = 400
+
+    def validate(self) -> None:
+        if not 0 <= self.bias <= 1:
+            raise ConfigError(f"config key 'preferences.bias' must be in [0, 1], got {self.bias}")
+        if self.train_pairs <= 0 or self.test_pairs <= 0:
+            raise ConfigError(
+                f"preferences.train_pairs and test_pairs must be > 0, got {self.train_pairs}, {self.test_pairs}"
+            )
+
+
+def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[list[Row], list[Row]]:
+    """(train, test) preference rows: from JSONL files, or synthetic from a styled_addition task."""
+    if config.path:
+        rows = read_preferences(config.path)
+        if config.test_path:
+            return rows, read_preferences(config.test_path)
+        cut = max(1, len(rows) * 9 // 10)
+        if cut >= len(rows):
+            raise DataError(f"{config.path}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path")
+        return rows[:cut], rows[cut:]
+    if not isinstance(task, StyledAddition):
+        raise ConfigError(
+            f"synthetic preference pairs need task.name=styled_addition (got {task.name!r}); "
+            "or pass preferences.path=<pairs.jsonl>"
+        )
+    train = task.pairs(np.random.default_rng([seed, 11]), config.train_pairs, config.bias, "train")
+    test = task.pairs(np.random.default_rng([seed, 12]), config.test_pairs, config.bias, "test")
+    return train, test

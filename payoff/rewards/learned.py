@@ -1,0 +1,160 @@
+"""Learned reward models: a language-model backbone with a scalar head, usable as a reward function.
+
+    score(prompt, completion) = head( h_last )     h_last = the backbone's final hidden state
+                                                   at the completion's last token (EOS appended)
+
+Sequences are left-padded, so the last position of every row is its last real token and the
+score is read from one column. Saved as a folder: the backbone in Hugging Face format (so the
+same tokenizer comes along) plus `value_head.pt`. `RewardModelScorer` wraps one or more of
+them in the `(prompts, completions, **columns) -> list[float]` contract, averaging an
+ensemble and keeping its members' spread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from payoff.core.errors import ConfigError
+from payoff.models.lm import ModelConfig, load_lm, save_lm
+
+
+class ScalarHeadModel(nn.Module):
+    """A causal LM's transformer body plus a linear head giving one number per sequence."""
+
+    def __init__(self, language_model: Any, tokenizer: Any):
+        super().__init__()
+        self.language_model = language_model  # keeps save_pretrained and the config at hand
+        self.tokenizer = tokenizer
+        hidden = language_model.config.hidden_size
+        self.head = nn.Linear(hidden, 1)
+        nn.init.normal_(self.head.weight, std=1.0 / (hidden + 1) ** 0.5)
+        nn.init.zeros_(self.head.bias)
+
+    def body(self) -> nn.Module:
+        return self.language_model.get_decoder()
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Final hidden states [B, L, H] of left-padded sequences."""
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return self.body()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions
+        ).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """One score per left-padded sequence: [B, L] -> [B]."""
+        return self.head(self.hidden_states(input_ids, attention_mask)[:, -1]).squeeze(-1).float()
+
+    def token_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The head at every position [B, L] (a critic's value per token in PPO-RLHF)."""
+        return self.head(self.hidden_states(input_ids, attention_mask)).squeeze(-1).float()
+
+    def encode(self, prompts: Sequence[str], completions: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Left-padded ids of prompt + completion + EOS (the EOS marks 'the answer is complete')."""
+        tok = self.tokenizer
+        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
+        ids = [[*row, tok.eos_token_id] for row in tok(texts, add_special_tokens=False)["input_ids"]]
+        width = max(len(row) for row in ids)
+        pad = tok.pad_token_id
+        return {
+            "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in ids]),
+            "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids]),
+        }
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+        """Scores [B] of prompt/completion pairs, with gradients."""
+        return self(**self.encode(prompts, completions))
+
+    @torch.no_grad()
+    def score_batched(
+        self, prompts: Sequence[str], completions: Sequence[str], batch_size: int = 256
+    ) -> torch.Tensor:
+        """Scores [B] without gradients, `batch_size` rows at a time."""
+        was_training = self.training
+        self.eval()
+        parts = [
+            self.score(prompts[i : i + batch_size], completions[i : i + batch_size])
+            for i in range(0, len(prompts), batch_size)
+        ]
+        self.train(was_training)
+        return torch.cat(parts) if parts else torch.zeros(0)
+
+    def save(self, path: str | Path, **info: Any) -> Path:
+        """Write the backbone (Hugging Face format), the head and `info` into folder `path`."""
+        folder = save_lm(self.language_model, self.tokenizer, path)
+        torch.save(self.head.state_dict(), folder / "value_head.pt")
+        (folder / "reward_model.json").write_text(json.dumps(info, indent=1))
+        return folder
+
+
+def build_scalar_model(model: ModelConfig, seed: int = 0) -> ScalarHeadModel:
+    """A fresh head on the LM that `model` names (the head is seeded by `seed`)."""
+    language_model, tokenizer = load_lm(model, seed=seed)
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return ScalarHeadModel(language_model, tokenizer)
+    finally:
+        torch.set_rng_state(state)
+
+
+def load_reward_model(path: str | Path) -> ScalarHeadModel:
+    """A reward model saved by `ScalarHeadModel.save`."""
+    folder = Path(path).expanduser()
+    if not (folder / "value_head.pt").is_file():
+        raise ConfigError(
+            f"{str(folder)!r} is not a reward model folder (no value_head.pt); train one with "
+            "`payoff train prefs-reward-model` and pass RUN/reward_model/member_0"
+        )
+    model = ScalarHeadModel(*load_lm(ModelConfig(path=str(folder))))
+    model.head.load_state_dict(torch.load(folder / "value_head.pt", weights_only=True))
+    return model.eval().requires_grad_(False)
+
+
+def reward_model_paths(path: str | Path) -> list[Path]:
+    """Member folders of a reward model: `path` itself, or every member_* inside it."""
+    folder = Path(path).expanduser()
+    if (folder / "value_head.pt").is_file():
+        return [folder]
+    members = sorted(p for p in folder.glob("member_*") if (p / "value_head.pt").is_file())
+    if not members:
+        raise ConfigError(
+            f"no reward model in {str(folder)!r}: expected value_head.pt or member_*/ folders "
+            "(a run of the reward_model algorithm writes RUN/reward_model/)"
+        )
+    return members
+
+
+class RewardModelScorer:
+    """Reward function from learned reward model(s): the ensemble mean; `last_std` keeps the spread."""
+
+    __name__ = "reward_model"
+
+    def __init__(self, models: Sequence[ScalarHeadModel], batch_size: int = 256):
+        if not models:
+            raise ConfigError("a reward model scorer needs at least one model")
+        self.models = list(models)
+        self.batch_size = batch_size
+        self.last_std: list[float] = []
+        self.last_members: torch.Tensor | None = None
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> RewardModelScorer:
+        return cls([load_reward_model(p) for p in reward_model_paths(path)])
+
+    def members(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+        """Every member's scores: [K, B]."""
+        return torch.stack(
+            [m.score_batched(prompts, completions, self.batch_size) for m in self.models]
+        )
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float]:
+        scores = self.members(list(prompts), list(completions))
+        self.last_members = scores
+        self.last_std = scores.std(0, unbiased=False).tolist()
+        return scores.mean(0).tolist()
