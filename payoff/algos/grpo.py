@@ -65,6 +65,9 @@ class GRPOConfig:
         exactly on-policy and the ratio is 1; more reuses samples and is where clipping acts.
     minibatch_size: completions per optimizer step (0 = the whole batch, one step per pass).
     learning_rate / max_grad_norm / weight_decay: AdamW; RL wants a smaller lr than SFT.
+    warmup_steps: optimizer steps of linear lr warmup. Adam's first steps move every weight
+        by about lr whatever the gradient's size, which on noisy RL gradients can wreck a
+        small model in one step; warming up avoids that.
     clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high]
         (clip_eps_high null = symmetric; DAPO raises it to ~0.28 to keep exploring).
     beta: KL coefficient to the frozen starting model (k3 estimator). 0 = no KL and no
@@ -93,6 +96,7 @@ class GRPOConfig:
     updates_per_batch: int = 1
     minibatch_size: int = 0
     learning_rate: float = 2e-4
+    warmup_steps: int = 10
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     clip_eps: float = 0.2
@@ -229,6 +233,9 @@ class GRPO(LMAlgorithm):
         self.optimizer = torch.optim.AdamW(
             trainable, lr=config.learning_rate, weight_decay=config.weight_decay
         )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / max(1, config.warmup_steps))
+        )
         self.step = 0
         self.samples_seen = 0
 
@@ -345,6 +352,7 @@ class GRPO(LMAlgorithm):
                     self.model.parameters(), config.max_grad_norm
                 )
                 self.optimizer.step()
+                self.scheduler.step()
                 assert out.entropy is not None
                 stats["loss"].append(parts.loss.item())
                 stats["policy"].append(parts.policy_loss.item())
@@ -453,6 +461,7 @@ class GRPO(LMAlgorithm):
         state: dict[str, Any] = {
             "model": {k: v.clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "samples_seen": self.samples_seen,
             "rng": rng_state(self.rng),
@@ -470,6 +479,7 @@ class GRPO(LMAlgorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
         self.step = int(state["step"])

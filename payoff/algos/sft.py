@@ -47,6 +47,10 @@ class SFTConfig:
         language modelling of the whole text. On random-digit prompts 'all' spends capacity
         predicting unpredictable digits and learns the answers more slowly.
     max_grad_norm: gradient clipping.
+    answer_noise: fraction of training rows whose answer is swapped for another row's answer
+        (wrong, but plausible-looking): a stand-in for noisy pretraining text. A model trained
+        this way knows the right answer but spreads probability over wrong ones, which is the
+        situation RL with a verifier sharpens. Evaluation always uses the true answers.
     max_new_tokens: completion length for evaluation.
     eval_every / log_every / checkpoint_every: in optimizer steps.
     threads: torch CPU threads. 1 is fastest for small models on a shared or 2-core machine
@@ -63,6 +67,7 @@ class SFTConfig:
     warmup_steps: int = 20
     loss_on: Literal["completion", "all"] = "completion"
     max_grad_norm: float = 1.0
+    answer_noise: float = 0.0
     max_new_tokens: int = 8
     log_every: int = 10
     eval_every: int = 100
@@ -75,6 +80,10 @@ class SFTConfig:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.answer_noise < 1.0:
+            raise ConfigError(
+                f"config key 'answer_noise' must be in [0, 1), got {self.answer_noise}"
+            )
 
 
 class SFT(LMAlgorithm):
@@ -115,8 +124,15 @@ class SFT(LMAlgorithm):
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
         """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`."""
         tokenizer = self.tokenizer
+        targets = [r["answer"] for r in rows]
+        if self.config.answer_noise > 0:
+            noisy = self.rng.random(len(rows)) < self.config.answer_noise
+            donors = self.rng.permutation(len(rows))
+            targets = [
+                targets[d] if n else t for t, n, d in zip(targets, noisy, donors, strict=True)
+            ]
         prompts = tokenizer([r["prompt"] for r in rows], add_special_tokens=False)["input_ids"]
-        answers = tokenizer([r["answer"] for r in rows], add_special_tokens=False)["input_ids"]
+        answers = tokenizer(targets, add_special_tokens=False)["input_ids"]
         sequences, labels = [], []
         for prompt, answer in zip(prompts, answers, strict=True):
             answer = [*answer, tokenizer.eos_token_id]  # the model must learn to stop
@@ -223,6 +239,7 @@ class BaseModelConfig:
     batch_size: int = 128
     learning_rate: float = 1e-3
     loss_on: Literal["completion", "all"] = "completion"
+    answer_noise: float = 0.0
     seed: int = 0
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
 
@@ -241,6 +258,7 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         batch_size=base.batch_size,
         learning_rate=base.learning_rate,
         loss_on=base.loss_on,
+        answer_noise=base.answer_noise,
         max_new_tokens=max_new_tokens,
         eval_every=base.steps,
         log_every=base.steps,
