@@ -174,7 +174,6 @@ def kart_throughput(quick: bool) -> list[list[object]]:
     """Env steps per second: the Gymnasium env (one kart) and the NumPy batch."""
     from payoff.envs.kart import KartBatch
     from payoff.envs.make import make_env
-
     from payoff.rollout.experts import KartExpert
 
     rows: list[list[object]] = []
@@ -188,8 +187,11 @@ def kart_throughput(quick: bool) -> list[list[object]]:
         if terminated or truncated:
             obs, _ = env.reset()
     rows.append(
-        ["KartTrackEnv (gymnasium.make, 1 kart, scripted driver, resets included)", 1,
-         round(steps / (time.perf_counter() - started))]
+        [
+            "KartTrackEnv (gymnasium.make, 1 kart, scripted driver, resets included)",
+            1,
+            round(steps / (time.perf_counter() - started)),
+        ]
     )
     for num in (64, 1024, 4096):
         batch = KartBatch(num)
@@ -267,7 +269,10 @@ def main() -> None:
             ]
         )
         print(f"{algo}: imitation / payoff wall time = {ratio:.2f}")
+    load = os.getloadavg()[0]
     body = (
+        f"Load average when the run ended: {load:.1f} on {os.cpu_count()} cores (other jobs share "
+        "the machine; compare ratios, not seconds).\n\n"
         "KartTrack-v0 throughput (the batch rows: fixed steering, stepped without resets):\n\n"
         + markdown_table(["env", "karts", "steps/s"], throughput)
         + "\n\nBC and DAgger on CartPole-v1 with the same scripted expert, label budget, 32-32 MLP, "
