@@ -166,7 +166,7 @@ class DPO(LMAlgorithm):
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.task = make_task(config.task)
-        model_config = resolve_model(config.model, config.base, config.task, config.max_new_tokens)
+        model_config = resolve_model(config.model, config.base, config.task)
         self.base_model_path = model_config.path
         self.rng = seed_everything(config.seed)
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)

@@ -48,11 +48,15 @@ def small_base() -> BaseModelConfig:
     )
 
 
-def resolve_model(model: ModelConfig, base: BaseModelConfig, task: TaskConfig, max_new_tokens: int) -> ModelConfig:
-    """`model`, or (with no model.path) payoff's tiny Llama SFT-trained on `task` first (cached)."""
+def resolve_model(model: ModelConfig, base: BaseModelConfig, task: TaskConfig) -> ModelConfig:
+    """`model`, or (with no model.path) payoff's tiny Llama SFT-trained on `task` first (cached).
+
+    Every preference algorithm asks for the same base (same settings, same 24-token
+    evaluation), so the reward model, DPO, best-of-N and PPO-RLHF share one cached SFT model.
+    """
     if model.path:
         return model
-    return dataclasses.replace(model, path=str(build_base_model(task, base, max_new_tokens)))
+    return dataclasses.replace(model, path=str(build_base_model(task, base, max_new_tokens=24)))
 
 
 @dataclass
@@ -163,7 +167,7 @@ class RewardModel(Algorithm):
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.task = make_task(config.task)
-        model_config = resolve_model(config.model, config.base, config.task, 48)
+        model_config = resolve_model(config.model, config.base, config.task)
         self.base_model_path = model_config.path
         self.rng = seed_everything(config.seed)
         self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)

@@ -1,0 +1,300 @@
+"""Best-of-N sampling against a reward model, and the over-optimization curve it traces.
+
+Best-of-N is the cheapest way to optimize a reward at inference time: sample N completions,
+keep the one the reward model likes best. Its distance from the policy is known in closed
+form (Stiennon et al. 2020; Gao et al. 2022, https://arxiv.org/abs/2210.10760):
+
+    KL(best-of-N || policy) = log N - (N - 1) / N
+
+so sweeping N sweeps the optimization pressure. Optimizing a *proxy* reward model (fit to a
+limited set of biased labels) and scoring the same picks with the *gold* scorer reproduces
+the over-optimization shape: the proxy score keeps rising with sqrt(KL) while gold peaks and
+falls. This module samples N_max completions per prompt once and computes, for every
+N <= N_max, the exact expected proxy and gold score of best-of-N over random N-subsets
+(an unbiased estimator, no resampling noise from the sweep itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.algos.reward_model import RewardModel, RewardModelConfig, resolve_model, small_base, styled_task
+from payoff.algos.sft import BaseModelConfig
+from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import seed_everything
+from payoff.envs.tasks import TaskConfig, make_task
+from payoff.envs.tasks.preferences import PreferenceDataConfig
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.rewards.base import RewardMix
+from payoff.rewards.learned import RewardModelScorer
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.track.progress import Progress
+
+
+def bon_kl(n: int) -> float:
+    """KL(best-of-n || policy) in nats: log n - (n - 1) / n."""
+    return math.log(n) - (n - 1) / n
+
+
+def best_of_n_weights(m: int, n: int) -> np.ndarray:
+    """P(the i-th smallest of m samples is the largest of a random n-subset), i = 1..m: C(i-1, n-1) / C(m, n)."""
+    total = math.comb(m, n)
+    return np.array([math.comb(i - 1, n - 1) / total for i in range(1, m + 1)])
+
+
+def expected_best_of_n(proxy: np.ndarray, values: np.ndarray, n: int) -> float:
+    """E[values of the proxy's pick among n of these m samples], averaged over random n-subsets."""
+    order = np.argsort(proxy, kind="stable")
+    return float(best_of_n_weights(len(proxy), n) @ values[order])
+
+
+def best_of_n(
+    sampler: LocalSampler,
+    scorer: Any,
+    prompts: Sequence[str],
+    n: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None = None,
+) -> list[str]:
+    """For each prompt, the completion `scorer` rates highest among `n` samples."""
+    repeated = [p for p in prompts for _ in range(n)]
+    completions = sampler.generate(repeated, sampling, generator).completions
+    scores = np.asarray(scorer(repeated, completions), float).reshape(len(prompts), n)
+    return [completions[i * n + int(j)] for i, j in enumerate(scores.argmax(1))]
+
+
+def proxy_preferences() -> PreferenceDataConfig:
+    return PreferenceDataConfig(bias=0.6, train_pairs=1000, test_pairs=200)
+
+
+@dataclass
+class BestOfNConfig:
+    """Best-of-N sweep: proxy and gold score of the proxy's pick as N grows.
+
+    model: the policy that samples (model.path, or empty = the tiny SFT base model for `task`).
+    base / task: as for the other preference algorithms (styled_addition has a gold scorer).
+    reward_model: a trained reward model folder (RUN/reward_model or one member_k). Empty =
+        train a proxy here first, on `proxy_preferences` labels for `proxy_steps` steps.
+    proxy_preferences: the proxy's training pairs. A biased rater (bias > 0) plus few pairs
+        is what makes the proxy exploitable; bias 0 gives a proxy that mostly tracks gold.
+    proxy_steps / proxy_learning_rate: reward-model training when it is trained here.
+    ns: the N values of the sweep (each <= max(ns) = samples drawn per prompt).
+    prompts: held-out prompts to sample for.
+    temperature / max_new_tokens: sampling.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseModelConfig = field(default_factory=small_base)
+    task: TaskConfig = field(default_factory=styled_task)
+    reward_model: str = ""
+    proxy_preferences: PreferenceDataConfig = field(default_factory=proxy_preferences)
+    proxy_steps: int = 300
+    proxy_learning_rate: float = 2e-3
+    seed: int = 0
+    ns: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    prompts: int = 32
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    threads: int = 1
+
+    def validate(self) -> None:
+        if not self.ns or min(self.ns) < 1:
+            raise ConfigError(f"config key 'ns' must be a list of N >= 1, got {self.ns}")
+        if self.prompts <= 0 or self.temperature <= 0:
+            raise ConfigError(
+                f"need prompts > 0 and temperature > 0 (best-of-N of greedy samples is one sample), "
+                f"got {self.prompts} and {self.temperature}"
+            )
+
+
+class BestOfN(LMAlgorithm):
+    """Sweep N for best-of-N against a proxy reward model; log proxy, gold and sqrt(KL)."""
+
+    name = "best_of_n"
+    config_class = BestOfNConfig
+    config: BestOfNConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.task = make_task(config.task)
+        self.model_config = resolve_model(config.model, config.base, config.task)
+        self.rng = seed_everything(config.seed)
+        self.model, self.tokenizer = load_lm(self.model_config, seed=config.seed)
+        self.verifier = RewardMix([correctness_spec(self.task)])
+        self.gold = RewardMix([correctness_spec(self.task)])
+        self.scorer: RewardModelScorer | None = None
+        self.proxy_eval: dict[str, Any] = {}
+        self.step = 0
+        self.sweep: list[dict[str, float]] = []
+
+    def max_new_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
+
+    def proxy(self) -> RewardModelScorer:
+        """The reward model being optimized: loaded, or trained here on biased labels."""
+        if self.scorer is None:
+            config = self.config
+            if config.reward_model:
+                self.scorer = RewardModelScorer.from_path(config.reward_model)
+            else:
+                trainer = RewardModel(
+                    config=RewardModelConfig(
+                        model=self.model_config,
+                        task=config.task,
+                        preferences=config.proxy_preferences,
+                        seed=config.seed,
+                        steps=config.proxy_steps,
+                        learning_rate=config.proxy_learning_rate,
+                        eval_every=config.proxy_steps,
+                        log_every=config.proxy_steps,
+                        checkpoint_every=config.proxy_steps,
+                    )
+                )
+                trainer.learn()
+                self.proxy_eval = trainer.evaluate().to_dict()
+                self.scorer = trainer.scorer
+        return self.scorer
+
+    def learn(self, total: int | None = None) -> BestOfN:
+        """Sample max(ns) completions per prompt once, then log best-of-N for every N."""
+        config = self.config
+        scorer = self.proxy()
+        rows = self.task.split("test", config.prompts)
+        n_max = max(config.ns)
+        repeated = [row for row in rows for _ in range(n_max)]
+        prompts = [r["prompt"] for r in repeated]
+        sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
+        generator = torch.Generator().manual_seed(config.seed)
+        completions = LocalSampler(self.model, self.tokenizer).generate(prompts, sampling, generator).completions
+        proxy = np.asarray(scorer(prompts, completions), float).reshape(len(rows), n_max)
+        gold = np.asarray(self.gold(prompts, completions, **columns_of(repeated)).total, float).reshape(len(rows), n_max)
+        lengths = np.array([len(c) for c in completions], float).reshape(len(rows), n_max)
+        self.samples = {"completions": completions, "proxy": proxy, "gold": gold}
+        progress = Progress(len(config.ns), desc="best-of-N sweep")
+        for n in sorted(config.ns):
+            if self.step >= (total if total is not None else len(config.ns)):
+                break
+            point = {
+                "bon/n": float(n),
+                "bon/kl": bon_kl(n),
+                "bon/sqrt_kl": math.sqrt(bon_kl(n)),
+                "bon/proxy": float(np.mean([expected_best_of_n(p, p, n) for p in proxy])),
+                "bon/gold": float(np.mean([expected_best_of_n(p, g, n) for p, g in zip(proxy, gold, strict=True)])),
+                "bon/length": float(np.mean([expected_best_of_n(p, x, n) for p, x in zip(proxy, lengths, strict=True)])),
+            }
+            self.step += 1
+            self.sweep.append(point)
+            self.log(self.step, **point)
+            progress.update(1, gold=point["bon/gold"])
+        progress.close()
+        self._finish()
+        return self
+
+    def _finish(self) -> None:
+        if not self.sweep:
+            return
+        best = max(self.sweep, key=lambda p: p["bon/gold"])
+        last = self.sweep[-1]
+        line = (
+            f"best-of-N: gold peaks at N={best['bon/n']:.0f} ({best['bon/gold']:.3f}, sqrt KL {best['bon/sqrt_kl']:.2f}); "
+            f"at N={last['bon/n']:.0f} proxy {last['bon/proxy']:.2f} vs {self.sweep[0]['bon/proxy']:.2f} at N=1, "
+            f"gold {last['bon/gold']:.3f} vs {self.sweep[0]['bon/gold']:.3f}"
+        )
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval={"sweep": self.sweep, "proxy_reward_model": self.proxy_eval},
+                final_line=line,
+                steps=self.step,
+                alarms=[dataclasses.asdict(a) for a in self.alarms],
+            )
+        self.final_line = line
+
+    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> Any:  # type: ignore[override]
+        raise ConfigError("a best-of-N run is its own evaluation: see its metrics and summary")
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """Best-of-max(ns) completion(s) under the proxy reward model."""
+        prompts = [observation] if isinstance(observation, str) else list(observation)
+        sampling = SamplingConfig(self.config.temperature, 1.0, self.config.max_new_tokens)
+        picks = best_of_n(LocalSampler(self.model, self.tokenizer), self.proxy(), prompts, max(self.config.ns), sampling)
+        return picks[0] if isinstance(observation, str) else picks
+
+    # ---- state: the sweep is deterministic from the seed, so only counters are kept ------
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "sweep": list(self.sweep)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.sweep = int(state["step"]), list(state["sweep"])
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.track.run import Run
+
+        run = self.run or Run.open(media.parent)
+        return [plot_overoptimization(run.records(), run_alarms(run), media / "overoptimization.png")]
+
+
+def run_alarms(run: Any) -> list[dict[str, Any]]:
+    """Alarm events of a run (divergence and friends), as dicts with at least a 'step'."""
+    return [
+        {"step": e["step"], **e["event"]} for e in run.events() if e["event"].get("kind") == "divergence"
+    ]
+
+
+def plot_overoptimization(
+    records: list[dict[str, Any]], alarms: list[dict[str, Any]], path: Path, title: str = ""
+) -> Path:
+    """Proxy and gold score (change from N=1) against sqrt(KL), the alarm's point marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [r for r in records if "bon/proxy" in r]
+    x = np.array([p["bon/sqrt_kl"] for p in points])
+    proxy = np.array([p["bon/proxy"] for p in points])
+    gold = np.array([p["bon/gold"] for p in points])
+    fig, left = plt.subplots(figsize=(6.4, 4.2))
+    right = left.twinx()
+    left.plot(x, gold, "o-", color="tab:green", label="gold score (what we want)")
+    right.plot(x, proxy, "s--", color="tab:red", label="proxy reward model (what is optimized)")
+    for p, xi in zip(points, x, strict=True):
+        left.annotate(f"N={p['bon/n']:.0f}", (xi, gold[points.index(p)]), textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+    steps = [int(r["step"]) for r in points]
+    for alarm in alarms:
+        if int(alarm["step"]) in steps:
+            xi = x[steps.index(int(alarm["step"]))]
+            left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
+            left.text(xi, left.get_ylim()[0], " divergence alarm", rotation=90, va="bottom", fontsize=8)
+    left.set_xlabel("sqrt(KL(best-of-N || policy))  (nats^0.5)")
+    left.set_ylabel("gold score", color="tab:green")
+    right.set_ylabel("proxy reward-model score", color="tab:red")
+    lines = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    labels = left.get_legend_handles_labels()[1] + right.get_legend_handles_labels()[1]
+    left.legend(lines, labels, loc="lower left", fontsize=8)
+    left.set_title(title or "Best-of-N against a proxy reward model: proxy rises, gold peaks and falls")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+ALGORITHM = BestOfN

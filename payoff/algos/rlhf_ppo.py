@@ -1,0 +1,357 @@
+"""PPO-RLHF: PPO on a language model against a reward model, leashed to the SFT model by a KL penalty.
+
+The InstructGPT recipe (Ouyang et al. 2022; Ziegler et al. 2019, https://arxiv.org/abs/1909.08593),
+one step readable top to bottom in `learn`:
+
+    1. rollout  sample a completion for each of `prompts_per_step` prompts from the policy
+    2. reward   score = RM(prompt, completion), whitened by a running std; per token
+                    r_t = -kl_coef * (log pi(o_t) - log ref(o_t))   (+ score on the last token)
+    3. GAE      token-level advantages from a separate critic (an LM with a scalar head),
+                gamma = 1 by default: the episode is the completion
+    4. update   `ppo_epochs` passes of minibatch steps on the clipped policy loss and the
+                clipped value loss; the KL coefficient is fixed or adapted towards `kl_target`
+
+Logged every step: reward/proxy (the RM), reward/gold (when the task has a gold scorer),
+train/kl (per completion, summed over tokens), train/entropy, train/completion_length,
+train/kl_coef and PPO's diagnostics (approx_kl, clip_fraction, value loss).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.algos.reward_model import resolve_model, small_base, styled_task
+from payoff.algos.sft import BaseModelConfig
+from payoff.algos.shared.advantages import gae
+from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
+from payoff.algos.shared.logprobs import batched_completion_logprobs, completion_logprobs
+from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.tasks import TaskConfig, make_task
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.rewards.base import RewardMix
+from payoff.rewards.learned import RewardModelScorer, build_scalar_model
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class RLHFPPOConfig:
+    """PPO against a learned reward model with a per-token KL penalty to the SFT reference.
+
+    model: the SFT policy (model.path; empty = the tiny SFT base model for `task`). The
+        frozen reference and the critic's backbone start from the same weights.
+    reward_model: folder of a trained reward model (RUN/reward_model or one member_k);
+        an ensemble folder is averaged. Required.
+    task: prompts (and the gold scorer, for styled_addition).
+    steps / prompts_per_step: rollout batches and completions per batch.
+    ppo_epochs / minibatch_size: passes over each batch and completions per optimizer step.
+    kl_coef: the KL penalty's starting coefficient. kl_target: null = fixed coefficient;
+        a number = adaptive (Ziegler et al.): the coefficient grows when the per-completion
+        KL is above the target and shrinks below it, by at most 20% per `kl_horizon` samples.
+    whiten_rewards: divide RM scores by their running std (the RM's scale is arbitrary; this
+        makes kl_coef mean the same thing for any RM).
+    gamma / lam: GAE over completion tokens (gamma 1: no discount inside one answer).
+    clip / value_clip / value_coef: PPO's ratio clip, the value clip and the value-loss weight.
+    learning_rate / critic_learning_rate / max_grad_norm: AdamW for policy and critic.
+    temperature / max_new_tokens: sampling; the loss uses the same temperature.
+    eval_every: greedy gold score on held-out prompts, in steps.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseModelConfig = field(default_factory=small_base)
+    task: TaskConfig = field(default_factory=styled_task)
+    reward_model: str = ""
+    seed: int = 0
+    steps: int = 40
+    prompts_per_step: int = 64
+    ppo_epochs: int = 2
+    minibatch_size: int = 32
+    kl_coef: float = 0.05
+    kl_target: float | None = None
+    kl_horizon: int = 10000
+    whiten_rewards: bool = True
+    gamma: float = 1.0
+    lam: float = 0.95
+    clip: float = 0.2
+    value_clip: float = 0.2
+    value_coef: float = 0.5
+    learning_rate: float = 2e-4
+    critic_learning_rate: float = 1e-3
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    log_every: int = 1
+    eval_every: int = 10
+    checkpoint_every: int = 20
+    threads: int = 1
+
+    def validate(self) -> None:
+        if not self.reward_model:
+            raise ConfigError(
+                "config key 'reward_model' is required: a folder written by a reward_model run "
+                "(e.g. runs/<run>/reward_model); train one with `payoff train prefs-reward-model`"
+            )
+        for name in ("steps", "prompts_per_step", "ppo_epochs", "minibatch_size", "log_every", "eval_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.prompts_per_step % self.minibatch_size:
+            raise ConfigError(
+                f"minibatch_size {self.minibatch_size} does not divide prompts_per_step {self.prompts_per_step}"
+            )
+        if self.kl_coef < 0 or (self.kl_target is not None and self.kl_target <= 0):
+            raise ConfigError(f"need kl_coef >= 0 and kl_target > 0 (or null), got {self.kl_coef}, {self.kl_target}")
+        if self.temperature <= 0:
+            raise ConfigError(f"config key 'temperature' must be > 0 for PPO sampling, got {self.temperature}")
+
+
+class AdaptiveKLController:
+    """Ziegler et al. (2019) eq. 2: beta *= 1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon."""
+
+    def __init__(self, coef: float, target: float | None, horizon: int):
+        self.coef, self.target, self.horizon = coef, target, horizon
+
+    def update(self, kl: float, samples: int) -> None:
+        if self.target is None:
+            return  # a fixed coefficient
+        error = float(np.clip(kl / self.target - 1.0, -0.2, 0.2))
+        self.coef *= 1.0 + error * samples / self.horizon
+
+
+class RunningStd:
+    """Running variance of a scalar stream (Welford / parallel merge), for reward whitening."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def update(self, values: np.ndarray) -> None:
+        n, mean, var = len(values), float(values.mean()), float(values.var())
+        delta, total = mean - self.mean, self.count + n
+        self.m2 += var * n + delta**2 * self.count * n / total
+        self.mean += delta * n / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.m2 / self.count)) if self.count > 1 else 1.0
+
+
+class RLHFPPO(LMAlgorithm):
+    """PPO-RLHF on a causal LM with a reward model, a critic and a KL leash to the SFT model."""
+
+    name = "rlhf_ppo"
+    config_class = RLHFPPOConfig
+    config: RLHFPPOConfig
+
+    def setup(self) -> None:
+        config = self.config
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.task = make_task(config.task)
+        model_config = resolve_model(config.model, config.base, config.task)
+        self.base_model_path = model_config.path
+        self.rng = seed_everything(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.critic = build_scalar_model(model_config, seed=config.seed + 1)
+        self.reward_model = RewardModelScorer.from_path(config.reward_model)
+        self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
+        self.sampler = LocalSampler(self.model, self.tokenizer)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
+        self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_learning_rate)
+        self.kl_controller = AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
+        self.score_stats = RunningStd()
+        self.step = 0
+
+    def max_new_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
+
+    def critic_values(self, g: Any) -> torch.Tensor:
+        """V(state before each completion token): [B, T]."""
+        ids = torch.cat([g.prompt_ids, g.completion_ids], 1)
+        mask = torch.cat([g.prompt_mask, g.completion_mask], 1)
+        width = g.completion_ids.shape[1]
+        return self.critic.token_values(ids, mask)[:, -width - 1 : -1]
+
+    # ---- one step ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> RLHFPPO:
+        """Train until `total` rollout batches (default: config.steps)."""
+        config = self.config
+        total = config.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc="rlhf-ppo")
+        if self.step == 0 and total > 0:
+            self._log_eval()
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                # 1. rollout
+                rows = self.task.sample(self.rng, config.prompts_per_step)
+                prompts = [r["prompt"] for r in rows]
+                sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
+                g = self.sampler.generate(prompts, sampling, self.generator)
+                mask = g.completion_mask.float()  # [B, T]
+                # 2. reward: RM score on the last token, KL penalty on every token
+                scores = np.asarray(self.reward_model(prompts, g.completions), float)
+                gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
+                args = (g.prompt_ids, g.prompt_mask, g.completion_ids, g.completion_mask, config.temperature)
+                old_logprobs = batched_completion_logprobs(self.model, *args)
+                ref_logprobs = batched_completion_logprobs(self.reference, *args)
+                with torch.no_grad():
+                    old_values = self.critic_values(g) * mask
+                self.score_stats.update(scores)
+                scale = self.score_stats.std if config.whiten_rewards else 1.0
+                kl_tokens = (old_logprobs - ref_logprobs) * mask  # k1 per token: the InstructGPT penalty
+                rewards = -self.kl_controller.coef * kl_tokens
+                last = (g.completion_mask.sum(1) - 1).clamp(min=0)
+                rewards[torch.arange(len(rows)), last] += torch.as_tensor(scores / max(scale, 1e-8), dtype=rewards.dtype)
+                # 3. token-level GAE, time first: a completion ends at its last token
+                dones = torch.zeros_like(mask)
+                dones[torch.arange(len(rows)), last] = 1.0
+                dones = torch.maximum(dones, 1.0 - mask)
+                advantages, returns = gae(
+                    rewards.T, old_values.T, torch.zeros(len(rows)), dones.T, config.gamma, config.lam
+                )
+                advantages, returns = advantages.T, returns.T
+                valid = mask.bool()
+                adv_valid = advantages[valid]
+                advantages = (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+                # 4. PPO update
+                stats = self.update(g, valid, old_logprobs, old_values, advantages, returns)
+                kl_per_completion = float(kl_tokens.sum(1).mean())
+                self.kl_controller.update(kl_per_completion, len(rows))
+                self.step += 1
+                progress.update(1, rm=float(scores.mean()), kl=kl_per_completion)
+                if self.step % config.log_every == 0:
+                    self.log(
+                        self.step,
+                        **{
+                            "reward/proxy": float(scores.mean()),
+                            "reward/gold": float(np.mean(gold)),
+                            "train/kl": kl_per_completion,
+                            "train/sqrt_kl": float(np.sqrt(max(kl_per_completion, 0.0))),
+                            "train/kl_coef": self.kl_controller.coef,
+                            "train/completion_length": float(g.completion_mask.sum(1).float().mean()),
+                            "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
+                            **stats,
+                        },
+                    )
+                if self.step % config.eval_every == 0 or self.step == total:
+                    self._log_eval()
+                if self.step % config.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total:
+            self._finish()
+        self.checkpoint()
+        return self
+
+    def update(self, g: Any, valid: torch.Tensor, old_logprobs: torch.Tensor, old_values: torch.Tensor,
+               advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+        """ppo_epochs passes of minibatch steps on the clipped policy and value losses."""
+        config = self.config
+        batch = g.prompt_ids.shape[0]
+        logs: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "approx_kl", "clip_fraction", "entropy")}
+        self.model.train()
+        self.critic.train()
+        for _ in range(config.ppo_epochs):
+            order = torch.randperm(batch, generator=self.generator)
+            for start in range(0, batch, config.minibatch_size):
+                i = order[start : start + config.minibatch_size]
+                m = valid[i]
+                out = completion_logprobs(
+                    self.model, g.prompt_ids[i], g.prompt_mask[i], g.completion_ids[i], g.completion_mask[i],
+                    config.temperature, with_entropy=True,
+                )
+                surrogate = clipped_surrogate(out.logprobs[m], old_logprobs[i][m], advantages[i][m], config.clip)
+                self.optimizer.zero_grad(set_to_none=True)
+                surrogate.loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                self.optimizer.step()
+                values = self.critic.token_values(
+                    torch.cat([g.prompt_ids[i], g.completion_ids[i]], 1),
+                    torch.cat([g.prompt_mask[i], g.completion_mask[i]], 1),
+                )[:, -g.completion_ids.shape[1] - 1 : -1]
+                v_loss = config.value_coef * value_loss(values[m], returns[i][m], old_values[i][m], config.value_clip)
+                self.critic_optimizer.zero_grad(set_to_none=True)
+                v_loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
+                self.critic_optimizer.step()
+                logs["policy_loss"].append(surrogate.loss.item())
+                logs["value_loss"].append(v_loss.item())
+                logs["approx_kl"].append(float(surrogate.approx_kl))
+                logs["clip_fraction"].append(float(surrogate.clip_fraction))
+                assert out.entropy is not None
+                logs["entropy"].append(float(out.entropy[m].mean()))
+        return {f"train/{k}": float(np.mean(v)) for k, v in logs.items()}
+
+    def greedy_scores(self) -> tuple[float, float]:
+        """(proxy, gold) mean scores of greedy answers on held-out prompts."""
+        rows = self.task.split("test", self.config.task.eval_size)
+        prompts = [r["prompt"] for r in rows]
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
+        completions = self.sampler.generate(prompts, sampling).completions
+        proxy = float(np.mean(self.reward_model(prompts, completions)))
+        gold = float(np.mean(self.verifier(prompts, completions, **columns_of(rows)).total))
+        return proxy, gold
+
+    def _log_eval(self) -> None:
+        proxy, gold = self.greedy_scores()
+        self.log(self.step, **{"eval/proxy": proxy, "eval/gold": gold})
+
+    def _finish(self) -> None:
+        proxy, gold = self.greedy_scores()
+        start = next((r for r in self.history if "eval/gold" in r), None)
+        self.export_model()
+        line = f"greedy held-out gold score {gold:.3f} (start {start['eval/gold'] if start else float('nan'):.3f}), proxy {proxy:.3f}"
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval={"gold": gold, "proxy": proxy}, final_line=line, steps=self.step,
+                model_dir=str(self.run.path / "model"), base_model=self.base_model_path,
+            )
+
+    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> Any:  # type: ignore[override]
+        return super().evaluate(episodes or self.config.task.eval_size, seed, split="test", k=())
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "critic": {k: v.clone() for k, v in self.critic.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "kl_coef": self.kl_controller.coef,
+            "score_stats": dict(self.score_stats.__dict__),
+            "step": self.step,
+            "rng": rng_state(self.rng),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.kl_controller.coef = float(state["kl_coef"])
+        self.score_stats.__dict__.update(state["score_stats"])
+        self.step = int(state["step"])
+        set_rng_state(state["rng"], self.rng)
+        self.generator.set_state(state["generator"])
+
+
+ALGORITHM = RLHFPPO

@@ -1,0 +1,160 @@
+"""Learning from preferences: data and errors, loss math by hand, reward model, DPO, best-of-N."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the llm extra is not installed")
+
+from payoff.algos.best_of_n import best_of_n_weights, bon_kl, expected_best_of_n
+from payoff.algos.shared.preference import bradley_terry_loss, dpo_loss
+from payoff.core.errors import ConfigError, DataError
+from payoff.envs.tasks import TaskConfig, make_task
+from payoff.envs.tasks.preferences import gold_score, read_preferences
+
+
+# ---- data -------------------------------------------------------------------------------
+def test_preference_rows_read_and_bad_rows_name_file_and_line(tmp_path):
+    good = tmp_path / "pairs.jsonl"
+    good.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n\n")
+    assert read_preferences(good) == [{"prompt": "1+1=", "chosen": "2", "rejected": "3"}]
+    cases = {
+        "{not json": "not valid JSON",
+        json.dumps({"prompt": "1+1=", "chosen": "2"}): "needs a string 'rejected'",
+        json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "2"}): "identical",
+        json.dumps(["a", "b"]): "JSON object",
+    }
+    for line, message in cases.items():
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n" + line + "\n")
+        with pytest.raises(DataError, match=rf"bad.jsonl:2: .*{message}"):
+            read_preferences(bad)
+
+
+def test_gold_scorer_pays_for_correct_and_brief():
+    assert gold_score("8", "8") == 1.0
+    assert gold_score("9", "8") == 0.0
+    assert gold_score("Great! 8", "8", brevity=0.03) == pytest.approx(1 - 7 * 0.03)
+    assert gold_score("8 or 9", "8") < 0  # two numbers: not an answer
+
+
+def test_biased_rater_prefers_length_with_the_set_probability():
+    task = make_task(TaskConfig(name="styled_addition", options={"opener_rate": 0.5}))
+    rng = np.random.default_rng(0)
+    honest = task.pairs(rng, 400, bias=0.0)
+    assert all(r["gold_chosen"] >= r["gold_rejected"] for r in honest)
+    sycophant = task.pairs(rng, 400, bias=1.0)
+    differ = [r for r in sycophant if len(r["chosen"]) != len(r["rejected"])]
+    assert differ and all(len(r["chosen"]) > len(r["rejected"]) for r in differ)
+    half = task.pairs(rng, 2000, bias=0.5)
+    against_gold = np.mean([r["gold_chosen"] < r["gold_rejected"] for r in half])
+    assert 0.05 < against_gold < 0.4  # the bias shows, but gold still decides most labels
+
+
+# ---- losses by hand ---------------------------------------------------------------------
+def test_bradley_terry_loss_matches_hand_computation():
+    chosen, rejected = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0])
+    # -log sigmoid(1) = log(1 + e^-1) = 0.31326; -log sigmoid(-2) = log(1 + e^2) = 2.12693
+    expected = (math.log(1 + math.exp(-1)) + math.log(1 + math.exp(2))) / 2
+    assert bradley_terry_loss(chosen, rejected).item() == pytest.approx(expected, abs=1e-6)
+    assert bradley_terry_loss(chosen + 5, rejected + 5).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_dpo_and_ipo_losses_match_hand_computation():
+    policy_c, policy_r = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])
+    ref_c, ref_r = torch.tensor([-2.0, -2.0]), torch.tensor([-2.0, -2.0])
+    # h = (pc - rc) - (pr - rr) = [1 - (-1), 0 - 1] = [2, -1]
+    beta = 0.5
+    sig = dpo_loss(policy_c, policy_r, ref_c, ref_r, beta, "sigmoid")
+    expected = (math.log(1 + math.exp(-1.0)) + math.log(1 + math.exp(0.5))) / 2
+    assert sig.loss.item() == pytest.approx(expected, abs=1e-6)
+    assert sig.chosen_rewards.tolist() == pytest.approx([0.5, 0.0])
+    assert sig.margin.item() == pytest.approx((1.0 - 0.5) / 2)
+    assert sig.accuracy.item() == 0.5
+    ipo = dpo_loss(policy_c, policy_r, ref_c, ref_r, beta, "ipo")
+    # target margin 1 / (2 beta) = 1: ((2 - 1)^2 + (-1 - 1)^2) / 2 = 2.5
+    assert ipo.loss.item() == pytest.approx(2.5)
+
+
+def test_best_of_n_estimator_matches_enumeration_and_kl_formula():
+    rng = np.random.default_rng(1)
+    proxy, gold = rng.normal(size=7), rng.normal(size=7)
+    for n in (1, 2, 3, 7):
+        picks = [gold[max(s, key=lambda i: proxy[i])] for s in itertools.combinations(range(7), n)]
+        assert expected_best_of_n(proxy, gold, n) == pytest.approx(np.mean(picks))
+        assert best_of_n_weights(7, n).sum() == pytest.approx(1.0)
+    assert bon_kl(1) == 0.0
+    assert bon_kl(16) == pytest.approx(math.log(16) - 15 / 16)
+
+
+# ---- training -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    """The tiny SFT policy on styled addition, built once into a private cache."""
+    from payoff.algos.reward_model import small_base
+    from payoff.algos.sft import build_base_model
+
+    old = os.environ.get("PAYOFF_CACHE")
+    os.environ["PAYOFF_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        return str(build_base_model(TaskConfig(name="styled_addition", eval_size=64), small_base(), 24))
+    finally:
+        if old is None:
+            os.environ.pop("PAYOFF_CACHE")
+        else:
+            os.environ["PAYOFF_CACHE"] = old
+
+
+def test_reward_model_beats_chance_on_held_out_pairs_and_ensemble_reports_disagreement(base_model, tmp_path):
+    from payoff.algos.reward_model import RewardModel
+    from payoff.rewards.learned import RewardModelScorer
+    from payoff.track.run import Run
+
+    run = Run.create(tmp_path, "rm", {"algo": "reward_model"})
+    rm = RewardModel(
+        run=run,
+        model={"path": base_model},
+        preferences={"bias": 0.0, "train_pairs": 1000, "test_pairs": 200},
+        ensemble=2,
+        steps=150,
+        learning_rate=2e-3,
+        eval_every=150,
+    )
+    rm.learn()
+    result = rm.evaluate()
+    assert result.accuracy > 0.6, result.line()
+    assert result.disagreement > 0 and len(result.member_accuracy) == 2
+    scorer = RewardModelScorer.from_path(run.path / "reward_model")
+    scores = scorer(["3+4="] * 2, ["7", "What a great question! 9"])
+    assert len(scorer.last_std) == 2 and scores[0] > scores[1]
+
+
+def test_dpo_raises_the_held_out_margin(base_model):
+    from payoff.algos.dpo import DPO
+
+    dpo = DPO(
+        model={"path": base_model},
+        preferences={"bias": 0.0, "train_pairs": 500, "test_pairs": 200},
+        steps=30,
+        eval_every=30,
+    )
+    before = dpo.evaluate_pairs(with_gold=False)
+    dpo.learn()
+    after = dpo.evaluate_pairs(with_gold=False)
+    assert before.margin == pytest.approx(0.0, abs=1e-5)  # the policy starts as its reference
+    assert after.logp_margin > before.logp_margin + 1.0
+    assert after.accuracy > 0.7, after.line()
+
+
+def test_synthetic_pairs_need_the_styled_task(base_model):
+    from payoff.algos.dpo import DPO
+
+    with pytest.raises(ConfigError, match="styled_addition"):
+        DPO(model={"path": base_model}, task={"name": "addition"})
