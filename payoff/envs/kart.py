@@ -441,3 +441,20 @@ class KartVectorEnv(gym.vector.VectorEnv):
         }
         self._autoreset = terminated | truncated
         return obs, reward, terminated, truncated, info
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly (karts, tracks, RNG, pending resets)."""
+        arrays = {k: v.copy() for k, v in vars(self.batch).items() if isinstance(v, np.ndarray)}
+        return {
+            "arrays": arrays,
+            "track_names": list(self.batch.track_names),
+            "rng": self._rng.bit_generator.state,
+            "autoreset": self._autoreset.copy(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        for key, value in state["arrays"].items():
+            setattr(self.batch, key, np.array(value))
+        self.batch.track_names = list(state["track_names"])
+        self._rng.bit_generator.state = state["rng"]
+        self._autoreset = np.array(state["autoreset"], dtype=bool)
