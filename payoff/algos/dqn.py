@@ -162,6 +162,7 @@ class DQN(Algorithm):
                 f"space; {config.env.id!r} has {self.action_space}. Use PPO (algo: ppo), which "
                 f"handles continuous actions (e.g. `payoff train pendulum-ppo`)."
             )
+        self.num_actions = int(self.action_space.n)
         self.runner = VectorRunner(
             self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
         )
@@ -169,7 +170,7 @@ class DQN(Algorithm):
             self.observation_space, self.action_space, config.hidden, config.activation
         )
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self._params = list(self.q_net.parameters())
+        self._params: list[torch.Tensor] = list(self.q_net.parameters())
         self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate, foreach=True)
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
@@ -200,7 +201,7 @@ class DQN(Algorithm):
         actions = self._greedy(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
         explore = self.rng.random(len(actions)) < epsilon
         if explore.any():
-            actions[explore] = self.rng.integers(0, self.action_space.n, size=int(explore.sum()))
+            actions[explore] = self.rng.integers(0, self.num_actions, size=int(explore.sum()))
         return actions
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:

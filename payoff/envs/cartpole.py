@@ -56,7 +56,7 @@ def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np
     return new, terminated
 
 
-class CartPoleEnv(gym.Env[np.ndarray, int]):
+class CartPoleEnv(gym.Env[np.ndarray, np.int64]):
     """One cart, sharing `cartpole_step` with the batched env (used for eval and rendering)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -75,7 +75,7 @@ class CartPoleEnv(gym.Env[np.ndarray, int]):
         self.state = self.np_random.uniform(-0.05, 0.05, size=(4,))[None, :]
         return self.state[0].astype(np.float32), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.state, terminated = cartpole_step(self.state, np.asarray([action]))
         # Time limits come from the TimeLimit wrapper added at registration, as in Gymnasium.
         return self.state[0].astype(np.float32), 1.0, bool(terminated[0]), False, {}

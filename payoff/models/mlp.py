@@ -79,6 +79,10 @@ class ObsNormalizer(nn.Module):
     saved policies). Only the algorithm that collects rollouts calls `update`.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, dim: int, enabled: bool = False, clip: float = 10.0):
         super().__init__()
         self.enabled = enabled
@@ -235,6 +239,8 @@ class GaussianActor(Actor):
     """
 
     kind = "gaussian"
+    low: torch.Tensor
+    high: torch.Tensor
 
     def __init__(
         self,
@@ -282,7 +288,8 @@ class GaussianActor(Actor):
 
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
         clipped = torch.maximum(torch.minimum(actions, self.high), self.low)
-        return clipped.reshape(actions.shape[0], *self.action_space.shape).numpy()
+        shape = tuple(self.action_space.shape or ())
+        return clipped.reshape(actions.shape[0], *shape).numpy()
 
     def spec(self) -> dict[str, Any]:
         return {**super().spec(), "log_std_init": float(self.log_std.detach().mean())}

@@ -227,7 +227,7 @@ class VectorRunner:
         ):
             self.envs.unwrapped.set_state(saved[1])
         elif saved is not None and saved[0] == "pickled":
-            self.envs.envs = pickle.loads(saved[1])
+            self.envs.envs = pickle.loads(saved[1])  # type: ignore[attr-defined]
             if hasattr(self.envs, "_autoreset_envs"):
                 self.envs._autoreset_envs = np.asarray(state["resetting"]).copy()
         else:

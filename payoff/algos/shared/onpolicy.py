@@ -259,7 +259,9 @@ class OnPolicyAlgorithm(Algorithm):
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """Deterministic policy on `episodes` fresh episodes of the real env, batched."""
         seed = self.config.seed + 1_000_000 if seed is None else seed
-        vectorization = "sync" if self.config.vectorization != "async" else "async"
+        vectorization: Literal["sync", "async"] = (
+            "async" if self.config.vectorization == "async" else "sync"
+        )
         self.actor.eval()
         result = evaluate_batched(
             self.config.env,
@@ -273,17 +275,18 @@ class OnPolicyAlgorithm(Algorithm):
 
     # ---- learning ---------------------------------------------------------------------
     def optimizer_step(self, loss: torch.Tensor) -> None:
-        """Backpropagate `loss` and take one Adam step.
+        """Backpropagate `loss` and take one Adam step, clipping the joint gradient norm.
 
-        Actor and critic gradients are norm-clipped separately: they are separate networks,
-        and one global clip would let the (reward-scaled) value gradient shrink the policy's.
+        Trap: the clip is over actor and critic together (as in SB3 and CleanRL), so a large
+        value loss (large, unscaled returns) shrinks the policy's step too; raise
+        max_grad_norm or lower vf_coef when train/value_loss is in the thousands.
         """
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.max_grad_norm > 0:
-            for params in (self.actor_params, self.critic_params):
-                if params:
-                    torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(
+                self.actor_params + self.critic_params, self.config.max_grad_norm
+            )
         self.optimizer.step()
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
