@@ -93,6 +93,7 @@ def test_bc_learns_cartpole_from_a_small_dataset():
 
 
 def test_bc_trains_from_saved_demonstrations_and_checks_them(tmp_path):
+    pytest.importorskip("h5py")
     demos = demonstrations.record("CartPole-v1", CartPoleExpert(), steps=400, seed=1)
     path = demonstrations.save(demos, tmp_path / "demos")
     bc = BC(

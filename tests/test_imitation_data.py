@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import h5py
 import numpy as np
 import pytest
 
@@ -63,6 +62,7 @@ def test_record_uses_exactly_the_label_budget():
 
 
 def test_saved_demonstrations_load_back_and_load_in_minari(tmp_path):
+    pytest.importorskip("h5py")  # the imitation extra (payoff[dev] installs it too)
     demos = demonstrations.record("payoff/KartTrack-v0", KartExpert(), episodes=2, seed=0)
     path = demonstrations.save(demos, tmp_path / "kart", dataset_id="payoff/kart-expert-v0")
     back = demonstrations.load(path, env_id="payoff/KartTrack-v0")
@@ -117,6 +117,7 @@ def test_datasets_written_by_minari_load_here(tmp_path):
 
 
 def test_broken_or_foreign_datasets_are_clear_errors(tmp_path):
+    h5py = pytest.importorskip("h5py")
     demos = demonstrations.record("CartPole-v1", CartPoleExpert(), steps=50, seed=0)
     path = demonstrations.save(demos, tmp_path / "cp")
     with pytest.raises(DataError, match="recorded on 'CartPole-v1', not 'payoff/KartTrack-v0'"):
