@@ -282,7 +282,7 @@ def plot_overoptimization(
         if int(alarm["step"]) in steps:
             xi = x[steps.index(int(alarm["step"]))]
             left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
-            left.text(xi, left.get_ylim()[0], " divergence alarm", rotation=90, va="bottom", fontsize=8)
+            left.text(xi, left.get_ylim()[1], " divergence alarm ", rotation=90, va="top", ha="right", fontsize=8)
     left.set_xlabel("sqrt(KL(best-of-N || policy))  (nats^0.5)")
     left.set_ylabel("gold score", color="tab:green")
     right.set_ylabel("proxy reward-model score", color="tab:red")
