@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from benchmarks.common import markdown_table, write_section
-from payoff.models.lm import ModelConfig, load_lm
-from payoff.rollout.generation import LocalSampler, SamplingConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from benchmarks.common import markdown_table, write_section  # noqa: E402
+from payoff.models.lm import ModelConfig, load_lm  # noqa: E402
+from payoff.rollout.generation import LocalSampler, SamplingConfig  # noqa: E402
 
 
 def payoff_generate(model, tokenizer, prompts, new_tokens, seed):

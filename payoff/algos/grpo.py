@@ -452,6 +452,7 @@ class GRPO(LMAlgorithm):
                 ood_accuracy=ood.accuracy,
                 steps=self.step,
                 samples=self.samples_seen,
+                seconds=round(self.run.elapsed(), 1),
                 model_dir=str(self.run.path / "model"),
                 base_model=getattr(self, "base_model_path", config.model.path),
             )
