@@ -36,7 +36,7 @@ from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.models.lm import ModelConfig, load_lm
-from payoff.rewards.base import RewardMix
+from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 from payoff.track.interrupt import GracefulInterrupt
@@ -50,7 +50,9 @@ class RLHFPPOConfig:
     model: the SFT policy (model.path; empty = the tiny SFT base model for `task`). The
         frozen reference and the critic's backbone start from the same weights.
     reward_model: folder of a trained reward model (RUN/reward_model or one member_k);
-        an ensemble folder is averaged. Required.
+        an ensemble folder is averaged.
+    rewards: reward functions instead of a reward model (e.g. the gold scorer
+        payoff.envs.tasks.preferences:gold_reward, to check PPO itself). One of the two is needed.
     task: prompts (and the gold scorer, for styled_addition).
     steps / prompts_per_step: rollout batches and completions per batch.
     ppo_epochs / minibatch_size: passes over each batch and completions per optimizer step.
@@ -70,6 +72,7 @@ class RLHFPPOConfig:
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     reward_model: str = ""
+    rewards: list[RewardSpec] = field(default_factory=list)
     seed: int = 0
     steps: int = 40
     prompts_per_step: int = 64
@@ -95,10 +98,11 @@ class RLHFPPOConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        if not self.reward_model:
+        if bool(self.reward_model) == bool(self.rewards):
             raise ConfigError(
-                "config key 'reward_model' is required: a folder written by a reward_model run "
-                "(e.g. runs/<run>/reward_model); train one with `payoff train prefs-reward-model`"
+                "set exactly one of 'reward_model' (a folder written by a reward_model run, e.g. "
+                "runs/<run>/reward_model; `payoff train prefs-reward-model` makes one) and 'rewards' "
+                f"(reward functions); got reward_model={self.reward_model!r}, rewards={self.rewards}"
             )
         for name in ("steps", "prompts_per_step", "ppo_epochs", "minibatch_size", "log_every", "eval_every"):
             if getattr(self, name) <= 0:
@@ -163,7 +167,9 @@ class RLHFPPO(LMAlgorithm):
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.critic = build_scalar_model(model_config, seed=config.seed + 1)
-        self.reward_model = RewardModelScorer.from_path(config.reward_model)
+        self.reward_model: Any = (
+            RewardModelScorer.from_path(config.reward_model) if config.reward_model else RewardMix(config.rewards)
+        )
         self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
@@ -180,6 +186,12 @@ class RLHFPPO(LMAlgorithm):
 
     def spaces(self) -> dict[str, str]:
         return {"vocabulary": str(len(self.tokenizer))}
+
+    def score(self, prompts: list[str], completions: list[str], rows: list[Any]) -> np.ndarray:
+        """The reward being optimized: the reward model's score (or the reward functions' total)."""
+        if isinstance(self.reward_model, RewardMix):
+            return np.asarray(self.reward_model(prompts, completions, **columns_of(rows)).total, float)
+        return np.asarray(self.reward_model(prompts, completions), float)
 
     def critic_values(self, g: Any) -> torch.Tensor:
         """V(state before each completion token): [B, T]."""
@@ -206,7 +218,7 @@ class RLHFPPO(LMAlgorithm):
                 g = self.sampler.generate(prompts, sampling, self.generator)
                 mask = g.completion_mask.float()  # [B, T]
                 # 2. reward: RM score on the last token, KL penalty on every token
-                scores = np.asarray(self.reward_model(prompts, g.completions), float)
+                scores = self.score(prompts, g.completions, rows)
                 gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
                 args = (g.prompt_ids, g.prompt_mask, g.completion_ids, g.completion_mask, config.temperature)
                 old_logprobs = batched_completion_logprobs(self.model, *args)
@@ -306,7 +318,7 @@ class RLHFPPO(LMAlgorithm):
         prompts = [r["prompt"] for r in rows]
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         completions = self.sampler.generate(prompts, sampling).completions
-        proxy = float(np.mean(self.reward_model(prompts, completions)))
+        proxy = float(np.mean(self.score(prompts, completions, rows)))
         gold = float(np.mean(self.verifier(prompts, completions, **columns_of(rows)).total))
         return proxy, gold
 
