@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -248,6 +249,7 @@ def main() -> None:
         worker(args.worker)
         return
     seeds = range(args.seeds or (2 if args.quick else 5))
+    load_before = os.getloadavg()[0]
     goals = {"ppo": 8, "dqn": 4}
     rows, notes = [], []
     for algo in args.algos.split(","):
@@ -310,7 +312,10 @@ def main() -> None:
         ],
         rows,
     )
+    load_after = os.getloadavg()[0]
     body = (
+        f"Machine load average (1 min) {load_before:.1f} at the start, {load_after:.1f} at the "
+        f"end: other work shared the cores, so compare the ratios.\n\n"
         f"Seconds of training until the deterministic policy averages >= {TARGET:.0f} over "
         f"{EVAL_EPISODES} episodes of Gymnasium's CartPole-v1, evaluated every "
         f"{EVAL_EVERY['ppo']} (PPO) / {EVAL_EVERY['dqn']} (DQN) env steps by the same function on "

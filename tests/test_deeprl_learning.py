@@ -14,7 +14,7 @@ def _agent(recipe: str, *overrides: str):
 
 @pytest.mark.slow
 def test_ppo_solves_cartpole():
-    # Measured (seed 0): eval >= 475 at ~60k env steps; budget 200k.
+    # Measured (seed 0): eval >= 475 at 67k env steps; budget 200k.
     agent = _agent("cartpole-ppo", "total_steps=200000", "final_eval_episodes=20").learn()
     assert agent.solved_at is not None and agent.solved_at <= 200_000
     assert agent.evaluate(20).mean_return >= 475
@@ -22,7 +22,8 @@ def test_ppo_solves_cartpole():
 
 @pytest.mark.slow
 def test_dqn_solves_cartpole():
-    # Measured (seed 0): eval >= 475 at ~58k env steps; budget 100k.
+    # Measured (seed 0): eval >= 475 at 10k env steps (seed 1 needs > 100k: DQN is the
+    # least reliable of the four); budget 100k.
     agent = _agent("cartpole-dqn", "total_steps=100000", "final_eval_episodes=20").learn()
     assert agent.solved_at is not None and agent.solved_at <= 100_000
     assert agent.evaluate(20).mean_return >= 475
@@ -30,16 +31,16 @@ def test_dqn_solves_cartpole():
 
 @pytest.mark.slow
 def test_reinforce_clearly_improves_on_cartpole():
-    # A random policy averages ~22 on CartPole. Measured (seed 0, 60k steps): see threshold.
+    # A random policy averages ~22 on CartPole. Measured (seed 0, 60k steps): 138.
     agent = _agent(
         "cartpole-reinforce", "total_steps=60000", "eval_every=0", "final_eval_episodes=20"
     ).learn()
-    assert agent.evaluate(20).mean_return >= 60
+    assert agent.evaluate(20).mean_return >= 90
 
 
 @pytest.mark.slow
 def test_ppo_improves_on_pendulum():
-    # A random policy averages about -1200. Measured (seed 0): -870 after 60k steps.
+    # A random policy averages about -1200. Measured (seed 0): -852 after 60k steps.
     agent = _agent(
         "pendulum-ppo", "total_steps=60000", "eval_every=0", "final_eval_episodes=20"
     ).learn()
