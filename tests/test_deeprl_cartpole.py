@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from gymnasium.utils.env_checker import check_env
 
 from payoff.envs.cartpole import CartPoleVectorEnv
@@ -39,6 +40,8 @@ def test_batched_cartpole_matches_gymnasium_step_by_step():
     assert episodes > 100 and truncations > 0  # the comparison covered both kinds of ending
 
 
+# Gymnasium's CartPole-v1 has infinite velocity bounds too; the checker warns about both.
+@pytest.mark.filterwarnings("ignore:.*infinity")
 def test_payoff_cartpole_passes_env_checker_and_is_the_default_for_cartpole():
     env = make_env(EnvConfig("payoff/CartPole-v1"))
     check_env(env.unwrapped)

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
-from payoff.core.config import to_dict
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -417,6 +416,3 @@ class OnPolicyAlgorithm(Algorithm):
         metrics = ["train/return"] + (["eval/mean_return"] if self.evals else [])
         plot_curves([self.run], path, metrics=metrics, title=f"{self.name} on {self.config.env.id}")
         return [path]
-
-    def config_dict(self) -> dict[str, Any]:
-        return to_dict(self.config)
