@@ -34,9 +34,9 @@ def base_model() -> str:
 
 
 def pairs(n_train: int, n_test: int):
+    from payoff.algos.reward_model import styled_task
     from payoff.envs.tasks import make_task
     from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
-    from payoff.algos.reward_model import styled_task
 
     config = PreferenceDataConfig(bias=0.0, train_pairs=n_train, test_pairs=n_test)
     return load_pairs(config, make_task(styled_task()), seed=0)
@@ -50,18 +50,32 @@ def run_payoff(args) -> dict:
     if args.what == "dpo":
         from payoff.algos.dpo import DPO
 
-        algo = DPO(model={"path": args.model}, preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
-                   steps=args.steps, batch_size=args.batch, learning_rate=args.lr, eval_every=10**9, log_every=10**9,
-                   checkpoint_every=10**9)
+        algo = DPO(
+            model={"path": args.model},
+            preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
+            steps=args.steps,
+            batch_size=args.batch,
+            learning_rate=args.lr,
+            eval_every=0,
+            log_every=10**9,
+            checkpoint_every=10**9,
+        )
         algo.learn()
         seconds = time.time() - started
         accuracy = algo.evaluate_pairs(with_gold=False).accuracy
     else:
         from payoff.algos.reward_model import RewardModel
 
-        algo = RewardModel(model={"path": args.model}, preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
-                           steps=args.steps, batch_size=args.batch, learning_rate=args.lr, eval_every=10**9,
-                           log_every=10**9, checkpoint_every=10**9)
+        algo = RewardModel(
+            model={"path": args.model},
+            preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
+            steps=args.steps,
+            batch_size=args.batch,
+            learning_rate=args.lr,
+            eval_every=0,
+            log_every=10**9,
+            checkpoint_every=10**9,
+        )
         algo.learn()
         seconds = time.time() - started
         accuracy = algo.evaluate().accuracy
@@ -80,37 +94,61 @@ def run_trl(args) -> dict:
     columns = lambda rows: [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows]  # noqa: E731
     tokenizer = load_tokenizer(args.model)
     out = tempfile.mkdtemp()
-    common = dict(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps, learning_rate=args.lr,
-                  logging_steps=10**9, save_strategy="no", report_to=[], use_cpu=True, lr_scheduler_type="constant",
-                  warmup_steps=0, dataloader_num_workers=0, disable_tqdm=True)
+    common = dict(
+        output_dir=out,
+        per_device_train_batch_size=args.batch,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        logging_steps=10**9,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     started = time.time()
     if args.what == "dpo":
         from trl import DPOConfig, DPOTrainer
 
         model = AutoModelForCausalLM.from_pretrained(args.model)
-        trainer = DPOTrainer(model=model, args=DPOConfig(beta=0.1, precompute_ref_log_probs=True, **common),
-                             train_dataset=Dataset.from_list(columns(train)), processing_class=tokenizer)
+        trainer = DPOTrainer(
+            model=model,
+            args=DPOConfig(beta=0.1, precompute_ref_log_probs=True, **common),
+            train_dataset=Dataset.from_list(columns(train)),
+            processing_class=tokenizer,
+        )
         trainer.train()
         seconds = time.time() - started
         from payoff.algos.dpo import pair_logprobs
 
         reference = AutoModelForCausalLM.from_pretrained(args.model)
-        now, ref = pair_logprobs(model.eval(), tokenizer, test), pair_logprobs(reference, tokenizer, test)
+        now, ref = (
+            pair_logprobs(model.eval(), tokenizer, test),
+            pair_logprobs(reference, tokenizer, test),
+        )
         accuracy = float((((now - ref)[:, 0] - (now - ref)[:, 1]) > 0).float().mean())
     else:
         from trl import RewardConfig, RewardTrainer
 
         model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=1)
         model.config.pad_token_id = tokenizer.pad_token_id
-        trainer = RewardTrainer(model=model, args=RewardConfig(**common), train_dataset=Dataset.from_list(columns(train)),
-                                processing_class=tokenizer)
+        trainer = RewardTrainer(
+            model=model,
+            args=RewardConfig(**common),
+            train_dataset=Dataset.from_list(columns(train)),
+            processing_class=tokenizer,
+        )
         trainer.train()
         seconds = time.time() - started
         model.eval()
         with torch.no_grad():
+
             def score(texts):
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
                 return model(**enc).logits[:, 0]
+
             chosen = score([r["prompt"] + r["chosen"] for r in test])
             rejected = score([r["prompt"] + r["rejected"] for r in test])
         accuracy = float((chosen > rejected).float().mean())
@@ -123,8 +161,24 @@ def child(args) -> None:
 
 
 def spawn(side: str, what: str, args, model: str) -> dict:
-    command = [sys.executable, __file__, "--child", side, "--what", what, "--model", model, "--steps", str(args.steps),
-               "--batch", str(args.batch), "--pairs", str(args.pairs), "--lr", str(args.lr)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        side,
+        "--what",
+        what,
+        "--model",
+        model,
+        "--steps",
+        str(args.steps),
+        "--batch",
+        str(args.batch),
+        "--pairs",
+        str(args.pairs),
+        "--lr",
+        str(args.lr),
+    ]
     env = {**os.environ, "PAYOFF_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -163,7 +217,9 @@ def main() -> None:
             rows.append(
                 f"| {what} | {side} | {results[side]['seconds']:.1f} | {speed[side]:.0f} | {results[side]['accuracy']:.3f} |"
             )
-        print(f"{what}: payoff {speed['payoff']:.0f} pairs/s, trl {speed['trl']:.0f} pairs/s, ratio {ratio:.2f}x")
+        print(
+            f"{what}: payoff {speed['payoff']:.0f} pairs/s, trl {speed['trl']:.0f} pairs/s, ratio {ratio:.2f}x"
+        )
     from benchmarks.common import write_section
 
     markdown = "\n".join(

@@ -33,7 +33,9 @@ def test_preference_rows_read_and_bad_rows_name_file_and_line(tmp_path):
     }
     for line, message in cases.items():
         bad = tmp_path / "bad.jsonl"
-        bad.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n" + line + "\n")
+        bad.write_text(
+            json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n" + line + "\n"
+        )
         with pytest.raises(DataError, match=rf"bad.jsonl:2: .*{message}"):
             read_preferences(bad)
 
@@ -104,7 +106,9 @@ def base_model(tmp_path_factory):
     old = os.environ.get("PAYOFF_CACHE")
     os.environ["PAYOFF_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     try:
-        return str(build_base_model(TaskConfig(name="styled_addition", eval_size=64), small_base(), 24))
+        return str(
+            build_base_model(TaskConfig(name="styled_addition", eval_size=64), small_base(), 24)
+        )
     finally:
         if old is None:
             os.environ.pop("PAYOFF_CACHE")
@@ -112,7 +116,9 @@ def base_model(tmp_path_factory):
             os.environ["PAYOFF_CACHE"] = old
 
 
-def test_reward_model_beats_chance_on_held_out_pairs_and_ensemble_reports_disagreement(base_model, tmp_path):
+def test_reward_model_beats_chance_on_held_out_pairs_and_ensemble_reports_disagreement(
+    base_model, tmp_path
+):
     from payoff.algos.reward_model import RewardModel
     from payoff.rewards.learned import RewardModelScorer
     from payoff.track.run import Run
@@ -184,3 +190,38 @@ def test_rlhf_ppo_needs_a_reward():
 
     with pytest.raises(ConfigError, match="exactly one of 'reward_model'"):
         RLHFPPOConfig().validate()
+
+
+@pytest.mark.parametrize("algo", ["dpo", "rlhf_ppo", "reward_model"])
+def test_resume_after_a_stop_is_exact(algo, base_model, tmp_path):
+    from payoff.algos import get_algorithm
+    from payoff.track.run import Run
+
+    cls = get_algorithm(algo)
+    settings = {
+        "dpo": {"preferences": {"train_pairs": 64, "test_pairs": 16}, "batch_size": 8, "log_every": 1},
+        "rlhf_ppo": {
+            "rewards": [{"name": "payoff.envs.tasks.preferences:gold_reward"}],
+            "prompts_per_step": 8,
+            "minibatch_size": 4,
+            "task": {"name": "styled_addition", "eval_size": 8},
+        },
+        "reward_model": {"preferences": {"train_pairs": 64, "test_pairs": 16}, "batch_size": 8, "log_every": 1},
+    }[algo]
+    common = {"model": {"path": base_model}, "steps": 4, "eval_every": 2, "checkpoint_every": 2, **settings}
+
+    def comparable(run):
+        return [
+            {k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in run.records()
+        ]
+
+    straight = Run.create(tmp_path, "a", {"algo": algo})
+    cls(run=straight, **common).learn()
+    stopped = Run.create(tmp_path, "b", {"algo": algo})
+    cls(run=stopped, **common).learn(total=2)
+    resumed = cls.from_run(stopped)
+    assert resumed.progress_step() == 2
+    resumed.learn()
+    straight.close()
+    stopped.close()
+    assert comparable(straight) == comparable(stopped)

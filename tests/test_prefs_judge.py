@@ -60,7 +60,10 @@ class ChatHandler(BaseHTTPRequestHandler):
         time.sleep(delay)
         content = self.server.client.complete(body["messages"])
         reply = json.dumps(
-            {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}], "model": body["model"]}
+            {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                "model": body["model"],
+            }
         ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -90,7 +93,9 @@ def test_client_gets_the_served_models_reply_and_caches_it(server, tmp_path):
     before = server.requests
     assert client.complete(MESSAGES) == reply
     assert server.requests == before and client.cache_hits == 1
-    fresh = OpenAIChatClient(server.base_url, "tiny", cache_dir=tmp_path)  # a new process, same disk
+    fresh = OpenAIChatClient(
+        server.base_url, "tiny", cache_dir=tmp_path
+    )  # a new process, same disk
     assert fresh.complete(MESSAGES) == reply and fresh.calls == 0
 
 
@@ -117,7 +122,9 @@ def test_client_survives_a_timeout_by_retrying(server):
 
 
 def test_client_does_not_retry_a_client_error_and_checks_its_settings(server):
-    client = OpenAIChatClient(server.base_url.replace("/v1", "/nope"), "tiny", retries=3, backoff=0.01)
+    client = OpenAIChatClient(
+        server.base_url.replace("/v1", "/nope"), "tiny", retries=3, backoff=0.01
+    )
     with pytest.raises(JudgeError, match="HTTP 404"):
         client.complete(MESSAGES)
     assert client.calls == 1
@@ -150,7 +157,11 @@ def test_judge_turns_verdicts_into_labels_and_scores(tmp_path):
     assert principles == load_constitution(md_file) == ["Be correct.", "Be brief; no flattery."]
     client = Scripted(["B", "Answer A.", "no idea", "7", "10/10"])
     judge = Judge(client, principles)
-    assert judge.label("3+4=", "Great! 7", "7") == {"prompt": "3+4=", "chosen": "7", "rejected": "Great! 7"}
+    assert judge.label("3+4=", "Great! 7", "7") == {
+        "prompt": "3+4=",
+        "chosen": "7",
+        "rejected": "Great! 7",
+    }
     assert judge.prefer("3+4=", "7", "8") == 0
     assert judge.prefer("3+4=", "7", "8") is None and judge.unparsed == 1
     assert judge(["3+4=", "3+4="], ["7", "7"]) == [0.7, 1.0]

@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from payoff.algos.reward_model import RewardModel, RewardModelConfig, resolve_model, small_base, styled_task
+from payoff.algos.reward_model import (
+    RewardModel,
+    RewardModelConfig,
+    resolve_model,
+    small_base,
+    styled_task,
+)
 from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
 from payoff.core.errors import ConfigError
@@ -182,9 +188,15 @@ class BestOfN(LMAlgorithm):
         prompts = [r["prompt"] for r in repeated]
         sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
         generator = torch.Generator().manual_seed(config.seed)
-        completions = LocalSampler(self.model, self.tokenizer).generate(prompts, sampling, generator).completions
+        completions = (
+            LocalSampler(self.model, self.tokenizer)
+            .generate(prompts, sampling, generator)
+            .completions
+        )
         proxy = np.asarray(scorer(prompts, completions), float).reshape(len(rows), n_max)
-        gold = np.asarray(self.gold(prompts, completions, **columns_of(repeated)).total, float).reshape(len(rows), n_max)
+        gold = np.asarray(
+            self.gold(prompts, completions, **columns_of(repeated)).total, float
+        ).reshape(len(rows), n_max)
         lengths = np.array([len(c) for c in completions], float).reshape(len(rows), n_max)
         self.samples = {"completions": completions, "proxy": proxy, "gold": gold}
         progress = Progress(len(config.ns), desc="best-of-N sweep")
@@ -196,8 +208,14 @@ class BestOfN(LMAlgorithm):
                 "bon/kl": bon_kl(n),
                 "bon/sqrt_kl": math.sqrt(bon_kl(n)),
                 "bon/proxy": float(np.mean([expected_best_of_n(p, p, n) for p in proxy])),
-                "bon/gold": float(np.mean([expected_best_of_n(p, g, n) for p, g in zip(proxy, gold, strict=True)])),
-                "bon/length": float(np.mean([expected_best_of_n(p, x, n) for p, x in zip(proxy, lengths, strict=True)])),
+                "bon/gold": float(
+                    np.mean([expected_best_of_n(p, g, n) for p, g in zip(proxy, gold, strict=True)])
+                ),
+                "bon/length": float(
+                    np.mean(
+                        [expected_best_of_n(p, x, n) for p, x in zip(proxy, lengths, strict=True)]
+                    )
+                ),
             }
             self.step += 1
             self.sweep.append(point)
@@ -233,7 +251,13 @@ class BestOfN(LMAlgorithm):
         """Best-of-max(ns) completion(s) under the proxy reward model."""
         prompts = [observation] if isinstance(observation, str) else list(observation)
         sampling = SamplingConfig(self.config.temperature, 1.0, self.config.max_new_tokens)
-        picks = best_of_n(LocalSampler(self.model, self.tokenizer), self.proxy(), prompts, max(self.config.ns), sampling)
+        picks = best_of_n(
+            LocalSampler(self.model, self.tokenizer),
+            self.proxy(),
+            prompts,
+            max(self.config.ns),
+            sampling,
+        )
         return picks[0] if isinstance(observation, str) else picks
 
     # ---- state: the sweep is deterministic from the seed, so only counters are kept ------
@@ -248,13 +272,17 @@ class BestOfN(LMAlgorithm):
         from payoff.track.run import Run
 
         run = self.run or Run.open(media.parent)
-        return [plot_overoptimization(run.records(), run_alarms(run), media / "overoptimization.png")]
+        return [
+            plot_overoptimization(run.records(), run_alarms(run), media / "overoptimization.png")
+        ]
 
 
 def run_alarms(run: Any) -> list[dict[str, Any]]:
     """Alarm events of a run (divergence and friends), as dicts with at least a 'step'."""
     return [
-        {"step": e["step"], **e["event"]} for e in run.events() if e["event"].get("kind") == "divergence"
+        {"step": e["step"], **e["event"]}
+        for e in run.events()
+        if e["event"].get("kind") == "divergence"
     ]
 
 
@@ -276,20 +304,37 @@ def plot_overoptimization(
     left.plot(x, gold, "o-", color="tab:green", label="gold score (what we want)")
     right.plot(x, proxy, "s--", color="tab:red", label="proxy reward model (what is optimized)")
     for p, xi in zip(points, x, strict=True):
-        left.annotate(f"N={p['bon/n']:.0f}", (xi, gold[points.index(p)]), textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+        left.annotate(
+            f"N={p['bon/n']:.0f}",
+            (xi, gold[points.index(p)]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            fontsize=7,
+            ha="center",
+        )
     steps = [int(r["step"]) for r in points]
     for alarm in alarms:
         if int(alarm["step"]) in steps:
             xi = x[steps.index(int(alarm["step"]))]
             left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
-            left.text(xi, left.get_ylim()[1], " divergence alarm ", rotation=90, va="top", ha="right", fontsize=8)
+            left.text(
+                xi,
+                left.get_ylim()[1],
+                " divergence alarm ",
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize=8,
+            )
     left.set_xlabel("sqrt(KL(best-of-N || policy))  (nats^0.5)")
     left.set_ylabel("gold score", color="tab:green")
     right.set_ylabel("proxy reward-model score", color="tab:red")
     lines = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     labels = left.get_legend_handles_labels()[1] + right.get_legend_handles_labels()[1]
     left.legend(lines, labels, loc="lower left", fontsize=8)
-    left.set_title(title or "Best-of-N against a proxy reward model: proxy rises, gold peaks and falls")
+    left.set_title(
+        title or "Best-of-N against a proxy reward model: proxy rises, gold peaks and falls"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

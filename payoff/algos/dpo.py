@@ -64,7 +64,8 @@ class DPOConfig:
     learning_rate / max_grad_norm / weight_decay: AdamW; DPO wants a small lr (1e-6..1e-5 for
         real models; the tiny model tolerates 1e-4).
     max_new_tokens: completion length for the gold evaluation.
-    eval_every / log_every / checkpoint_every: in steps.
+    eval_every / log_every / checkpoint_every: in steps (eval_every 0 = no evaluation
+        during training; a run still gets its final one).
     threads: torch CPU threads.
     """
 
@@ -89,7 +90,7 @@ class DPOConfig:
     def validate(self) -> None:
         if self.beta <= 0:
             raise ConfigError(f"config key 'beta' must be > 0, got {self.beta}")
-        for name in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
 
@@ -114,21 +115,32 @@ def encode_completions(
     )
 
 
-def sequence_logprobs(model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+def sequence_logprobs(
+    model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]
+) -> torch.Tensor:
     """log pi(completion + EOS | prompt) summed over tokens: [B] (with gradients)."""
-    prompt_ids, prompt_mask, completion_ids, completion_mask = encode_completions(tokenizer, prompts, completions)
+    prompt_ids, prompt_mask, completion_ids, completion_mask = encode_completions(
+        tokenizer, prompts, completions
+    )
     out = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     return (out.logprobs * completion_mask).sum(-1)
 
 
 @torch.no_grad()
-def pair_logprobs(model: Any, tokenizer: Any, rows: Sequence[Row], batch_size: int = 256) -> torch.Tensor:
+def pair_logprobs(
+    model: Any, tokenizer: Any, rows: Sequence[Row], batch_size: int = 256
+) -> torch.Tensor:
     """[N, 2] log-probabilities of (chosen, rejected) for every row, without gradients."""
     parts = []
     for i in range(0, len(rows), batch_size):
         chunk = rows[i : i + batch_size]
         prompts = [r["prompt"] for r in chunk]
-        both = sequence_logprobs(model, tokenizer, prompts + prompts, [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk])
+        both = sequence_logprobs(
+            model,
+            tokenizer,
+            prompts + prompts,
+            [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk],
+        )
         parts.append(torch.stack(both.chunk(2), 1))
     return torch.cat(parts)
 
@@ -197,7 +209,7 @@ class DPO(LMAlgorithm):
         config = self.config
         total = config.steps if total is None else total
         progress = Progress(total, initial=self.step, desc=f"dpo ({config.loss})")
-        if self.step == 0 and total > 0:
+        if self.step == 0 and total > 0 and config.eval_every:
             self._log_eval()  # the starting point: margin 0, the policy's own preferences
         with GracefulInterrupt() as interrupt:
             while self.step < total and not interrupt.requested:
@@ -207,7 +219,9 @@ class DPO(LMAlgorithm):
                 rows = [self.train_rows[int(i)] for i in index]
                 prompts = [r["prompt"] for r in rows]
                 logps = sequence_logprobs(
-                    self.model, self.tokenizer, prompts + prompts,
+                    self.model,
+                    self.tokenizer,
+                    prompts + prompts,
                     [r["chosen"] for r in rows] + [r["rejected"] for r in rows],
                 )
                 chosen, rejected = logps.chunk(2)
@@ -215,7 +229,9 @@ class DPO(LMAlgorithm):
                 result = dpo_loss(chosen, rejected, ref[:, 0], ref[:, 1], config.beta, config.loss)
                 self.optimizer.zero_grad(set_to_none=True)
                 result.loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), config.max_grad_norm
+                )
                 self.optimizer.step()
                 self.step += 1
                 progress.update(1, loss=result.loss.item())
@@ -229,10 +245,11 @@ class DPO(LMAlgorithm):
                             "train/chosen_reward": float(result.chosen_rewards.mean()),
                             "train/rejected_reward": float(result.rejected_rewards.mean()),
                             "train/grad_norm": float(grad_norm),
-                            "perf/pairs_per_s": config.batch_size / max(time.time() - started, 1e-9),
+                            "perf/pairs_per_s": config.batch_size
+                            / max(time.time() - started, 1e-9),
                         },
                     )
-                if self.step % config.eval_every == 0 or self.step == total:
+                if config.eval_every and (self.step % config.eval_every == 0 or self.step == total):
                     self._log_eval()
                 if self.step % config.checkpoint_every == 0:
                     self.checkpoint()
@@ -263,7 +280,11 @@ class DPO(LMAlgorithm):
             return None
         rows = self.task.split("test", self.config.task.eval_size)
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        completions = LocalSampler(self.model, self.tokenizer).generate([r["prompt"] for r in rows], sampling).completions
+        completions = (
+            LocalSampler(self.model, self.tokenizer)
+            .generate([r["prompt"] for r in rows], sampling)
+            .completions
+        )
         scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
         return float(np.mean(scores))
 
@@ -283,9 +304,9 @@ class DPO(LMAlgorithm):
         return result
 
     def _finish(self) -> None:
-        result = self.evaluate_pairs()
-        self.export_model()
         if self.run is not None:
+            result = self.evaluate_pairs()
+            self.export_model()
             self.run.write_summary(
                 final_eval=result.to_dict(),
                 final_line=result.line(),

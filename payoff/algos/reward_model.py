@@ -74,7 +74,8 @@ class RewardModelConfig:
     steps / batch_size: optimizer steps (per member) and pairs per step.
     learning_rate / weight_decay / max_grad_norm: AdamW. The whole backbone trains; on a
         pretrained model keep the lr small (1e-5) or the RM forgets how to read.
-    eval_every / log_every / checkpoint_every: in steps.
+    eval_every / log_every / checkpoint_every: in steps (eval_every 0 = no evaluation during
+        training; a run still gets its final one).
     threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
     """
 
@@ -96,7 +97,7 @@ class RewardModelConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        for name in ("ensemble", "steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+        for name in ("ensemble", "steps", "batch_size", "log_every", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
         if self.learning_rate <= 0:
@@ -143,7 +144,9 @@ def evaluate_pairs(scorer: RewardModelScorer, rows: list[Row]) -> PairEval:
     gold_accuracy = float(np.mean([(g > 0) == (m > 0) for g, m in gold])) if gold else float("nan")
     scores = torch.cat([chosen.mean(0), rejected.mean(0)]).numpy()
     lengths = np.array([len(r["chosen"]) for r in rows] + [len(r["rejected"]) for r in rows], float)
-    correlation = float(np.corrcoef(scores, lengths)[0, 1]) if lengths.std() > 0 and scores.std() > 0 else 0.0
+    correlation = (
+        float(np.corrcoef(scores, lengths)[0, 1]) if lengths.std() > 0 and scores.std() > 0 else 0.0
+    )
     return PairEval(
         pairs=len(rows),
         accuracy=float((mean > 0).float().mean()),
@@ -175,7 +178,9 @@ class RewardModel(Algorithm):
             build_scalar_model(model_config, seed=config.seed + k) for k in range(config.ensemble)
         ]
         self.optimizers = [
-            torch.optim.AdamW(m.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+            torch.optim.AdamW(
+                m.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+            )
             for m in self.members
         ]
         # Each member sees its own resample of the pairs: diversity is what makes spread mean something.
@@ -199,11 +204,15 @@ class RewardModel(Algorithm):
     def train_step(self, k: int) -> tuple[float, float]:
         """One Bradley-Terry step of member k on a minibatch of its resample; (loss, accuracy)."""
         member, optimizer = self.members[k], self.optimizers[k]
-        picks = self.resamples[k][self.rng.integers(len(self.resamples[k]), size=self.config.batch_size)]
+        picks = self.resamples[k][
+            self.rng.integers(len(self.resamples[k]), size=self.config.batch_size)
+        ]
         rows = [self.train_rows[int(i)] for i in picks]
         prompts = [r["prompt"] for r in rows]
         # chosen and rejected in one forward pass: [2B] -> two halves
-        scores = member.score(prompts + prompts, [r["chosen"] for r in rows] + [r["rejected"] for r in rows])
+        scores = member.score(
+            prompts + prompts, [r["chosen"] for r in rows] + [r["rejected"] for r in rows]
+        )
         chosen, rejected = scores.chunk(2)
         loss = bradley_terry_loss(chosen, rejected)
         optimizer.zero_grad(set_to_none=True)
@@ -232,10 +241,12 @@ class RewardModel(Algorithm):
                         **{
                             "train/loss": loss,
                             "train/accuracy": float(np.mean([r[1] for r in results])),
-                            "perf/pairs_per_s": config.batch_size * len(self.members) / max(time.time() - started, 1e-9),
+                            "perf/pairs_per_s": config.batch_size
+                            * len(self.members)
+                            / max(time.time() - started, 1e-9),
                         },
                     )
-                if self.step % config.eval_every == 0 or self.step == total:
+                if config.eval_every and (self.step % config.eval_every == 0 or self.step == total):
                     self._log_eval()
                 if self.step % config.checkpoint_every == 0:
                     self.checkpoint()
@@ -279,8 +290,8 @@ class RewardModel(Algorithm):
         return folder
 
     def _finish(self) -> None:
-        result = self.evaluate()
         if self.run is not None:
+            result = self.evaluate()
             folder = self.save_models(self.run.path / "reward_model")
             self.run.write_summary(
                 final_eval=result.to_dict(),

@@ -104,7 +104,14 @@ class RLHFPPOConfig:
                 "runs/<run>/reward_model; `payoff train prefs-reward-model` makes one) and 'rewards' "
                 f"(reward functions); got reward_model={self.reward_model!r}, rewards={self.rewards}"
             )
-        for name in ("steps", "prompts_per_step", "ppo_epochs", "minibatch_size", "log_every", "eval_every"):
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "ppo_epochs",
+            "minibatch_size",
+            "log_every",
+            "eval_every",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
         if self.prompts_per_step % self.minibatch_size:
@@ -112,9 +119,13 @@ class RLHFPPOConfig:
                 f"minibatch_size {self.minibatch_size} does not divide prompts_per_step {self.prompts_per_step}"
             )
         if self.kl_coef < 0 or (self.kl_target is not None and self.kl_target <= 0):
-            raise ConfigError(f"need kl_coef >= 0 and kl_target > 0 (or null), got {self.kl_coef}, {self.kl_target}")
+            raise ConfigError(
+                f"need kl_coef >= 0 and kl_target > 0 (or null), got {self.kl_coef}, {self.kl_target}"
+            )
         if self.temperature <= 0:
-            raise ConfigError(f"config key 'temperature' must be > 0 for PPO sampling, got {self.temperature}")
+            raise ConfigError(
+                f"config key 'temperature' must be > 0 for PPO sampling, got {self.temperature}"
+            )
 
 
 class AdaptiveKLController:
@@ -168,13 +179,19 @@ class RLHFPPO(LMAlgorithm):
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.critic = build_scalar_model(model_config, seed=config.seed + 1)
         self.reward_model: Any = (
-            RewardModelScorer.from_path(config.reward_model) if config.reward_model else RewardMix(config.rewards)
+            RewardModelScorer.from_path(config.reward_model)
+            if config.reward_model
+            else RewardMix(config.rewards)
         )
         self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_learning_rate)
-        self.kl_controller = AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
+        self.critic_optimizer = torch.optim.AdamW(
+            self.critic.parameters(), lr=config.critic_learning_rate
+        )
+        self.kl_controller = AdaptiveKLController(
+            config.kl_coef, config.kl_target, config.kl_horizon
+        )
         self.score_stats = RunningStd()
         self.step = 0
 
@@ -190,7 +207,9 @@ class RLHFPPO(LMAlgorithm):
     def score(self, prompts: list[str], completions: list[str], rows: list[Any]) -> np.ndarray:
         """The reward being optimized: the reward model's score (or the reward functions' total)."""
         if isinstance(self.reward_model, RewardMix):
-            return np.asarray(self.reward_model(prompts, completions, **columns_of(rows)).total, float)
+            return np.asarray(
+                self.reward_model(prompts, completions, **columns_of(rows)).total, float
+            )
         return np.asarray(self.reward_model(prompts, completions), float)
 
     def critic_values(self, g: Any) -> torch.Tensor:
@@ -220,23 +239,38 @@ class RLHFPPO(LMAlgorithm):
                 # 2. reward: RM score on the last token, KL penalty on every token
                 scores = self.score(prompts, g.completions, rows)
                 gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
-                args = (g.prompt_ids, g.prompt_mask, g.completion_ids, g.completion_mask, config.temperature)
+                args = (
+                    g.prompt_ids,
+                    g.prompt_mask,
+                    g.completion_ids,
+                    g.completion_mask,
+                    config.temperature,
+                )
                 old_logprobs = batched_completion_logprobs(self.model, *args)
                 ref_logprobs = batched_completion_logprobs(self.reference, *args)
                 with torch.no_grad():
                     old_values = self.critic_values(g) * mask
                 self.score_stats.update(scores)
                 scale = self.score_stats.std if config.whiten_rewards else 1.0
-                kl_tokens = (old_logprobs - ref_logprobs) * mask  # k1 per token: the InstructGPT penalty
+                kl_tokens = (
+                    old_logprobs - ref_logprobs
+                ) * mask  # k1 per token: the InstructGPT penalty
                 rewards = -self.kl_controller.coef * kl_tokens
                 last = (g.completion_mask.sum(1) - 1).clamp(min=0)
-                rewards[torch.arange(len(rows)), last] += torch.as_tensor(scores / max(scale, 1e-8), dtype=rewards.dtype)
+                rewards[torch.arange(len(rows)), last] += torch.as_tensor(
+                    scores / max(scale, 1e-8), dtype=rewards.dtype
+                )
                 # 3. token-level GAE, time first: a completion ends at its last token
                 dones = torch.zeros_like(mask)
                 dones[torch.arange(len(rows)), last] = 1.0
                 dones = torch.maximum(dones, 1.0 - mask)
                 advantages, returns = gae(
-                    rewards.T, old_values.T, torch.zeros(len(rows)), dones.T, config.gamma, config.lam
+                    rewards.T,
+                    old_values.T,
+                    torch.zeros(len(rows)),
+                    dones.T,
+                    config.gamma,
+                    config.lam,
                 )
                 advantages, returns = advantages.T, returns.T
                 valid = mask.bool()
@@ -257,7 +291,9 @@ class RLHFPPO(LMAlgorithm):
                             "train/kl": kl_per_completion,
                             "train/sqrt_kl": float(np.sqrt(max(kl_per_completion, 0.0))),
                             "train/kl_coef": self.kl_controller.coef,
-                            "train/completion_length": float(g.completion_mask.sum(1).float().mean()),
+                            "train/completion_length": float(
+                                g.completion_mask.sum(1).float().mean()
+                            ),
                             "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
                             **stats,
                         },
@@ -273,12 +309,21 @@ class RLHFPPO(LMAlgorithm):
         self.checkpoint()
         return self
 
-    def update(self, g: Any, valid: torch.Tensor, old_logprobs: torch.Tensor, old_values: torch.Tensor,
-               advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+    def update(
+        self,
+        g: Any,
+        valid: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        old_values: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+    ) -> dict[str, float]:
         """ppo_epochs passes of minibatch steps on the clipped policy and value losses."""
         config = self.config
         batch = g.prompt_ids.shape[0]
-        logs: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "approx_kl", "clip_fraction", "entropy")}
+        logs: dict[str, list[float]] = {
+            k: [] for k in ("policy_loss", "value_loss", "approx_kl", "clip_fraction", "entropy")
+        }
         self.model.train()
         self.critic.train()
         for _ in range(config.ppo_epochs):
@@ -287,10 +332,17 @@ class RLHFPPO(LMAlgorithm):
                 i = order[start : start + config.minibatch_size]
                 m = valid[i]
                 out = completion_logprobs(
-                    self.model, g.prompt_ids[i], g.prompt_mask[i], g.completion_ids[i], g.completion_mask[i],
-                    config.temperature, with_entropy=True,
+                    self.model,
+                    g.prompt_ids[i],
+                    g.prompt_mask[i],
+                    g.completion_ids[i],
+                    g.completion_mask[i],
+                    config.temperature,
+                    with_entropy=True,
                 )
-                surrogate = clipped_surrogate(out.logprobs[m], old_logprobs[i][m], advantages[i][m], config.clip)
+                surrogate = clipped_surrogate(
+                    out.logprobs[m], old_logprobs[i][m], advantages[i][m], config.clip
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 surrogate.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -299,7 +351,9 @@ class RLHFPPO(LMAlgorithm):
                     torch.cat([g.prompt_ids[i], g.completion_ids[i]], 1),
                     torch.cat([g.prompt_mask[i], g.completion_mask[i]], 1),
                 )[:, -g.completion_ids.shape[1] - 1 : -1]
-                v_loss = config.value_coef * value_loss(values[m], returns[i][m], old_values[i][m], config.value_clip)
+                v_loss = config.value_coef * value_loss(
+                    values[m], returns[i][m], old_values[i][m], config.value_clip
+                )
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 v_loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
@@ -333,8 +387,11 @@ class RLHFPPO(LMAlgorithm):
         line = f"greedy held-out gold score {gold:.3f} (start {start['eval/gold'] if start else float('nan'):.3f}), proxy {proxy:.3f}"
         if self.run is not None:
             self.run.write_summary(
-                final_eval={"gold": gold, "proxy": proxy}, final_line=line, steps=self.step,
-                model_dir=str(self.run.path / "model"), base_model=self.base_model_path,
+                final_eval={"gold": gold, "proxy": proxy},
+                final_line=line,
+                steps=self.step,
+                model_dir=str(self.run.path / "model"),
+                base_model=self.base_model_path,
             )
 
     def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> Any:  # type: ignore[override]

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import threading
 import time
 import urllib.error
@@ -51,7 +50,9 @@ def load_constitution(path: str | Path) -> list[str]:
         if not isinstance(principles, list) or not all(isinstance(p, str) for p in principles):
             raise DataError(f"{path}: expected 'principles: [text, ...]' or a list of strings")
     else:
-        principles = [m.group(1).strip() for m in re.finditer(r"^\s*(?:[-*]|\d+\.)\s+(.+)$", text, re.M)]
+        principles = [
+            m.group(1).strip() for m in re.finditer(r"^\s*(?:[-*]|\d+\.)\s+(.+)$", text, re.M)
+        ]
     if not principles:
         raise DataError(f"{path}: holds no principles")
     return principles
@@ -90,7 +91,9 @@ class OpenAIChatClient:
         temperature: float = 0.0,
     ):
         if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"judge base_url must start with http:// or https://, got {base_url!r}")
+            raise ConfigError(
+                f"judge base_url must start with http:// or https://, got {base_url!r}"
+            )
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = os.environ.get(api_key_env, "") if api_key_env else ""
@@ -108,7 +111,9 @@ class OpenAIChatClient:
     def _cache_path(self, messages: list[dict[str, str]]) -> Path | None:
         if self.cache_dir is None:
             return None
-        key = json.dumps({"model": self.model, "messages": messages, **self.options}, sort_keys=True)
+        key = json.dumps(
+            {"model": self.model, "messages": messages, **self.options}, sort_keys=True
+        )
         return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _wait_for_rate_limit(self) -> None:
@@ -144,17 +149,25 @@ class OpenAIChatClient:
             except urllib.error.HTTPError as err:
                 last_error = f"HTTP {err.code} {err.reason}"
                 if err.code < 500 and err.code != 429:
-                    raise JudgeError(f"judge endpoint {self.url} refused the request: {last_error}") from None
-            except (TimeoutError, socket.timeout) as err:
+                    raise JudgeError(
+                        f"judge endpoint {self.url} refused the request: {last_error}"
+                    ) from None
+            except TimeoutError as err:
                 last_error = f"timed out after {self.timeout:g} s ({err})"
             except urllib.error.URLError as err:
                 last_error = f"cannot connect ({err.reason})"
             except (KeyError, IndexError, json.JSONDecodeError) as err:
-                raise JudgeError(f"judge endpoint {self.url} answered without choices[0].message.content: {err}") from None
+                raise JudgeError(
+                    f"judge endpoint {self.url} answered without choices[0].message.content: {err}"
+                ) from None
         else:
-            raise JudgeError(f"judge endpoint {self.url} failed {self.retries + 1} times; last: {last_error}")
+            raise JudgeError(
+                f"judge endpoint {self.url} failed {self.retries + 1} times; last: {last_error}"
+            )
         if cached is not None:
-            atomic_write_bytes(cached, json.dumps({"messages": messages, "content": content}).encode())
+            atomic_write_bytes(
+                cached, json.dumps({"messages": messages, "content": content}).encode()
+            )
         return content
 
 
@@ -202,7 +215,10 @@ class Judge:
         """0 if answer A follows the principles better, 1 if B; None when the reply names neither."""
         messages = [
             {"role": "system", "content": self._system()},
-            {"role": "user", "content": f"Question: {prompt}\nAnswer A: {a}\nAnswer B: {b}\nWhich answer is better? Reply A or B."},
+            {
+                "role": "user",
+                "content": f"Question: {prompt}\nAnswer A: {a}\nAnswer B: {b}\nWhich answer is better? Reply A or B.",
+            },
         ]
         reply = self.client.complete(messages).strip().upper()
         match = re.search(r"\b([AB])\b", reply)
@@ -223,7 +239,10 @@ class Judge:
         """A 0..1 score from a 0-10 rating in the reply (None when it holds no number)."""
         messages = [
             {"role": "system", "content": self._system()},
-            {"role": "user", "content": f"Question: {prompt}\nAnswer: {completion}\nRate the answer from 0 to 10. Reply with the number."},
+            {
+                "role": "user",
+                "content": f"Question: {prompt}\nAnswer: {completion}\nRate the answer from 0 to 10. Reply with the number.",
+            },
         ]
         match = re.search(r"\d+(?:\.\d+)?", self.client.complete(messages))
         if not match:
@@ -231,6 +250,8 @@ class Judge:
             return None
         return min(float(match.group()), 10.0) / 10.0
 
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[str], **columns: Any
+    ) -> list[float | None]:
         """The reward-function contract: one judged score per completion."""
         return [self.score(p, c) for p, c in zip(prompts, completions, strict=True)]

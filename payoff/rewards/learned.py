@@ -58,7 +58,9 @@ class ScalarHeadModel(nn.Module):
         """Left-padded ids of prompt + completion + EOS (the EOS marks 'the answer is complete')."""
         tok = self.tokenizer
         texts = [p + c for p, c in zip(prompts, completions, strict=True)]
-        ids = [[*row, tok.eos_token_id] for row in tok(texts, add_special_tokens=False)["input_ids"]]
+        ids = [
+            [*row, tok.eos_token_id] for row in tok(texts, add_special_tokens=False)["input_ids"]
+        ]
         width = max(len(row) for row in ids)
         pad = tok.pad_token_id
         return {
@@ -153,7 +155,9 @@ class RewardModelScorer:
             [m.score_batched(prompts, completions, self.batch_size) for m in self.models]
         )
 
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float]:
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[str], **columns: Any
+    ) -> list[float]:
         scores = self.members(list(prompts), list(completions))
         self.last_members = scores
         self.last_std = scores.std(0, unbiased=False).tolist()

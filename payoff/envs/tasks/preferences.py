@@ -54,9 +54,13 @@ def read_preferences(path: str | Path) -> list[Row]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+                raise DataError(
+                    f"{where}: not valid JSON ({err.msg} at column {err.colno})"
+                ) from None
             if not isinstance(row, dict):
-                raise DataError(f"{where}: each line must be a JSON object, got {type(row).__name__}")
+                raise DataError(
+                    f"{where}: each line must be a JSON object, got {type(row).__name__}"
+                )
             for key in ("prompt", "chosen", "rejected"):
                 if not isinstance(row.get(key), str):
                     raise DataError(
@@ -66,7 +70,9 @@ def read_preferences(path: str | Path) -> list[Row]:
             if not row["prompt"]:
                 raise DataError(f"{where}: 'prompt' is empty")
             if row["chosen"] == row["rejected"]:
-                raise DataError(f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing")
+                raise DataError(
+                    f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing"
+                )
             rows.append(row)
     if not rows:
         raise DataError(f"preference file {str(path)!r} holds no rows")
@@ -121,7 +127,9 @@ class StyledAdditionOptions:
             raise ConfigError(f"task.options.digits must be in 1..4, got {self.digits}")
         for name in ("opener_rate", "wrong_rate"):
             if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"task.options.{name} must be in [0, 1], got {getattr(self, name)}")
+                raise ConfigError(
+                    f"task.options.{name} must be in [0, 1], got {getattr(self, name)}"
+                )
         if not self.openers:
             raise ConfigError("task.options.openers must name at least one opener")
 
@@ -152,7 +160,9 @@ class StyledAddition(Task):
             number = max(0, target + int(rng.choice([-3, -2, -1, 1, 2, 3])))
             if number == target:
                 number = target + 1
-        opener = o.openers[int(rng.integers(len(o.openers)))] if rng.random() < o.opener_rate else ""
+        opener = (
+            o.openers[int(rng.integers(len(o.openers)))] if rng.random() < o.opener_rate else ""
+        )
         return f"{opener}{number}"
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
@@ -174,7 +184,9 @@ class StyledAddition(Task):
     def gold(self, completion: str, target: str) -> float:
         return gold_score(completion, target, self.options.brevity)
 
-    def pairs(self, rng: np.random.Generator, n: int, bias: float, split: str = "train") -> list[Row]:
+    def pairs(
+        self, rng: np.random.Generator, n: int, bias: float, split: str = "train"
+    ) -> list[Row]:
         """`n` labelled pairs: a rater that prefers the longer completion with probability `bias`.
 
         Each row carries the gold scores of both sides and whether the label agrees with gold,
@@ -248,7 +260,9 @@ def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[lis
             return rows, read_preferences(config.test_path)
         cut = max(1, len(rows) * 9 // 10)
         if cut >= len(rows):
-            raise DataError(f"{config.path}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path")
+            raise DataError(
+                f"{config.path}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path"
+            )
         return rows[:cut], rows[cut:]
     if not isinstance(task, StyledAddition):
         raise ConfigError(
