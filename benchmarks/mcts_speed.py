@@ -46,8 +46,13 @@ def payoff_rate(evaluator, trees: int, leaves: int, simulations: int, searches: 
 
 def openspiel_rate(net: PolicyValueNet | None, simulations: int, searches: int) -> float:
     """Simulations per second of OpenSpiel's Python MCTSBot (PUCT) with the same network."""
-    import pyspiel
-    from open_spiel.python.algorithms import mcts
+    try:
+        import pyspiel
+        from open_spiel.python.algorithms import mcts
+    except ImportError:
+        raise SystemExit(
+            "this benchmark compares against OpenSpiel: pip install open_spiel (the bench extra)"
+        ) from None
 
     class NetEvaluator(mcts.Evaluator):
         """One position per network call, as OpenSpiel's evaluators are asked."""
