@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from payoff.algos.reward_model import (
-    RewardModel,
-    RewardModelConfig,
+    proxy_preferences,
     resolve_model,
     small_base,
     styled_task,
+    train_proxy,
 )
 from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
@@ -76,10 +76,6 @@ def best_of_n(
     completions = sampler.generate(repeated, sampling, generator).completions
     scores = np.asarray(scorer(repeated, completions), float).reshape(len(prompts), n)
     return [completions[i * n + int(j)] for i, j in enumerate(scores.argmax(1))]
-
-
-def proxy_preferences() -> PreferenceDataConfig:
-    return PreferenceDataConfig(bias=0.6, train_pairs=1000, test_pairs=200)
 
 
 @dataclass
@@ -160,22 +156,15 @@ class BestOfN(LMAlgorithm):
             if config.reward_model:
                 self.scorer = RewardModelScorer.from_path(config.reward_model)
             else:
-                trainer = RewardModel(
-                    config=RewardModelConfig(
-                        model=self.model_config,
-                        task=config.task,
-                        preferences=config.proxy_preferences,
-                        seed=config.seed,
-                        steps=config.proxy_steps,
-                        learning_rate=config.proxy_learning_rate,
-                        eval_every=config.proxy_steps,
-                        log_every=config.proxy_steps,
-                        checkpoint_every=config.proxy_steps,
-                    )
+                self.scorer, result = train_proxy(
+                    self.model_config,
+                    config.task,
+                    config.proxy_preferences,
+                    config.seed,
+                    config.proxy_steps,
+                    config.proxy_learning_rate,
                 )
-                trainer.learn()
-                self.proxy_eval = trainer.evaluate().to_dict()
-                self.scorer = trainer.scorer
+                self.proxy_eval = result.to_dict()
         return self.scorer
 
     def learn(self, total: int | None = None) -> BestOfN:
@@ -287,23 +276,53 @@ def run_alarms(run: Any) -> list[dict[str, Any]]:
 
 
 def plot_overoptimization(
-    records: list[dict[str, Any]], alarms: list[dict[str, Any]], path: Path, title: str = ""
+    records: list[dict[str, Any]],
+    alarms: list[dict[str, Any]],
+    path: Path,
+    title: str = "",
+    keys: tuple[str, str, str] = ("bon/sqrt_kl", "bon/proxy", "bon/gold"),
+    xlabel: str = "sqrt(KL(best-of-N || policy))  (nats^0.5)",
+    smooth: int = 1,
 ) -> Path:
-    """Proxy and gold score (change from N=1) against sqrt(KL), the alarm's point marked."""
+    """Proxy and gold score against sqrt(KL) (keys: x, proxy, gold), the alarm's point marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [r for r in records if "bon/proxy" in r]
-    x = np.array([p["bon/sqrt_kl"] for p in points])
-    proxy = np.array([p["bon/proxy"] for p in points])
-    gold = np.array([p["bon/gold"] for p in points])
+    x_key, proxy_key, gold_key = keys
+    points = [r for r in records if proxy_key in r and x_key in r]
+    x = np.array([p[x_key] for p in points])
+    proxy = np.array([p[proxy_key] for p in points])
+    gold = np.array([p[gold_key] for p in points])
+    steps = [int(r["step"]) for r in points]
+    if smooth > 1 and len(points) >= smooth:
+        # Noisy per-step training records: sort by KL, then a moving average along it.
+        order = np.argsort(x, kind="stable")
+        kernel = np.ones(smooth) / smooth
+        alarm_x = {
+            int(a["step"]): x[steps.index(int(a["step"]))]
+            for a in alarms
+            if int(a["step"]) in steps
+        }
+        x, proxy, gold = (np.convolve(v[order], kernel, mode="valid") for v in (x, proxy, gold))
+        points = [{} for _ in x]
+        steps = []
+        alarms = [{"step": step, "x": value} for step, value in alarm_x.items()]
     fig, left = plt.subplots(figsize=(6.4, 4.2))
     right = left.twinx()
-    left.plot(x, gold, "o-", color="tab:green", label="gold score (what we want)")
-    right.plot(x, proxy, "s--", color="tab:red", label="proxy reward model (what is optimized)")
+    marker = "" if smooth > 1 else "o"
+    left.plot(x, gold, marker + "-", color="tab:green", label="gold score (what we want)")
+    right.plot(
+        x,
+        proxy,
+        ("" if smooth > 1 else "s") + "--",
+        color="tab:red",
+        label="proxy reward model (what is optimized)",
+    )
     for p, xi in zip(points, x, strict=True):
+        if "bon/n" not in p:
+            continue
         left.annotate(
             f"N={p['bon/n']:.0f}",
             (xi, gold[points.index(p)]),
@@ -312,10 +331,9 @@ def plot_overoptimization(
             fontsize=7,
             ha="center",
         )
-    steps = [int(r["step"]) for r in points]
     for alarm in alarms:
-        if int(alarm["step"]) in steps:
-            xi = x[steps.index(int(alarm["step"]))]
+        if "x" in alarm or int(alarm["step"]) in steps:
+            xi = alarm["x"] if "x" in alarm else x[steps.index(int(alarm["step"]))]
             left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
             left.text(
                 xi,
@@ -326,7 +344,7 @@ def plot_overoptimization(
                 ha="right",
                 fontsize=8,
             )
-    left.set_xlabel("sqrt(KL(best-of-N || policy))  (nats^0.5)")
+    left.set_xlabel(xlabel)
     left.set_ylabel("gold score", color="tab:green")
     right.set_ylabel("proxy reward-model score", color="tab:red")
     lines = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]

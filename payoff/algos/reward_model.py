@@ -319,4 +319,37 @@ class RewardModel(Algorithm):
         set_rng_state(state["rng"], self.rng)
 
 
+def proxy_preferences() -> PreferenceDataConfig:
+    """The over-optimization experiments' proxy data: 1,000 pairs from a rater biased 0.6 to length."""
+    return PreferenceDataConfig(bias=0.6, train_pairs=1000, test_pairs=200)
+
+
+def train_proxy(
+    model: ModelConfig,
+    task: TaskConfig,
+    preferences: PreferenceDataConfig,
+    seed: int,
+    steps: int,
+    learning_rate: float,
+) -> tuple[RewardModelScorer, PairEval]:
+    """Fit a one-member reward model in-process (no run directory): the proxy an optimizer then exploits."""
+    trainer = RewardModel(
+        config=RewardModelConfig(
+            model=model,
+            task=task,
+            preferences=preferences,
+            seed=seed,
+            steps=steps,
+            learning_rate=learning_rate,
+            eval_every=0,
+            log_every=steps,
+            checkpoint_every=steps,
+        )
+    )
+    trainer.learn()
+    for member in trainer.members:
+        member.eval().requires_grad_(False)
+    return trainer.scorer, trainer.evaluate()
+
+
 ALGORITHM = RewardModel

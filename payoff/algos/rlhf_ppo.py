@@ -21,12 +21,19 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from payoff.algos.reward_model import resolve_model, small_base, styled_task
+from payoff.algos.reward_model import (
+    proxy_preferences,
+    resolve_model,
+    small_base,
+    styled_task,
+    train_proxy,
+)
 from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
@@ -35,6 +42,7 @@ from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
+from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.lm import ModelConfig, load_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
@@ -52,7 +60,9 @@ class RLHFPPOConfig:
     reward_model: folder of a trained reward model (RUN/reward_model or one member_k);
         an ensemble folder is averaged.
     rewards: reward functions instead of a reward model (e.g. the gold scorer
-        payoff.envs.tasks.preferences:gold_reward, to check PPO itself). One of the two is needed.
+        payoff.envs.tasks.preferences:gold_reward, to check PPO itself).
+    With neither, a proxy reward model is trained here first on `proxy_preferences`
+    (`proxy_steps` steps at `proxy_learning_rate`): the over-optimization setting.
     task: prompts (and the gold scorer, for styled_addition).
     steps / prompts_per_step: rollout batches and completions per batch.
     ppo_epochs / minibatch_size: passes over each batch and completions per optimizer step.
@@ -73,6 +83,9 @@ class RLHFPPOConfig:
     task: TaskConfig = field(default_factory=styled_task)
     reward_model: str = ""
     rewards: list[RewardSpec] = field(default_factory=list)
+    proxy_preferences: PreferenceDataConfig = field(default_factory=proxy_preferences)
+    proxy_steps: int = 300
+    proxy_learning_rate: float = 2e-3
     seed: int = 0
     steps: int = 40
     prompts_per_step: int = 64
@@ -98,11 +111,11 @@ class RLHFPPOConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        if bool(self.reward_model) == bool(self.rewards):
+        if self.reward_model and self.rewards:
             raise ConfigError(
-                "set exactly one of 'reward_model' (a folder written by a reward_model run, e.g. "
-                "runs/<run>/reward_model; `payoff train prefs-reward-model` makes one) and 'rewards' "
-                f"(reward functions); got reward_model={self.reward_model!r}, rewards={self.rewards}"
+                "set at most one of 'reward_model' (a folder written by a reward_model run, e.g. "
+                "runs/<run>/reward_model) and 'rewards' (reward functions); with neither, a proxy "
+                f"is trained here. Got reward_model={self.reward_model!r}, rewards={self.rewards}"
             )
         for name in (
             "steps",
@@ -178,11 +191,22 @@ class RLHFPPO(LMAlgorithm):
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.critic = build_scalar_model(model_config, seed=config.seed + 1)
-        self.reward_model: Any = (
-            RewardModelScorer.from_path(config.reward_model)
-            if config.reward_model
-            else RewardMix(config.rewards)
-        )
+        self.proxy_eval: dict[str, Any] = {}
+        self.reward_model: Any
+        if config.reward_model:
+            self.reward_model = RewardModelScorer.from_path(config.reward_model)
+        elif config.rewards:
+            self.reward_model = RewardMix(config.rewards)
+        else:  # the over-optimization setting: a proxy fit to biased labels, trained here
+            self.reward_model, result = train_proxy(
+                model_config,
+                config.task,
+                config.proxy_preferences,
+                config.seed,
+                config.proxy_steps,
+                config.proxy_learning_rate,
+            )
+            self.proxy_eval = result.to_dict()
         self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
@@ -421,6 +445,24 @@ class RLHFPPO(LMAlgorithm):
         self.step = int(state["step"])
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])
+
+    # ---- pictures ---------------------------------------------------------------------
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.algos.best_of_n import plot_overoptimization, run_alarms
+        from payoff.track.run import Run
+
+        run = self.run or Run.open(media.parent)
+        return [
+            plot_overoptimization(
+                run.records(),
+                run_alarms(run),
+                media / "overoptimization.png",
+                title="PPO-RLHF against a proxy: proxy rises, gold falls",
+                keys=("train/sqrt_kl", "reward/proxy", "reward/gold"),
+                xlabel="sqrt(KL(policy || SFT reference)) per completion  (nats^0.5)",
+                smooth=8,
+            )
+        ]
 
 
 ALGORITHM = RLHFPPO

@@ -82,7 +82,8 @@ def read_preferences(path: str | Path) -> list[Row]:
 def write_preferences(rows: Sequence[Row], path: str | Path) -> Path:
     """Write preference rows as JSONL (atomically)."""
     text = "".join(json.dumps(row) + "\n" for row in rows)
-    return atomic_write_bytes(path, text.encode())
+    atomic_write_bytes(path, text.encode())
+    return Path(path)
 
 
 # ---- the gold scorer ------------------------------------------------------------------------
