@@ -110,7 +110,6 @@ def run_payoff(algo: str, seed: int) -> dict[str, Any]:
 # ---- Stable-Baselines3 ---------------------------------------------------------------------
 def run_sb3(algo: str, seed: int) -> dict[str, Any]:
     """SB3 with rl-zoo hyperparameters; a callback evaluates and stops once solved."""
-    import numpy as np
     from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -197,7 +196,6 @@ def run_sb3(algo: str, seed: int) -> dict[str, Any]:
     steps = int(model.num_timesteps)
     # collect_rollouts includes the callback's evaluations; take them out of rollout time too
     collect_seconds = max(rollout_time[0] - callback.eval_seconds, 1e-9)
-    del np
     return {
         "solved": callback.solved_at is not None,
         "seconds": seconds,
