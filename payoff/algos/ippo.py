@@ -50,6 +50,9 @@ class IPPOConfig(PPOConfig):
     vectorization: str = "batched"  # type: ignore[assignment]
 
     def validate(self) -> None:
+        from payoff.envs.pettingzoo import require_pettingzoo
+
+        require_pettingzoo()  # without the multiagent extra: one line saying what to install
         super().validate()
         if self.env.id != PETTINGZOO_ID:
             raise ConfigError(

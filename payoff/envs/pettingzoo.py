@@ -33,7 +33,7 @@ import numpy as np
 from payoff.core.errors import EnvError
 
 
-def _require_pettingzoo() -> Any:
+def require_pettingzoo() -> Any:
     try:
         import pettingzoo
     except ImportError:
@@ -46,7 +46,7 @@ def _require_pettingzoo() -> Any:
 
 def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
     """A PettingZoo env from a registry id ('classic/rps-v2') or a module ('mpe2.simple_spread_v3')."""
-    pettingzoo = _require_pettingzoo()
+    pettingzoo = require_pettingzoo()
     if ":" in env_id:  # 'package.module:factory', for your own envs
         module_name, _, factory = env_id.partition(":")
         try:

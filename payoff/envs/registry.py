@@ -5,6 +5,8 @@ Each entry point is a string, so registering imports nothing heavy.
 
 from __future__ import annotations
 
+import importlib.util
+
 import gymnasium as gym
 
 PAYOFF_ENVS: dict[str, dict] = {}
@@ -37,9 +39,11 @@ _register(
 )
 
 # Any PettingZoo parallel env (env.kwargs.env_id), one agent per vector slot; the plain
-# entry point is one learning agent among random ones (payoff.envs.pettingzoo).
-_register(
-    "payoff/PettingZoo-v0",
-    "payoff.envs.pettingzoo:SingleAgentEnv",
-    vector_entry_point="payoff.envs.pettingzoo:AgentsVectorEnv",
-)
+# entry point is one learning agent among random ones (payoff.envs.pettingzoo). Registered
+# only with the multiagent extra installed (find_spec imports nothing).
+if importlib.util.find_spec("pettingzoo") is not None:
+    _register(
+        "payoff/PettingZoo-v0",
+        "payoff.envs.pettingzoo:SingleAgentEnv",
+        vector_entry_point="payoff.envs.pettingzoo:AgentsVectorEnv",
+    )
