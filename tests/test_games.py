@@ -11,10 +11,9 @@ from payoff.envs.games.arena import play_match
 from payoff.envs.games.base import state_from_planes
 from payoff.envs.games.players import AlphaBetaPlayer, MinimaxPlayer, make_player
 
-pettingzoo = pytest.importorskip("pettingzoo")
-
 
 def _pettingzoo_env(name: str):
+    pettingzoo = pytest.importorskip("pettingzoo")  # the rules tests need the multiagent extra
     ids = {"tictactoe": "classic/tictactoe-v3", "connect4": "classic/connect_four-v3"}
     return pettingzoo.make("aec", ids[name])
 
