@@ -273,3 +273,22 @@ def test_jsonl_rows_pass_extra_columns_and_errors_name_file_and_line(tmp_path):
         bad.write_text(text)
         with pytest.raises(DataError, match=message):
             read_rows(bad)
+
+
+def test_lora_trains_adapters_only_and_saves_merged(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer = load_lm(ModelConfig(lora_rank=4), seed=0)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert 0 < trainable < 0.2 * count_parameters(model)
+    with torch.no_grad():  # move the adapters off zero so merging changes the weights
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    from payoff.models.lm import save_lm
+
+    folder = save_lm(model, tokenizer, tmp_path / "merged")
+    plain = AutoModelForCausalLM.from_pretrained(folder)
+    ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, model(input_ids=ids).logits, atol=1e-4)

@@ -37,7 +37,7 @@ class ModelConfig:
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
     dtype: str = "float32"
     lora_rank: int = 0
-    lora_alpha: float = 16.0
+    lora_alpha: int = 16
     lora_dropout: float = 0.0
     lora_targets: list[str] = field(
         default_factory=lambda: [

@@ -55,7 +55,9 @@ class LMEvalResult:
         text = f"{self.split}: greedy accuracy {self.accuracy:.3f} on {self.problems} problems"
         if self.pass_at:
             passes = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(self.pass_at.items()))
-            text += f"; {passes} ({self.samples} samples/problem at temperature {self.temperature:g})"
+            text += (
+                f"; {passes} ({self.samples} samples/problem at temperature {self.temperature:g})"
+            )
         return text + f"; mean completion length {self.mean_length:.1f} tokens"
 
 
@@ -115,9 +117,7 @@ def evaluate_lm(
         generator = torch.Generator().manual_seed(seed)
         sampled = sampler.generate(
             [row["prompt"] for row in repeated],
-            SamplingConfig(
-                temperature=temperature, max_new_tokens=max_new_tokens, stop=stop or []
-            ),
+            SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, stop=stop or []),
             generator,
         )
         totals = verifier(
@@ -178,10 +178,14 @@ class LMAlgorithm(Algorithm):
             max_new_tokens=self.max_new_tokens(),
             stop=self.stop_strings(),
         )
-        completions = LocalSampler(self.model, self.tokenizer).generate(prompts, sampling).completions
+        completions = (
+            LocalSampler(self.model, self.tokenizer).generate(prompts, sampling).completions
+        )
         return completions[0] if isinstance(observation, str) else completions
 
-    def record_gif(self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8):
+    def record_gif(
+        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
+    ):
         raise NotImplementedError("language-model runs have no rendered episodes; use payoff eval")
 
     def save_model(self, path: str | Path) -> Path:

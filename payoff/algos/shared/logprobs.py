@@ -77,7 +77,12 @@ def batched_completion_logprobs(
         s = slice(i, i + batch_size)
         parts.append(
             completion_logprobs(
-                model, prompt_ids[s], prompt_mask[s], completion_ids[s], completion_mask[s], temperature
+                model,
+                prompt_ids[s],
+                prompt_mask[s],
+                completion_ids[s],
+                completion_mask[s],
+                temperature,
             ).logprobs
         )
     return torch.cat(parts)
