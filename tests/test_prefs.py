@@ -140,6 +140,20 @@ def test_reward_model_beats_chance_on_held_out_pairs_and_ensemble_reports_disagr
     scorer = RewardModelScorer.from_path(run.path / "reward_model")
     scores = scorer(["3+4="] * 2, ["7", "What a great question! 9"])
     assert len(scorer.last_std) == 2 and scores[0] > scores[1]
+    # PPO-RLHF against this ensemble reports the members' disagreement on its own samples
+    from payoff.algos.rlhf_ppo import RLHFPPO
+
+    ppo = RLHFPPO(
+        model={"path": base_model},
+        reward_model=str(run.path / "reward_model"),
+        steps=2,
+        prompts_per_step=8,
+        minibatch_size=8,
+        eval_every=100,
+        task={"name": "styled_addition", "eval_size": 8},
+    ).learn()
+    spreads = [r["reward/disagreement"] for r in ppo.history if "reward/disagreement" in r]
+    assert len(spreads) == 2 and all(s > 0 for s in spreads)
 
 
 def test_dpo_raises_the_held_out_margin(base_model):

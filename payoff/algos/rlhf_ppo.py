@@ -12,6 +12,7 @@ one step readable top to bottom in `learn`:
                 clipped value loss; the KL coefficient is fixed or adapted towards `kl_target`
 
 Logged every step: reward/proxy (the RM), reward/gold (when the task has a gold scorer),
+reward/disagreement (the std across an ensemble reward model's members on these samples),
 train/kl (per completion, summed over tokens), train/entropy, train/completion_length,
 train/kl_coef and PPO's diagnostics (approx_kl, clip_fraction, value loss).
 """
@@ -236,6 +237,12 @@ class RLHFPPO(LMAlgorithm):
             )
         return np.asarray(self.reward_model(prompts, completions), float)
 
+    def _disagreement(self) -> dict[str, float]:
+        """Spread of a reward-model ensemble on this batch (the policy's own samples), if there is one."""
+        if isinstance(self.reward_model, RewardModelScorer) and len(self.reward_model.models) > 1:
+            return {"reward/disagreement": float(np.mean(self.reward_model.last_std))}
+        return {}
+
     def critic_values(self, g: Any) -> torch.Tensor:
         """V(state before each completion token): [B, T]."""
         ids = torch.cat([g.prompt_ids, g.completion_ids], 1)
@@ -319,6 +326,7 @@ class RLHFPPO(LMAlgorithm):
                                 g.completion_mask.sum(1).float().mean()
                             ),
                             "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
+                            **self._disagreement(),
                             **stats,
                         },
                     )
