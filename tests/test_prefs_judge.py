@@ -111,14 +111,14 @@ def test_client_retries_a_server_error(server):
 
 
 def test_client_survives_a_timeout_by_retrying(server):
-    server.delay_next = 1.5
-    client = OpenAIChatClient(server.base_url, "tiny", timeout=0.5, retries=1, backoff=0.01)
+    server.delay_next = 2.5  # well past the timeout, so a loaded machine cannot make it flaky
+    client = OpenAIChatClient(server.base_url, "tiny", timeout=1.0, retries=1, backoff=0.01)
     assert isinstance(client.complete(MESSAGES), str)
     assert client.calls == 2
-    server.delay_next = 1.5
+    server.delay_next = 2.5
     with pytest.raises(JudgeError, match="timed out"):
-        OpenAIChatClient(server.base_url, "tiny", timeout=0.5, retries=0).complete(MESSAGES)
-    time.sleep(1.2)  # let the slow handler finish before the next test
+        OpenAIChatClient(server.base_url, "tiny", timeout=1.0, retries=0).complete(MESSAGES)
+    time.sleep(1.7)  # let the slow handler finish before the next test
 
 
 def test_client_does_not_retry_a_client_error_and_checks_its_settings(server):
