@@ -212,6 +212,7 @@ class BestOfN(LMAlgorithm):
             progress.update(1, gold=point["bon/gold"])
         progress.close()
         self._finish()
+        self.checkpoint()  # so `payoff eval/report RUN` can reopen it
         return self
 
     def _finish(self) -> None:
