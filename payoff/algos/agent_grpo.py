@@ -1,0 +1,545 @@
+"""Trajectory-level GRPO for tool-using agents: G whole episodes per task, one reward each.
+
+One step, readable top to bottom in `learn`:
+
+    1. rollout    draw `tasks_per_step` tasks, run `group_size` episodes of each (batched,
+                  multi-turn: the model calls tools, reads results, answers)
+    2. reward     r = task reward (verifier) - tool_cost * calls - turn_cost * (turns - 1)
+                      - token_cost * model tokens  [+ judge_weight * relative-judge score]
+    3. advantage  trajectory credit: A = (r - mean(group)) / std(group), shared by every
+                  model token of the episode; turn credit: the return-to-go of each turn
+                  (discounted by gamma) against the group's mean episode return
+    4. update     grpo_loss (payoff.algos.grpo) over the model's own tokens only: the mask
+                  excludes the prompt, tool results and template text
+
+With model.path empty the tiny model is first taught the tool-call format by SFT on
+scripted demonstrations (`sft`), cached on disk like GRPO's base model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from payoff.algos.base import Algorithm
+from payoff.algos.grpo import Aggregation, grpo_loss
+from payoff.algos.sft import cache_root
+from payoff.algos.shared.group import group_advantages
+from payoff.core.config import to_dict
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.envs.text.formats import PlainFormat
+from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
+from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.models.tiny_lm import TinyLMConfig
+from payoff.rewards.relative_judge import RelativeJudge, answer_judge
+from payoff.rollout.episodes import (
+    Episode,
+    episode_metrics,
+    pack_episodes,
+    render_markdown,
+    replay_episode,
+    rollout_episodes,
+    sequence_logprobs,
+)
+from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+STOP = ["</tool>", "</answer>"]
+
+
+@dataclass
+class DemoSFTConfig:
+    """SFT on scripted demonstration episodes, before RL (only when model.path is empty).
+
+    demonstrations: how many scripted episodes (the task's `demonstration`; tool results real).
+    steps / batch_size / learning_rate: the SFT run. The loss covers the model's turns only.
+    seed / tiny: initialisation and shape of the fresh tiny Llama.
+    """
+
+    demonstrations: int = 512
+    steps: int = 400
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    seed: int = 0
+    tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
+
+
+@dataclass
+class AgentGRPOConfig:
+    """GRPO over whole multi-turn, tool-using episodes.
+
+    model: the policy (model.path = a local Hugging Face folder; empty = tiny Llama after `sft`).
+    sft: demonstration SFT that teaches the tiny model the tool-call format first.
+    task: the agent task (problems, tools, turn and token limits).
+    steps / tasks_per_step / group_size: rollout batches, tasks per batch, episodes per task.
+    credit: 'trajectory' = one advantage per episode (from its final reward); 'turn' = each
+        turn's discounted return-to-go (gamma) against the group baseline, so a costly tool
+        call is blamed on the turn that made it.
+    tool_cost / turn_cost / token_cost: the efficiency term subtracted from the reward. A tool
+        cost is what makes the agent learn *when* a call is worth it; too high and it stops
+        calling even when it needs to.
+    judge_weight / judge_normalization: add a relative judge's within-group score (the local
+        `answer_judge`) times this weight; 0 = verifier only.
+    learning_rate / max_grad_norm / warmup_steps / clip_eps / scale_rewards /
+        loss_aggregation / updates_per_batch: as in grpo ('token' aggregation = every model
+        token of the batch counts the same, whatever the episode's length).
+    temperature / max_new_tokens: sampling per model turn (max_new_tokens caps one turn).
+    eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
+        held-out tasks.
+    threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sft: DemoSFTConfig = field(default_factory=DemoSFTConfig)
+    task: AgentTaskConfig = field(default_factory=AgentTaskConfig)
+    seed: int = 0
+    steps: int = 40
+    tasks_per_step: int = 16
+    group_size: int = 4
+    credit: Literal["trajectory", "turn"] = "trajectory"
+    gamma: float = 1.0
+    tool_cost: float = 0.1
+    turn_cost: float = 0.0
+    token_cost: float = 0.0
+    judge_weight: float = 0.0
+    judge_normalization: str = "zscore"
+    learning_rate: float = 3e-4
+    warmup_steps: int = 5
+    max_grad_norm: float = 1.0
+    clip_eps: float = 0.2
+    scale_rewards: bool = True
+    loss_aggregation: Aggregation = "token"
+    updates_per_batch: int = 1
+    temperature: float = 1.0
+    max_new_tokens: int = 72
+    log_every: int = 1
+    eval_every: int = 10
+    checkpoint_every: int = 20
+    threads: int = 1
+
+    def validate(self) -> None:
+        self.task.validate()
+        if self.group_size < 2:
+            raise ConfigError(f"config key 'group_size' must be >= 2, got {self.group_size}")
+        for name in ("steps", "tasks_per_step", "updates_per_batch", "eval_every", "log_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.credit not in ("trajectory", "turn"):
+            raise ConfigError(
+                f"config key 'credit' must be 'trajectory' or 'turn', got {self.credit!r}"
+            )
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"config key 'gamma' must be in (0, 1], got {self.gamma}")
+
+
+def turn_advantages(
+    turn_rewards: list[list[float]],
+    group_size: int,
+    gamma: float = 1.0,
+    scale: bool = True,
+    eps: float = 1e-4,
+) -> list[list[float]]:
+    """Per-turn credit: A_{e,k} = (G_{e,k} - mean_g G_{g,0}) / (std_g G_{g,0} + eps).
+
+    G_{e,k} = sum_{j >= k} gamma^(j-k) r_{e,j} is episode e's return from turn k on; the
+    baseline is the group's episode returns (G_0), as in trajectory GRPO. With gamma = 1 and
+    only a final reward every turn gets the trajectory advantage.
+    """
+    returns = []
+    for rewards in turn_rewards:
+        g, out = 0.0, []
+        for r in reversed(rewards):
+            g = r + gamma * g
+            out.append(g)
+        returns.append(out[::-1])
+    result = []
+    for start in range(0, len(returns), group_size):
+        group = returns[start : start + group_size]
+        totals = torch.tensor([r[0] if r else 0.0 for r in group])
+        mean, std = totals.mean(), totals.std()
+        for r in group:
+            values = torch.tensor(r) - mean
+            if scale:
+                values = values / (std + eps)
+            result.append(values.tolist())
+    return result
+
+
+def build_agent_base(config: AgentGRPOConfig) -> Path:
+    """The tiny model after demonstration SFT (cached under $PAYOFF_CACHE/agent-models/)."""
+    key_data = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
+    key = hashlib.sha1(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:12]
+    path = cache_root() / "agent-models" / f"{config.task.name}-{key}"
+    if (path / "config.json").is_file():
+        return path
+    print(
+        f"agent base model: SFT on {config.sft.demonstrations} demonstrations into {path}",
+        file=sys.stderr,
+    )
+    model, tokenizer = load_lm(ModelConfig(tiny=config.sft.tiny), seed=config.sft.seed)
+    task = make_agent_task(config.task)
+    rng = np.random.default_rng(config.sft.seed)
+    demos = [
+        replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
+        for t in task.sample(rng, config.sft.demonstrations)
+    ]
+    train_on_demonstrations(model, tokenizer, demos, config.sft, rng)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    save_lm(model, tokenizer, tmp)
+    if not path.exists():
+        tmp.rename(path)
+    return path
+
+
+def train_on_demonstrations(
+    model, tokenizer, demos: list[Episode], sft: DemoSFTConfig, rng
+) -> list[float]:
+    """Cross-entropy on the model tokens of demonstration episodes; returns the loss curve."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=sft.learning_rate)
+    losses = []
+    model.train()
+    for step in range(sft.steps):
+        for group in optimizer.param_groups:  # short warmup, then cosine to 10%
+            warm = min(1.0, (step + 1) / 20)
+            group["lr"] = (
+                sft.learning_rate * warm * (0.55 + 0.45 * np.cos(np.pi * step / sft.steps))
+            )
+        batch = pack_episodes(
+            [demos[i] for i in rng.integers(0, len(demos), sft.batch_size)], tokenizer.pad_token_id
+        )
+        logprobs = sequence_logprobs(model, batch.input_ids, batch.attention_mask)
+        mask = batch.model_mask[:, 1:].float()
+        loss = -(logprobs * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+class AgentGRPO(Algorithm):
+    """Trajectory-level GRPO on multi-turn tool-using episodes."""
+
+    name = "agent_grpo"
+    config_class = AgentGRPOConfig
+    config: AgentGRPOConfig
+
+    def setup(self) -> None:
+        config = self.config
+        config.validate()
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.rng = seed_everything(config.seed)
+        self.task = make_agent_task(config.task)
+        model_config = config.model
+        if not model_config.path:
+            self.base_model_path = str(build_agent_base(config))
+            model_config = dataclasses.replace(model_config, path=self.base_model_path)
+        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        self.format = PlainFormat()
+        self.sampler = LocalSampler(self.model, self.tokenizer)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.judge = (
+            RelativeJudge(answer_judge, config.judge_normalization) if config.judge_weight else None
+        )
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=config.learning_rate
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps))
+        )
+        self.eval_tasks = self.task.sample(
+            np.random.default_rng(config.seed + 1_000_003), config.task.eval_size
+        )
+        self.step = 0
+        self.episodes_seen = 0
+
+    def progress_step(self) -> int:
+        return self.step
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer)), "task": self.config.task.name}
+
+    def sampling(self, greedy: bool = False) -> SamplingConfig:
+        return SamplingConfig(
+            temperature=0.0 if greedy else self.config.temperature,
+            max_new_tokens=self.config.max_new_tokens,
+            stop=STOP,
+        )
+
+    # ---- rollout and reward -------------------------------------------------------------
+    def rollout(self, tasks: list[dict[str, Any]], greedy: bool = False) -> list[Episode]:
+        return rollout_episodes(
+            self.sampler,
+            self.tokenizer,
+            tasks,
+            self.task.make_env,
+            self.format,
+            self.sampling(greedy),
+            self.generator,
+        )
+
+    def efficiency(self, episode: Episode) -> list[float]:
+        """Per-turn costs: tool_cost for a turn that called a tool, turn_cost after the first."""
+        c = self.config
+        costs = []
+        for segment in (s for s in episode.segments if s.model):
+            cost = c.token_cost * len(segment.ids) + (c.turn_cost if segment.turn > 0 else 0.0)
+            cost += c.tool_cost * ("<tool>" in segment.text)
+            costs.append(-cost)
+        return costs
+
+    def rewards(self, episodes: list[Episode]) -> list[list[float]]:
+        """Per-turn rewards of each episode: env reward + efficiency (+ judge at the last turn)."""
+        per_turn = [
+            [r + e for r, e in zip(ep.turn_rewards, self.efficiency(ep), strict=True)]
+            for ep in episodes
+        ]
+        if self.judge is not None:
+            g = self.config.group_size
+            for start in range(0, len(episodes), g):
+                group = episodes[start : start + g]
+                scores = self.judge(group[0].task, [e.text() for e in group])
+                for i, s in enumerate(scores):
+                    per_turn[start + i][-1] += self.config.judge_weight * s
+        return per_turn
+
+    def advantages(self, per_turn: list[list[float]]) -> list[list[float]]:
+        c = self.config
+        if c.credit == "turn":
+            return turn_advantages(per_turn, c.group_size, c.gamma, c.scale_rewards)
+        totals = torch.tensor([sum(r) for r in per_turn])
+        flat = group_advantages(totals, c.group_size, c.scale_rewards).tolist()
+        return [[a] * len(r) for a, r in zip(flat, per_turn, strict=True)]
+
+    # ---- update ----------------------------------------------------------------------------
+    def update(self, episodes: list[Episode], advantages: list[list[float]]) -> dict[str, float]:
+        """grpo_loss over the model's tokens; with turn credit each turn is its own row."""
+        rows, row_adv, row_turn = [], [], []
+        for e, adv in zip(episodes, advantages, strict=True):
+            if self.config.credit == "turn":
+                for k, a in enumerate(adv):
+                    rows.append(e), row_adv.append(a), row_turn.append(k)
+            else:
+                rows.append(e), row_adv.append(adv[0] if adv else 0.0), row_turn.append(-1)
+        packed = pack_episodes(rows, self.tokenizer.pad_token_id)
+        mask = packed.model_mask[:, 1:]
+        turns = torch.tensor(row_turn)[:, None]
+        mask = torch.where(turns >= 0, mask * (packed.turn_index[:, 1:] == turns), mask)
+        adv = torch.tensor(row_adv, dtype=torch.float32)
+        temperature = self.config.temperature or 1.0
+        self.model.train()
+        with torch.no_grad():
+            old = sequence_logprobs(
+                self.model, packed.input_ids, packed.attention_mask, temperature
+            )
+        stats: dict[str, float] = {}
+        for _ in range(self.config.updates_per_batch):
+            logprobs = sequence_logprobs(
+                self.model, packed.input_ids, packed.attention_mask, temperature
+            )
+            parts = grpo_loss(
+                logprobs,
+                old,
+                adv,
+                mask,
+                clip_low=self.config.clip_eps,
+                clip_high=self.config.clip_eps,
+                aggregation=self.config.loss_aggregation,
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            parts.loss.backward()
+            grad = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.config.max_grad_norm
+            )
+            self.optimizer.step()
+            self.scheduler.step()
+            stats = {
+                "loss": parts.loss.item(),
+                "clip": float(parts.clip_fraction),
+                "grad": float(grad),
+            }
+        return stats
+
+    # ---- evaluation -------------------------------------------------------------------------
+    def evaluate_agent(
+        self, tasks: list[dict[str, Any]] | None = None
+    ) -> tuple[dict[str, float], list[Episode]]:
+        """Greedy episodes on held-out tasks: success, turns, calls, overall and per task kind."""
+        tasks = self.eval_tasks if tasks is None else tasks
+        episodes = self.rollout(tasks, greedy=True)
+        metrics = episode_metrics(episodes, "eval/")
+        kinds = sorted({self.task.group(t) for t in tasks})
+        for kind in kinds:
+            subset = [e for e in episodes if self.task.group(e.task) == kind]
+            part = episode_metrics(subset)
+            metrics[f"eval/success_{kind}"] = part["success"]
+            metrics[f"eval/tool_calls_{kind}"] = part["tool_calls"]
+        return metrics, episodes
+
+    def evaluate(self, episodes: int = 0, seed: int | None = None) -> dict[str, float]:  # type: ignore[override]
+        tasks = self.eval_tasks
+        if episodes or seed is not None:
+            rng = np.random.default_rng(self.config.seed + 1_000_003 if seed is None else seed)
+            tasks = self.task.sample(rng, episodes or self.config.task.eval_size)
+        return self.evaluate_agent(tasks)[0]
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """The episode for a question string (or task dict), rendered as a conversation."""
+        task = (
+            observation
+            if isinstance(observation, dict)
+            else {"question": str(observation), "answer": ""}
+        )
+        return render_markdown(self.rollout([task], greedy=deterministic)[0])
+
+    def _evaluate_now(self) -> dict[str, float]:
+        metrics, episodes = self.evaluate_agent()
+        self.log(self.step, episodes=self.episodes_seen, **metrics)
+        if self.run is not None:
+            # The trajectory viewer: a few held-out episodes per kind as conversations.
+            shown = {}
+            for e in episodes:
+                shown.setdefault((self.task.group(e.task), e.success), e)
+            text = f"# Trajectories at step {self.step}\n\n" + "\n\n---\n\n".join(
+                f"### {kind}, {'success' if ok else 'failure'}\n\n{render_markdown(e)}"
+                for (kind, ok), e in sorted(shown.items())
+            )
+            (self.run.path / "trajectories.md").write_text(text + "\n")
+        return metrics
+
+    # ---- learning ---------------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> AgentGRPO:
+        """Train until `total` rollout batches (default: config.steps)."""
+        c = self.config
+        total = c.steps if total is None else total
+        progress = Progress(total, initial=self.step, desc=f"agent_grpo {c.task.name}")
+        if self.step == 0:
+            self.start_metrics = self._evaluate_now()
+        with GracefulInterrupt() as interrupt:
+            while self.step < total and not interrupt.requested:
+                started = time.time()
+                tasks = [
+                    t
+                    for t in self.task.sample(self.rng, c.tasks_per_step)
+                    for _ in range(c.group_size)
+                ]
+                episodes = self.rollout(tasks)
+                generated = time.time()
+                per_turn = self.rewards(episodes)
+                advantages = self.advantages(per_turn)
+                stats = self.update(episodes, advantages)
+                self.step += 1
+                self.episodes_seen += len(episodes)
+                totals = torch.tensor([sum(r) for r in per_turn])
+                tokens = sum(e.model_tokens for e in episodes)
+                metrics = {
+                    "episodes": self.episodes_seen,
+                    "train/reward": float(totals.mean()),
+                    "train/flat_groups": float(
+                        (totals.view(-1, c.group_size).std(-1) == 0).float().mean()
+                    ),
+                    "train/loss": stats["loss"],
+                    "train/grad_norm": stats["grad"],
+                    **episode_metrics(episodes, "train/"),
+                    "perf/episodes_per_s": len(episodes) / max(generated - started, 1e-9),
+                    "perf/tokens_per_s": tokens / max(generated - started, 1e-9),
+                    "perf/step_s": time.time() - started,
+                }
+                progress.update(1, success=metrics["train/success"])
+                if self.step % c.log_every == 0:
+                    self.log(self.step, **metrics)
+                if self.step % c.eval_every == 0 or self.step == total:
+                    self._evaluate_now()
+                if self.step % c.checkpoint_every == 0:
+                    self.checkpoint()
+        progress.close()
+        self.interrupted = interrupt.requested
+        if self.step >= total and self.run is not None:
+            final = next(r for r in reversed(self.history) if "eval/success" in r)
+            start = next(r for r in self.history if "eval/success" in r)
+            save_lm(self.model, self.tokenizer, self.run.path / "model")
+            self.run.write_summary(
+                final_eval={k: v for k, v in final.items() if k.startswith("eval/")},
+                final_line=f"held-out success {final['eval/success']:.3f} (from {start['eval/success']:.3f})",
+                start_success=start["eval/success"],
+                steps=self.step,
+                episodes=self.episodes_seen,
+            )
+        self.checkpoint()
+        return self
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "episodes_seen": self.episodes_seen,
+            "rng": rng_state(self.rng),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.episodes_seen = int(state["episodes_seen"])
+        set_rng_state(state["rng"], self.rng)
+        self.generator.set_state(state["generator"])
+
+    def figures(self, media: Path) -> list[Path]:
+        from payoff.track.run import Run
+
+        run = self.run or Run.open(media.parent)
+        return [plot_agent_training(run, media / "agent_training.png")]
+
+
+def plot_agent_training(run, path: Path) -> Path:
+    """Held-out success and tool calls per episode, hard vs easy problems, over training."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in run.records() if "eval/success" in r]
+    steps = [r["step"] for r in records]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for kind in ("hard", "easy"):
+        axes[0].plot(
+            steps, [r.get(f"eval/success_{kind}", np.nan) for r in records], marker="o", label=kind
+        )
+        axes[1].plot(
+            steps,
+            [r.get(f"eval/tool_calls_{kind}", np.nan) for r in records],
+            marker="o",
+            label=kind,
+        )
+    axes[0].set(title="held-out success (greedy)", xlabel="step", ylim=(-0.05, 1.05))
+    axes[1].set(title="calculator calls per episode", xlabel="step", ylim=(-0.05, 1.3))
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+ALGORITHM = AgentGRPO

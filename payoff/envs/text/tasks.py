@@ -1,0 +1,109 @@
+"""Agent tasks: problems, the env that poses them, and scripted demonstrations for SFT.
+
+calculator: arithmetic where half the problems are trivial (one-digit operands, which the
+tiny model learns to answer in its head) and half are large (three-digit by two-digit
+products and sums, which it cannot do reliably without the calculator). Demonstrations
+call the calculator at random (probability `call_rate`) whatever the size, so SFT teaches
+the format but not *when* to call: that is left to RL with a cost per tool call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from payoff.core.errors import ConfigError
+from payoff.envs.text.env import ToolEnv
+from payoff.envs.text.tools import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN, calculator
+
+
+@dataclass
+class AgentTaskConfig:
+    """Which agent task.
+
+    name: 'calculator'.
+    hard_fraction: share of large problems (the rest are one-digit).
+    max_turns / max_tokens: episode limits (model turns; model tokens in all).
+    call_rate: probability that a demonstration calls the tool (SFT data only).
+    eval_size: held-out problems for evaluation (fixed seed, disjoint stream from training).
+    options: task-specific extras.
+    """
+
+    name: str = "calculator"
+    hard_fraction: float = 0.5
+    max_turns: int = 3
+    max_tokens: int = 200
+    call_rate: float = 0.5
+    eval_size: int = 64
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.name not in TASKS:
+            raise ConfigError(f"agent task {self.name!r} is unknown; valid: {sorted(TASKS)}")
+        if not 0.0 <= self.hard_fraction <= 1.0 or not 0.0 <= self.call_rate <= 1.0:
+            raise ConfigError("task.hard_fraction and task.call_rate must be in [0, 1]")
+
+
+def tool_turn(name: str, **arguments: Any) -> str:
+    """A model turn calling `name` in the documented format (compact JSON)."""
+    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
+    return f"{TOOL_OPEN}{body}{TOOL_CLOSE}"
+
+
+def answer_turn(answer: Any) -> str:
+    return f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+
+
+class CalculatorTask:
+    """One-digit (easy) and large (hard) arithmetic; the tool is `calculator`."""
+
+    def __init__(self, config: AgentTaskConfig):
+        self.config = config
+
+    def make_env(self) -> ToolEnv:
+        return ToolEnv([calculator()], self.config.max_turns, self.config.max_tokens)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
+        tasks = []
+        for _ in range(n):
+            hard = bool(rng.random() < self.config.hard_fraction)
+            op = "+*"[int(rng.integers(2))]
+            if hard:
+                a, b = int(rng.integers(100, 1000)), int(rng.integers(10, 100))
+            else:
+                a, b = int(rng.integers(0, 10)), int(rng.integers(0, 10))
+            expression = f"{a}{op}{b}"
+            answer = a + b if op == "+" else a * b
+            tasks.append(
+                {
+                    "question": f"{expression}=?",
+                    "answer": str(answer),
+                    "expression": expression,
+                    "hard": hard,
+                }
+            )
+        return tasks
+
+    def demonstration(self, task: dict[str, Any], rng: np.random.Generator) -> list[str]:
+        """Model turns of a scripted episode (tool results come from the env when replayed)."""
+        if rng.random() < self.config.call_rate:
+            return [
+                tool_turn("calculator", expression=task["expression"]),
+                answer_turn(task["answer"]),
+            ]
+        return [answer_turn(task["answer"])]
+
+    def group(self, task: dict[str, Any]) -> str:
+        """Label for per-kind metrics."""
+        return "hard" if task["hard"] else "easy"
+
+
+TASKS = {"calculator": CalculatorTask}
+
+
+def make_agent_task(config: AgentTaskConfig) -> CalculatorTask:
+    config.validate()
+    return TASKS[config.name](config)

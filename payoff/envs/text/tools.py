@@ -1,0 +1,331 @@
+"""Tools an agent can call: a name, a JSON schema for the arguments and a Python callable.
+
+The model calls a tool by writing JSON inside tags (the documented format):
+
+    <tool>{"name": "calculator", "arguments": {"expression": "4821 * 37"}}</tool>
+
+and receives the result as the next observation, `<result>...</result>`. Nothing the model
+writes can crash an episode: malformed JSON, an unknown tool, arguments that do not match
+the schema or a tool that raises all come back as `<result>error: ...</result>`, so the model
+sees its mistake and can try again (and the episode's info counts it as malformed).
+
+Shipped tools: `calculator` (safe AST evaluation, never eval()), `python` (the code
+verifier's sandbox), `search`/`open` over a folder of text documents (BM25 written here),
+and a key-value `memory`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from payoff.core.errors import ConfigError
+
+TOOL_OPEN, TOOL_CLOSE = "<tool>", "</tool>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+@dataclass
+class Tool:
+    """A callable the model may use. `schema` is a JSON schema of the arguments object."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    fn: Callable[..., Any]
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI/Hugging Face function spec (for chat templates that list tools)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.schema,
+            },
+        }
+
+
+@dataclass
+class ToolCall:
+    """What the model asked for; `error` is set when the call cannot be run."""
+
+    name: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+def parse_tool_call(text: str) -> ToolCall | None:
+    """The tool call in a model turn, or None when the turn contains no <tool> tag.
+
+    The first `<tool>...</tool>` block is parsed; a missing closing tag, invalid JSON, or
+    JSON without a string "name" and an object "arguments" gives a ToolCall with `error`.
+    """
+    start = text.find(TOOL_OPEN)
+    if start < 0:
+        return None
+    end = text.find(TOOL_CLOSE, start)
+    if end < 0:
+        return ToolCall(error=f"malformed tool call: no closing {TOOL_CLOSE}")
+    body = text[start + len(TOOL_OPEN) : end].strip()
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as err:
+        return ToolCall(error=f"malformed tool call: invalid JSON ({err.msg} at char {err.pos})")
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return ToolCall(error='malformed tool call: expected {"name": ..., "arguments": {...}}')
+    arguments = data.get("arguments", {})
+    if not isinstance(arguments, dict):
+        return ToolCall(
+            name=data["name"], error="malformed tool call: 'arguments' must be an object"
+        )
+    return ToolCall(name=data["name"], arguments=arguments)
+
+
+def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """'' when `arguments` fit the (flat) schema, else what is wrong (required, types, extras)."""
+    properties = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name not in arguments:
+            return f"missing required argument {name!r}"
+    for name, value in arguments.items():
+        if name not in properties:
+            return f"unknown argument {name!r}; valid: {sorted(properties)}"
+        expected = properties[name].get("type")
+        types = _JSON_TYPES.get(expected, (object,))
+        if not isinstance(value, types) or (
+            expected in ("integer", "number") and isinstance(value, bool)
+        ):
+            return f"argument {name!r} must be of type {expected}, got {type(value).__name__}"
+    return ""
+
+
+def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, bool]:
+    """Run `call`; returns (result text, ok). Never raises: errors become the result text."""
+    if call.error:
+        return f"error: {call.error}", False
+    tool = tools.get(call.name)
+    if tool is None:
+        return f"error: unknown tool {call.name!r}; available: {sorted(tools)}", False
+    problem = check_arguments(tool.schema, call.arguments)
+    if problem:
+        return f"error: {call.name}: {problem}", False
+    try:
+        return str(tool.fn(**call.arguments)), True
+    except Exception as err:  # a tool failing is information for the model, not a crash
+        return f"error: {call.name}: {type(err).__name__}: {err}", False
+
+
+# ---- calculator -------------------------------------------------------------------------
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCTIONS = {"sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max}
+
+
+def safe_eval(expression: str, max_power: int = 100, max_length: int = 200) -> int | float:
+    """Evaluate arithmetic by walking its AST: numbers, + - * / // % **, a few functions.
+
+    Names, attributes, calls other than the listed functions, and exponents above
+    `max_power` (which could hang the process) raise ValueError.
+    """
+    if len(expression) > max_length:
+        raise ValueError(f"expression longer than {max_length} characters")
+    tree = ast.parse(expression, mode="eval")
+
+    def walk(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > max_power:
+                raise ValueError(f"exponent {right} is above {max_power}")
+            return _BINARY[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](walk(node.operand))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and not node.keywords
+        ):
+            return _FUNCTIONS[node.func.id](*(walk(a) for a in node.args))
+        raise ValueError(f"not allowed in an expression: {ast.dump(node)[:60]}")
+
+    value = walk(tree)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value
+
+
+def calculator() -> Tool:
+    """Arithmetic on numbers: + - * / // % ** and sqrt, abs, round, min, max."""
+    return Tool(
+        "calculator",
+        "Evaluate an arithmetic expression, e.g. '4821 * 37'.",
+        {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+        lambda expression: safe_eval(expression),
+    )
+
+
+# ---- python ------------------------------------------------------------------------------
+def python_runner(timeout: float = 5.0) -> Tool:
+    """Run a Python program in the code verifier's sandbox; the result is its outcome and output."""
+    from payoff.rewards.sandbox import run_tests
+
+    def run(code: str) -> str:
+        # The sandbox runs solution then tests; an empty test file just runs the program.
+        result = run_tests(code, "", timeout=timeout)
+        return result.outcome + (
+            f": {result.detail.strip()[-500:]}" if result.detail.strip() else ""
+        )
+
+    return Tool(
+        "python",
+        "Run a Python program in a sandbox (no network, no subprocesses); returns pass/fail and output.",
+        {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+        run,
+    )
+
+
+# ---- search / open over local documents ------------------------------------------------------
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+class BM25:
+    """Okapi BM25 over a list of documents (k1, b as in Robertson & Zaragoza 2009)."""
+
+    def __init__(self, documents: list[str], k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.terms = [Counter(words(d)) for d in documents]
+        self.lengths = [sum(t.values()) for t in self.terms]
+        self.average = sum(self.lengths) / max(1, len(self.lengths))
+        frequency: Counter[str] = Counter()
+        for t in self.terms:
+            frequency.update(t.keys())
+        n = len(documents)
+        # The +1 inside the log keeps idf positive for words found in most documents.
+        self.idf = {w: math.log(1 + (n - f + 0.5) / (f + 0.5)) for w, f in frequency.items()}
+
+    def scores(self, query: str) -> list[float]:
+        out = []
+        for terms, length in zip(self.terms, self.lengths, strict=True):
+            norm = self.k1 * (1 - self.b + self.b * length / max(self.average, 1e-9))
+            out.append(
+                sum(
+                    self.idf.get(w, 0.0) * terms[w] * (self.k1 + 1) / (terms[w] + norm)
+                    for w in words(query)
+                    if w in terms
+                )
+            )
+        return out
+
+    def top(self, query: str, k: int) -> list[int]:
+        scores = self.scores(query)
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return [i for i in ranked[:k] if scores[i] > 0]
+
+
+class DocumentIndex:
+    """Text files of a folder (*.txt, *.md), searchable with BM25 and readable by name."""
+
+    def __init__(self, folder: str | Path):
+        folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(f"document folder {str(folder)!r} does not exist")
+        paths = sorted(p for p in folder.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
+        if not paths:
+            raise ConfigError(f"document folder {str(folder)!r} holds no .txt or .md files")
+        self.names = [p.stem for p in paths]
+        self.texts = [p.read_text(encoding="utf-8") for p in paths]
+        self.bm25 = BM25(self.texts)
+
+    def search(self, query: str, k: int = 3) -> str:
+        hits = self.bm25.top(query, k)
+        return ", ".join(self.names[i] for i in hits) if hits else "no results"
+
+    def open(self, name: str) -> str:
+        if name not in self.names:
+            raise KeyError(f"no document {name!r}")
+        return self.texts[self.names.index(name)].strip()
+
+
+def search_tools(index: DocumentIndex, k: int = 3) -> list[Tool]:
+    """`search` (names of the k best documents for a query) and `open` (a document's text)."""
+    return [
+        Tool(
+            "search",
+            f"Names of the {k} documents that best match a query (BM25).",
+            {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+            lambda query: index.search(query, k),
+        ),
+        Tool(
+            "open",
+            "The text of a document, by the name search returned.",
+            {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            lambda name: index.open(name),
+        ),
+    ]
+
+
+# ---- memory ----------------------------------------------------------------------------------
+def memory_tool(store: dict[str, str] | None = None) -> Tool:
+    """A key-value memory: {"op": "set", "key", "value"} stores, {"op": "get", "key"} reads."""
+    store = {} if store is None else store
+
+    def memory(op: str, key: str, value: str = "") -> str:
+        if op == "set":
+            store[key] = value
+            return "ok"
+        if op == "get":
+            return store.get(key, "not found")
+        raise ValueError(f"op must be 'set' or 'get', got {op!r}")
+
+    return Tool(
+        "memory",
+        "A key-value store that lasts for the episode: op 'set' (key, value) or 'get' (key).",
+        {
+            "type": "object",
+            "properties": {
+                "op": {"type": "string"},
+                "key": {"type": "string"},
+                "value": {"type": "string"},
+            },
+            "required": ["op", "key"],
+        },
+        memory,
+    )

@@ -1,0 +1,241 @@
+"""Batched multi-turn episode rollouts with a language model, and the token mask for training.
+
+    contexts = [format(reset(task)) for each task]
+    loop until every episode is done:
+        sample one turn for every live episode in ONE batched generate call
+        step each env with its turn; append the observation's text to that context
+
+An episode is kept as segments: the model's turns (the exact sampled token ids and their
+logprobs) and everything else (prompt, tool results, template text), tokenized on its own.
+Concatenated, they are the training sequence; `model_mask` is 1 exactly on the model's
+own tokens, so tool outputs and environment text are context, never targets.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from payoff.algos.shared.logprobs import gather_token_logprobs
+from payoff.envs.text.env import Message, TextEnv
+from payoff.envs.text.formats import Format
+from payoff.rollout.generation import Sampler, SamplingConfig
+
+
+@dataclass
+class Segment:
+    """A stretch of an episode's text: the model's turn (model=True) or context."""
+
+    text: str
+    ids: list[int]
+    model: bool
+    turn: int = -1  # index of the model turn (-1 for context)
+
+
+@dataclass
+class Episode:
+    """One finished episode: its conversation, its tokens, its reward and counters."""
+
+    task: dict[str, Any]
+    messages: list[Message] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)  # env reward after each model turn
+    info: dict[str, Any] = field(default_factory=dict)  # the env's last info
+    done: bool = False
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.turn_rewards))
+
+    @property
+    def success(self) -> bool:
+        return bool(self.info.get("success", False))
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_rewards)
+
+    @property
+    def tool_calls(self) -> dict[str, int]:
+        return dict(self.info.get("tool_calls", {}))
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(len(s.ids) for s in self.segments if s.model)
+
+    def token_ids(self) -> list[int]:
+        return [i for s in self.segments for i in s.ids]
+
+    def model_mask(self) -> list[int]:
+        """1 on the model's own tokens, 0 on prompt, tool results and template text."""
+        return [int(s.model) for s in self.segments for _ in s.ids]
+
+    def turn_index(self) -> list[int]:
+        """For each token, the model turn it belongs to (-1 for context)."""
+        return [s.turn for s in self.segments for _ in s.ids]
+
+    def text(self) -> str:
+        return "".join(s.text for s in self.segments)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def _add_context(episode: Episode, tokenizer: Any, text: str) -> None:
+    if text:
+        episode.segments.append(Segment(text, _encode(tokenizer, text), False))
+
+
+def start_episode(env: TextEnv, task: dict[str, Any], fmt: Format, tokenizer: Any) -> Episode:
+    """Reset `env` on `task` and render the first messages as context."""
+    episode = Episode(task=task)
+    for message in env.reset(task):
+        _add_context(episode, tokenizer, fmt.message(message, episode.messages))
+        episode.messages.append(message)
+    return episode
+
+
+def advance(
+    episode: Episode,
+    env: TextEnv,
+    fmt: Format,
+    tokenizer: Any,
+    turn_text: str,
+    turn_ids: list[int] | None = None,
+) -> None:
+    """Append the model's turn (its sampled ids, or `turn_text` tokenized) and step the env."""
+    ids = _encode(tokenizer, turn_text) if turn_ids is None else turn_ids
+    episode.segments.append(Segment(turn_text, ids, True, turn=episode.turns))
+    history = list(episode.messages)
+    episode.messages.append({"role": "assistant", "content": turn_text})
+    _add_context(episode, tokenizer, fmt.turn_suffix(history, turn_text))
+    result = env.step(turn_text)
+    episode.turn_rewards.append(result.reward)
+    episode.info = result.info
+    episode.done = result.done
+    for message in result.observation:
+        _add_context(episode, tokenizer, fmt.message(message, episode.messages))
+        episode.messages.append(message)
+    if not episode.done:
+        _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
+
+
+def replay_episode(
+    env: TextEnv, task: dict[str, Any], turns: Sequence[str], fmt: Format, tokenizer: Any
+) -> Episode:
+    """An episode from scripted model turns (demonstrations for SFT); tool results are real."""
+    episode = start_episode(env, task, fmt, tokenizer)
+    _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
+    for turn in turns:
+        if episode.done:
+            break
+        advance(episode, env, fmt, tokenizer, turn)
+    return episode
+
+
+def rollout_episodes(
+    sampler: Sampler,
+    tokenizer: Any,
+    tasks: Sequence[dict[str, Any]],
+    make_env: Callable[[], TextEnv],
+    fmt: Format,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None = None,
+) -> list[Episode]:
+    """Run one episode per task, all live episodes sampled together turn by turn."""
+    envs = [make_env() for _ in tasks]
+    episodes = [
+        start_episode(env, task, fmt, tokenizer) for env, task in zip(envs, tasks, strict=True)
+    ]
+    for episode in episodes:
+        _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
+    eos = tokenizer.eos_token_id
+    while True:
+        live = [i for i, e in enumerate(episodes) if not e.done]
+        if not live:
+            return episodes
+        generation = sampler.generate([episodes[i].text() for i in live], sampling, generator)
+        for row, i in enumerate(live):
+            length = int(generation.completion_mask[row].sum())
+            ids = generation.completion_ids[row, :length].tolist()
+            advance(episodes[i], envs[i], fmt, tokenizer, generation.completions[row], ids)
+            if eos is not None and ids and ids[-1] == eos and not episodes[i].done:
+                # EOS mid-episode: the model stopped talking; nothing more will come.
+                episodes[i].done = True
+
+
+@dataclass
+class PackedEpisodes:
+    """Episodes as right-padded tensors for one forward pass."""
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L] 1 = real token
+    model_mask: torch.Tensor  # [B, L] 1 = the model's own token (a training target)
+    turn_index: torch.Tensor  # [B, L] model turn of each token, -1 for context and padding
+
+
+def pack_episodes(episodes: Sequence[Episode], pad_id: int) -> PackedEpisodes:
+    width = max(len(e.token_ids()) for e in episodes)
+
+    def pad(values: list[int], fill: int) -> list[int]:
+        return values + [fill] * (width - len(values))
+
+    return PackedEpisodes(
+        input_ids=torch.tensor([pad(e.token_ids(), pad_id) for e in episodes]),
+        attention_mask=torch.tensor([pad([1] * len(e.token_ids()), 0) for e in episodes]),
+        model_mask=torch.tensor([pad(e.model_mask(), 0) for e in episodes]),
+        turn_index=torch.tensor([pad(e.turn_index(), -1) for e in episodes]),
+    )
+
+
+def sequence_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for t = 1..L-1 of right-padded sequences: [B, L] -> [B, L-1].
+
+    Pair it with `model_mask[:, 1:]`: the first token has no prediction and is always context.
+    """
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions
+    ).logits
+    logits = logits[:, :-1]
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    return gather_token_logprobs(logits, input_ids[:, 1:])
+
+
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, float]:
+    """success, turns, tool calls (all and by tool), malformed calls and model tokens per episode."""
+    n = max(1, len(episodes))
+    calls: Counter[str] = Counter()
+    for e in episodes:
+        calls.update(e.tool_calls)
+    metrics = {
+        f"{prefix}success": sum(e.success for e in episodes) / n,
+        f"{prefix}turns": sum(e.turns for e in episodes) / n,
+        f"{prefix}tool_calls": sum(calls.values()) / n,
+        f"{prefix}malformed": sum(int(e.info.get("malformed", 0)) for e in episodes) / n,
+        f"{prefix}tokens": sum(e.model_tokens for e in episodes) / n,
+    }
+    for name, count in sorted(calls.items()):
+        metrics[f"{prefix}calls/{name}"] = count / n
+    return metrics
+
+
+def render_markdown(episode: Episode) -> str:
+    """The episode as a conversation: who said what, tool calls and results, the outcome."""
+    lines = []
+    for m in episode.messages:
+        who = {"user": "task", "assistant": "model", "tool": "tool result", "system": "system"}[
+            m["role"]
+        ]
+        lines.append(f"**{who}:** `{m['content']}`  ")
+    outcome = "success" if episode.success else f"failure ({episode.info.get('end', '?')})"
+    lines.append(f"*{outcome}; reward {episode.reward:g}; {episode.turns} turns*")
+    return "\n".join(lines)

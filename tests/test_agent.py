@@ -1,0 +1,216 @@
+"""Agents: tool-call parsing, the multi-turn protocol, token masks, trajectory advantages, relative judge."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from payoff.algos.agent_grpo import turn_advantages
+from payoff.algos.shared.group import group_advantages
+from payoff.core.errors import ConfigError
+from payoff.envs.text import PlainFormat, ToolEnv, calculator, call_tool, parse_tool_call
+from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, tool_turn
+from payoff.envs.text.tools import BM25, DocumentIndex, memory_tool, safe_eval, search_tools
+from payoff.models.tokenizer import build_char_tokenizer
+from payoff.rewards.relative_judge import RelativeJudge, answer_judge, normalize_group
+from payoff.rollout.episodes import pack_episodes, replay_episode
+
+TOOLS = {"calculator": calculator(), "memory": memory_tool()}
+
+
+# ---- parsing and tool errors ------------------------------------------------------------
+def test_valid_call_runs():
+    call = parse_tool_call(
+        'think <tool>{"name": "calculator", "arguments": {"expression": "12*(3+4)"}}</tool>'
+    )
+    assert (call.name, call.arguments, call.error) == ("calculator", {"expression": "12*(3+4)"}, "")
+    assert call_tool(TOOLS, call) == ("84", True)
+
+
+def test_no_tag_is_no_call():
+    assert parse_tool_call("<answer>3</answer>") is None
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('<tool>{"name": "calculator", "arguments": {"expression": "1+1"}}', "no closing"),
+        ("<tool>{name: calculator}</tool>", "invalid JSON"),
+        ('<tool>["calculator"]</tool>', "expected"),
+        ('<tool>{"name": "calculator", "arguments": "1+1"}</tool>', "must be an object"),
+    ],
+)
+def test_malformed_call_is_an_error_message(text, fragment):
+    result, ok = call_tool(TOOLS, parse_tool_call(text))
+    assert not ok and result.startswith("error: malformed") and fragment in result
+
+
+def test_unknown_tool_lists_the_valid_ones():
+    result, ok = call_tool(
+        TOOLS, parse_tool_call('<tool>{"name": "browser", "arguments": {}}</tool>')
+    )
+    assert not ok and "unknown tool 'browser'" in result and "calculator" in result
+
+
+@pytest.mark.parametrize(
+    "arguments, fragment",
+    [
+        ("{}", "missing required argument 'expression'"),
+        ('{"expression": 5}', "must be of type string"),
+        ('{"expression": "1", "x": 1}', "unknown argument 'x'"),
+        ('{"expression": "__import__(\\"os\\")"}', "not allowed"),
+        ('{"expression": "9**99999"}', "exponent"),
+    ],
+)
+def test_bad_arguments_are_error_messages(arguments, fragment):
+    text = f'<tool>{{"name": "calculator", "arguments": {arguments}}}</tool>'
+    result, ok = call_tool(TOOLS, parse_tool_call(text))
+    assert not ok and fragment in result
+
+
+def test_safe_eval_never_evaluates_names():
+    assert safe_eval("2**10 - sqrt(16)") == 1020
+    with pytest.raises(ValueError):
+        safe_eval("open('x')")
+
+
+def test_memory_and_bm25_search(tmp_path):
+    mem = {"memory": memory_tool()}
+    assert (
+        call_tool(
+            mem,
+            parse_tool_call(
+                '<tool>{"name":"memory","arguments":{"op":"set","key":"a","value":"7"}}</tool>'
+            ),
+        )[0]
+        == "ok"
+    )
+    assert (
+        call_tool(
+            mem,
+            parse_tool_call('<tool>{"name":"memory","arguments":{"op":"get","key":"a"}}</tool>'),
+        )[0]
+        == "7"
+    )
+    # BM25: a rare query word outweighs a common one; longer documents are normalised.
+    bm25 = BM25(["the cat sat", "the dog ran far away from the cat", "the bird"])
+    assert bm25.top("dog", 3) == [1] and bm25.top("cat", 1) == [0]
+    (tmp_path / "paris.txt").write_text("Paris is the capital of France.")
+    (tmp_path / "rome.txt").write_text("Rome is the capital of Italy.")
+    search, open_ = search_tools(DocumentIndex(tmp_path))
+    assert search.fn(query="capital of Italy").split(", ")[0] == "rome"
+    assert "France" in open_.fn(name="paris")
+    assert (
+        "no document"
+        in call_tool(
+            {"open": open_},
+            parse_tool_call('<tool>{"name":"open","arguments":{"name":"oslo"}}</tool>'),
+        )[0]
+    )
+
+
+# ---- the protocol -----------------------------------------------------------------------
+def test_episode_ends_on_answer_turn_limit_and_no_action():
+    env = ToolEnv([calculator()], max_turns=2)
+    assert env.reset({"question": "347*58=?", "answer": "20126"})[-1]["role"] == "user"
+    step = env.step(tool_turn("calculator", expression="347*58"))
+    assert (step.observation, step.reward, step.done) == (
+        [{"role": "tool", "content": "20126"}],
+        0.0,
+        False,
+    )
+    step = env.step("<answer>20126</answer>")
+    assert step.done and step.reward == 1.0 and step.info["tool_calls"] == {"calculator": 1}
+
+    env.reset({"question": "q", "answer": "1"})
+    env.step("<tool>oops</tool>")
+    step = env.step("<tool>oops</tool>")
+    assert step.done and step.info["end"] == "turn_limit" and step.info["malformed"] == 2
+
+    env.reset({"question": "q", "answer": "1"})
+    assert env.step("I think it is 1").info["end"] == "no_action"
+
+
+def test_token_budget_cuts_the_episode():
+    env = ToolEnv([calculator()], max_turns=10, max_tokens=50)
+    env.reset({"question": "q", "answer": "1"})
+    step = env.step(tool_turn("calculator", expression="1+1" + " " * 40))
+    assert step.done and step.info["end"] == "token_budget"
+
+
+# ---- masks ------------------------------------------------------------------------------
+def test_mask_covers_only_the_model_tokens():
+    tokenizer = build_char_tokenizer()
+    call = tool_turn("calculator", expression="347*58")
+    episode = replay_episode(
+        ToolEnv([calculator()]),
+        {"question": "347*58=?", "answer": "20126"},
+        [call, "<answer>20126</answer>"],
+        PlainFormat(),
+        tokenizer,
+    )
+    ids, mask = episode.token_ids(), episode.model_mask()
+    model_text = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    context_text = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    assert model_text == call + "<answer>20126</answer>"
+    assert context_text == "347*58=?\n\n<result>20126</result>\n\n"  # prompt, tool output, newlines
+    packed = pack_episodes(
+        [
+            episode,
+            replay_episode(
+                ToolEnv([calculator()]),
+                {"question": "1+1=?", "answer": "2"},
+                ["<answer>2</answer>"],
+                PlainFormat(),
+                tokenizer,
+            ),
+        ],
+        tokenizer.pad_token_id,
+    )
+    assert packed.model_mask[1].sum() == len("<answer>2</answer>")
+    assert (packed.model_mask <= packed.attention_mask).all()  # padding is never a target
+    assert set(packed.turn_index[0][packed.model_mask[0] == 1].tolist()) == {0, 1}
+
+
+# ---- advantages -------------------------------------------------------------------------
+def test_trajectory_advantages_of_a_hand_made_group():
+    # Two tasks, G = 3: rewards 1 (right, no call), 0.9 (right with a call), 0 (wrong).
+    rewards = torch.tensor([1.0, 0.9, 0.0, 0.5, 0.5, 0.5])
+    adv = group_advantages(rewards, 3, scale=False)
+    assert torch.allclose(adv, torch.tensor([1 - 1.9 / 3, 0.9 - 1.9 / 3, -1.9 / 3, 0, 0, 0]))
+    # Per-turn credit with gamma = 1 and only a final reward equals trajectory credit.
+    per_turn = [[0.0, 1.0], [1.0], [0.0, 0.0, 0.0]]
+    flat = group_advantages(torch.tensor([1.0, 1.0, 0.0]), 3, scale=False)
+    out = turn_advantages(per_turn, 3, gamma=1.0, scale=False)
+    assert [o[0] for o in out] == pytest.approx(flat.tolist())
+    assert out[0] == pytest.approx([1 / 3, 1 / 3])
+    # A tool cost at turn 0 is blamed on turn 0 only: returns-to-go -0.1 + 1 and 1.
+    out = turn_advantages([[-0.1, 1.0], [1.0]], 2, gamma=1.0, scale=False)
+    assert out[0] == pytest.approx([0.9 - 0.95, 1.0 - 0.95]) and out[1] == pytest.approx([0.05])
+
+
+# ---- relative judge ---------------------------------------------------------------------
+def test_relative_judge_normalizes_within_the_group():
+    z = normalize_group([3.0, 1.0, 2.0])
+    assert sum(z) == pytest.approx(0.0) and np.std(z) == pytest.approx(1.0, abs=1e-4)
+    assert normalize_group([3.0, 1.0, 2.0], "minmax") == pytest.approx([1.0, 0.0, 0.5])
+    assert normalize_group([5.0, 5.0, 1.0, 9.0], "rank") == pytest.approx([0.5, 0.5, 0.0, 1.0])
+    assert normalize_group([4.0, 4.0], "zscore") == [0.0, 0.0]  # no preference, no signal
+    # An offset or scale of the judge does not change what GRPO sees.
+    assert normalize_group([30.0, 10.0, 20.0]) == pytest.approx(
+        normalize_group([3.0, 1.0, 2.0]), rel=1e-5
+    )
+    with pytest.raises(ConfigError, match="valid"):
+        normalize_group([1.0], "softmax")
+    judge = RelativeJudge(answer_judge, "minmax")
+    scores = judge(
+        {"answer": "4"},
+        ["<answer>4</answer>", "<tool>..</tool><answer>4</answer>", "<answer>5</answer>"],
+    )
+    assert scores[0] == 1.0 and scores[2] == 0.0 and 0 < scores[1] < 1
+
+
+def test_agent_task_config_is_validated():
+    with pytest.raises(ConfigError, match="calculator"):
+        make_agent_task(AgentTaskConfig(name="chess"))
