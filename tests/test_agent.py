@@ -214,3 +214,21 @@ def test_relative_judge_normalizes_within_the_group():
 def test_agent_task_config_is_validated():
     with pytest.raises(ConfigError, match="calculator"):
         make_agent_task(AgentTaskConfig(name="chess"))
+
+
+def test_doc_search_demonstrations_succeed_with_real_tool_results(tmp_path):
+    config = AgentTaskConfig(
+        name="doc-search", max_turns=5, max_tokens=400, options={"folder": str(tmp_path)}
+    )
+    task = make_agent_task(config)
+    tokenizer = build_char_tokenizer()
+    rng = np.random.default_rng(0)
+    episodes = [
+        replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
+        for t in task.sample(rng, 20)
+    ]
+    assert all(e.success for e in episodes)
+    assert {e.turns for e in episodes} == {3, 4}  # one-hop and two-hop questions
+    # The person's own document is the top search hit (BM25 on the name).
+    e = episodes[0]
+    assert e.messages[2]["content"].split(", ")[0] == e.task["person"].lower()

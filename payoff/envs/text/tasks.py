@@ -11,20 +11,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from payoff.core.errors import ConfigError
 from payoff.envs.text.env import ToolEnv
-from payoff.envs.text.tools import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN, calculator
+from payoff.envs.text.tools import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    TOOL_CLOSE,
+    TOOL_OPEN,
+    DocumentIndex,
+    calculator,
+    search_tools,
+)
 
 
 @dataclass
 class AgentTaskConfig:
     """Which agent task.
 
-    name: 'calculator'.
+    name: 'calculator' or 'doc-search'.
     hard_fraction: share of large problems (the rest are one-digit).
     max_turns / max_tokens: episode limits (model turns; model tokens in all).
     call_rate: probability that a demonstration calls the tool (SFT data only).
@@ -47,7 +56,7 @@ class AgentTaskConfig:
             raise ConfigError("task.hard_fraction and task.call_rate must be in [0, 1]")
 
 
-def tool_turn(name: str, **arguments: Any) -> str:
+def tool_turn(name: str, /, **arguments: Any) -> str:
     """A model turn calling `name` in the documented format (compact JSON)."""
     body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
     return f"{TOOL_OPEN}{body}{TOOL_CLOSE}"
@@ -101,9 +110,101 @@ class CalculatorTask:
         return "hard" if task["hard"] else "easy"
 
 
-TASKS = {"calculator": CalculatorTask}
+class DocSearchTask:
+    """Questions over a generated document collection, answered by `search` and `open`.
+
+    Each person document says where the person lives, each city document which country it
+    is in. 'city' questions need one document (search, open, answer); 'country' questions
+    need two (search, open the person, open the city, answer). The collection is written
+    to options.folder (default: a folder under $PAYOFF_CACHE keyed by the seed) once.
+    """
+
+    def __init__(self, config: AgentTaskConfig):
+        from payoff.algos.sft import cache_root
+
+        self.config = config
+        options = config.options
+        seed = int(options.get("seed", 0))
+        people, cities = int(options.get("people", 40)), int(options.get("cities", 12))
+        rng = np.random.default_rng(seed)
+        names = _names(rng, people + cities + 6)
+        self.people = names[:people]
+        self.cities = names[people : people + cities]
+        countries = names[people + cities :]
+        self.lives = {p: self.cities[int(rng.integers(len(self.cities)))] for p in self.people}
+        self.country = {c: countries[int(rng.integers(len(countries)))] for c in self.cities}
+        folder = Path(
+            options.get("folder")
+            or cache_root() / "agent-docs" / f"people-{seed}-{people}-{cities}"
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        for p, c in self.lives.items():
+            (folder / f"{p.lower()}.txt").write_text(f"{p} lives in {c}.\n")
+        for c, k in self.country.items():
+            (folder / f"{c.lower()}.txt").write_text(f"{c} is a city in {k}.\n")
+        self.index = DocumentIndex(folder)
+
+    def make_env(self) -> ToolEnv:
+        return ToolEnv(search_tools(self.index, k=2), self.config.max_turns, self.config.max_tokens)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
+        tasks = []
+        for _ in range(n):
+            person = self.people[int(rng.integers(len(self.people)))]
+            hard = bool(rng.random() < self.config.hard_fraction)
+            city = self.lives[person]
+            if hard:
+                tasks.append(
+                    {
+                        "question": f"Country of {person}?",
+                        "answer": self.country[city],
+                        "person": person,
+                        "city": city,
+                        "hard": True,
+                    }
+                )
+            else:
+                tasks.append(
+                    {
+                        "question": f"City of {person}?",
+                        "answer": city,
+                        "person": person,
+                        "city": city,
+                        "hard": False,
+                    }
+                )
+        return tasks
+
+    def demonstration(self, task: dict[str, Any], rng: np.random.Generator) -> list[str]:
+        turns = [
+            tool_turn("search", query=task["person"]),
+            tool_turn("open", name=task["person"].lower()),
+        ]
+        if task["hard"]:
+            turns.append(tool_turn("open", name=task["city"].lower()))
+        return [*turns, answer_turn(task["answer"])]
+
+    def group(self, task: dict[str, Any]) -> str:
+        return "two_hops" if task["hard"] else "one_hop"
 
 
-def make_agent_task(config: AgentTaskConfig) -> CalculatorTask:
+def _names(rng: np.random.Generator, n: int) -> list[str]:
+    """n distinct pronounceable names (consonant-vowel syllables)."""
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
+    names: list[str] = []
+    while len(names) < n:
+        name = "".join(
+            consonants[int(rng.integers(14))] + vowels[int(rng.integers(5))] for _ in range(2)
+        )
+        name = name.capitalize() + consonants[int(rng.integers(14))]
+        if name not in names:
+            names.append(name)
+    return names
+
+
+TASKS = {"calculator": CalculatorTask, "doc-search": DocSearchTask}
+
+
+def make_agent_task(config: AgentTaskConfig) -> CalculatorTask | DocSearchTask:
     config.validate()
     return TASKS[config.name](config)
