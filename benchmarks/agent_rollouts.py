@@ -1,8 +1,8 @@
 """Multi-turn rollout throughput: episodes/s and model tokens/s of batched tool-using episodes.
 
-Runs the calculator task's episodes with the tiny model (fresh weights: throughput does not
-depend on what the model knows, only on how many turns and tokens it writes, which are
-reported alongside) at several batch sizes, and writes a section of docs/benchmarks.md.
+Runs the calculator task's episodes with the tiny model (`--model RUN/model` for a trained
+agent, whose episodes have tool calls and several turns; fresh weights otherwise, which
+write one long turn), reporting turns and tokens per episode alongside at several batch sizes, and writes a section of docs/benchmarks.md.
 There is no reference library for multi-turn tool rollouts in this repository's extras, so
 the comparison is batched (all live episodes in one generate call per turn) vs one episode
 at a time, the ratio being what batching buys.
@@ -55,9 +55,12 @@ def measure(sampler, tokenizer, task, tasks, batch: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer episodes")
+    parser.add_argument(
+        "--model", default="", help="a trained agent (RUN/model) so episodes have several turns"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    model, tokenizer = load_lm(ModelConfig(path=args.model), seed=0)
     sampler = LocalSampler(model, tokenizer)
     task = make_agent_task(AgentTaskConfig(max_turns=3))
     n = 32 if args.quick else 128
@@ -82,7 +85,7 @@ def main() -> None:
         "agent_rollouts",
         "Multi-turn agent rollouts (tiny model, calculator task, CPU)",
         f"`python benchmarks/agent_rollouts.py{' --quick' if args.quick else ''}`: {n} calculator "
-        "episodes (up to 3 turns, <= 72 tokens a turn, temperature 1) with the untrained tiny Llama on "
+        f"episodes (up to 3 turns, <= 72 tokens a turn, temperature 1) with the {'calculator-agent model' if args.model else 'untrained tiny Llama'} on "
         "1 CPU thread of a shared 2-core machine. Each turn of all live episodes is one batched "
         "generate call with a KV cache; the ratio is tokens/s against one episode at a time.\n\n"
         + table,

@@ -232,3 +232,27 @@ def test_doc_search_demonstrations_succeed_with_real_tool_results(tmp_path):
     # The person's own document is the top search hit (BM25 on the name).
     e = episodes[0]
     assert e.messages[2]["content"].split(", ")[0] == e.task["person"].lower()
+
+
+def test_chat_template_format_masks_only_the_assistant_content():
+    from payoff.envs.text import ChatTemplateFormat
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = (
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}|{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    call = tool_turn("calculator", expression="2*3")
+    episode = replay_episode(
+        ToolEnv([calculator()]),
+        {"question": "2*3=?", "answer": "6"},
+        [call, "<answer>6</answer>"],
+        ChatTemplateFormat(tokenizer),
+        tokenizer,
+    )
+    ids, mask = episode.token_ids(), episode.model_mask()
+    assert episode.text() == f"[user]2*3=?|[assistant]{call}|[tool]6|[assistant]<answer>6</answer>|"
+    assert (
+        tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+        == call + "<answer>6</answer>"
+    )

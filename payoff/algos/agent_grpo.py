@@ -38,7 +38,7 @@ from payoff.algos.shared.group import group_advantages
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.text.formats import PlainFormat
+from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
 from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.tiny_lm import TinyLMConfig
@@ -98,6 +98,8 @@ class AgentGRPOConfig:
     temperature / max_new_tokens: sampling per model turn (max_new_tokens caps one turn).
     eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
         held-out tasks.
+    chat_template: render episodes with the tokenizer's chat template (Hugging Face models,
+        tools listed in it) instead of the tiny model's plain format.
     threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
     """
 
@@ -127,6 +129,7 @@ class AgentGRPOConfig:
     log_every: int = 1
     eval_every: int = 10
     checkpoint_every: int = 20
+    chat_template: bool = False
     threads: int = 1
 
     def validate(self) -> None:
@@ -249,7 +252,10 @@ class AgentGRPO(Algorithm):
             self.base_model_path = str(build_agent_base(config))
             model_config = dataclasses.replace(model_config, path=self.base_model_path)
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
-        self.format = PlainFormat()
+        self.format: Format = PlainFormat()
+        if config.chat_template:
+            tools = [t.spec() for t in self.task.make_env().tools.values()]
+            self.format = ChatTemplateFormat(self.tokenizer, tools)
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.judge = (
