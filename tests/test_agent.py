@@ -256,3 +256,50 @@ def test_chat_template_format_masks_only_the_assistant_content():
         tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
         == call + "<answer>6</answer>"
     )
+
+
+def _tiny_agent(tmp_path, monkeypatch, **overrides):
+    from payoff.algos.agent_grpo import AgentGRPO
+
+    monkeypatch.setenv("PAYOFF_CACHE", str(tmp_path / "cache"))
+    config = {
+        "sft": {
+            "demonstrations": 8,
+            "steps": 2,
+            "batch_size": 4,
+            "tiny": {"hidden_size": 32, "layers": 1, "heads": 2, "intermediate_size": 64},
+        },
+        "task": {"eval_size": 4},
+        "steps": 2,
+        "tasks_per_step": 2,
+        "group_size": 2,
+        "max_new_tokens": 12,
+        "eval_every": 2,
+        **overrides,
+    }
+    return AgentGRPO(**config)
+
+
+@pytest.mark.parametrize("credit", ["trajectory", "turn"])
+def test_trainer_logs_episode_metrics_and_resumes_exactly(tmp_path, monkeypatch, credit):
+    agent = _tiny_agent(tmp_path, monkeypatch, credit=credit, judge_weight=0.5)
+    agent.learn(1)
+    state = agent.state_dict()
+    agent.learn(2)
+    record = next(r for r in agent.history if "train/success" in r)
+    for key in (
+        "train/turns",
+        "train/tool_calls",
+        "train/malformed",
+        "train/tokens",
+        "perf/episodes_per_s",
+    ):
+        assert key in record
+    resumed = _tiny_agent(tmp_path, monkeypatch, credit=credit, judge_weight=0.5)
+    resumed.load_state_dict(state)
+    resumed.learn(2)
+    last = [r for r in agent.history if "train/reward" in r][-1]
+    again = [r for r in resumed.history if "train/reward" in r][-1]
+    assert (
+        again["train/reward"] == last["train/reward"] and again["train/loss"] == last["train/loss"]
+    )
