@@ -23,6 +23,7 @@ from payoff.envs.make import EnvConfig
 from payoff.models.mlp import Actor, Critic, load_policy, make_actor
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.ray_backend import RayConfig, RayRunner
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
@@ -61,6 +62,10 @@ class OnPolicyConfig:
     episode_info: numeric `info` keys (e.g. true_reward, cost) summed over each episode and
         logged as train/episode_<key>, next to the return. This is how a true objective the
         agent never sees reaches the metrics and the reward-hacking monitors.
+    backend: where rollouts are collected: 'local' (in this process, the default) or
+        'ray' (Ray actor workers owning the envs; needs payoff[distributed]).
+    ray: address / num_workers / overlap / stale / ... of the Ray backend; see
+        payoff.rollout.ray_backend.RayConfig and docs/scaling.md.
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -85,6 +90,8 @@ class OnPolicyConfig:
     threads: int = 1
     init_from: str | None = None
     episode_info: list[str] = field(default_factory=list)
+    backend: Literal["local", "ray"] = "local"
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def validate(self) -> None:
         for name in ("total_steps", "num_envs", "num_steps", "eval_episodes", "threads"):
@@ -97,6 +104,11 @@ class OnPolicyConfig:
             raise ConfigError(f"config key 'gamma' must be in [0, 1], got {self.gamma}")
         if not self.hidden:
             raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
+        if self.backend == "ray" and self.num_envs < self.ray.num_workers:
+            raise ConfigError(
+                f"num_envs ({self.num_envs}) must be >= ray.num_workers "
+                f"({self.ray.num_workers}): every Ray worker needs at least one env"
+            )
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -110,14 +122,17 @@ class OnPolicyAlgorithm(Algorithm):
         config = self.config
         torch.set_num_threads(config.threads)
         self.rng = seed_everything(config.seed)
-        self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
-        self.runner = VectorRunner(
-            self.envs,
-            config.env.id,
-            seed=config.seed,
-            check_finite=config.check_finite,
-            info_keys=tuple(config.episode_info),
-        )
+        if config.backend == "ray":  # the envs live in the Ray workers; one here for spaces
+            self.envs = make_vector_env(config.env, 1, "sync")
+        else:
+            self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
+            self.runner: VectorRunner | RayRunner = VectorRunner(
+                self.envs,
+                config.env.id,
+                seed=config.seed,
+                check_finite=config.check_finite,
+                info_keys=tuple(config.episode_info),
+            )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
         self.actor: Actor = make_actor(
@@ -140,6 +155,20 @@ class OnPolicyAlgorithm(Algorithm):
         )
         if config.init_from:
             self._init_from_file(config.init_from)
+        if config.backend == "ray":
+            self.runner = RayRunner(
+                config.ray,
+                config.env,
+                config.num_envs,
+                config.num_steps,
+                config.vectorization,
+                config.seed,
+                self.actor,
+                self.critic,
+                check_finite=config.check_finite,
+                info_keys=tuple(config.episode_info),
+                threads=config.threads,
+            )
         self._make_optimizer()
         act_shape = tuple(self.action_space.shape or ())
         self.storage = RolloutStorage.allocate(
@@ -337,6 +366,8 @@ class OnPolicyAlgorithm(Algorithm):
             "train/learning_rate": self.config.learning_rate(fraction),
             "perf/sps": sps,
         }
+        if isinstance(self.runner, RayRunner):
+            record.update(self.runner.metrics())
         if returns:
             record["train/return"] = float(np.mean(self.recent_returns))
             record["train/episode_length"] = float(np.mean(lengths))
