@@ -93,6 +93,31 @@ def test_overlap_logs_lag_and_drop_recollects():
     assert dropped.step >= 1024
 
 
+def test_resume_is_exact_with_an_overlapped_rollout_in_flight():
+    config = {"num_workers": 2, "overlap": True}
+    # Built one after the other: construction reseeds torch's global RNG.
+    full = _ppo("ray", ray=config)
+    try:
+        full.learn()
+    finally:
+        full.runner.close()
+    first = _ppo("ray", ray=config)
+    try:
+        first.learn(total=1024)
+        state = first.state_dict()  # holds the in-flight rollout and both workers' envs
+    finally:
+        first.runner.close()
+    resumed = _ppo("ray", ray=config)
+    try:
+        resumed.load_state_dict(state)
+        resumed.learn()
+    finally:
+        resumed.runner.close()
+    after = [row for row in _learning_metrics(full.history) if row["step"] > first.step]
+    assert len(after) >= 2
+    assert [row for row in _learning_metrics(resumed.history) if row["step"] > first.step] == after
+
+
 def test_too_few_cpus_fails_with_a_clear_error():
     algo = _ppo("ray", ray={"num_workers": 3, "startup_timeout": 3})
     with pytest.raises(RunError, match="did not start"):
