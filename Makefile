@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,tensorboard,box2d
+EXTRAS ?= dev,tensorboard,box2d,imitation,llm,multiagent,distributed
 
 .PHONY: install demo test test-fast lint bench clean
 

@@ -24,6 +24,25 @@ class DemoStep:
 
 STEPS = [
     DemoStep("Tabular Q-learning on slippery FrozenLake", "frozenlake-q"),
+    DemoStep("PPO on CartPole (batched NumPy envs)", "cartpole-ppo"),
+    DemoStep("Imitation: behavior cloning vs DAgger on the kart track", "kart-bc-vs-dagger-quick"),
+    DemoStep(
+        "Reward hacking caught: PPO paid for targets loops in the lagoon",
+        "boatrace-ppo",
+        ["total_steps=16000"],
+    ),
+    DemoStep(
+        "GRPO with verifiable rewards on 2-digit addition (tiny LM)",
+        "arithmetic-grpo",
+        ["steps=75", "eval_every=25"],
+    ),
+    DemoStep("Over-optimizing a learned reward model (best-of-N)", "rlhf-overoptimization"),
+    DemoStep(
+        "AlphaZero-lite self-play on tic-tac-toe",
+        "tictactoe-alphazero",
+        ["iterations=8", "eval_every=4"],
+    ),
+    DemoStep("PPO with Ray rollout workers", "cartpole-ppo-ray"),
 ]
 
 
@@ -35,7 +54,10 @@ def main(out: str = "runs/demo") -> int:
     from payoff.train import train
 
     for number, step in enumerate((s for s in STEPS if s.recipe in available), start=1):
-        print(f"\n[{number}] {step.title}: payoff train {step.recipe} {' '.join(step.overrides)}".rstrip(), flush=True)
+        print(
+            f"\n[{number}] {step.title}: payoff train {step.recipe} {' '.join(step.overrides)}".rstrip(),
+            flush=True,
+        )
         t0 = time.time()
         try:
             run = train(step.recipe, step.overrides, seed=step.seed, out=out)
@@ -43,11 +65,12 @@ def main(out: str = "runs/demo") -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         summary = run.summary()
-        if "final_eval" in summary and "mean_return" in summary["final_eval"]:
+        if summary.get("final_line"):
+            print(f"    {summary['final_line']}")
+        elif "final_eval" in summary and "mean_return" in summary["final_eval"]:
             print(f"    {EvalResult(**summary['final_eval']).line()}")
-        for key in ("headline",):
-            if key in summary:
-                print(f"    {summary[key]}")
+        for event in run.events():
+            print(f"    alarm at step {event['step']}: {event['event']['message']}")
         print(f"    done in {time.time() - t0:.0f} s; run: {run.path}")
         reports.append((step.title, str(run.media / "report.html")))
     print(f"\nDemo finished in {time.time() - started:.0f} s. Reports written:")
