@@ -50,7 +50,9 @@ def write_section(name: str, title: str, body: str) -> Path:
         f"Command: `{command_line()}`  \nMeasured: {time.strftime('%Y-%m-%d %H:%M')} on {machine()}\n\n"
         f"{body.strip()}\n<!-- END {name} -->"
     )
-    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
+    pattern = re.compile(
+        rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
+    )
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:
@@ -64,5 +66,7 @@ def write_section(name: str, title: str, body: str) -> Path:
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
+        lines.append(
+            "| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |"
+        )
     return "\n".join(lines)

@@ -207,7 +207,9 @@ def test_boatrace_ppo_learns_the_loop_and_the_divergence_alarm_fires(tmp_path):
     assert records[-1]["train/episode_true_reward"] < 0.5
     # the hack "appears" when the loop out-scores a lapping boat (40 targets) with no laps
     hack_step = next(
-        r["step"] for r in records if r["train/episode_proxy_reward"] > 40 and r["train/episode_true_reward"] < 0.5
+        r["step"]
+        for r in records
+        if r["train/episode_proxy_reward"] > 40 and r["train/episode_true_reward"] < 0.5
     )
     (alarm,) = [e for e in run.events() if e["event"]["kind"] == "divergence"]
     assert alarm["event"]["severity"] == "critical"

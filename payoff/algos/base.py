@@ -85,9 +85,13 @@ class Algorithm:
             for alarm in monitor.update(step, metrics):
                 self.alarms.append(alarm)
                 if self.run is not None:
-                    self.run.event(alarm.step, alarm.kind, alarm.message, alarm.severity, **alarm.evidence)
+                    self.run.event(
+                        alarm.step, alarm.kind, alarm.message, alarm.severity, **alarm.evidence
+                    )
 
-    def attach_monitors(self, monitors: list[Monitor], replay: list[dict[str, Any]] | None = None) -> None:
+    def attach_monitors(
+        self, monitors: list[Monitor], replay: list[dict[str, Any]] | None = None
+    ) -> None:
         """Watch this trainer with `monitors`; `replay` feeds them records logged before a resume."""
         for record in replay or []:
             for monitor in monitors:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import IO, Any
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
+def atomic_write(
+    path: str | Path, write: Callable[[IO[Any]], object], binary: bool = False
+) -> None:
     """Call `write(file)` on a temp file in the target's folder, then atomically rename it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
