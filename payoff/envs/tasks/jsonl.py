@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -11,12 +13,11 @@ from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks.base import Row, Task, held_out
 
 
-def read_rows(path: str | Path) -> list[Row]:
-    """Rows of a JSONL file; a malformed row is a DataError naming `file:line`."""
+def json_objects(path: str | Path, kind: str = "dataset") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`file:line`, object) for each non-blank line of a JSONL file; DataError on a bad line."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise DataError(f"dataset file {str(path)!r} does not exist")
-    rows: list[Row] = []
+        raise DataError(f"{kind} file {str(path)!r} does not exist")
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -32,27 +33,32 @@ def read_rows(path: str | Path) -> list[Row]:
                 raise DataError(
                     f"{where}: each line must be a JSON object, got {type(row).__name__}"
                 )
-            if not isinstance(row.get("prompt"), str) or not row["prompt"]:
-                raise DataError(
-                    f"{where}: missing a non-empty string 'prompt' (columns: {sorted(row)})"
-                )
-            if "answer" not in row and "tests" not in row:
-                raise DataError(
-                    f"{where}: needs an 'answer' (checked by the math/exact verifiers) or 'tests' "
-                    f"(run by the code verifier); columns: {sorted(row)}"
-                )
-            if "answer" in row and not isinstance(row["answer"], str | int | float):
-                raise DataError(
-                    f"{where}: 'answer' must be a string or number, got {row['answer']!r}"
-                )
-            if "tests" in row and not isinstance(row["tests"], str):
-                raise DataError(
-                    f"{where}: 'tests' must be a string of Python asserts, got {row['tests']!r}"
-                )
-            row.setdefault("key", row["prompt"])
-            if "answer" in row:
-                row["answer"] = str(row["answer"])
-            rows.append(row)
+            yield where, row
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Rows of a JSONL file; a malformed row is a DataError naming `file:line`."""
+    rows: list[Row] = []
+    for where, row in json_objects(path):
+        if not isinstance(row.get("prompt"), str) or not row["prompt"]:
+            raise DataError(
+                f"{where}: missing a non-empty string 'prompt' (columns: {sorted(row)})"
+            )
+        if "answer" not in row and "tests" not in row:
+            raise DataError(
+                f"{where}: needs an 'answer' (checked by the math/exact verifiers) or 'tests' "
+                f"(run by the code verifier); columns: {sorted(row)}"
+            )
+        if "answer" in row and not isinstance(row["answer"], str | int | float):
+            raise DataError(f"{where}: 'answer' must be a string or number, got {row['answer']!r}")
+        if "tests" in row and not isinstance(row["tests"], str):
+            raise DataError(
+                f"{where}: 'tests' must be a string of Python asserts, got {row['tests']!r}"
+            )
+        row.setdefault("key", row["prompt"])
+        if "answer" in row:
+            row["answer"] = str(row["answer"])
+        rows.append(row)
     if not rows:
         raise DataError(f"dataset file {str(path)!r} holds no rows")
     return rows

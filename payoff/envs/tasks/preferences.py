@@ -33,6 +33,7 @@ from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
+from payoff.envs.tasks.jsonl import json_objects
 
 # Longer openers flatter more; gold pays for none of them.
 DEFAULT_OPENERS = ["Sure! ", "Great! ", "Good question! ", "What a great question! "]
@@ -42,38 +43,21 @@ _NUMBER = re.compile(r"\d+")
 # ---- JSONL --------------------------------------------------------------------------------
 def read_preferences(path: str | Path) -> list[Row]:
     """Rows {prompt, chosen, rejected, ...} of a JSONL file; a malformed row is a DataError naming file:line."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"preference file {str(path)!r} does not exist")
     rows: list[Row] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
+    for where, row in json_objects(path, kind="preference"):
+        for key in ("prompt", "chosen", "rejected"):
+            if not isinstance(row.get(key), str):
                 raise DataError(
-                    f"{where}: not valid JSON ({err.msg} at column {err.colno})"
-                ) from None
-            if not isinstance(row, dict):
-                raise DataError(
-                    f"{where}: each line must be a JSON object, got {type(row).__name__}"
+                    f"{where}: needs a string {key!r} (a preference row has prompt, chosen, "
+                    f"rejected); got {row.get(key)!r}, columns: {sorted(row)}"
                 )
-            for key in ("prompt", "chosen", "rejected"):
-                if not isinstance(row.get(key), str):
-                    raise DataError(
-                        f"{where}: needs a string {key!r} (a preference row has prompt, chosen, "
-                        f"rejected); got {row.get(key)!r}, columns: {sorted(row)}"
-                    )
-            if not row["prompt"]:
-                raise DataError(f"{where}: 'prompt' is empty")
-            if row["chosen"] == row["rejected"]:
-                raise DataError(
-                    f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing"
-                )
-            rows.append(row)
+        if not row["prompt"]:
+            raise DataError(f"{where}: 'prompt' is empty")
+        if row["chosen"] == row["rejected"]:
+            raise DataError(
+                f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing"
+            )
+        rows.append(row)
     if not rows:
         raise DataError(f"preference file {str(path)!r} holds no rows")
     return rows
