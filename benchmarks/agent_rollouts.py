@@ -13,18 +13,21 @@ at a time, the ratio being what batching buys.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.common import write_section
-from payoff.algos.agent_grpo import STOP
-from payoff.envs.text.formats import PlainFormat
-from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
-from payoff.models.lm import ModelConfig, load_lm
-from payoff.rollout.episodes import rollout_episodes
-from payoff.rollout.generation import LocalSampler, SamplingConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from benchmarks.common import write_section  # noqa: E402
+from payoff.algos.agent_grpo import STOP  # noqa: E402
+from payoff.envs.text.formats import PlainFormat  # noqa: E402
+from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task  # noqa: E402
+from payoff.models.lm import ModelConfig, load_lm  # noqa: E402
+from payoff.rollout.episodes import rollout_episodes  # noqa: E402
+from payoff.rollout.generation import LocalSampler, SamplingConfig  # noqa: E402
 
 
 def measure(sampler, tokenizer, task, tasks, batch: int) -> dict[str, float]:
