@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,tensorboard,box2d,imitation,llm,multiagent,distributed
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast test-expensive lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-expensive: install
+	$(BIN)/python -m pytest -q -m expensive
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
