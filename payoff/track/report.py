@@ -60,6 +60,9 @@ def write_report(run: Run) -> Path:
             f"<div><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></div>"
             for p in gifs
         )
+    for extra in ("trajectories.md",):  # per-algorithm text artifacts (agent episodes)
+        if (run.path / extra).is_file():
+            parts.append(f"<p><a href='../{extra}'>{extra}</a>: episodes rendered as conversations</p>")
     events = run.events()
     if events:
         parts.append(
