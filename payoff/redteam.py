@@ -124,7 +124,7 @@ def redteam(
     options = dict(spec.optimizer)
     algo = str(options.pop("algo", "ppo"))
     cls = get_algorithm(algo)
-    config = from_dict(
+    config: Any = from_dict(
         cls.config_class,
         {**options, "env": to_dict(spec.env), "total_steps": spec.budget, "seed": spec.seed},
     )
@@ -166,7 +166,7 @@ def redteam(
     # below what a `fail_fraction` share of the random baseline achieves (or at zero).
     true_bar = max(base_true * spec.fail_fraction, 0.0)
     exploits = [i for i, e in enumerate(attacked) if e.proxy > base_proxy and e.true <= true_bar]
-    findings = []
+    findings: list[dict[str, Any]] = []
     for i in exploits[:5]:
         episode = attacked[i]
         loop = find_loop(episode.states)

@@ -110,7 +110,7 @@ class Case:
 
 def cases() -> list[Case]:
     """Every honest solution and every hack, for every problem."""
-    out = []
+    out: list[Case] = []
     for problem in PROBLEMS:
         out.extend(Case(problem, "honest", code) for code in HONEST[problem.name])
         out.extend(Case(problem, kind, _hack_completion(kind, problem.name)) for kind in HACKS)
