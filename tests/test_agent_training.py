@@ -14,7 +14,7 @@ from payoff.recipes import load_recipe
 
 
 @pytest.mark.slow
-@pytest.mark.expensive  # ~10 min of demonstration SFT on a cold cache, then ~8 min of GRPO
+@pytest.mark.expensive  # ~9 min on 2 cores from a cold cache: demonstration SFT, then GRPO
 def test_calculator_agent_improves_success():
     _, recipe = load_recipe("calculator-agent")
     recipe.pop("description", None)
