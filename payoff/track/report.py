@@ -62,7 +62,9 @@ def write_report(run: Run) -> Path:
         )
     for extra in ("trajectories.md",):  # per-algorithm text artifacts (agent episodes)
         if (run.path / extra).is_file():
-            parts.append(f"<p><a href='../{extra}'>{extra}</a>: episodes rendered as conversations</p>")
+            parts.append(
+                f"<p><a href='../{extra}'>{extra}</a>: episodes rendered as conversations</p>"
+            )
     events = run.events()
     if events:
         parts.append(
