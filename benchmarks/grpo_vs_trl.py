@@ -52,7 +52,18 @@ def held_out_accuracy(model, tokenizer) -> float:
 def run_payoff(args) -> dict:
     from payoff.algos.grpo import GRPO
 
-    grpo = GRPO(
+    class TimedGRPO(GRPO):
+        """GRPO that keeps the seconds spent in its own evaluations (excluded, as for TRL)."""
+
+        eval_seconds = 0.0
+
+        def evaluate(self, *a, **k):
+            started = time.perf_counter()
+            result = super().evaluate(*a, **k)
+            self.eval_seconds += time.perf_counter() - started
+            return result
+
+    grpo = TimedGRPO(
         model={"path": args.model},
         task=TASK,
         steps=args.steps,
@@ -70,7 +81,7 @@ def run_payoff(args) -> dict:
     start_accuracy = held_out_accuracy(grpo.model, grpo.tokenizer)
     started = time.perf_counter()
     grpo.learn(args.steps)  # no run directory: no checkpoints or reports in the timing
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - started - grpo.eval_seconds  # TRL's train() has none
     tokens = sum(
         h["train/completion_length"] * args.prompts * args.group
         for h in grpo.history
@@ -262,7 +273,7 @@ def main() -> None:
         f"Same base model (payoff's tiny Llama pretrained {BASE['steps']} SFT steps on 2-digit addition), "
         f"{args.prompts} prompts x {args.group} completions per optimizer step, max 6 new tokens, "
         f"{steps} steps, beta 0, per-sequence loss ('grpo'), group-std scaling, constant lr, one torch "
-        f"thread each, each side in its own process. Accuracy: greedy, 200 held-out problems, same "
+        f"thread each, each side in its own process; seconds are training only (payoff's own periodic and final evaluations are subtracted; TRL's train() runs none). Accuracy: greedy, 200 held-out problems, same "
         f"evaluation code for both.\n\n{table}\n\n"
         f"**payoff runs at {speed:.2f}x TRL's steps per second**; best held-out accuracy after {steps} steps: "
         f"payoff {best['payoff']['accuracy']:.3f} (lr {best['payoff']['lr']:g}), TRL {best['trl']['accuracy']:.3f} "

@@ -19,7 +19,7 @@ from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import TaskConfig, make_task, read_rows
 from payoff.models.lm import ModelConfig, count_parameters, load_lm
-from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.rollout.generation import LocalSampler, SamplingConfig, repeated_group_size
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,35 @@ def test_sampler_logprobs_match_a_full_forward_pass(tiny):
             model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask
         ).logprobs
     assert torch.allclose(full * out.completion_mask, out.logprobs, atol=1e-4)
+
+
+def test_grouped_prompts_share_one_prompt_pass_with_the_same_results(tiny):
+    """Rows in groups of G identical prompts: one prompt pass per group, same numbers."""
+    model, tokenizer = tiny
+    prompts = [p for p in ["12+34=", "7+8=", "100+1="] for _ in range(4)]
+    assert repeated_group_size(prompts) == 4
+    assert repeated_group_size(prompts[1:]) == 1 and repeated_group_size(["a", "b"]) == 1
+    sampler = LocalSampler(model, tokenizer)
+    out = sampler.generate(
+        prompts, SamplingConfig(max_new_tokens=6), torch.Generator().manual_seed(0)
+    )
+    assert torch.equal(out.prompt_ids[::4].repeat_interleave(4, 0), out.prompt_ids)
+    args = (out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    model.zero_grad()
+    plain = completion_logprobs(model, *args)
+    (plain.logprobs * out.completion_mask).sum().backward()
+    plain_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    shared = completion_logprobs(model, *args, group_size=4)
+    (shared.logprobs * out.completion_mask).sum().backward()
+    mask = out.completion_mask
+    assert torch.allclose(plain.logprobs * mask, shared.logprobs * mask, atol=1e-4)
+    assert torch.allclose(out.logprobs, shared.logprobs.detach() * mask, atol=1e-4)
+    for a, b in zip(plain_grads, (p.grad for p in model.parameters()), strict=True):
+        assert torch.allclose(a, b, atol=1e-3 * (1 + float(a.abs().max())))
+    model.zero_grad()
+    with pytest.raises(ValueError, match="consecutive groups of 3"):
+        completion_logprobs(model, *args, group_size=3)
 
 
 def test_sampling_is_seeded_and_greedy_is_deterministic(tiny):

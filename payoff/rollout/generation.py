@@ -128,24 +128,36 @@ class LocalSampler:
     ) -> Generation:
         tokenizer, model = self.tokenizer, self.model
         device = next(model.parameters()).device
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_ids = encoded["input_ids"].to(device)  # [B, P]
-        prompt_mask = encoded["attention_mask"].to(device)  # [B, P]
-        batch = prompt_ids.shape[0]
+        # GRPO-style batches repeat each prompt G times in a row: run each prompt once and
+        # share its key/value cache with its G samples (the prompt pass is most of the work
+        # when completions are short).
+        group = repeated_group_size(prompts)
+        encoded = tokenizer(
+            prompts[::group], return_tensors="pt", padding=True, add_special_tokens=False
+        )
+        prompt_ids = encoded["input_ids"].to(device)  # [B / group, P]
+        prompt_mask = encoded["attention_mask"].to(device)
+        batch = len(prompts)
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         was_training = model.training
         model.eval()
 
-        attention = prompt_mask
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens from 0
         out = model(
             input_ids=prompt_ids,
-            attention_mask=attention,
+            attention_mask=prompt_mask,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
         )
         cache, logits = out.past_key_values, out.logits[:, -1]
+        if group > 1:
+            cache.batch_repeat_interleave(group)
+            logits = logits.repeat_interleave(group, 0)
+            prompt_ids = prompt_ids.repeat_interleave(group, 0)  # [B, P]
+            prompt_mask = prompt_mask.repeat_interleave(group, 0)
+            positions = positions.repeat_interleave(group, 0)
+        attention = prompt_mask
         next_position = positions[:, -1:] + 1  # [B, 1]
 
         tokens_out, logprobs_out, masks_out = [], [], []
@@ -198,6 +210,19 @@ class LocalSampler:
             completions=[_cut_at_stop(t, sampling.stop) for t in texts],
             truncated=(~ended).cpu(),
         )
+
+
+def repeated_group_size(prompts: list[str]) -> int:
+    """G when the prompts come in consecutive runs of G identical ones (GRPO's groups), else 1."""
+    group = 1
+    while group < len(prompts) and prompts[group] == prompts[0]:
+        group += 1
+    if group == 1 or len(prompts) % group:
+        return 1
+    runs_ok = all(
+        prompts[i + j] == prompts[i] for i in range(0, len(prompts), group) for j in range(group)
+    )
+    return group if runs_ok else 1
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> str:
