@@ -64,6 +64,8 @@ class GRPOConfig:
     updates_per_batch: passes over each rollout batch (mu in the paper). With 1 the update is
         exactly on-policy and the ratio is 1; more reuses samples and is where clipping acts.
     minibatch_size: completions per optimizer step (0 = the whole batch, one step per pass).
+        A multiple of group_size shuffles whole groups and runs each prompt once per group
+        (faster); any other divisor of the batch shuffles single completions.
     learning_rate / max_grad_norm / weight_decay: AdamW; RL wants a smaller lr than SFT.
     warmup_steps: optimizer steps of linear lr warmup. Adam's first steps move every weight
         by about lr whatever the gradient's size, which on noisy RL gradients can wreck a
@@ -286,6 +288,8 @@ class GRPO(LMAlgorithm):
         batch = g.prompt_ids.shape[0]
         minibatch = config.minibatch_size or batch
         on_policy = config.updates_per_batch == 1 and minibatch == batch
+        # A minibatch of whole groups runs each prompt once for all G of its completions.
+        group = config.group_size if minibatch % config.group_size == 0 else 1
         old_logprobs = None
         if not on_policy:
             # Samples are reused after the policy moves, so pin pi_old before the first step.
@@ -297,6 +301,7 @@ class GRPO(LMAlgorithm):
                 g.completion_mask,
                 config.temperature,
                 minibatch,
+                group,
             )
         ref_logprobs = None
         if self.reference is not None:
@@ -308,17 +313,20 @@ class GRPO(LMAlgorithm):
                 g.completion_mask,
                 config.temperature,
                 minibatch,
+                group,
             )
         stats: dict[str, list[float]] = {
             k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
         }
         self.model.train()
         for _ in range(config.updates_per_batch):
-            order = (
-                torch.randperm(batch, generator=self.generator)
-                if not on_policy
-                else torch.arange(batch)
-            )
+            if on_policy:
+                order = torch.arange(batch)
+            elif group > 1:  # shuffle groups, keep each group's rows together
+                groups = torch.randperm(batch // group, generator=self.generator)
+                order = (groups[:, None] * group + torch.arange(group)).flatten()
+            else:
+                order = torch.randperm(batch, generator=self.generator)
             for start in range(0, batch, minibatch):
                 index = order[start : start + minibatch]
                 mask = g.completion_mask[index]
@@ -330,6 +338,7 @@ class GRPO(LMAlgorithm):
                     mask,
                     config.temperature,
                     with_entropy=True,
+                    group_size=group,
                 )
                 old = out.logprobs.detach() if old_logprobs is None else old_logprobs[index]
                 parts = grpo_loss(
