@@ -1,0 +1,290 @@
+"""LLM generation on Ray: actors that each hold a copy of the policy and sample completions.
+
+`RaySampler` implements the `Sampler` protocol of `payoff.rollout.generation`
+(`generate(prompts, sampling, generator) -> Generation`), so GRPO uses it exactly like the
+in-process `LocalSampler`. Behind it, `num_workers` Ray actors (`GenerationWorker`) each load
+the policy from the model folder the learner started from (on CPU, torch threads =
+ray.cpus_per_worker) and run payoff's own `LocalSampler` on their shard of the prompts; the
+shards come back as `Generation`s and are joined in prompt order with `concat_generations`.
+
+Weights. The sampler holds the learner's model. On each `generate` it checks whether the
+trainable parameters changed since the last broadcast (torch bumps a tensor's version
+counter on every in-place write: optimizer steps and `load_state_dict` are in-place), and if
+so `ray.put`s them once under a new version number. A worker `ray.get`s them only when the
+version it is asked to use differs from the one it holds. Frozen weights (a LoRA base) are
+never sent: the worker loaded the same ones from disk.
+
+Randomness. The torch Generator state travels with the call. With one worker the learner's
+generator state is sent, the worker samples with it and sends it back, so `backend: ray`
+with `ray.num_workers: 1` reproduces `backend: local` bit for bit (when
+`ray.cpus_per_worker` equals the learner's threads: float sums depend on the thread count).
+With W > 1 workers one 62-bit seed is drawn from the learner's generator per call and shard
+k samples with `Generator().manual_seed(SeedSequence([seed, k]))`: reproducible for a given
+seed and W, but not equal to local or to another W.
+
+Faults. A worker that dies (killed, node lost, out of memory) is replaced by a fresh actor
+and its shard is generated again with the same weights and the same RNG stream, so the
+result is exactly what the dead worker would have returned; restarts are counted
+(`ray/worker_restarts`). payoff errors raised inside a worker are raised as themselves.
+
+Ray is imported lazily: this module loads without Ray installed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.models.lm import ModelConfig
+from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
+from payoff.rollout.ray_backend import RayConfig, connect, import_ray, split_envs
+
+
+def validate_generation_config(config: RayConfig) -> None:
+    """RayConfig checks plus the options generation workers do not support."""
+    config.validate()
+    if config.overlap:
+        raise ConfigError(
+            "ray.overlap is not supported for LLM generation (GRPO samples synchronously, "
+            "with the weights of the current step); set ray.overlap: false"
+        )
+
+
+def shard_seed(seed: int, shard: int) -> int:
+    """Seed of shard `shard`'s sampling stream, well mixed from (seed, shard)."""
+    return int(np.random.SeedSequence([seed, shard]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class GenerationWorker:
+    """One Ray actor: a copy of the policy and tokenizer, and payoff's LocalSampler."""
+
+    def __init__(self, model: ModelConfig, seed: int, threads: int, batch_size: int):
+        from payoff.models.lm import load_lm
+
+        torch.set_num_threads(threads)
+        self.model, self.tokenizer = load_lm(model, seed=seed)
+        self.model.requires_grad_(False)
+        self.sampler = LocalSampler(self.model, self.tokenizer, batch_size)
+        self.version = -1
+
+    def generate(
+        self,
+        version: int,
+        weights: list[Any],
+        prompts: list[str],
+        sampling: SamplingConfig,
+        rng_state: torch.Tensor | None,
+        seed: int | None,
+    ) -> tuple[Generation, torch.Tensor | None]:
+        """Completions of `prompts` under policy `version` (weights = [ObjectRef], fetched
+        only when new); samples from `rng_state` (and returns where it ended) or `seed`."""
+        import ray
+
+        if version != self.version:
+            missing = self.model.load_state_dict(ray.get(weights[0]), strict=False)
+            if missing.unexpected_keys:
+                raise RunError(
+                    f"the learner's weights do not fit the worker's model: unexpected keys "
+                    f"{missing.unexpected_keys[:3]} (was the model built differently?)"
+                )
+            self.version = version
+        generator = torch.Generator()
+        if rng_state is not None:
+            generator.set_state(rng_state)
+        else:
+            generator.manual_seed(int(seed or 0))
+        generation = self.sampler.generate(prompts, sampling, generator)
+        return generation, generator.get_state() if rng_state is not None else None
+
+    def ready(self) -> bool:
+        return True
+
+
+class RaySampler:
+    """A `Sampler` whose generation runs on Ray actors, each with its own model copy.
+
+    config: the Ray settings (address, num_workers, cpus_per_worker, max_restarts, ...).
+    model_config: how the workers build the model (its `path` must be a folder every node
+        can read: the learner's starting model). The learner's current weights are sent on
+        top of it.
+    model: the learner's model; its trainable weights are broadcast when they change.
+    pad_token_id: padding id used to join shards of different widths.
+    seed: model seed for load_lm (only matters for a fresh tiny model without a path).
+    group_size: rows per prompt group; shards are cut at group boundaries so a prompt's G
+        completions are generated by one worker (order is kept either way).
+    batch_size: rows per forward inside a worker (LocalSampler's batch_size).
+    """
+
+    def __init__(
+        self,
+        config: RayConfig,
+        model_config: ModelConfig,
+        model: torch.nn.Module,
+        pad_token_id: int,
+        seed: int = 0,
+        group_size: int = 1,
+        batch_size: int = 256,
+    ):
+        validate_generation_config(config)
+        if group_size <= 0:
+            raise ConfigError(f"group_size must be > 0, got {group_size}")
+        import_ray()  # fail at setup, not at the first step, when Ray is missing
+        self.config, self.model_config, self.model = config, model_config, model
+        self.pad_token_id, self.seed = pad_token_id, seed
+        self.group_size, self.batch_size = group_size, batch_size
+        self.threads = max(1, int(config.cpus_per_worker))
+        self.workers: list[Any] = []  # spawned on the first generate: `payoff eval` needs none
+        self.version = 0
+        self._weights: Any = None  # ObjectRef of the current version's weights
+        self._fingerprint: tuple[int, ...] | None = None
+        self.counters = {"worker_restarts": 0, "weight_broadcasts": 0}
+        self.weight_bytes = 0
+        self.startup_seconds = 0.0
+        self.last_seconds = 0.0
+
+    # ---- workers --------------------------------------------------------------------------
+    def _spawn(self) -> Any:
+        ray = connect(self.config)
+        remote = ray.remote(num_cpus=self.config.cpus_per_worker)(GenerationWorker)
+        return remote.remote(self.model_config, self.seed, self.threads, self.batch_size)
+
+    def start(self) -> None:
+        """Connect to Ray and start the workers (once; later calls do nothing)."""
+        if self.workers:
+            return
+        started = time.perf_counter()
+        self.workers = [self._spawn() for _ in range(self.config.num_workers)]
+        ray = connect(self.config)
+        try:
+            ray.get([w.ready.remote() for w in self.workers], timeout=self.config.startup_timeout)
+        except ray.exceptions.GetTimeoutError:
+            free = ray.available_resources().get("CPU", 0.0)
+            self.close()
+            raise RunError(
+                f"{self.config.num_workers} Ray generation workers x "
+                f"{self.config.cpus_per_worker} CPUs did not start within "
+                f"{self.config.startup_timeout:g} s; the cluster has {free:g} CPUs free. Lower "
+                f"ray.num_workers or ray.cpus_per_worker, or stop other Ray jobs"
+            ) from None
+        self.startup_seconds = time.perf_counter() - started
+
+    def _restart(self, k: int, error: Exception) -> None:
+        ray = connect(self.config)
+        if self.counters["worker_restarts"] >= self.config.max_restarts:
+            raise RunError(
+                f"ray generation worker {k} failed and the run already restarted workers "
+                f"{self.counters['worker_restarts']} times (ray.max_restarts): {error}"
+            ) from error
+        try:
+            ray.kill(self.workers[k], no_restart=True)
+        except Exception:  # already gone
+            pass
+        self.counters["worker_restarts"] += 1
+        self.workers[k] = self._spawn()  # version -1: it fetches the weights on its first call
+
+    def close(self) -> None:
+        """Stop the workers (Ray stays up; a later generate starts new ones)."""
+        if not self.workers:
+            return
+        ray = import_ray()
+        for worker in self.workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception:
+                pass
+        self.workers = []
+
+    # ---- weights --------------------------------------------------------------------------
+    def _trainable(self) -> dict[str, torch.Tensor]:
+        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def _weights_ref(self) -> Any:
+        """The learner's current weights in the object store, put once per version."""
+        params = self._trainable()
+        # Every in-place write (optimizer step, load_state_dict) bumps a tensor's _version.
+        fingerprint = tuple(p._version for p in params.values())
+        if self._weights is None or fingerprint != self._fingerprint:
+            ray = connect(self.config)
+            self.version += 1
+            self._weights = ray.put({n: p.detach() for n, p in params.items()})
+            self._fingerprint = fingerprint
+            self.counters["weight_broadcasts"] += 1
+            self.weight_bytes = sum(p.numel() * p.element_size() for p in params.values())
+        return self._weights
+
+    # ---- the Sampler interface ------------------------------------------------------------
+    def shards(self, rows: int) -> list[tuple[int, int]]:
+        """[start, stop) row ranges per worker, cut at group boundaries (empty ones dropped)."""
+        groups = -(-rows // self.group_size)
+        bounds = split_envs(groups, self.config.num_workers)
+        ranges = [(a * self.group_size, min(b * self.group_size, rows)) for a, b in bounds]
+        return [(a, b) for a, b in ranges if b > a]
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
+    ) -> Generation:
+        """Completions of `prompts` (in order), sampled on the workers."""
+        self.start()
+        started = time.perf_counter()
+        ray = connect(self.config)
+        weights = self._weights_ref()
+        shards = self.shards(len(prompts))
+        shared = len(shards) == 1  # one shard: sample with the learner's own stream
+        if shared:
+            rng: torch.Tensor | None = (
+                generator.get_state() if generator is not None else torch.get_rng_state()
+            )
+            seed = None
+        else:
+            rng = None
+            seed = int(torch.randint(2**62, (1,), generator=generator).item())
+
+        def submit(k: int) -> Any:
+            start, stop = shards[k]
+            return self.workers[k].generate.remote(
+                self.version,
+                [weights],
+                prompts[start:stop],
+                sampling,
+                rng,
+                None if seed is None else shard_seed(seed, k),
+            )
+
+        futures = {k: submit(k) for k in range(len(shards))}
+        results: dict[int, tuple[Generation, torch.Tensor | None]] = {}
+        while futures:
+            k, future = next(iter(futures.items()))
+            try:
+                results[k] = ray.get(future)
+                del futures[k]
+            except ray.exceptions.RayTaskError as error:
+                cause = error.as_instanceof_cause()
+                if isinstance(cause, PayoffError):  # a clear payoff error: not worth retrying
+                    raise cause.__class__(str(error.cause)) from error
+                self._restart(k, error)
+                futures[k] = submit(k)
+            except ray.exceptions.RayActorError as error:
+                self._restart(k, error)
+                futures[k] = submit(k)
+        parts = [results[k][0] for k in range(len(shards))]
+        if shared:  # the learner's stream continues where the worker left it
+            state = results[0][1]
+            assert state is not None
+            if generator is not None:
+                generator.set_state(state)
+            else:
+                torch.set_rng_state(state)
+        self.last_seconds = time.perf_counter() - started
+        return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
+
+    def metrics(self) -> dict[str, float]:
+        """ray/... metrics logged with every step (cumulative counters)."""
+        return {
+            **{f"ray/{name}": float(value) for name, value in self.counters.items()},
+            "ray/workers": float(self.config.num_workers),
+            "ray/weight_mb": self.weight_bytes / 2**20,
+        }
