@@ -39,6 +39,8 @@ from payoff.envs.tasks import TaskConfig, make_task
 from payoff.models.lm import ModelConfig, load_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig
+from payoff.rollout.ray_backend import RayConfig
+from payoff.rollout.ray_generation import RaySampler, validate_generation_config
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -85,6 +87,12 @@ class GRPOConfig:
     eval_every / eval_size: greedy held-out accuracy during training (test split).
     final_eval_k: pass@k measured at the end (e.g. [1, 8]); sampled at temperature 1.
     threads: torch CPU threads (1 is fastest for the tiny model on a busy 2-core machine).
+    backend: where completions are sampled: 'local' (this process, the default) or 'ray'
+        (Ray actors with a copy of the model each; needs payoff[distributed]). Workers load
+        the starting model from its folder, which every node must be able to read.
+    ray: address / num_workers / cpus_per_worker / max_restarts of the Ray workers (see
+        payoff.rollout.ray_generation and docs/scaling.md). Trap: num_workers 1 equals
+        local bit for bit only when ray.cpus_per_worker equals threads.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -115,6 +123,8 @@ class GRPOConfig:
     checkpoint_every: int = 50
     final_eval_k: list[int] = field(default_factory=lambda: [1, 8])
     threads: int = 1
+    backend: Literal["local", "ray"] = "local"
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -145,6 +155,8 @@ class GRPOConfig:
             raise ConfigError(
                 "GRPO needs temperature > 0: greedy groups are identical, so every advantage is 0"
             )
+        if self.backend == "ray":
+            validate_generation_config(self.ray)
 
 
 @dataclass
@@ -230,7 +242,16 @@ class GRPO(LMAlgorithm):
         specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
         self.rewards = RewardMix(specs, on_event=self._reward_event)
         self.verifier = RewardMix([correctness_spec(self.task)])
-        self.sampler = LocalSampler(self.model, self.tokenizer)
+        self.sampler: LocalSampler | RaySampler = LocalSampler(self.model, self.tokenizer)
+        if config.backend == "ray":  # generation on Ray actors, each with a model copy
+            self.sampler = RaySampler(
+                config.ray,
+                model_config,
+                self.model,
+                self.tokenizer.pad_token_id,
+                seed=config.seed,
+                group_size=config.group_size,
+            )
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             trainable, lr=config.learning_rate, weight_decay=config.weight_decay
@@ -425,6 +446,8 @@ class GRPO(LMAlgorithm):
                     if applicable:
                         metrics[f"reward/{key}"] = float(np.mean(applicable))
                 metrics.update(self.rewards.counters())
+                if isinstance(self.sampler, RaySampler):
+                    metrics.update(self.sampler.metrics())
                 progress.update(1, acc=accuracy, len=float(lengths.mean()))
                 if self.step % config.log_every == 0:
                     self.log(self.step, **metrics)
@@ -435,6 +458,8 @@ class GRPO(LMAlgorithm):
         progress.close()
         self.interrupted = interrupt.requested
         if self.step >= total:
+            if isinstance(self.sampler, RaySampler):
+                self.sampler.close()  # free the workers' CPUs for the final evaluation
             self._finish()
         self.checkpoint()
         return self
