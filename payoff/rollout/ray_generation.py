@@ -205,7 +205,8 @@ class RaySampler:
     def _weights_ref(self) -> Any:
         """The learner's current weights in the object store, put once per version."""
         params = self._trainable()
-        # Every in-place write (optimizer step, load_state_dict) bumps a tensor's _version.
+        # Every in-place write (optimizer step, load_state_dict) bumps a tensor's _version;
+        # rebinding `p.data = ...` would not, so payoff never updates weights that way.
         fingerprint = tuple(p._version for p in params.values())
         if self._weights is None or fingerprint != self._fingerprint:
             ray = connect(self.config)
