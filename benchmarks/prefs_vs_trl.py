@@ -6,7 +6,14 @@ of optimizer steps at the same batch size, one torch thread each, and are timed 
 from building the trainer (tokenizing the data, and for DPO computing the reference
 log-probabilities once -- TRL's precompute_ref_log_probs, payoff's default) to the last
 optimizer step. Each side runs in its own subprocess. Held-out pairwise accuracy after
-training is printed too, so speed is not bought with a broken loss.
+training is printed too, so speed is not bought with a broken loss. Imports (torch,
+transformers' Llama, trl, payoff: seconds of one-off module loading on both sides) happen
+before the clock starts and are reported in their own column.
+
+payoff packs each step's pairs into a few rows: the prompt once, then chosen and rejected,
+which see the prompt but not each other (a 4D attention mask), so no padding is computed
+and the prompt runs once per pair; see payoff/algos/shared/logprobs.py. TRL pads
+chosen and rejected to the batch's longest and runs the prompt twice.
 
 Run: python benchmarks/prefs_vs_trl.py [--quick]
 """
@@ -46,10 +53,15 @@ def run_payoff(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    started = time.time()
-    if args.what == "dpo":
-        from payoff.algos.dpo import DPO
+    imported = time.time()
+    import transformers.models.llama.modeling_llama  # noqa: F401  (what from_pretrained loads lazily)
 
+    from payoff.algos.dpo import DPO
+    from payoff.algos.reward_model import RewardModel
+
+    started = time.time()
+    imports = started - imported
+    if args.what == "dpo":
         algo = DPO(
             model={"path": args.model},
             preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
@@ -64,8 +76,6 @@ def run_payoff(args) -> dict:
         seconds = time.time() - started
         accuracy = algo.evaluate_pairs(with_gold=False).accuracy
     else:
-        from payoff.algos.reward_model import RewardModel
-
         algo = RewardModel(
             model={"path": args.model},
             preferences={"bias": 0.0, "train_pairs": args.pairs, "test_pairs": 200},
@@ -79,17 +89,21 @@ def run_payoff(args) -> dict:
         algo.learn()
         seconds = time.time() - started
         accuracy = algo.evaluate().accuracy
-    return {"seconds": seconds, "accuracy": accuracy}
+    return {"seconds": seconds, "accuracy": accuracy, "imports": imports}
 
 
 def run_trl(args) -> dict:
     import torch
+
+    torch.set_num_threads(1)
+    imported = time.time()
+    import transformers.models.llama.modeling_llama  # noqa: F401  (what from_pretrained loads lazily)
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from trl import DPOConfig, DPOTrainer, RewardConfig, RewardTrainer
 
     from payoff.models.lm import load_tokenizer
 
-    torch.set_num_threads(1)
     train, test = pairs(args.pairs, 200)
     columns = lambda rows: [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows]  # noqa: E731
     tokenizer = load_tokenizer(args.model)
@@ -109,9 +123,8 @@ def run_trl(args) -> dict:
         disable_tqdm=True,
     )
     started = time.time()
+    imports = started - imported
     if args.what == "dpo":
-        from trl import DPOConfig, DPOTrainer
-
         model = AutoModelForCausalLM.from_pretrained(args.model)
         trainer = DPOTrainer(
             model=model,
@@ -130,8 +143,6 @@ def run_trl(args) -> dict:
         )
         accuracy = float((((now - ref)[:, 0] - (now - ref)[:, 1]) > 0).float().mean())
     else:
-        from trl import RewardConfig, RewardTrainer
-
         model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=1)
         model.config.pad_token_id = tokenizer.pad_token_id
         trainer = RewardTrainer(
@@ -152,7 +163,7 @@ def run_trl(args) -> dict:
             chosen = score([r["prompt"] + r["chosen"] for r in test])
             rejected = score([r["prompt"] + r["rejected"] for r in test])
         accuracy = float((chosen > rejected).float().mean())
-    return {"seconds": seconds, "accuracy": accuracy}
+    return {"seconds": seconds, "accuracy": accuracy, "imports": imports}
 
 
 def child(args) -> None:
@@ -215,21 +226,27 @@ def main() -> None:
         ratios.append((what, ratio))
         for side in ("payoff", "trl"):
             rows.append(
-                f"| {what} | {side} | {results[side]['seconds']:.1f} | {speed[side]:.0f} | {results[side]['accuracy']:.3f} |"
+                f"| {what} | {side} | {results[side]['seconds']:.1f} | {speed[side]:.0f} "
+                f"| {results[side]['accuracy']:.3f} | {results[side]['imports']:.1f} |"
             )
         print(
-            f"{what}: payoff {speed['payoff']:.0f} pairs/s, trl {speed['trl']:.0f} pairs/s, ratio {ratio:.2f}x"
+            f"{what}: payoff {speed['payoff']:.0f} pairs/s, trl {speed['trl']:.0f} pairs/s, ratio {ratio:.2f}x; "
+            f"held-out accuracy payoff {results['payoff']['accuracy']:.3f}, trl {results['trl']['accuracy']:.3f}"
         )
+    if args.quick:
+        return  # a smoke run: the page keeps the full run's numbers
     from benchmarks.common import write_section
 
     markdown = "\n".join(
         [
             f"Tiny Llama (payoff's styled-addition SFT model), {args.steps} steps x {args.batch} pairs, one torch "
             "thread, each side in its own process, timed from building the trainer (tokenizing; DPO: reference "
-            "log-probs computed once on both sides) to the last step. Accuracy: held-out pairs after training.",
+            "log-probs computed once on both sides) to the last step; imports (loaded before the clock starts) "
+            "in their own column. Accuracy: held-out pairs after training. payoff packs each step's pairs "
+            "(prompt once, chosen and rejected each seeing only the prompt, no padding); TRL pads them.",
             "",
-            "| trainer | library | seconds | pairs/s | held-out accuracy |",
-            "|---|---|---|---|---|",
+            "| trainer | library | seconds | pairs/s | held-out accuracy | imports s (untimed) |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             *[f"- **{what}: payoff / TRL throughput = {ratio:.2f}x**" for what, ratio in ratios],

@@ -29,7 +29,12 @@ import torch
 from payoff.algos.reward_model import resolve_model, small_base, styled_task
 from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
-from payoff.algos.shared.logprobs import completion_logprobs
+from payoff.algos.shared.logprobs import (
+    completion_logprobs,
+    pack_shared_prompts,
+    packable,
+    packed_completion_logprobs,
+)
 from payoff.algos.shared.preference import dpo_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -126,23 +131,62 @@ def sequence_logprobs(
     return (out.logprobs * completion_mask).sum(-1)
 
 
+PairTokens = tuple[list[int], list[list[int]]]  # (prompt ids, [chosen + EOS, rejected + EOS])
+
+
+def encode_pairs(tokenizer: Any, rows: Sequence[Row]) -> list[PairTokens]:
+    """Token ids of every row's prompt and of its chosen and rejected completions (EOS appended).
+
+    Prompt and completion are tokenized separately, exactly as `encode_completions` does, so
+    a pair is scored the same way packed or padded.
+    """
+    encode = lambda texts: tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # noqa: E731
+    eos = tokenizer.eos_token_id
+    prompts = encode(r["prompt"] for r in rows)
+    chosen = encode(r["chosen"] for r in rows)
+    rejected = encode(r["rejected"] for r in rows)
+    return [(p, [[*c, eos], [*r, eos]]) for p, c, r in zip(prompts, chosen, rejected, strict=True)]
+
+
+def packed_pair_logprobs(model: Any, pairs: Sequence[PairTokens], pad_id: int) -> torch.Tensor:
+    """[N, 2] log pi(chosen), log pi(rejected) with gradients: each prompt runs once, no padding."""
+    pack = pack_shared_prompts([p for p, _ in pairs], [c for _, c in pairs], pad_id)
+    return packed_completion_logprobs(model, pack).view(-1, 2)
+
+
 @torch.no_grad()
 def pair_logprobs(
-    model: Any, tokenizer: Any, rows: Sequence[Row], batch_size: int = 256
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Row],
+    batch_size: int = 64,
+    pairs: Sequence[PairTokens] | None = None,
 ) -> torch.Tensor:
-    """[N, 2] log-probabilities of (chosen, rejected) for every row, without gradients."""
-    parts = []
-    for i in range(0, len(rows), batch_size):
-        chunk = rows[i : i + batch_size]
-        prompts = [r["prompt"] for r in chunk]
-        both = sequence_logprobs(
-            model,
-            tokenizer,
-            prompts + prompts,
-            [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk],
-        )
-        parts.append(torch.stack(both.chunk(2), 1))
-    return torch.cat(parts)
+    """[N, 2] log-probabilities of (chosen, rejected) for every row, without gradients.
+
+    `pairs` = the rows already encoded by `encode_pairs` (skips tokenizing). Models whose
+    attention cannot take a packing mask (flash attention) fall back to padded batches.
+    """
+    if not packable(model):
+        parts = []
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i : i + batch_size]
+            prompts = [r["prompt"] for r in chunk]
+            both = sequence_logprobs(
+                model,
+                tokenizer,
+                prompts + prompts,
+                [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk],
+            )
+            parts.append(torch.stack(both.chunk(2), 1))
+        return torch.cat(parts)
+    pairs = encode_pairs(tokenizer, rows) if pairs is None else pairs
+    return torch.cat(
+        [
+            packed_pair_logprobs(model, pairs[i : i + batch_size], tokenizer.pad_token_id)
+            for i in range(0, len(pairs), batch_size)
+        ]
+    )
 
 
 @dataclass
@@ -183,10 +227,18 @@ class DPO(LMAlgorithm):
         self.rng = seed_everything(config.seed)
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
         self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
+        # Tokenized once; each step packs its pairs (one prompt pass per pair, no padding).
+        self.packed = packable(self.model)
+        self.train_pairs = encode_pairs(self.tokenizer, self.train_rows)
+        self.test_pairs = encode_pairs(self.tokenizer, self.test_rows)
         # The reference is frozen, so its log-probs are a property of the data: compute once.
         reference = copy.deepcopy(self.model).eval()
-        self.ref_train = pair_logprobs(reference, self.tokenizer, self.train_rows)  # [N, 2]
-        self.ref_test = pair_logprobs(reference, self.tokenizer, self.test_rows)
+        self.ref_train = pair_logprobs(
+            reference, self.tokenizer, self.train_rows, pairs=self.train_pairs
+        )  # [N, 2]
+        self.ref_test = pair_logprobs(
+            reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
+        )
         del reference
         self.verifier = RewardMix([correctness_spec(self.task)])
         self.optimizer = torch.optim.AdamW(
@@ -216,17 +268,11 @@ class DPO(LMAlgorithm):
                 started = time.time()
                 self.model.train()
                 index = self.rng.integers(len(self.train_rows), size=config.batch_size)
-                rows = [self.train_rows[int(i)] for i in index]
-                prompts = [r["prompt"] for r in rows]
-                logps = sequence_logprobs(
-                    self.model,
-                    self.tokenizer,
-                    prompts + prompts,
-                    [r["chosen"] for r in rows] + [r["rejected"] for r in rows],
-                )
-                chosen, rejected = logps.chunk(2)
+                logps = self._pair_logprobs(index)  # [B, 2]
                 ref = self.ref_train[torch.as_tensor(index)]
-                result = dpo_loss(chosen, rejected, ref[:, 0], ref[:, 1], config.beta, config.loss)
+                result = dpo_loss(
+                    logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], config.beta, config.loss
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 result.loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -260,10 +306,25 @@ class DPO(LMAlgorithm):
         self.checkpoint()
         return self
 
+    def _pair_logprobs(self, index: np.ndarray) -> torch.Tensor:
+        """[B, 2] policy log-probs of the training pairs at `index`, with gradients."""
+        if self.packed:
+            pairs = [self.train_pairs[int(i)] for i in index]
+            return packed_pair_logprobs(self.model, pairs, self.tokenizer.pad_token_id)
+        rows = [self.train_rows[int(i)] for i in index]
+        prompts = [r["prompt"] for r in rows]
+        logps = sequence_logprobs(
+            self.model,
+            self.tokenizer,
+            prompts + prompts,
+            [r["chosen"] for r in rows] + [r["rejected"] for r in rows],
+        )
+        return torch.stack(logps.chunk(2), 1)
+
     def evaluate_pairs(self, with_gold: bool = True) -> DPOEval:  # noqa: D401
         """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score."""
         self.model.eval()
-        logps = pair_logprobs(self.model, self.tokenizer, self.test_rows)
+        logps = pair_logprobs(self.model, self.tokenizer, self.test_rows, pairs=self.test_pairs)
         h = (logps[:, 0] - self.ref_test[:, 0]) - (logps[:, 1] - self.ref_test[:, 1])
         gold = self.greedy_gold() if with_gold else None
         return DPOEval(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.sft import BaseModelConfig, build_base_model
+from payoff.algos.shared.logprobs import pack_shared_prompts, packable, packed_last_hidden
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -102,6 +104,47 @@ class RewardModelConfig:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+
+
+Group = tuple[list[int], list[list[int]]]  # (prompt ids, [ids of each completion + EOS])
+
+
+def encode_groups(
+    model: ScalarHeadModel, prompts: Sequence[str], completions: Sequence[Sequence[str]]
+) -> list[Group]:
+    """Per prompt: (prompt ids, [ids of each completion + EOS]), for `score_packed`.
+
+    Tokenized exactly as `ScalarHeadModel.encode` tokenizes prompt + completion; where a
+    tokenizer merges across the boundary (the joint ids do not start with the prompt's),
+    that group falls back to an empty prompt and whole sequences, so a score never depends
+    on the split.
+    """
+    tok, eos = model.tokenizer, model.tokenizer.eos_token_id
+    prompt_ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
+    texts = [p + c for p, cs in zip(prompts, completions, strict=True) for c in cs]
+    joint = iter(tok(texts, add_special_tokens=False)["input_ids"])
+    groups: list[Group] = []
+    for prompt, cs in zip(prompt_ids, completions, strict=True):
+        full = [[*next(joint), eos] for _ in cs]
+        n = len(prompt)
+        if all(len(f) > n and f[:n] == prompt for f in full):
+            groups.append((prompt, [f[n:] for f in full]))
+        else:
+            groups.append(([], full))
+    return groups
+
+
+def score_packed(model: ScalarHeadModel, groups: Sequence[Group]) -> torch.Tensor:
+    """Scores [N] of `encode_groups` output with gradients: each prompt runs once, no padding.
+
+    Equal to `model.score` on the same pairs; completions are numbered group by group.
+    Needs a backbone whose attention takes a 4D mask (`packable`: eager or SDPA).
+    """
+    pack = pack_shared_prompts(
+        [p for p, _ in groups], [c for _, c in groups], model.tokenizer.pad_token_id
+    )
+    hidden = packed_last_hidden(model.body(), pack, model.head.weight.dtype)
+    return model.head(hidden).squeeze(-1).float()
 
 
 @dataclass
@@ -191,6 +234,13 @@ class RewardModel(Algorithm):
             else np.arange(n)
             for k in range(config.ensemble)
         ]
+        # Tokenized once; each step packs its pairs (one prompt pass per pair, no padding).
+        self.packed = packable(self.members[0].language_model)
+        self.train_groups = encode_groups(
+            self.members[0],
+            [r["prompt"] for r in self.train_rows],
+            [(r["chosen"], r["rejected"]) for r in self.train_rows],
+        )
         self.step = 0
         self.scorer = RewardModelScorer(self.members)
 
@@ -207,13 +257,17 @@ class RewardModel(Algorithm):
         picks = self.resamples[k][
             self.rng.integers(len(self.resamples[k]), size=self.config.batch_size)
         ]
-        rows = [self.train_rows[int(i)] for i in picks]
-        prompts = [r["prompt"] for r in rows]
-        # chosen and rejected in one forward pass: [2B] -> two halves
-        scores = member.score(
-            prompts + prompts, [r["chosen"] for r in rows] + [r["rejected"] for r in rows]
-        )
-        chosen, rejected = scores.chunk(2)
+        if self.packed:
+            scores = score_packed(member, [self.train_groups[int(i)] for i in picks])
+            chosen, rejected = scores.view(-1, 2).unbind(1)  # rows are [c0, r0, c1, r1, ...]
+        else:
+            rows = [self.train_rows[int(i)] for i in picks]
+            prompts = [r["prompt"] for r in rows]
+            # chosen and rejected in one forward pass: [2B] -> two halves
+            scores = member.score(
+                prompts + prompts, [r["chosen"] for r in rows] + [r["rejected"] for r in rows]
+            )
+            chosen, rejected = scores.chunk(2)
         loss = bradley_terry_loss(chosen, rejected)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -156,3 +157,175 @@ def batched_completion_logprobs(
             ).logprobs
         )
     return torch.cat(parts)
+
+
+# ---- shared prompts without padding: several completions of a prompt packed into one row ----
+@dataclass
+class SharedPromptPack:
+    """Groups (one prompt, its completions) packed into rows, with the mask that keeps them apart.
+
+    A group is laid out as [prompt | completion 0 | completion 1 | ...]. Completion k sees
+    the prompt and its own earlier tokens, never another completion, and its positions
+    continue from the prompt's end, so every completion is scored exactly as if it followed
+    the prompt alone, while the prompt is run once per group. Several groups share a row
+    (block-diagonal mask), so a batch costs its real tokens, not rows x the longest row.
+    Completions are numbered group by group: [g0c0, g0c1, g1c0, g1c1, ...].
+    """
+
+    input_ids: torch.Tensor  # [R, L]
+    position_ids: torch.Tensor  # [R, L]
+    allowed: torch.Tensor  # [R, L, L] bool: query i may attend to key j
+    token_row: torch.Tensor  # [K] row of each completion token (all completions, flat)
+    token_col: torch.Tensor  # [K] its column
+    source_col: torch.Tensor  # [K] column of the logits that predict it
+    owner: torch.Tensor  # [K] which completion it belongs to
+    last_row: torch.Tensor  # [N] row of each completion's last token
+    last_col: torch.Tensor  # [N] its column
+    completions: int  # N
+    prompt_free: bool  # some group has an empty prompt: no logits for its completions' first tokens
+
+    def attention_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """The 4D additive mask [R, 1, L, L] (0 = attend) that eager and SDPA attention both take."""
+        mask = torch.zeros(self.allowed.shape, dtype=dtype)
+        mask.masked_fill_(~self.allowed, torch.finfo(dtype).min)
+        return mask[:, None]
+
+
+def pack_shared_prompts(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[Sequence[int]]],
+    pad_id: int,
+    row_tokens: int = 128,
+) -> SharedPromptPack:
+    """Pack groups (prompts[g], completions[g]) into rows of about `row_tokens` tokens.
+
+    A row holds as many whole groups as fit in `row_tokens` (a longer group gets a row of
+    its own); rows are padded to the longest. Attention inside a row is quadratic in its
+    length, so a few hundred tokens is the sweet spot on a CPU. An empty prompt is allowed
+    (the completions are then independent sequences, e.g. when a tokenizer merges across
+    the prompt/completion boundary), but then the first token of each completion has no
+    logits predicting it: use such packs for hidden states, not log-probabilities.
+    """
+    rows: list[list[tuple[int, int]]] = [[]]  # per row: (group, size)
+    used = 0
+    sizes = [len(p) + sum(len(c) for c in cs) for p, cs in zip(prompts, completions, strict=True)]
+    for g, size in enumerate(sizes):
+        if rows[-1] and used + size > row_tokens:
+            rows.append([])
+            used = 0
+        rows[-1].append((g, size))
+        used += size
+    width = max(sum(size for _, size in row) for row in rows)
+    # built as flat Python lists and converted once: this runs every training step
+    ids: list[int] = []
+    positions: list[int] = []
+    group: list[int] = []  # padding: -1, its own group
+    segment: list[int] = []  # prompt tokens: -1, seen by every completion of their group
+    token_row, token_col, source_col, owner, last_row, last_col = [], [], [], [], [], []
+    completion = 0
+    for r, row in enumerate(rows):
+        start = len(ids)
+        for g, _ in row:
+            prompt = prompts[g]
+            p = len(prompt)
+            ids += prompt
+            positions += range(p)
+            group += [g] * p
+            segment += [-1] * p
+            prompt_last = len(ids) - start - 1
+            for tokens in completions[g]:
+                t = len(tokens)
+                if t == 0:
+                    raise ValueError(f"group {g} has an empty completion; append EOS first")
+                col = len(ids) - start
+                ids += tokens
+                positions += range(p, p + t)
+                group += [g] * t
+                segment += [completion] * t
+                token_row += [r] * t
+                token_col += range(col, col + t)
+                source_col += [prompt_last, *range(col, col + t - 1)]
+                owner += [completion] * t
+                last_row.append(r)
+                last_col.append(col + t - 1)
+                completion += 1
+        fill = width - (len(ids) - start)
+        ids += [pad_id] * fill
+        positions += [0] * fill
+        group += [-1] * fill
+        segment += [-1] * fill
+    n_rows = len(rows)
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
+    group_t = as_tensor(group).view(n_rows, width)
+    segment_t = as_tensor(segment).view(n_rows, width)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    same_group = group_t[:, :, None] == group_t[:, None, :]
+    same_segment = (segment_t[:, :, None] == segment_t[:, None, :]) | (segment_t[:, None, :] < 0)
+    pad = group_t < 0
+    # padding attends to itself only, so no row of the mask is empty
+    allowed = causal & same_group & same_segment & ~pad[:, None, :]
+    allowed |= torch.eye(width, dtype=torch.bool) & pad[:, :, None]
+    return SharedPromptPack(
+        input_ids=as_tensor(ids).view(n_rows, width),
+        position_ids=as_tensor(positions).view(n_rows, width),
+        allowed=allowed,
+        token_row=as_tensor(token_row),
+        token_col=as_tensor(token_col),
+        source_col=as_tensor(source_col),
+        owner=as_tensor(owner),
+        last_row=as_tensor(last_row),
+        last_col=as_tensor(last_col),
+        completions=completion,
+        prompt_free=any(len(p) == 0 for p in prompts),
+    )
+
+
+def packable(model) -> bool:
+    """True when `model`'s attention takes a custom 4D mask (eager, SDPA), as packing needs."""
+    return getattr(model.config, "_attn_implementation", "eager") in ("eager", "sdpa", None)
+
+
+def _check_packable(model) -> None:
+    if not packable(model):
+        implementation = getattr(model.config, "_attn_implementation", None)
+        raise ValueError(
+            f"packed shared-prompt forward needs eager or sdpa attention (a 4D mask), the model "
+            f"uses {implementation!r}; use completion_logprobs(group_size=...) instead"
+        )
+
+
+def packed_completion_logprobs(model, pack: SharedPromptPack) -> torch.Tensor:
+    """Summed log-probabilities [N] of every completion in `pack` under a causal LM, one forward pass.
+
+    Equal to `completion_logprobs(...).logprobs` summed over each completion's real tokens,
+    with gradients; the prompt runs once per group and no padding is computed.
+    """
+    _check_packable(model)
+    dtype = next(model.parameters()).dtype
+    if pack.prompt_free:
+        raise ValueError("a completion without a prompt has no logits for its first token")
+    logits = model(
+        input_ids=pack.input_ids,
+        attention_mask=pack.attention_mask(dtype),
+        position_ids=pack.position_ids,
+    ).logits  # [R, L, V]
+    token_logprobs = gather_token_logprobs(
+        logits[pack.token_row, pack.source_col], pack.input_ids[pack.token_row, pack.token_col]
+    )  # [K]
+    return torch.zeros(pack.completions, dtype=token_logprobs.dtype).index_add(
+        0, pack.owner, token_logprobs
+    )
+
+
+def packed_last_hidden(body, pack: SharedPromptPack, dtype: torch.dtype) -> torch.Tensor:
+    """Final hidden state [N, H] at each completion's last token, from a transformer `body`.
+
+    `body` is a causal LM's decoder (`model.get_decoder()`): what a reward model's scalar
+    head reads. Equal to running each prompt + completion on its own.
+    """
+    hidden = body(
+        input_ids=pack.input_ids,
+        attention_mask=pack.attention_mask(dtype),
+        position_ids=pack.position_ids,
+    ).last_hidden_state  # [R, L, H]
+    return hidden[pack.last_row, pack.last_col]
