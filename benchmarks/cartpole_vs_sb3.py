@@ -9,6 +9,7 @@ torch.set_num_threads(1) on both sides.
 
     python benchmarks/cartpole_vs_sb3.py            # 5 seeds each, PPO and DQN
     python benchmarks/cartpole_vs_sb3.py --quick    # 2 seeds each
+    python benchmarks/cartpole_vs_sb3.py --only payoff --algos ppo   # iterate on one side
 """
 
 from __future__ import annotations
@@ -241,6 +242,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 seeds instead of 5")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--algos", default="ppo,dqn")
+    parser.add_argument(
+        "--only",
+        choices=("payoff", "sb3"),
+        help="run one library only, print its numbers and leave docs/benchmarks.md alone",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -252,9 +258,19 @@ def main() -> None:
     rows, notes = [], []
     for algo in args.algos.split(","):
         results: dict[str, list[dict[str, Any]]] = {"payoff": [], "sb3": []}
+        libs = (args.only,) if args.only else ("payoff", "sb3")
         for seed in seeds:
-            for lib in ("payoff", "sb3"):  # alternate, so machine load hits both alike
+            for lib in libs:  # alternate, so machine load hits both alike
                 results[lib].append(trial(lib, algo, seed))
+        if args.only:  # iterating on one side: its medians, no ratio, no docs
+            runs = results[args.only]
+            print(
+                f"{algo} {args.only}: {sum(r['solved'] for r in runs)}/{len(runs)} solved, median "
+                f"{median([r['seconds'] for r in runs]):.2f} s, "
+                f"{median([r['steps'] for r in runs]):.0f} steps, "
+                f"{median([r['train_sps'] for r in runs]):.0f} steps/s"
+            )
+            continue
         summary = {}
         for lib, runs in results.items():
             solved = [r for r in runs if r["solved"]]
@@ -294,6 +310,8 @@ def main() -> None:
             f"- **{algo.upper()}**: payoff / SB3 median time-to-solve = **{ratio:.3f}** "
             f"(1/{1 / ratio:.1f}; goal <= 1/{goals[algo]}: {'met' if met else 'not met'})."
         )
+    if args.only:
+        return
     from benchmarks.common import markdown_table, write_section
 
     table = markdown_table(

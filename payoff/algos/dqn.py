@@ -171,7 +171,8 @@ class DQN(Algorithm):
         )
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._params: list[torch.Tensor] = list(self.q_net.parameters())
-        self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate, foreach=True)
+        # fused: one kernel per Adam step (see OnPolicyAlgorithm._make_optimizer).
+        self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate, fused=True)
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
         self.step = 0
@@ -180,8 +181,8 @@ class DQN(Algorithm):
         self.solved_at: int | None = None
         self.recent_returns: list[float] = []
         self.train_seconds = 0.0
-        self._losses: list[float] = []
-        self._q_means: list[float] = []
+        self._losses: list[torch.Tensor] = []
+        self._q_means: list[torch.Tensor] = []
 
     def spaces(self) -> dict[str, str]:
         return {
@@ -219,22 +220,67 @@ class DQN(Algorithm):
         return evaluate_batched(self.config.env, self._greedy, episodes, seed, "sync")
 
     # ---- learning ---------------------------------------------------------------------
-    def _gradient_step(self) -> None:
+    def _train(self, steps: int) -> None:
+        """`steps` gradient steps. Their minibatches are drawn in one go (the buffer does not
+        change in between), and while the target network stays fixed (between two target
+        updates) the bootstrap targets of all those minibatches come from one forward pass:
+        the same math as one step at a time, with a fraction of the small-op overhead."""
         config = self.config
         if config.replay.enabled:
-            batch = self.buffer.sample(config.batch_size, self.rng)
+            size = config.batch_size
+            batches = self.buffer.sample(steps * size, self.rng)
+        else:  # the same latest transitions for every step
+            size = min(config.batch_size, len(self.buffer))
+            batches = self.buffer.latest(size, repeat=steps)
+        fixed_target = config.target_network.enabled and not config.double_q
+        done = 0
+        while done < steps:
+            # Steps until (and including) the next target update, or all of them.
+            count = steps - done
+            if fixed_target:
+                every = config.target_network.update_every
+                count = min(count, every - self.gradient_updates % every)
+            rows = slice(done * size, (done + count) * size)
+            targets = (
+                self._targets(
+                    batches.rewards[rows], batches.next_obs[rows], batches.terminated[rows]
+                )
+                if fixed_target
+                else None
+            )
+            for k in range(count):
+                part = slice((done + k) * size, (done + k + 1) * size)
+                self._gradient_step(
+                    batches.obs[part],
+                    batches.actions[part],
+                    targets[k * size : (k + 1) * size]
+                    if targets is not None
+                    else self._targets(
+                        batches.rewards[part], batches.next_obs[part], batches.terminated[part]
+                    ),
+                )
+            done += count
+
+    @torch.no_grad()
+    def _targets(
+        self, rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor
+    ) -> torch.Tensor:
+        """y = r + gamma * (1 - terminated) * Q_target(s', a*)."""
+        config = self.config
+        bootstrap_net = self.target_net if config.target_network.enabled else self.q_net
+        next_q = bootstrap_net(next_obs)  # [B, A]
+        if config.double_q:
+            next_actions = self.q_net(next_obs).argmax(-1, keepdim=True)
+            next_value = next_q.gather(1, next_actions)[:, 0]
         else:
-            batch = self.buffer.latest(config.batch_size)
-        q_values = self.q_net(batch.obs).gather(1, batch.actions[:, None])[:, 0]  # [B]
-        with torch.no_grad():
-            bootstrap_net = self.target_net if config.target_network.enabled else self.q_net
-            next_q = bootstrap_net(batch.next_obs)  # [B, A]
-            if config.double_q:
-                next_actions = self.q_net(batch.next_obs).argmax(-1, keepdim=True)
-                next_value = next_q.gather(1, next_actions)[:, 0]
-            else:
-                next_value = next_q.max(-1).values
-            targets = batch.rewards + config.gamma * (1.0 - batch.terminated) * next_value
+            next_value = next_q.max(-1).values
+        return rewards + config.gamma * (1.0 - terminated) * next_value
+
+    def _gradient_step(
+        self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
+    ) -> None:
+        config = self.config
+        q_values = self.q_net(obs).gather(1, actions[:, None])[:, 0]  # [B]
         if config.loss == "huber":
             loss = nn.functional.smooth_l1_loss(q_values, targets)
         else:
@@ -242,15 +288,16 @@ class DQN(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self._params, config.max_grad_norm)
+            nn.utils.clip_grad_norm_(self._params, config.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.gradient_updates += 1
         if config.target_network.enabled and (
             self.gradient_updates % config.target_network.update_every == 0
         ):
             self._update_target(config.target_network.tau)
-        self._losses.append(float(loss.detach()))
-        self._q_means.append(float(q_values.detach().mean()))
+        # Kept as tensors until the next log: no conversion per step.
+        self._losses.append(loss.detach())
+        self._q_means.append(q_values.detach().mean())
 
     @torch.no_grad()
     def _update_target(self, tau: float) -> None:
@@ -290,8 +337,7 @@ class DQN(Algorithm):
                 if self.step >= config.learning_starts and (
                     before // config.train_every != self.step // config.train_every
                 ):
-                    for _ in range(config.gradient_steps):
-                        self._gradient_step()
+                    self._train(config.gradient_steps)
                 progress.update(self.step - before)
                 if before // log_every != self.step // log_every:
                     now = time.perf_counter()
@@ -316,8 +362,8 @@ class DQN(Algorithm):
             "perf/sps": self.step / max(self.train_seconds, 1e-9),
         }
         if self._losses:
-            record["train/loss"] = float(np.mean(self._losses))
-            record["train/mean_q"] = float(np.mean(self._q_means))
+            record["train/loss"] = float(torch.stack(self._losses).mean())
+            record["train/mean_q"] = float(torch.stack(self._q_means).mean())
             self._losses, self._q_means = [], []
         if self.recent_returns:
             record["train/return"] = float(np.mean(self.recent_returns))

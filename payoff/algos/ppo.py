@@ -17,6 +17,7 @@ Python API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -103,41 +104,64 @@ class PPO(OnPolicyAlgorithm):
 
         clip = config.clip(progress)
         batch = len(returns)
-        stats: dict[str, list[float]] = {k: [] for k in ("pg", "v", "ent", "kl", "clipfrac")}
+        normalize_per_minibatch = (
+            config.normalize_advantages and min(batch, config.minibatch_size) > 1
+        )
+        if batch <= config.minibatch_size and normalize_per_minibatch:
+            # One minibatch holds the whole rollout: normalize once, not once per epoch.
+            advantages, normalize_per_minibatch = normalize(advantages), False
+        fields = (obs, actions, old_logprobs, old_values, advantages, returns)
+        # Diagnostics stay tensors until the end: one conversion per update, not five per step.
+        stats: list[torch.Tensor] = []
         for _ in range(config.epochs):
-            order = torch.randperm(batch)
-            for start in range(0, batch, config.minibatch_size):
-                idx = order[start : start + config.minibatch_size]
-                new_logprobs, entropy = self.actor.log_prob_entropy(obs[idx], actions[idx])
-                mb_advantages = advantages[idx]
-                if config.normalize_advantages and len(idx) > 1:
-                    mb_advantages = normalize(mb_advantages)
-                surrogate = clipped_surrogate(new_logprobs, old_logprobs[idx], mb_advantages, clip)
+            if batch <= config.minibatch_size:  # the mean gradient ignores order: no shuffle
+                minibatches: Any = [fields]
+            else:  # shuffle once per epoch, then take contiguous slices (views, no copies)
+                order = torch.randperm(batch)
+                minibatches = zip(
+                    *(f[order].split(config.minibatch_size) for f in fields), strict=True
+                )
+            for (
+                mb_obs,
+                mb_actions,
+                mb_old_logprobs,
+                mb_old_values,
+                mb_adv,
+                mb_returns,
+            ) in minibatches:
+                new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
+                if normalize_per_minibatch and len(mb_adv) > 1:
+                    mb_adv = normalize(mb_adv)
+                surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
                 v_loss = value_loss(
-                    self.critic(obs[idx]), returns[idx], old_values[idx], config.clip_value
+                    self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
                 )
                 entropy_loss = entropy.mean()
                 loss = surrogate.loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
 
                 self.optimizer_step(loss)
 
-                stats["pg"].append(float(surrogate.loss.detach()))
-                stats["v"].append(float(v_loss.detach()))
-                stats["ent"].append(float(entropy_loss.detach()))
-                stats["kl"].append(float(surrogate.approx_kl))
-                stats["clipfrac"].append(float(surrogate.clip_fraction))
-            if config.target_kl is not None and stats["kl"][-1] > config.target_kl:
+                stats.append(
+                    torch.stack(
+                        [
+                            surrogate.loss.detach(),
+                            v_loss.detach(),
+                            entropy_loss.detach(),
+                            surrogate.approx_kl,
+                            surrogate.clip_fraction,
+                        ]
+                    )
+                )
+            if config.target_kl is not None and float(stats[-1][3]) > config.target_kl:
                 break
 
-        def mean(key: str) -> float:
-            return sum(stats[key]) / len(stats[key])
-
+        pg, v, ent, kl, clipfrac = torch.stack(stats).mean(0).tolist()
         metrics = {
-            "train/policy_loss": mean("pg"),
-            "train/value_loss": mean("v"),
-            "train/entropy": mean("ent"),
-            "train/approx_kl": mean("kl"),
-            "train/clip_fraction": mean("clipfrac"),
+            "train/policy_loss": pg,
+            "train/value_loss": v,
+            "train/entropy": ent,
+            "train/approx_kl": kl,
+            "train/clip_fraction": clipfrac,
             "train/clip_range": clip,
             "train/explained_variance": explained_variance(old_values, returns),
         }

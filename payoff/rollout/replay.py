@@ -63,10 +63,10 @@ class ReplayBuffer:
         """Uniformly sampled transitions."""
         return self.take(rng.integers(0, self.size, size=batch_size))
 
-    def latest(self, batch_size: int) -> TransitionBatch:
-        """The most recently added transitions (replay switched off)."""
+    def latest(self, batch_size: int, repeat: int = 1) -> TransitionBatch:
+        """The most recently added transitions (replay switched off), `repeat` times over."""
         n = min(batch_size, self.size)
-        return self.take((self.position - 1 - np.arange(n)) % self.capacity)
+        return self.take(np.tile((self.position - 1 - np.arange(n)) % self.capacity, repeat))
 
     def take(self, index: np.ndarray) -> TransitionBatch:
         return TransitionBatch(

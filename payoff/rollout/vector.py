@@ -157,20 +157,23 @@ class VectorRunner:
         value_fn(obs) -> [N] gives V of the observation after the last step (for GAE and
         truncation bootstrapping); None when the learner has no critic.
         """
+        # NumPy views sharing the storage tensors' memory: NumPy-into-NumPy writes skip torch's
+        # per-call dispatch, which with small envs costs as much as stepping them.
+        obs_np, actions_np = storage.obs.numpy(), storage.actions.numpy()
+        logprobs_np, values_np = storage.logprobs.numpy(), storage.values.numpy()
+        rewards_np, valid_np = storage.rewards.numpy(), storage.valid.numpy()
+        terminated_np, truncated_np = storage.terminated.numpy(), storage.truncated.numpy()
         for t in range(storage.num_steps):
-            obs = torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
-            actions, env_actions, logprobs, values = policy(obs)
-            storage.obs[t] = obs
-            storage.actions[t] = actions
+            obs_np[t] = self.obs
+            actions, env_actions, logprobs, values = policy(torch.from_numpy(obs_np[t]))
+            actions_np[t] = actions.numpy()
             if logprobs is not None:
-                storage.logprobs[t] = logprobs
+                logprobs_np[t] = logprobs.numpy()
             if values is not None:
-                storage.values[t] = values
-            _, rewards, terminated, truncated, valid = self.step(env_actions)
-            storage.rewards[t] = torch.from_numpy(rewards)
-            storage.terminated[t] = torch.from_numpy(np.asarray(terminated))
-            storage.truncated[t] = torch.from_numpy(np.asarray(truncated))
-            storage.valid[t] = torch.from_numpy(valid)
+                values_np[t] = values.numpy()
+            _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
+                env_actions
+            )
             for key, values_t in storage.info.items():
                 values_t[t] = torch.from_numpy(self.step_info[key])
         if value_fn is not None:
