@@ -465,7 +465,7 @@ class RLHFPPO(LMAlgorithm):
                 run.records(),
                 run_alarms(run),
                 media / "overoptimization.png",
-                title="PPO-RLHF against a proxy: proxy rises, gold falls",
+                title="PPO-RLHF against a proxy: proxy rises, gold peaks and falls",
                 keys=("train/sqrt_kl", "reward/proxy", "reward/gold"),
                 xlabel="sqrt(KL(policy || SFT reference)) per completion  (nats^0.5)",
                 smooth=8,
