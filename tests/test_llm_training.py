@@ -131,14 +131,14 @@ def test_arithmetic_grpo_demo_lifts_held_out_accuracy(tmp_path, monkeypatch):
     monkeypatch.setenv("PAYOFF_CACHE", str(tmp_path / "cache"))  # builds the base model itself
     run = train.train(
         "arithmetic-grpo",
-        ["steps=75", "eval_every=20", "checkpoint_every=1000", "final_eval_k=[1,4]"],
+        ["steps=150", "eval_every=50", "checkpoint_every=1000", "final_eval_k=[1,4]"],
         out=tmp_path / "runs",
     )
     summary = run.summary()
     start, end = summary["start_accuracy"], summary["final_eval"]["accuracy"]
-    # Measured with seed 0 (one torch thread): 0.23 -> 0.365 after 75 steps (0.215 at step 50:
-    # the greedy held-out accuracy is noisy early on), so demand a gain of 0.08.
+    # Measured with seed 0 (one torch thread): 0.23 -> 0.39 after 150 steps (0.20-0.215 at
+    # steps 25-50: the greedy held-out accuracy is flat, then noisy, early on), so demand 0.10.
     assert start < 0.35
-    assert end >= start + 0.08
+    assert end >= start + 0.10
     assert (run.media / "llm_training.png").is_file() and (run.media / "report.html").is_file()
     assert (run.path / "model" / "model.safetensors").is_file()

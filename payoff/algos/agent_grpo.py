@@ -348,10 +348,12 @@ class AgentGRPO(Algorithm):
         adv = torch.tensor(row_adv, dtype=torch.float32)
         temperature = self.config.temperature or 1.0
         self.model.train()
-        with torch.no_grad():
-            old = sequence_logprobs(
-                self.model, packed.input_ids, packed.attention_mask, temperature
-            )
+        old = None  # with one pass the samples are exactly on-policy: pi_old is pi, detached
+        if self.config.updates_per_batch > 1:
+            with torch.no_grad():
+                old = sequence_logprobs(
+                    self.model, packed.input_ids, packed.attention_mask, temperature
+                )
         stats: dict[str, float] = {}
         for _ in range(self.config.updates_per_batch):
             logprobs = sequence_logprobs(
@@ -359,7 +361,7 @@ class AgentGRPO(Algorithm):
             )
             parts = grpo_loss(
                 logprobs,
-                old,
+                logprobs.detach() if old is None else old,
                 adv,
                 mask,
                 clip_low=self.config.clip_eps,
