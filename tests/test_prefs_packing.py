@@ -99,3 +99,12 @@ def test_packed_reward_scores_equal_padded_ones_with_gradients(tiny):
     packed.sum().backward()
     assert torch.allclose(packed, padded, atol=1e-4)
     _assert_same_grads(padded_grads, _grads(rm))
+
+
+def test_tokenizing_once_per_distinct_text_gives_the_same_ids(tiny):
+    from payoff.algos.shared.logprobs import tokenize_unique
+
+    _, tokenizer = tiny
+    texts = ["3+4=", "12+30=", "3+4=", "Sure! 42", "3+4="]
+    direct = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert tokenize_unique(tokenizer, texts) == direct

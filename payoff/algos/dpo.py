@@ -34,6 +34,7 @@ from payoff.algos.shared.logprobs import (
     pack_shared_prompts,
     packable,
     packed_completion_logprobs,
+    tokenize_unique,
 )
 from payoff.algos.shared.preference import dpo_loss
 from payoff.core.errors import ConfigError
@@ -140,7 +141,7 @@ def encode_pairs(tokenizer: Any, rows: Sequence[Row]) -> list[PairTokens]:
     Prompt and completion are tokenized separately, exactly as `encode_completions` does, so
     a pair is scored the same way packed or padded.
     """
-    encode = lambda texts: tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # noqa: E731
+    encode = lambda texts: tokenize_unique(tokenizer, list(texts))  # noqa: E731
     eos = tokenizer.eos_token_id
     prompts = encode(r["prompt"] for r in rows)
     chosen = encode(r["chosen"] for r in rows)

@@ -24,7 +24,12 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.sft import BaseModelConfig, build_base_model
-from payoff.algos.shared.logprobs import pack_shared_prompts, packable, packed_last_hidden
+from payoff.algos.shared.logprobs import (
+    pack_shared_prompts,
+    packable,
+    packed_last_hidden,
+    tokenize_unique,
+)
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -120,9 +125,9 @@ def encode_groups(
     on the split.
     """
     tok, eos = model.tokenizer, model.tokenizer.eos_token_id
-    prompt_ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenize_unique(tok, list(prompts))
     texts = [p + c for p, cs in zip(prompts, completions, strict=True) for c in cs]
-    joint = iter(tok(texts, add_special_tokens=False)["input_ids"])
+    joint = iter(tokenize_unique(tok, texts))
     groups: list[Group] = []
     for prompt, cs in zip(prompt_ids, completions, strict=True):
         full = [[*next(joint), eos] for _ in cs]
