@@ -14,18 +14,18 @@ def _agent(recipe: str, *overrides: str):
 
 @pytest.mark.slow
 def test_ppo_solves_cartpole():
-    # Measured (seed 0): eval >= 475 at 67k env steps; budget 200k.
-    agent = _agent("cartpole-ppo", "total_steps=200000", "final_eval_episodes=20").learn()
-    assert agent.solved_at is not None and agent.solved_at <= 200_000
+    # Measured (seed 0): eval >= 475 at 59k env steps (median of seeds 0-9: 47k); budget 150k.
+    agent = _agent("cartpole-ppo", "total_steps=150000", "final_eval_episodes=20").learn()
+    assert agent.solved_at is not None and agent.solved_at <= 150_000
     assert agent.evaluate(20).mean_return >= 475
 
 
 @pytest.mark.slow
 def test_dqn_solves_cartpole():
-    # Measured (seed 0): eval >= 475 at 10k env steps (seed 1 needs > 100k: DQN is the
-    # least reliable of the four); budget 100k.
-    agent = _agent("cartpole-dqn", "total_steps=100000", "final_eval_episodes=20").learn()
-    assert agent.solved_at is not None and agent.solved_at <= 100_000
+    # Measured (seed 0): eval >= 475 at 30k env steps (seeds 0-4: 30-42k); budget: the
+    # recipe's 50k (its epsilon schedule spans total_steps, so the test keeps it).
+    agent = _agent("cartpole-dqn", "final_eval_episodes=20").learn()
+    assert agent.solved_at is not None and agent.solved_at <= 50_000
     assert agent.evaluate(20).mean_return >= 475
 
 

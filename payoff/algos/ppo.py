@@ -137,7 +137,9 @@ class PPO(OnPolicyAlgorithm):
                     self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
                 )
                 entropy_loss = entropy.mean()
-                loss = surrogate.loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
+                loss = surrogate.loss + config.vf_coef * v_loss
+                if config.ent_coef:  # with ent_coef 0 the entropy's backward pass is skipped
+                    loss = loss - config.ent_coef * entropy_loss
 
                 self.optimizer_step(loss)
 
