@@ -116,6 +116,45 @@ def split_envs(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def wait_until_ready(workers: list[Any], config: RayConfig, what: str, close: Any) -> None:
+    """Block until every actor answers `ready`; on timeout `close()` them and say why."""
+    ray = connect(config)
+    try:
+        ray.get([w.ready.remote() for w in workers], timeout=config.startup_timeout)
+    except ray.exceptions.GetTimeoutError:
+        free = ray.available_resources().get("CPU", 0.0)
+        close()
+        raise RunError(
+            f"{config.num_workers} Ray {what} x {config.cpus_per_worker} CPUs did not start "
+            f"within {config.startup_timeout:g} s; the cluster has {free:g} CPUs free. Lower "
+            f"ray.num_workers or ray.cpus_per_worker, or stop other Ray jobs"
+        ) from None
+
+
+def retire_worker(
+    workers: list[Any], k: int, restarts: int, config: RayConfig, what: str, error: Exception
+) -> None:
+    """Kill failed actor k before it is replaced, unless the restart budget is spent."""
+    if restarts >= config.max_restarts:
+        raise RunError(
+            f"ray {what} {k} failed and the run already restarted workers {restarts} times "
+            f"(ray.max_restarts): {error}"
+        ) from error
+    kill_workers(workers[k : k + 1])
+
+
+def kill_workers(workers: list[Any]) -> None:
+    """Kill actors for good, ignoring ones already gone."""
+    if not workers:
+        return
+    ray = import_ray()
+    for worker in workers:
+        try:
+            ray.kill(worker, no_restart=True)
+        except Exception:  # already gone
+            pass
+
+
 class RolloutWorker:
     """One Ray actor: a vector env, a copy of the actor/critic, and the local runner."""
 
@@ -277,18 +316,8 @@ class RayRunner:
             return
         started = time.perf_counter()
         self.workers = [self._spawn(k) for k in range(self.config.num_workers)]
+        wait_until_ready(self.workers, self.config, "workers", self.close)
         ray = connect(self.config)
-        try:
-            ray.get([w.ready.remote() for w in self.workers], timeout=self.config.startup_timeout)
-        except ray.exceptions.GetTimeoutError:
-            free = ray.available_resources().get("CPU", 0.0)
-            self.close()
-            raise RunError(
-                f"{self.config.num_workers} Ray workers x {self.config.cpus_per_worker} CPUs "
-                f"did not start within {self.config.startup_timeout:g} s; the cluster has "
-                f"{free:g} CPUs free. Lower ray.num_workers or ray.cpus_per_worker, or stop "
-                f"other Ray jobs"
-            ) from None
         if self._restored is not None:
             ray.get(
                 [w.set_state.remote(s) for w, s in zip(self.workers, self._restored, strict=True)]
@@ -297,16 +326,9 @@ class RayRunner:
         self.startup_seconds = time.perf_counter() - started
 
     def _restart(self, k: int, error: Exception) -> None:
-        ray = connect(self.config)
-        if self.counters["worker_restarts"] >= self.config.max_restarts:
-            raise RunError(
-                f"ray worker {k} failed and the run already restarted workers "
-                f"{self.counters['worker_restarts']} times (ray.max_restarts): {error}"
-            ) from error
-        try:
-            ray.kill(self.workers[k], no_restart=True)
-        except Exception:  # already gone
-            pass
+        retire_worker(
+            self.workers, k, self.counters["worker_restarts"], self.config, "worker", error
+        )
         start, stop = self.slices[k]
         self.counters["worker_restarts"] += 1
         self.counters["discarded_episodes"] += stop - start  # every env was mid-episode
@@ -315,14 +337,7 @@ class RayRunner:
 
     def close(self) -> None:
         """Stop the workers (Ray itself stays up for the next run in this process)."""
-        if not self.workers:
-            return
-        ray = import_ray()
-        for worker in self.workers:
-            try:
-                ray.kill(worker, no_restart=True)
-            except Exception:
-                pass
+        kill_workers(self.workers)
         self.workers = []
 
     # ---- collection -----------------------------------------------------------------------

@@ -41,7 +41,15 @@ import torch
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.models.lm import ModelConfig
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
-from payoff.rollout.ray_backend import RayConfig, connect, import_ray, split_envs
+from payoff.rollout.ray_backend import (
+    RayConfig,
+    connect,
+    import_ray,
+    kill_workers,
+    retire_worker,
+    split_envs,
+    wait_until_ready,
+)
 
 
 def validate_generation_config(config: RayConfig) -> None:
@@ -158,44 +166,24 @@ class RaySampler:
             return
         started = time.perf_counter()
         self.workers = [self._spawn() for _ in range(self.config.num_workers)]
-        ray = connect(self.config)
-        try:
-            ray.get([w.ready.remote() for w in self.workers], timeout=self.config.startup_timeout)
-        except ray.exceptions.GetTimeoutError:
-            free = ray.available_resources().get("CPU", 0.0)
-            self.close()
-            raise RunError(
-                f"{self.config.num_workers} Ray generation workers x "
-                f"{self.config.cpus_per_worker} CPUs did not start within "
-                f"{self.config.startup_timeout:g} s; the cluster has {free:g} CPUs free. Lower "
-                f"ray.num_workers or ray.cpus_per_worker, or stop other Ray jobs"
-            ) from None
+        wait_until_ready(self.workers, self.config, "generation workers", self.close)
         self.startup_seconds = time.perf_counter() - started
 
     def _restart(self, k: int, error: Exception) -> None:
-        ray = connect(self.config)
-        if self.counters["worker_restarts"] >= self.config.max_restarts:
-            raise RunError(
-                f"ray generation worker {k} failed and the run already restarted workers "
-                f"{self.counters['worker_restarts']} times (ray.max_restarts): {error}"
-            ) from error
-        try:
-            ray.kill(self.workers[k], no_restart=True)
-        except Exception:  # already gone
-            pass
+        retire_worker(
+            self.workers,
+            k,
+            self.counters["worker_restarts"],
+            self.config,
+            "generation worker",
+            error,
+        )
         self.counters["worker_restarts"] += 1
         self.workers[k] = self._spawn()  # version -1: it fetches the weights on its first call
 
     def close(self) -> None:
         """Stop the workers (Ray stays up; a later generate starts new ones)."""
-        if not self.workers:
-            return
-        ray = import_ray()
-        for worker in self.workers:
-            try:
-                ray.kill(worker, no_restart=True)
-            except Exception:
-                pass
+        kill_workers(self.workers)
         self.workers = []
 
     # ---- weights --------------------------------------------------------------------------
