@@ -2,7 +2,10 @@
 
 Both sample (temperature 1) from the same tiny Llama with the same prompts; tokens/s counts
 the completion tokens actually produced (up to and including EOS), so early stops cost
-neither side. Run: python benchmarks/generation_speed.py [--quick] [--model PATH]
+neither side. The GRPO-shaped rows repeat each prompt G times in a row (as GRPO, and TRL's
+GRPOTrainer, hand them to the sampler): payoff then runs each prompt once and shares its
+KV cache across the group; `generate` gets the same repeated list.
+Run: python benchmarks/generation_speed.py [--quick] [--model PATH]
 """
 
 from __future__ import annotations
@@ -71,16 +74,24 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_lm(ModelConfig(path=args.model))
     model.eval()
-    settings = [(64, 8), (256, 8), (64, 32)] if not args.quick else [(64, 8), (64, 32)]
+    settings = (  # (distinct prompts, samples per prompt, max new tokens)
+        [(64, 1, 8), (256, 1, 8), (64, 1, 32), (8, 8, 8), (32, 8, 32)]
+        if not args.quick
+        else [(64, 1, 8), (8, 8, 8)]
+    )
     repeats = 2 if args.quick else 5
     rows = []
-    for batch, new_tokens in settings:
-        prompts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(batch)]
+    for distinct, group, new_tokens in settings:
+        prompts = [
+            f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(distinct) for _ in range(group)
+        ]
         ours = measure(payoff_generate, model, tokenizer, prompts, new_tokens, repeats)
         theirs = measure(hf_generate, model, tokenizer, prompts, new_tokens, repeats)
-        rows.append([batch, new_tokens, round(ours), round(theirs), f"{ours / theirs:.2f}x"])
+        rows.append(
+            [distinct, group, new_tokens, round(ours), round(theirs), f"{ours / theirs:.2f}x"]
+        )
         print(
-            f"batch {batch:4d}, {new_tokens:3d} new tokens: payoff {ours:9.0f} tok/s, "
+            f"{distinct:4d} prompts x {group}, {new_tokens:3d} new tokens: payoff {ours:9.0f} tok/s, "
             f"transformers.generate {theirs:9.0f} tok/s, ratio {ours / theirs:.2f}x",
             flush=True,
         )
@@ -91,6 +102,7 @@ def main() -> None:
         + markdown_table(
             [
                 "prompts",
+                "samples per prompt",
                 "max new tokens",
                 "payoff tok/s",
                 "transformers generate tok/s",
