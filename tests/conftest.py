@@ -10,3 +10,17 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import tempfile  # noqa: E402
 
 os.environ.setdefault("PAYOFF_CACHE", tempfile.mkdtemp(prefix="payoff-test-cache-"))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local 2-CPU Ray instance shared by every Ray test module (startup takes seconds)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

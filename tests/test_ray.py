@@ -23,15 +23,9 @@ SMALL = dict(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    """One local 2-CPU Ray instance for the whole module (startup is seconds)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+@pytest.fixture(autouse=True)
+def _ray(ray_cluster):
+    """Every test here runs on the session's local Ray instance (tests/conftest.py)."""
 
 
 def _ppo(backend: str, **overrides: Any) -> PPO:

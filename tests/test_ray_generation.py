@@ -23,15 +23,9 @@ def digit_share(prompts, completions, **kwargs):
     return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    """One local 2-CPU Ray instance for the whole module (startup is seconds)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+@pytest.fixture(autouse=True)
+def _ray(ray_cluster):
+    """Every test here runs on the session's local Ray instance (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +119,15 @@ def test_two_workers_keep_order_groups_and_seeded_streams(model_dir):
             next(model.parameters()).add_(0.5)  # a learner update: broadcast a new version
         sampler.generate(prompts, sampling, torch.Generator().manual_seed(0))
         assert sampler.counters["weight_broadcasts"] == 2
+        # A fused optimizer writes weights without moving torch's version counter: the
+        # trainer's weights_updated() call is what makes the next generate send them.
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = torch.ones_like(p)
+        torch.optim.AdamW(params, lr=0.1, fused=True).step()
+        sampler.weights_updated()
+        sampler.generate(prompts, sampling, torch.Generator().manual_seed(0))
+        assert sampler.counters["weight_broadcasts"] == 3
     finally:
         sampler.close()
 

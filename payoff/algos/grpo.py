@@ -414,6 +414,7 @@ class GRPO(LMAlgorithm):
                 advantages = group_advantages(totals, config.group_size, config.scale_rewards)
                 scored = time.time()
                 stats = self.update(generation, advantages)
+                self.sampler.weights_updated()  # remote samplers send the new weights
                 self.step += 1
                 self.samples_seen += len(rows)
                 elapsed = time.time() - started

@@ -80,6 +80,10 @@ class Sampler(Protocol):
         self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
     ) -> Generation: ...
 
+    def weights_updated(self) -> None:
+        """The learner changed the policy's weights (after an optimizer step)."""
+        ...
+
 
 def sample_next(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
@@ -110,6 +114,9 @@ class LocalSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size  # rows per forward; bounds memory for big batches
+
+    def weights_updated(self) -> None:
+        """Nothing to do: this sampler uses the learner's model itself."""
 
     @torch.no_grad()
     def generate(

@@ -7,10 +7,11 @@ the policy from the model folder the learner started from (on CPU, torch threads
 ray.cpus_per_worker) and run payoff's own `LocalSampler` on their shard of the prompts; the
 shards come back as `Generation`s and are joined in prompt order with `concat_generations`.
 
-Weights. The sampler holds the learner's model. On each `generate` it checks whether the
-trainable parameters changed since the last broadcast (torch bumps a tensor's version
-counter on every in-place write: optimizer steps and `load_state_dict` are in-place), and if
-so `ray.put`s them once under a new version number. A worker `ray.get`s them only when the
+Weights. The sampler holds the learner's model. On each `generate` it broadcasts the
+trainable parameters if the learner said they changed (`weights_updated()`, which GRPO calls
+after every optimizer step) or if torch's per-tensor write counter moved (it catches
+`load_state_dict` and most in-place writes, but not fused optimizer kernels, hence the
+explicit call), and then `ray.put`s them once under a new version number. A worker `ray.get`s them only when the
 version it is asked to use differs from the one it holds. Frozen weights (a LoRA base) are
 never sent: the worker loaded the same ones from disk.
 
@@ -149,6 +150,7 @@ class RaySampler:
         self.version = 0
         self._weights: Any = None  # ObjectRef of the current version's weights
         self._fingerprint: tuple[int, ...] | None = None
+        self._updated = False  # set by weights_updated(): broadcast before the next generate
         self.counters = {"worker_restarts": 0, "weight_broadcasts": 0}
         self.weight_bytes = 0
         self.startup_seconds = 0.0
@@ -193,10 +195,11 @@ class RaySampler:
     def _weights_ref(self) -> Any:
         """The learner's current weights in the object store, put once per version."""
         params = self._trainable()
-        # Every in-place write (optimizer step, load_state_dict) bumps a tensor's _version;
-        # rebinding `p.data = ...` would not, so payoff never updates weights that way.
+        # Most in-place writes (load_state_dict, unfused optimizers) bump a tensor's _version;
+        # fused optimizer kernels and `p.data = ...` do not: trainers call weights_updated().
         fingerprint = tuple(p._version for p in params.values())
-        if self._weights is None or fingerprint != self._fingerprint:
+        if self._weights is None or self._updated or fingerprint != self._fingerprint:
+            self._updated = False
             ray = connect(self.config)
             self.version += 1
             self._weights = ray.put({n: p.detach() for n, p in params.items()})
@@ -206,6 +209,10 @@ class RaySampler:
         return self._weights
 
     # ---- the Sampler interface ------------------------------------------------------------
+    def weights_updated(self) -> None:
+        """The learner stepped its optimizer: send the new weights before the next generate."""
+        self._updated = True
+
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """[start, stop) row ranges per worker, cut at group boundaries (empty ones dropped)."""
         groups = -(-rows // self.group_size)
