@@ -136,8 +136,9 @@ def test_arithmetic_grpo_demo_lifts_held_out_accuracy(tmp_path, monkeypatch):
     )
     summary = run.summary()
     start, end = summary["start_accuracy"], summary["final_eval"]["accuracy"]
-    # Measured with seed 0 (one torch thread): 0.23 -> 0.39 after 150 steps (0.20-0.215 at
-    # steps 25-50: the greedy held-out accuracy is flat, then noisy, early on), so demand 0.10.
+    # Measured with seed 0 (one torch thread): 0.23 -> 0.355 after 150 steps (0.39 before the
+    # switch to fused AdamW, whose rounding differs; 0.20-0.215 at steps 25-50: the greedy
+    # held-out accuracy is flat, then noisy, early on), so demand 0.10.
     assert start < 0.35
     assert end >= start + 0.10
     assert (run.media / "llm_training.png").is_file() and (run.media / "report.html").is_file()
