@@ -71,3 +71,19 @@ def test_schedules():
     assert exponential(0.5) == pytest.approx(0.1)
     with pytest.raises(ConfigError, match="fraction"):
         from_dict(Schedule, {"fraction": 0})
+
+
+def test_every_shipped_recipe_parses_and_resolves():
+    """`payoff recipes` reads every file, and each recipe builds a valid config (no training)."""
+    from payoff import train
+    from payoff.recipes import list_recipes, load_recipe
+
+    described = dict(list_recipes())
+    assert described and all(described.values()), "every recipe needs a one-line description"
+    for name in described:
+        _, data = load_recipe(name)
+        if data.get("kind") == "experiment":
+            for member in data["members"]:
+                train.resolve(member["recipe"], member.get("overrides", []))
+        else:
+            train.resolve(name)
