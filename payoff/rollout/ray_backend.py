@@ -143,6 +143,33 @@ def retire_worker(
     kill_workers(workers[k : k + 1])
 
 
+def gather_restarting(
+    futures: dict[int, Any], config: RayConfig, restart: Any, resubmit: Any
+) -> dict[int, Any]:
+    """Results of worker calls by worker index; a worker that died is restarted and re-asked.
+
+    A payoff error raised inside a worker (NaN observation, bad key) is raised here as itself:
+    it would fail again, so it is not retried.
+    """
+    ray = connect(config)
+    results: dict[int, Any] = {}
+    while futures:
+        k, future = next(iter(futures.items()))
+        try:
+            results[k] = ray.get(future)
+            del futures[k]
+        except ray.exceptions.RayTaskError as error:
+            cause = error.as_instanceof_cause()
+            if isinstance(cause, PayoffError):
+                raise cause.__class__(str(error.cause)) from error
+            restart(k, error)
+            futures[k] = resubmit(k)
+        except ray.exceptions.RayActorError as error:
+            restart(k, error)
+            futures[k] = resubmit(k)
+    return results
+
+
 def kill_workers(workers: list[Any]) -> None:
     """Kill actors for good, ignoring ones already gone."""
     if not workers:
@@ -365,23 +392,10 @@ class RayRunner:
 
     def _gather(self, futures: dict[int, Any]) -> list[dict[str, Any]]:
         """Results of every worker in order, restarting and re-asking workers that died."""
-        ray = connect(self.config)
         version = self._pending_version
-        results: dict[int, dict[str, Any]] = {}
-        while futures:
-            k, future = next(iter(futures.items()))
-            try:
-                results[k] = ray.get(future)
-                del futures[k]
-            except ray.exceptions.RayTaskError as error:
-                cause = error.as_instanceof_cause()
-                if isinstance(cause, PayoffError):  # a clear payoff error (NaN obs, bad key)
-                    raise cause.__class__(str(error.cause)) from error
-                self._restart(k, error)
-                futures[k] = self._resubmit(k, version)
-            except ray.exceptions.RayActorError as error:
-                self._restart(k, error)
-                futures[k] = self._resubmit(k, version)
+        results = gather_restarting(
+            futures, self.config, self._restart, lambda k: self._resubmit(k, version)
+        )
         return [results[k] for k in range(len(self.workers))]
 
     def _resubmit(self, k: int, version: int) -> Any:

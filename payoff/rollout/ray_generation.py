@@ -39,12 +39,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.core.errors import ConfigError, RunError
 from payoff.models.lm import ModelConfig
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
 from payoff.rollout.ray_backend import (
     RayConfig,
     connect,
+    gather_restarting,
     import_ray,
     kill_workers,
     retire_worker,
@@ -226,7 +227,6 @@ class RaySampler:
         """Completions of `prompts` (in order), sampled on the workers."""
         self.start()
         started = time.perf_counter()
-        ray = connect(self.config)
         weights = self._weights_ref()
         shards = self.shards(len(prompts))
         shared = len(shards) == 1  # one shard: sample with the learner's own stream
@@ -251,21 +251,7 @@ class RaySampler:
             )
 
         futures = {k: submit(k) for k in range(len(shards))}
-        results: dict[int, tuple[Generation, torch.Tensor | None]] = {}
-        while futures:
-            k, future = next(iter(futures.items()))
-            try:
-                results[k] = ray.get(future)
-                del futures[k]
-            except ray.exceptions.RayTaskError as error:
-                cause = error.as_instanceof_cause()
-                if isinstance(cause, PayoffError):  # a clear payoff error: not worth retrying
-                    raise cause.__class__(str(error.cause)) from error
-                self._restart(k, error)
-                futures[k] = submit(k)
-            except ray.exceptions.RayActorError as error:
-                self._restart(k, error)
-                futures[k] = submit(k)
+        results = gather_restarting(futures, self.config, self._restart, submit)
         parts = [results[k][0] for k in range(len(shards))]
         if shared:  # the learner's stream continues where the worker left it
             state = results[0][1]
