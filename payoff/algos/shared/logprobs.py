@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from payoff.rollout.generation import prompt_pass
+
 
 def gather_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token] for each position: [B, T, V], [B, T] -> [B, T]."""
@@ -97,27 +99,18 @@ def _shared_prompt_logits(
             f"group_size={group_size} but the rows do not come in consecutive groups of "
             f"{group_size} identical prompts"
         )
-    prompt_ids, prompt_mask = prompt_ids[::group_size], prompt_mask[::group_size]
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
+    cache, logits, positions = prompt_pass(
+        model, prompt_ids[::group_size], prompt_mask[::group_size], group_size
     )
-    first = out.logits[:, -1:].repeat_interleave(group_size, 0)  # predicts completion token 0
+    first = logits[:, None]  # predicts completion token 0
     length = completion_ids.shape[1]
     if length == 1:
         return first
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(group_size)  # keeps the autograd graph back to the prompt
-    prompt_mask = prompt_mask.repeat_interleave(group_size, 0)
     steps = torch.arange(1, length, device=positions.device)
     rest = model(
         input_ids=completion_ids[:, :-1],  # the last token predicts nothing we score
         attention_mask=torch.cat([prompt_mask, completion_mask[:, :-1]], 1),
-        position_ids=positions[:, -1:].repeat_interleave(group_size, 0) + steps,
+        position_ids=positions[:, -1:] + steps,
         past_key_values=cache,
         use_cache=True,
     ).logits
