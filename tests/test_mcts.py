@@ -126,3 +126,48 @@ def test_bad_settings_and_finished_games() -> None:
         MCTS(game, uniform_evaluator(game)).search([state])
     with pytest.raises(ConfigError, match="simulations"):
         MCTS(game, uniform_evaluator(game), MCTSConfig(simulations=0))
+
+
+# ---- the solver: game results found in the tree are proven upwards ----------------------
+def _solver_counts(game, state, simulations: int) -> np.ndarray:
+    search = MCTS(
+        game,
+        uniform_evaluator(game),
+        MCTSConfig(simulations=simulations, solver=True),
+        np.random.default_rng(0),
+    )
+    return search.search([state])[0]
+
+
+def test_solver_plays_an_immediate_win_without_simulating() -> None:
+    # X (first player) has three stones in column 6; X to move wins by playing 6 again.
+    game, state = _position("connect4", [6, 1, 6, 1, 6, 2])
+    counts = _solver_counts(game, state, 1)
+    assert counts.argmax() == 6 and counts[:6].sum() == 0
+    # Without the solver one simulation (uniform priors) visits column 0, not the win.
+    plain = MCTS(game, uniform_evaluator(game), MCTSConfig(simulations=1), np.random.default_rng(0))
+    assert plain.search([state])[0][6] == 0
+
+
+def test_solver_proves_every_non_blocking_move_loses() -> None:
+    # O (second player) to move; X threatens to complete column 0: every move but 0 loses.
+    game, state = _position("connect4", [0, 1, 0, 2, 0])
+    counts = _solver_counts(game, state, 60)
+    assert counts[0] > 0 and counts[1:].sum() == 0, counts
+
+
+def test_solver_stops_searching_a_lost_position() -> None:
+    # X has an open three on the bottom row (columns 2-4, both ends free); O to move has lost:
+    # whatever O plays, X wins at once at column 1 or 5.
+    game, state = _position("connect4", [2, 2, 3, 3, 4])
+    search = MCTS(
+        game,
+        uniform_evaluator(game),
+        MCTSConfig(simulations=400, solver=True),
+        np.random.default_rng(0),
+    )
+    counts = search.search([state])[0]
+    # Once every reply is proven to lose the root is solved and the search stops early.
+    assert search.stats.evaluations < 40, search.stats
+    legal = game.legal_mask(state)
+    assert counts.sum() > 0 and (counts[~legal] == 0).all()

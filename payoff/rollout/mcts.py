@@ -15,6 +15,14 @@ network therefore sees batches of positions, not one position at a time.
 
 Exploration at the root (self-play only): Dirichlet noise mixed into the root priors, and
 a temperature on the visit counts when a move is picked (`select_action`).
+
+Solver (`solver: true`, MCTS-Solver after Winands, Bjornsson and Saito 2008): expanding a
+node also plays each of its moves once to see which end the game, and game results found
+in the tree are proven upwards by minimax (a position is won if one move wins, lost if every
+move loses). Searches stop visiting proven positions, a proven win is played at once and a
+proven loss is avoided while any other move remains. A network's value is a guess; a
+finished game in the tree is a fact, and short tactics (a win or a forced loss a few plies
+ahead) are exactly what a few hundred simulations with an imperfect network miss.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ class MCTSConfig:
     leaves_per_tree: leaves collected per tree per round with virtual loss. 1 is plain
         sequential MCTS; more makes bigger batches from few trees but searches slightly worse.
     virtual_loss: value subtracted from an edge while a leaf below it awaits evaluation.
+    solver: prove wins and losses found in the tree (see the module docstring). Costs one
+        `play` per legal move at each expansion; pays off in games decided by short tactics.
     """
 
     simulations: int = 100
@@ -55,6 +65,7 @@ class MCTSConfig:
     dirichlet_fraction: float = 0.25
     leaves_per_tree: int = 1
     virtual_loss: float = 1.0
+    solver: bool = False
 
     def validate(self) -> None:
         if self.simulations < 1:
@@ -80,6 +91,7 @@ class Node:
         "children",
         "legal",
         "priors",
+        "proven",
         "q",
         "scaled_priors",
         "state",
@@ -92,6 +104,8 @@ class Node:
     def __init__(self, state: GameState, terminal: float | None):
         self.state = state
         self.terminal = terminal  # game result for the player to move, None if running
+        # Game-theoretic value for the player to move once known (solver), else None.
+        self.proven: float | None = terminal
         # Edge statistics, one entry per action, filled in on expansion (empty until then):
         self.priors: list[float] = []  # P(s, a), the evaluator's move probabilities
         self.legal: list[int] = []  # the actions allowed here
@@ -158,7 +172,11 @@ class MCTS:
     def search(
         self, states: list[GameState], add_noise: bool = False, simulations: int | None = None
     ) -> np.ndarray:
-        """Search each running position; returns root visit counts [len(states), A]."""
+        """Search each running position; returns root visit counts [len(states), A].
+
+        With the solver, a root's proven-winning moves get all of its counts (so they are the
+        target and the move), and moves proven to lose get none while another move remains.
+        """
         started = time.perf_counter()
         config = self.config
         simulations = config.simulations if simulations is None else simulations
@@ -174,7 +192,11 @@ class MCTS:
             self._simulate_round(roots)
         self.stats.simulations += len(roots) * simulations
         self.stats.seconds += time.perf_counter() - started
-        return np.array([root.visits for root in roots], dtype=np.float64)
+        counts = np.array([root.visits for root in roots], dtype=np.float64)
+        if config.solver:
+            for row, root in zip(counts, roots, strict=True):
+                _apply_proofs(row, root)
+        return counts
 
     # ---- one round: select leaves, evaluate them together, back up ---------------------
     def _simulate_round(self, roots: list[Node]) -> None:
@@ -182,10 +204,15 @@ class MCTS:
         pending: dict[int, Node] = {}  # leaves awaiting evaluation, by id (a leaf may repeat)
         paths: list[tuple[Node, list[tuple[Node, int]]]] = []
         for root in roots:
+            if root.proven is not None:  # solved: more simulations cannot change the move
+                continue
             for _ in range(config.leaves_per_tree):
                 leaf, path = self._select(root)
-                if leaf.terminal is not None:
-                    self._backup(path, leaf.terminal)  # a finished game needs no evaluator
+                if leaf.proven is not None:
+                    # a finished (or solved) game needs no evaluator
+                    self._backup(path, leaf.proven)
+                    if config.solver:
+                        self._prove(path)
                     continue
                 for node, action in path:  # virtual loss steers the next pick elsewhere
                     node.add(action, 1, -config.virtual_loss)
@@ -197,12 +224,16 @@ class MCTS:
         for leaf, path in paths:
             for node, action in path:
                 node.add(action, -1, config.virtual_loss)
-            self._backup(path, values[id(leaf)])
+            if leaf.proven is None:
+                self._backup(path, values[id(leaf)])
+            else:  # the solver settled it on expansion: back up the fact, not the guess
+                self._backup(path, leaf.proven)
+                self._prove(path)
 
     def _select(self, root: Node) -> tuple[Node, list[tuple[Node, int]]]:
         """Walk down by PUCT to an unexpanded or finished node."""
         node, path = root, []
-        while node.expanded and node.terminal is None:
+        while node.expanded and node.proven is None:
             # q holds W/N per edge (0 unvisited), kept current by the backups.
             scale = math.sqrt(max(node.total, 1))
             q, scaled_priors, visits = node.q, node.scaled_priors, node.visits
@@ -237,7 +268,19 @@ class MCTS:
             leaf.value_sums = [0.0] * len(legal)
             leaf.q = [0.0] * len(legal)
             result[id(leaf)] = float(value)
+            if self.config.solver:
+                for action in leaf.legal:  # one ply of look-ahead: which moves end the game?
+                    state = self.game.play(leaf.state, action)
+                    leaf.children[action] = Node(state, self.game.outcome(state))
+                _settle(leaf)
         return result
+
+    @staticmethod
+    def _prove(path: list[tuple[Node, int]]) -> None:
+        """After a proven leaf: settle its ancestors, bottom up, while they become proven."""
+        for node, _ in reversed(path):
+            if node.proven is not None or not _settle(node):
+                return
 
     def _add_dirichlet_noise(self, root: Node) -> None:
         config = self.config
@@ -256,6 +299,39 @@ class MCTS:
         for node, action in reversed(path):
             value = -value  # the parent's mover is the leaf mover's opponent
             node.add(action, 1, value)
+
+
+def _settle(node: Node) -> bool:
+    """Set node.proven by minimax over its children when their results decide it."""
+    values = []
+    for action in node.legal:
+        child = node.children.get(action)
+        if child is not None and child.proven == -1.0:
+            node.proven = 1.0  # a move after which the opponent has lost
+            return True
+        values.append(None if child is None else child.proven)
+    if values and all(v is not None for v in values):
+        node.proven = max(-v for v in values if v is not None)
+        return True
+    return False
+
+
+def _apply_proofs(counts: np.ndarray, root: Node) -> None:
+    """Turn a root's visit counts into the solver's choice where proofs decide it (in place)."""
+    total = counts.sum()
+    if total == 0:  # solved before any simulation: start from the legal moves
+        counts[root.legal] = 1.0
+    child_value = {a: root.children[a].proven for a in root.legal if a in root.children}
+    wins = [a for a, v in child_value.items() if v == -1.0]
+    if wins:
+        counts[:] = 0.0
+        counts[wins] = max(total, 1.0) / len(wins)
+        return
+    losing = [a for a, v in child_value.items() if v == 1.0]
+    if len(losing) < len(root.legal):
+        counts[losing] = 0.0
+        if counts.sum() == 0:  # every visit went to losing moves: spread over the others
+            counts[[a for a in root.legal if a not in losing]] = 1.0
 
 
 def select_action(counts: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
