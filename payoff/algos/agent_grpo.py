@@ -5,7 +5,8 @@ One step, readable top to bottom in `learn`:
     1. rollout    draw `tasks_per_step` tasks, run `group_size` episodes of each (batched,
                   multi-turn: the model calls tools, reads results, answers)
     2. reward     r = task reward (verifier) - tool_cost * calls - turn_cost * (turns - 1)
-                      - token_cost * model tokens  [+ judge_weight * relative-judge score]
+                      - token_cost * model tokens - malformed_cost * calls the env
+                      answered with an error  [+ judge_weight * relative-judge score]
     3. advantage  trajectory credit: A = (r - mean(group)) / std(group), shared by every
                   model token of the episode; turn credit: the return-to-go of each turn
                   (discounted by gamma) against the group's mean episode return
@@ -90,6 +91,10 @@ class AgentGRPOConfig:
     tool_cost / turn_cost / token_cost: the efficiency term subtracted from the reward. A tool
         cost is what makes the agent learn *when* a call is worth it; too high and it stops
         calling even when it needs to.
+    malformed_cost: subtracted for each tool call the env answered with an error (bad JSON,
+        unknown tool or document, bad arguments). Without it a failed episode with broken
+        calls scores the same as a clean failure, and pushing failures down can drift the
+        tiny model toward broken calls.
     judge_weight / judge_normalization: add a relative judge's within-group score (the local
         `answer_judge`) times this weight; 0 = verifier only.
     learning_rate / max_grad_norm / warmup_steps / clip_eps / scale_rewards /
@@ -115,6 +120,7 @@ class AgentGRPOConfig:
     tool_cost: float = 0.1
     turn_cost: float = 0.0
     token_cost: float = 0.0
+    malformed_cost: float = 0.0
     judge_weight: float = 0.0
     judge_normalization: str = "zscore"
     learning_rate: float = 3e-4
@@ -299,12 +305,23 @@ class AgentGRPO(Algorithm):
         )
 
     def efficiency(self, episode: Episode) -> list[float]:
-        """Per-turn costs: tool_cost for a turn that called a tool, turn_cost after the first."""
+        """Per-turn costs: tool_cost for a turn that called a tool, turn_cost after the first,
+        malformed_cost for a call the env answered with an error."""
         c = self.config
+        # model turn k's tool result is the message after its assistant message, if any
+        messages = episode.messages
+        errors = [
+            i + 1 < len(messages)
+            and messages[i + 1]["role"] == "tool"
+            and messages[i + 1]["content"].startswith("error")
+            for i, m in enumerate(messages)
+            if m["role"] == "assistant"
+        ]
         costs = []
-        for segment in (s for s in episode.segments if s.model):
+        for k, segment in enumerate(s for s in episode.segments if s.model):
             cost = c.token_cost * len(segment.ids) + (c.turn_cost if segment.turn > 0 else 0.0)
             cost += c.tool_cost * ("<tool>" in segment.text)
+            cost += c.malformed_cost * errors[k] if k < len(errors) else 0.0
             costs.append(-cost)
         return costs
 
@@ -519,7 +536,7 @@ class AgentGRPO(Algorithm):
 
 
 def plot_agent_training(run, path: Path) -> Path:
-    """Held-out success and tool calls per episode, hard vs easy problems, over training."""
+    """Held-out success and tool calls per episode, per task kind (hard/easy, hops), over training."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -527,8 +544,19 @@ def plot_agent_training(run, path: Path) -> Path:
 
     records = [r for r in run.records() if "eval/success" in r]
     steps = [r["step"] for r in records]
+    # the task's kinds, as evaluate_agent logged them (calculator: hard/easy; doc-search: hops)
+    kinds = sorted(
+        {
+            k.removeprefix("eval/success_")
+            for r in records
+            for k in r
+            if k.startswith("eval/success_")
+        },
+        reverse=True,
+    )
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for kind in ("hard", "easy"):
+    axes[0].plot(steps, [r["eval/success"] for r in records], "k--", marker=".", label="all")
+    for kind in kinds:
         axes[0].plot(
             steps, [r.get(f"eval/success_{kind}", np.nan) for r in records], marker="o", label=kind
         )
@@ -539,7 +567,8 @@ def plot_agent_training(run, path: Path) -> Path:
             label=kind,
         )
     axes[0].set(title="held-out success (greedy)", xlabel="step", ylim=(-0.05, 1.05))
-    axes[1].set(title="calculator calls per episode", xlabel="step", ylim=(-0.05, 1.3))
+    axes[1].set(title="tool calls per episode", xlabel="step")
+    axes[1].set_ylim(bottom=-0.05)
     for ax in axes:
         ax.legend()
         ax.grid(alpha=0.3)
