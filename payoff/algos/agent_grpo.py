@@ -95,6 +95,10 @@ class AgentGRPOConfig:
         unknown tool or document, bad arguments). Without it a failed episode with broken
         calls scores the same as a clean failure, and pushing failures down can drift the
         tiny model toward broken calls.
+    negative_weight: multiplies negative advantages (below-average episodes pushed down);
+        1 = plain GRPO, 0 = learn only from better-than-average episodes (close to
+        rejection-sampling fine-tuning). With the tiny model, pushing failures down can
+        dominate the update and break well-formed text without making the successes likelier.
     judge_weight / judge_normalization: add a relative judge's within-group score (the local
         `answer_judge`) times this weight; 0 = verifier only.
     learning_rate / max_grad_norm / warmup_steps / clip_eps / scale_rewards /
@@ -121,6 +125,7 @@ class AgentGRPOConfig:
     turn_cost: float = 0.0
     token_cost: float = 0.0
     malformed_cost: float = 0.0
+    negative_weight: float = 1.0
     judge_weight: float = 0.0
     judge_normalization: str = "zscore"
     learning_rate: float = 3e-4
@@ -151,6 +156,10 @@ class AgentGRPOConfig:
             )
         if not 0.0 < self.gamma <= 1.0:
             raise ConfigError(f"config key 'gamma' must be in (0, 1], got {self.gamma}")
+        if not 0.0 <= self.negative_weight <= 1.0:
+            raise ConfigError(
+                f"config key 'negative_weight' must be in [0, 1], got {self.negative_weight}"
+            )
 
 
 def turn_advantages(
@@ -343,10 +352,14 @@ class AgentGRPO(Algorithm):
     def advantages(self, per_turn: list[list[float]]) -> list[list[float]]:
         c = self.config
         if c.credit == "turn":
-            return turn_advantages(per_turn, c.group_size, c.gamma, c.scale_rewards)
-        totals = torch.tensor([sum(r) for r in per_turn])
-        flat = group_advantages(totals, c.group_size, c.scale_rewards).tolist()
-        return [[a] * len(r) for a, r in zip(flat, per_turn, strict=True)]
+            result = turn_advantages(per_turn, c.group_size, c.gamma, c.scale_rewards)
+        else:
+            totals = torch.tensor([sum(r) for r in per_turn])
+            flat = group_advantages(totals, c.group_size, c.scale_rewards).tolist()
+            result = [[a] * len(r) for a, r in zip(flat, per_turn, strict=True)]
+        if c.negative_weight != 1.0:
+            result = [[a if a > 0 else a * c.negative_weight for a in r] for r in result]
+        return result
 
     # ---- update ----------------------------------------------------------------------------
     def update(self, episodes: list[Episode], advantages: list[list[float]]) -> dict[str, float]:
