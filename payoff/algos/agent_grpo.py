@@ -317,20 +317,11 @@ class AgentGRPO(Algorithm):
         """Per-turn costs: tool_cost for a turn that called a tool, turn_cost after the first,
         malformed_cost for a call the env answered with an error."""
         c = self.config
-        # model turn k's tool result is the message after its assistant message, if any
-        messages = episode.messages
-        errors = [
-            i + 1 < len(messages)
-            and messages[i + 1]["role"] == "tool"
-            and messages[i + 1]["content"].startswith("error")
-            for i, m in enumerate(messages)
-            if m["role"] == "assistant"
-        ]
         costs = []
-        for k, segment in enumerate(s for s in episode.segments if s.model):
+        model_turns = (s for s in episode.segments if s.model)
+        for segment, malformed in zip(model_turns, episode.turn_malformed, strict=True):
             cost = c.token_cost * len(segment.ids) + (c.turn_cost if segment.turn > 0 else 0.0)
-            cost += c.tool_cost * ("<tool>" in segment.text)
-            cost += c.malformed_cost * errors[k] if k < len(errors) else 0.0
+            cost += c.tool_cost * ("<tool>" in segment.text) + c.malformed_cost * malformed
             costs.append(-cost)
         return costs
 

@@ -44,6 +44,8 @@ class Episode:
     messages: list[Message] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)  # env reward after each model turn
+    # tool calls the env rejected as malformed at each model turn (from its info's running count)
+    turn_malformed: list[int] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # the env's last info
     done: bool = False
 
@@ -114,8 +116,10 @@ def advance(
     history = list(episode.messages)
     episode.messages.append({"role": "assistant", "content": turn_text})
     _add_context(episode, tokenizer, fmt.turn_suffix(history, turn_text))
+    malformed_before = int(episode.info.get("malformed", 0))
     result = env.step(turn_text)
     episode.turn_rewards.append(result.reward)
+    episode.turn_malformed.append(int(result.info.get("malformed", 0)) - malformed_before)
     episode.info = result.info
     episode.done = result.done
     for message in result.observation:
