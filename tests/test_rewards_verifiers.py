@@ -179,6 +179,10 @@ def test_a_hanging_function_is_abandoned_after_its_timeout():
     assert result.total == [1.0]
     assert result.errors["hangs"] == 1
     assert events[0][0][0] == "reward_hung"
+    # The hung call keeps its thread; later calls are served by a fresh one, not queued behind it.
+    started = time.time()
+    assert mix(["p"], ["5"], answer=["4"]).total == [0.0]
+    assert time.time() - started < 5
 
 
 def test_unknown_reward_names_suggest_builtins():

@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -161,6 +162,7 @@ class RewardMix:
         self.functions = [resolve_reward(s) for s in self.specs]
         self.on_event = on_event or (lambda *a, **k: None)
         self.error_totals = {s.key: 0 for s in self.specs}
+        self._worker: _RewardWorker | None = None
 
     def __call__(
         self,
@@ -234,23 +236,16 @@ class RewardMix:
     def _timed_call(
         self, spec: RewardSpec, fn: RewardFn, kwargs: dict[str, Any], n: int
     ) -> list[float | None] | BaseException:
-        # A daemon thread: a hung function is abandoned and cannot block the process at exit.
-        outcome: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                outcome["value"] = fn(**kwargs)
-            except Exception as err:
-                outcome["error"] = err
-
-        thread = threading.Thread(target=target, name=f"reward-{spec.key}", daemon=True)
-        thread.start()
-        thread.join(spec.timeout)
-        if thread.is_alive():
+        worker = self._worker = self._worker or _RewardWorker()
+        outcome = worker.call(fn, kwargs, spec.timeout)
+        if outcome is None:
+            self._worker = None  # abandoned with the hung call; the next call gets a fresh one
             return TimeoutError(f"ran past {spec.timeout:g} s")
-        if "error" in outcome:
-            return outcome["error"]
-        return _check_scores(outcome.get("value"), n, spec.key)
+        returned, value = outcome
+        return _check_scores(value, n, spec.key) if returned else value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_worker": None}  # a thread does not travel (Ray, pickling)
 
     def counters(self) -> dict[str, float]:
         """Extra counts kept by stateful reward functions (the code verifier's outcomes)."""
@@ -261,6 +256,36 @@ class RewardMix:
                 for outcome, count in counts.items():
                     metrics[f"reward/{spec.key}/{outcome}"] = float(count)
         return metrics
+
+
+class _RewardWorker:
+    """A daemon thread that runs reward calls, so that a hung function can be timed out.
+
+    One thread serves every call (starting a thread per call costs ~1 ms once torch is
+    imported). A call that runs past its timeout is abandoned together with this worker:
+    its thread stays busy, and being a daemon it cannot block the process at exit.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[RewardFn, dict[str, Any]]] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="payoff-reward", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, kwargs = self.jobs.get()
+            try:
+                self.results.put((True, fn(**kwargs)))
+            except Exception as err:
+                self.results.put((False, err))
+
+    def call(self, fn: RewardFn, kwargs: dict[str, Any], timeout: float) -> tuple[bool, Any] | None:
+        """(True, return value) or (False, the exception raised); None if it ran past timeout."""
+        self.jobs.put((fn, kwargs))
+        try:
+            return self.results.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
 
 def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseException:
