@@ -26,8 +26,13 @@ Python API:
 from __future__ import annotations
 
 import copy
+import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from payoff.algos.base import Algorithm
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import ConfigError, EnvError, RunError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.games import DRAW, GameState, IllegalMoveError, make_game
 from payoff.envs.games.arena import MatchResult, play_match
@@ -45,7 +50,14 @@ from payoff.envs.games.base import state_from_planes
 from payoff.envs.games.players import make_player
 from payoff.models.game_nets import GameNetConfig, PolicyValueNet
 from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.mcts import MCTS, Evaluator, MCTSConfig, MCTSPlayer, select_action
+from payoff.rollout.mcts import (
+    MCTS,
+    Evaluator,
+    MCTSConfig,
+    MCTSPlayer,
+    SearchStats,
+    select_action,
+)
 from payoff.track.elo import Result, league_markdown, league_table, rows_as_dicts
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
@@ -80,6 +92,17 @@ class AlphaZeroConfig:
         last one is the "target" used by `payoff eval`.
     final_eval_games: games against each baseline at the end (alternating colours).
     threads: torch intra-op threads (1 is fastest for these small nets on shared CPUs).
+    workers: processes that play an iteration's self-play games (split as evenly as
+        possible); 1 plays them in this process. Each worker is a separate process with one
+        torch thread that is started once (the pool lives until learn() returns), gets the
+        best network's weights every iteration, and draws from its own RNG seeded by
+        (seed, iteration, worker), so runs are reproducible and resume stays exact for a
+        given `workers`; the games come back and go into the replay in worker order.
+        Changing `workers` changes the games (other random streams), not their number.
+        Traps: each worker searches only its share of the games, so the network batches
+        shrink (games_per_iteration / workers positions); more workers than free cores
+        only adds start-up and switching. Training, gates and evaluations stay in this
+        process, so a second core helps self-play only.
     """
 
     game: str = "tictactoe"
@@ -108,6 +131,7 @@ class AlphaZeroConfig:
     final_eval_games: int = 100
     checkpoint_every: int = 1
     threads: int = 1
+    workers: int = 1
 
     def validate(self) -> None:
         positive = (
@@ -121,6 +145,7 @@ class AlphaZeroConfig:
             "eval_simulations",
             "checkpoint_every",
             "threads",
+            "workers",
         )
         for key in positive:
             if getattr(self, key) < 1:
@@ -206,6 +231,74 @@ def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
     return evaluate
 
 
+# One finished self-play game: (planes, visit distribution pi, player to move) per ply, and
+# the winner (0, 1, or DRAW).
+GameRecord = tuple[list[tuple[np.ndarray, np.ndarray, int]], int]
+
+
+def self_play_games(
+    game: Any, search: MCTS, n: int, temperature_moves: int, rng: np.random.Generator
+) -> list[GameRecord]:
+    """Play n games of the search against itself, side by side; returns them in order."""
+    states = [game.initial_state() for _ in range(n)]
+    history: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in range(n)]
+    running = list(range(n))
+    while running:
+        counts = search.search([states[i] for i in running], add_noise=True)
+        for i, visit_counts in zip(running, counts, strict=True):
+            state = states[i]
+            policy = (visit_counts / visit_counts.sum()).astype(np.float32)
+            history[i].append((game.encode(state), policy, state.to_play))
+            temperature = 1.0 if state.moves < temperature_moves else 0.0
+            states[i] = game.play(state, select_action(visit_counts, temperature, rng))
+        running = [i for i in running if states[i].winner is None]
+    return [(history[i], states[i].winner) for i in range(n)]
+
+
+# ---- self-play worker processes (workers > 1) -------------------------------------------
+_WORKER: dict[str, Any] = {}  # what a worker process keeps between iterations
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """How worker processes start: never a fork of this process, whose torch has threads.
+
+    A fork server (a clean process that imported this module once) makes every later pool
+    start in a fraction of a second; where there is none (Windows), a fresh interpreter.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["payoff.algos.alphazero"])
+    return context
+
+
+def _worker_start(game: Any, net: PolicyValueNet, mcts: MCTSConfig, temperature_moves: int) -> None:
+    """Runs once in each new worker process."""
+    # Ctrl-C reaches the whole process group: the main process finishes the iteration and
+    # stops the workers itself, so a worker must not die mid-game.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    net.eval()
+    _WORKER.update(game=game, net=net, mcts=mcts, temperature_moves=temperature_moves)
+
+
+def _worker_play(
+    weights: dict[str, np.ndarray], n: int, seed: tuple[int, int, int]
+) -> tuple[list[GameRecord], tuple[int, int, int], tuple[int, float]]:
+    """n self-play games with these weights; the RNG comes from (seed, iteration, worker)."""
+    game, net = _WORKER["game"], _WORKER["net"]
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+    rng = np.random.default_rng(list(seed))
+    search = MCTS(game, network_evaluator(net, game), _WORKER["mcts"], rng)
+    records = self_play_games(game, search, n, _WORKER["temperature_moves"], rng)
+    stats = search.stats
+    return (
+        records,
+        (stats.simulations, stats.evaluations, stats.batches),
+        (os.getpid(), time.process_time()),
+    )
+
+
 class AlphaZero(Algorithm):
     """AlphaZero-style self-play with MCTS and gated network replacement."""
 
@@ -233,6 +326,8 @@ class AlphaZero(Algorithm):
         self.elo_curve: list[tuple[int, int, float]] = []  # (iteration, games, best's Elo)
         self.snapshots: dict[str, dict[str, torch.Tensor]] = {}  # evaluated checkpoints
         self.last_evaluated: str | None = None
+        self._pool: ProcessPoolExecutor | None = None  # self-play workers, while learning
+        self._worker_cpu: dict[int, float] = {}  # worker pid -> its CPU seconds so far
 
     def spaces(self) -> dict[str, str]:
         return {"game": self.game.name}
@@ -301,31 +396,40 @@ class AlphaZero(Algorithm):
         progress = Progress(
             total, initial=self.iteration, desc=f"alphazero {config.game}", unit="it"
         )
+        finished = False
         with GracefulInterrupt() as interrupt:
-            if not self.results and config.eval_games:
-                self._calibrate_baselines()
-                # The untrained network (with search) starts the Elo curve.
-                self.log(0, iteration=0, **self._evaluate_league())
-                self.checkpoint()
-            while self.iteration < total and not interrupt.requested:
-                metrics = self._self_play()
-                metrics.update(self._train())
-                metrics.update(self._gate())
-                self.iteration += 1
-                last = self.iteration == total
-                if config.eval_games and (self.iteration % config.eval_every == 0 or last):
-                    metrics.update(self._evaluate_league())
-                # CPU seconds of this process: the honest budget on a shared, busy machine.
-                metrics["perf/cpu_seconds"] = time.process_time()
-                self.log(self.games_played, iteration=self.iteration, **metrics)
-                progress.update(
-                    1,
-                    games=self.games_played,
-                    gen=self.generation,
-                    elo=self.elo_curve[-1][2] if self.elo_curve else 0.0,
-                )
-                if self.iteration % config.checkpoint_every == 0:
+            try:
+                if not self.results and config.eval_games:
+                    self._calibrate_baselines()
+                    # The untrained network (with search) starts the Elo curve.
+                    self.log(0, iteration=0, **self._evaluate_league())
                     self.checkpoint()
+                while self.iteration < total and not interrupt.requested:
+                    metrics = self._self_play()
+                    metrics.update(self._train())
+                    metrics.update(self._gate())
+                    self.iteration += 1
+                    last = self.iteration == total
+                    if config.eval_games and (self.iteration % config.eval_every == 0 or last):
+                        metrics.update(self._evaluate_league())
+                    # CPU seconds of this process and its self-play workers: the honest
+                    # budget on a shared, busy machine.
+                    workers_cpu = sum(self._worker_cpu.values())
+                    metrics["perf/cpu_seconds"] = time.process_time() + workers_cpu
+                    if config.workers > 1:
+                        metrics["perf/worker_cpu_seconds"] = workers_cpu
+                    self.log(self.games_played, iteration=self.iteration, **metrics)
+                    progress.update(
+                        1,
+                        games=self.games_played,
+                        gen=self.generation,
+                        elo=self.elo_curve[-1][2] if self.elo_curve else 0.0,
+                    )
+                    if self.iteration % config.checkpoint_every == 0:
+                        self.checkpoint()
+                finished = True
+            finally:
+                self._close_pool(abort=not finished)
         progress.close()
         self.interrupted = interrupt.requested
         if self.iteration >= total:
@@ -337,26 +441,20 @@ class AlphaZero(Algorithm):
         """Play a batch of games with the best network; store (planes, pi, z) in the replay."""
         config, game = self.config, self.game
         started = time.perf_counter()
-        search = MCTS(game, network_evaluator(self.best, game), config.mcts, self.rng)
         n = config.games_per_iteration
-        states = [game.initial_state() for _ in range(n)]
-        history: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in range(n)]
-        running = list(range(n))
-        while running:
-            counts = search.search([states[i] for i in running], add_noise=True)
-            for i, visit_counts in zip(running, counts, strict=True):
-                state = states[i]
-                policy = (visit_counts / visit_counts.sum()).astype(np.float32)
-                history[i].append((game.encode(state), policy, state.to_play))
-                temperature = 1.0 if state.moves < config.temperature_moves else 0.0
-                states[i] = game.play(state, select_action(visit_counts, temperature, self.rng))
-            running = [i for i in running if states[i].winner is None]
+        if config.workers == 1:
+            search = MCTS(game, network_evaluator(self.best, game), config.mcts, self.rng)
+            records = self_play_games(game, search, n, config.temperature_moves, self.rng)
+            stats = search.stats
+            sims_per_s = stats.simulations_per_second
+        else:
+            records, stats = self._self_play_in_workers(n)
+            sims_per_s = stats.simulations / max(time.perf_counter() - started, 1e-9)
         positions, first_wins, draws = 0, 0, 0
-        for i in range(n):
-            winner = states[i].winner
+        for history, winner in records:
             draws += winner == DRAW
             first_wins += winner == 0
-            for planes, policy, to_play in history[i]:
+            for planes, policy, to_play in history:
                 z = 0.0 if winner == DRAW else (1.0 if winner == to_play else -1.0)
                 pairs = game.symmetries(planes, policy) if config.augment else [(planes, policy)]
                 for sym_planes, sym_policy in pairs:
@@ -372,9 +470,61 @@ class AlphaZero(Algorithm):
             "selfplay/mean_length": positions / n,
             "replay/size": self.replay.size,
             "perf/selfplay_seconds": seconds,
-            "perf/sims_per_s": search.stats.simulations_per_second,
-            "perf/mean_eval_batch": search.stats.mean_batch,
+            "perf/sims_per_s": sims_per_s,
+            "perf/mean_eval_batch": stats.mean_batch,
         }
+
+    def _self_play_in_workers(self, n: int) -> tuple[list[GameRecord], SearchStats]:
+        """Split n games over the worker pool; the records come back in worker order."""
+        config = self.config
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=config.workers,
+                mp_context=_worker_context(),
+                initializer=_worker_start,
+                initargs=(self.game, self.best, config.mcts, config.temperature_moves),
+            )
+        # Plain arrays: torch tensors would travel through shared-memory file handles.
+        weights = {k: v.detach().numpy().copy() for k, v in self.best.state_dict().items()}
+        shares = [n // config.workers + (w < n % config.workers) for w in range(config.workers)]
+        futures = [
+            self._pool.submit(
+                _worker_play, weights, share, (config.seed % 2**32, self.iteration, worker)
+            )
+            for worker, share in enumerate(shares)
+            if share > 0
+        ]
+        records: list[GameRecord] = []
+        stats = SearchStats()
+        try:
+            for future in futures:
+                games, (simulations, evaluations, batches), (pid, cpu) = future.result()
+                records.extend(games)
+                stats.simulations += simulations
+                stats.evaluations += evaluations
+                stats.batches += batches
+                self._worker_cpu[pid] = cpu
+        except BrokenProcessPool as err:
+            raise RunError(
+                f"a self-play worker process died ({err}); out of memory? try fewer 'workers' "
+                "or a smaller games_per_iteration"
+            ) from err
+        return records, stats
+
+    def _close_pool(self, abort: bool = False) -> None:
+        """Stop the self-play workers: wait for them, or (abort) terminate them at once."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if abort:
+            # A worker mid-game would otherwise finish it first (Python 3.11 has no public
+            # terminate for a ProcessPoolExecutor; shutdown forgets the processes, so first).
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            pool.shutdown(wait=True)
 
     def _train(self) -> dict[str, Any]:
         """train_steps minibatches of the AlphaZero loss on the replay."""
