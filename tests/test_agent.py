@@ -218,7 +218,11 @@ def test_agent_task_config_is_validated():
 
 def test_doc_search_demonstrations_succeed_with_real_tool_results(tmp_path):
     config = AgentTaskConfig(
-        name="doc-search", max_turns=5, max_tokens=400, options={"folder": str(tmp_path)}
+        name="doc-search",
+        max_turns=5,
+        max_tokens=400,
+        call_rate=1.0,
+        options={"folder": str(tmp_path)},
     )
     task = make_agent_task(config)
     tokenizer = build_char_tokenizer()
@@ -232,6 +236,25 @@ def test_doc_search_demonstrations_succeed_with_real_tool_results(tmp_path):
     # The person's own document is the top search hit (BM25 on the name).
     e = episodes[0]
     assert e.messages[2]["content"].split(", ")[0] == e.task["person"].lower()
+
+
+def test_doc_search_demonstrator_stops_short_on_two_hop_questions(tmp_path):
+    """With call_rate 0 every two-hop demonstration answers with the city it read (wrong)."""
+    config = AgentTaskConfig(
+        name="doc-search", max_turns=5, call_rate=0.0, options={"folder": str(tmp_path)}
+    )
+    task = make_agent_task(config)
+    tokenizer, rng = build_char_tokenizer(), np.random.default_rng(0)
+    episodes = [
+        replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
+        for t in task.sample(rng, 20)
+    ]
+    one_hop = [e for e in episodes if not e.task["hard"]]
+    two_hop = [e for e in episodes if e.task["hard"]]
+    assert one_hop and two_hop
+    assert all(e.success and e.turns == 3 for e in one_hop)
+    assert not any(e.success for e in two_hop)
+    assert all(e.turns == 3 and e.task["city"] in e.messages[-1]["content"] for e in two_hop)
 
 
 def test_chat_template_format_masks_only_the_assistant_content():

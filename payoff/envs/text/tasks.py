@@ -5,6 +5,12 @@ tiny model learns to answer in its head) and half are large (three-digit by two-
 products and sums, which it cannot do reliably without the calculator). Demonstrations
 call the calculator at random (probability `call_rate`) whatever the size, so SFT teaches
 the format but not *when* to call: that is left to RL with a cost per tool call.
+
+doc-search: one-hop and two-hop questions over a generated document collection, answered
+with `search` and `open`. The demonstrator cuts corners: on a two-hop question it opens the
+second document only with probability `call_rate`, and otherwise answers with the city it
+has just read (wrong: the question asks for the country). SFT teaches the tools and the
+format; following the chain to its end is left to RL.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ class AgentTaskConfig:
     name: 'calculator' or 'doc-search'.
     hard_fraction: share of large problems (the rest are one-digit).
     max_turns / max_tokens: episode limits (model turns; model tokens in all).
-    call_rate: probability that a demonstration calls the tool (SFT data only).
+    call_rate: probability that a demonstration calls the tool (calculator) or takes the
+        second hop of a two-hop question (doc-search); SFT data only.
     eval_size: held-out problems for evaluation (fixed seed, disjoint stream from training).
     options: task-specific extras.
     """
@@ -176,13 +183,21 @@ class DocSearchTask:
         return tasks
 
     def demonstration(self, task: dict[str, Any], rng: np.random.Generator) -> list[str]:
+        """Search, open the person; on two-hop questions open the city (with probability
+        call_rate) or stop short and answer with the city."""
         turns = [
             tool_turn("search", query=task["person"]),
             tool_turn("open", name=task["person"].lower()),
         ]
-        if task["hard"]:
-            turns.append(tool_turn("open", name=task["city"].lower()))
-        return [*turns, answer_turn(task["answer"])]
+        if not task["hard"]:
+            return [*turns, answer_turn(task["answer"])]
+        if rng.random() < self.config.call_rate:
+            return [
+                *turns,
+                tool_turn("open", name=task["city"].lower()),
+                answer_turn(task["answer"]),
+            ]
+        return [*turns, answer_turn(task["city"])]
 
     def group(self, task: dict[str, Any]) -> str:
         return "two_hops" if task["hard"] else "one_hop"
