@@ -38,6 +38,11 @@ STEPS = [
     ),
     DemoStep("Over-optimizing a learned reward model (best-of-N)", "rlhf-overoptimization"),
     DemoStep(
+        "A tool-using agent learns to follow a two-document search chain (SFT, then GRPO)",
+        "doc-search-agent",
+        ["steps=10", "eval_every=5"],
+    ),
+    DemoStep(
         "AlphaZero-lite self-play on tic-tac-toe",
         "tictactoe-alphazero",
         ["iterations=8", "eval_every=4"],
