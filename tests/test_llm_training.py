@@ -73,11 +73,14 @@ def test_payoff_trained_model_loads_with_plain_transformers(tmp_path):
         assert torch.allclose(model(ids).logits, sft.model(ids).logits, atol=1e-5)
 
 
-def test_grpo_resume_is_exact(tmp_path, fresh_model_dir):
+@pytest.mark.parametrize("lora_kl", [False, True], ids=["full", "lora-kl"])
+def test_grpo_resume_is_exact(tmp_path, fresh_model_dir, lora_kl):
+    # lora-kl: LoRA adapters with a KL penalty, whose reference is the model with adapters off.
+    extra = {"beta": 0.05, "model": {"path": fresh_model_dir, "lora_rank": 4}} if lora_kl else {}
     straight = Run.create(tmp_path, "a", {"algo": "grpo"})
-    GRPO(run=straight, steps=4, **_grpo_settings(fresh_model_dir)).learn()
+    GRPO(run=straight, steps=4, **_grpo_settings(fresh_model_dir, **extra)).learn()
     stopped = Run.create(tmp_path, "b", {"algo": "grpo"})
-    GRPO(run=stopped, steps=4, **_grpo_settings(fresh_model_dir)).learn(total=2)
+    GRPO(run=stopped, steps=4, **_grpo_settings(fresh_model_dir, **extra)).learn(total=2)
     resumed = GRPO.from_run(stopped)
     assert resumed.step == 2
     resumed.learn()
@@ -86,6 +89,8 @@ def test_grpo_resume_is_exact(tmp_path, fresh_model_dir):
     train_a = [r for r in a if "train/loss" in r]
     train_b = [r for r in b if "train/loss" in r]
     assert len(train_a) == 4 and train_a == train_b
+    if lora_kl:  # the adapters moved away from the reference
+        assert resumed.reference.shares_weights and train_a[-1]["train/kl"] > 0
 
 
 def test_a_raising_reward_is_counted_and_the_run_goes_on(tmp_path, fresh_model_dir):

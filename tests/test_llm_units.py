@@ -321,3 +321,36 @@ def test_lora_trains_adapters_only_and_saves_merged(tmp_path):
     ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert torch.allclose(plain(ids).logits, model(input_ids=ids).logits, atol=1e-4)
+
+
+def test_lora_reference_is_the_model_with_its_adapters_off():
+    """A LoRA run's KL reference keeps no second copy of the weights, yet stays the start."""
+    from payoff.models.lm import FrozenReference
+
+    model, tokenizer = load_lm(ModelConfig(lora_rank=4), seed=0)
+    model.train()
+    ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        start = model(input_ids=ids).logits.clone()
+    reference = FrozenReference(model)
+    assert reference.shares_weights and reference.state_dict() is None
+    with torch.no_grad():  # training moves the adapters off zero
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05)
+        moved = model(input_ids=ids).logits
+        with reference.model() as ref:
+            assert not ref.training
+            assert torch.allclose(ref(input_ids=ids).logits, start, atol=1e-6)
+    assert not torch.allclose(moved, start, atol=1e-3)
+    assert model.training  # the mode comes back after the block
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, moved)  # adapters back on
+    # Full fine-tuning keeps a frozen copy that training does not move.
+    plain, _ = load_lm(ModelConfig(), seed=0)
+    copy_reference = FrozenReference(plain)
+    assert not copy_reference.shares_weights
+    with torch.no_grad():
+        next(plain.parameters()).add_(1.0)
+        with copy_reference.model() as ref:
+            assert not torch.equal(next(ref.parameters()), next(plain.parameters()))

@@ -18,7 +18,6 @@ size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from payoff.algos.shared.logprobs import batched_completion_logprobs, completion
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
-from payoff.models.lm import ModelConfig, load_lm
+from payoff.models.lm import FrozenReference, ModelConfig, load_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig
 from payoff.rollout.ray_backend import RayConfig
@@ -236,9 +235,7 @@ class GRPO(LMAlgorithm):
         self.generator = torch.Generator().manual_seed(config.seed)
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
         # The frozen reference for the KL term; with beta = 0 there is none to keep.
-        self.reference = None
-        if config.beta > 0:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.reference = FrozenReference(self.model) if config.beta > 0 else None
         specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
         self.rewards = RewardMix(specs, on_event=self._reward_event)
         self.verifier = RewardMix([correctness_spec(self.task)])
@@ -326,16 +323,17 @@ class GRPO(LMAlgorithm):
             )
         ref_logprobs = None
         if self.reference is not None:
-            ref_logprobs = batched_completion_logprobs(
-                self.reference,
-                g.prompt_ids,
-                g.prompt_mask,
-                g.completion_ids,
-                g.completion_mask,
-                config.temperature,
-                minibatch,
-                group,
-            )
+            with self.reference.model() as reference:
+                ref_logprobs = batched_completion_logprobs(
+                    reference,
+                    g.prompt_ids,
+                    g.prompt_mask,
+                    g.completion_ids,
+                    g.completion_mask,
+                    config.temperature,
+                    minibatch,
+                    group,
+                )
         stats: dict[str, list[float]] = {
             k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
         }
@@ -510,15 +508,15 @@ class GRPO(LMAlgorithm):
             },
         }
         if self.reference is not None:
-            state["reference"] = {k: v.clone() for k, v in self.reference.state_dict().items()}
+            state["reference"] = self.reference.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.reference is not None and "reference" in state:
-            self.reference.load_state_dict(state["reference"])
+        if self.reference is not None:
+            self.reference.load_state_dict(state.get("reference"))
         self.step = int(state["step"])
         self.samples_seen = int(state["samples_seen"])
         set_rng_state(state["rng"], self.rng)

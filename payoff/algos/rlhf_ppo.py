@@ -19,7 +19,6 @@ train/kl_coef and PPO's diagnostics (approx_kl, clip_fraction, value loss).
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig
-from payoff.models.lm import ModelConfig, load_lm
+from payoff.models.lm import FrozenReference, ModelConfig, load_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
 from payoff.rollout.generation import LocalSampler, SamplingConfig
@@ -190,7 +189,7 @@ class RLHFPPO(LMAlgorithm):
         self.rng = seed_everything(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.reference = FrozenReference(self.model)
         self.critic = build_scalar_model(model_config, seed=config.seed + 1)
         self.proxy_eval: dict[str, Any] = {}
         self.reward_model: Any
@@ -278,7 +277,8 @@ class RLHFPPO(LMAlgorithm):
                     config.temperature,
                 )
                 old_logprobs = batched_completion_logprobs(self.model, *args)
-                ref_logprobs = batched_completion_logprobs(self.reference, *args)
+                with self.reference.model() as reference:
+                    ref_logprobs = batched_completion_logprobs(reference, *args)
                 with torch.no_grad():
                     old_values = self.critic_values(g) * mask
                 self.score_stats.update(scores)

@@ -8,7 +8,9 @@ touches the network: a path must be a folder on disk.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,54 @@ def add_lora(model, config: ModelConfig):
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
+
+
+def is_lora(model: Any) -> bool:
+    """True for a peft model with adapters (what `load_lm` returns when lora_rank > 0)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+class FrozenReference:
+    """The frozen reference policy of a KL term: the model as training starts.
+
+    Full fine-tuning keeps a frozen copy of the model. With LoRA only the adapters train,
+    and peft starts them at zero, so the model with its adapters switched off *is* the
+    starting policy: no second copy of the weights (TRL does the same), which halves the
+    weight memory of a LoRA run with a KL penalty.
+
+        with reference.model() as ref:
+            ref_logprobs = batched_completion_logprobs(ref, ...)
+    """
+
+    def __init__(self, model: Any):
+        self.shares_weights = is_lora(model)
+        self._model = (
+            model if self.shares_weights else copy.deepcopy(model).eval().requires_grad_(False)
+        )
+
+    @contextlib.contextmanager
+    def model(self) -> Iterator[Any]:
+        """The reference as a model, inside this block only (adapters off, eval mode)."""
+        if not self.shares_weights:
+            yield self._model
+            return
+        was_training = self._model.training
+        self._model.eval()
+        try:
+            with self._model.disable_adapter():
+                yield self._model
+        finally:
+            self._model.train(was_training)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The copy's weights (None when shared: the policy's state holds them)."""
+        if self.shares_weights:
+            return None
+        return {k: v.clone() for k, v in self._model.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is not None and not self.shares_weights:
+            self._model.load_state_dict(state)
 
 
 def save_lm(model, tokenizer, path: str | Path) -> Path:
