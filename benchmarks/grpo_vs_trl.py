@@ -200,6 +200,7 @@ def main() -> None:
     model = base_model()
     print(f"base model: {model}", flush=True)
     results = []
+    load_before = os.getloadavg()[0]
     for lr in lrs:
         for side in ("payoff", "trl"):
             command = [
@@ -240,6 +241,13 @@ def main() -> None:
         for side in ("payoff", "trl")
     }
     speed = best["trl"]["s_per_step"] / best["payoff"]["s_per_step"]
+    # The same comparison at every learning rate: one lr's pair is exposed to load changes.
+    per_lr = [
+        next(r for r in results if r["side"] == "trl" and r["lr"] == lr)["s_per_step"]
+        / next(r for r in results if r["side"] == "payoff" and r["lr"] == lr)["s_per_step"]
+        for lr in lrs
+    ]
+    load_after = os.getloadavg()[0]
     print(
         f"payoff is {speed:.2f}x TRL's speed per optimizer step; best held-out accuracy payoff "
         f"{best['payoff']['accuracy']:.3f} vs TRL {best['trl']['accuracy']:.3f}"
@@ -277,7 +285,11 @@ def main() -> None:
         f"evaluation code for both.\n\n{table}\n\n"
         f"**payoff runs at {speed:.2f}x TRL's steps per second**; best held-out accuracy after {steps} steps: "
         f"payoff {best['payoff']['accuracy']:.3f} (lr {best['payoff']['lr']:g}), TRL {best['trl']['accuracy']:.3f} "
-        f"(lr {best['trl']['lr']:g}). Peak RSS includes each library's imports (TRL pulls in datasets/pyarrow)."
+        f"(lr {best['trl']['lr']:g}). At each learning rate: "
+        + ", ".join(f"{r:.2f}x (lr {lr:g})" for r, lr in zip(per_lr, lrs, strict=True))
+        + ". Peak RSS includes each library's imports (TRL pulls in datasets/pyarrow). "
+        f"Machine load average (1 min) {load_before:.1f} at the start, {load_after:.1f} at the end "
+        "(2 cores; above ~1 other work shared them)."
     )
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)
 
