@@ -308,32 +308,23 @@ class GRPO(LMAlgorithm):
         on_policy = config.updates_per_batch == 1 and minibatch == batch
         # A minibatch of whole groups runs each prompt once for all G of its completions.
         group = config.group_size if minibatch % config.group_size == 0 else 1
+        batch_args = (
+            g.prompt_ids,
+            g.prompt_mask,
+            g.completion_ids,
+            g.completion_mask,
+            config.temperature,
+            minibatch,
+            group,
+        )
         old_logprobs = None
         if not on_policy:
             # Samples are reused after the policy moves, so pin pi_old before the first step.
-            old_logprobs = batched_completion_logprobs(
-                self.model,
-                g.prompt_ids,
-                g.prompt_mask,
-                g.completion_ids,
-                g.completion_mask,
-                config.temperature,
-                minibatch,
-                group,
-            )
+            old_logprobs = batched_completion_logprobs(self.model, *batch_args)
         ref_logprobs = None
         if self.reference is not None:
             with self.reference.model() as reference:
-                ref_logprobs = batched_completion_logprobs(
-                    reference,
-                    g.prompt_ids,
-                    g.prompt_mask,
-                    g.completion_ids,
-                    g.completion_mask,
-                    config.temperature,
-                    minibatch,
-                    group,
-                )
+                ref_logprobs = batched_completion_logprobs(reference, *batch_args)
         stats: dict[str, list[float]] = {
             k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
         }
