@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from payoff.algos.alphazero import AlphaZero
+from payoff.algos.alphazero import AlphaZero, PlayerSpec
 from payoff.core.errors import ConfigError
 
 TINY = dict(
@@ -69,3 +69,34 @@ def test_workers_are_reproducible_and_resume_exactly(two_workers: AlphaZero) -> 
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="'workers' must be >= 1, got 0"):
         AlphaZero(**{**TINY, "workers": 0})
+
+
+def test_evaluation_matches_in_workers_equal_the_main_process() -> None:
+    config = {**TINY, "iterations": 1, "eval_games": 6, "baselines": ["random", "greedy"]}
+    pooled = AlphaZero(workers=2, **config)
+    local = AlphaZero(workers=1, **config)
+    local.best.load_state_dict(pooled.best.state_dict())
+    weights = pooled._weights(pooled.best)
+    matches = [
+        (PlayerSpec("net", 5, weights, 8), PlayerSpec("random", 6), 6),
+        (PlayerSpec("net", 5, weights, 8, random_moves=2), PlayerSpec("greedy", 7), 6),
+        (PlayerSpec("net", 5, weights, 8, 2), PlayerSpec("old", 8, weights, 4, 2), 4),
+    ]
+    try:
+        in_workers = pooled._play_matches(matches)
+        assert pooled._worker_cpu  # the workers played (and their CPU is counted)
+    finally:
+        pooled._close_pool()
+    assert [(r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in in_workers] == [
+        (r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in local._play_matches(matches)
+    ]
+
+
+def test_league_and_final_matches_run_in_workers() -> None:
+    config = {**TINY, "iterations": 2, "eval_every": 1, "eval_games": 4, "final_eval_games": 4}
+    agent = AlphaZero(workers=2, **config).learn()
+    evals = [h for h in agent.history if "eval/elo" in h]
+    assert len(evals) == 3  # before training and after each iteration
+    assert "eval/score_vs_previous" in evals[-1]
+    assert "final/score_vs_random" in agent.history[-1]
+    assert agent._pool is None
