@@ -122,6 +122,20 @@ def test_config_errors() -> None:
         AlphaZero(**{**TINY, "baselines": ["alphabeta"]})
     with pytest.raises(ConfigError, match="batch_size"):
         AlphaZero(batch_size=512, replay_size=100)
+    with pytest.raises(ConfigError, match="'learning_rate_end' must be >= 0"):
+        AlphaZero(**{**TINY, "learning_rate_end": -1e-3})
+
+
+def test_learning_rate_decays_linearly_to_its_end() -> None:
+    agent = AlphaZero(iterations=3, learning_rate=1e-3, learning_rate_end=1e-4, **TINY).learn()
+    rates = [h["train/learning_rate"] for h in agent.history if "train/learning_rate" in h]
+    assert rates == pytest.approx([1e-3, 5.5e-4, 1e-4])
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
+    constant = AlphaZero(iterations=2, learning_rate=1e-3, **TINY).learn()
+    assert [h["train/learning_rate"] for h in constant.history if "train/learning_rate" in h] == [
+        1e-3,
+        1e-3,
+    ]
 
 
 def test_replay_keeps_symmetries_and_outcomes() -> None:

@@ -81,6 +81,9 @@ class AlphaZeroConfig:
         Trap: too large keeps stale targets from weak early networks around for long.
     batch_size / train_steps: minibatch size and gradient steps per iteration.
     learning_rate / weight_decay: Adam(W) settings.
+    learning_rate_end: null keeps learning_rate; a number decays the rate linearly to it
+        over the iterations (the last network is then an average of late data, not one
+        iteration's jump).
     augment: store every position with its board symmetries (8 in tic-tac-toe, 2 in
         Connect Four): more data per game for free.
     gate_games / gate_threshold / gate_simulations: the candidate-vs-best match; gate_games
@@ -121,6 +124,7 @@ class AlphaZeroConfig:
     batch_size: int = 256
     train_steps: int = 100
     learning_rate: float = 1e-3
+    learning_rate_end: float | None = None
     weight_decay: float = 1e-4
     augment: bool = True
     gate_games: int = 20
@@ -163,6 +167,10 @@ class AlphaZeroConfig:
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"config key {key!r} must be >= 0, got {getattr(self, key)}")
+        if self.learning_rate_end is not None and self.learning_rate_end < 0:
+            raise ConfigError(
+                f"config key 'learning_rate_end' must be >= 0 (or null), got {self.learning_rate_end}"
+            )
         if not 0.0 <= self.gate_threshold <= 1.0:
             raise ConfigError(
                 f"config key 'gate_threshold' must be in [0, 1], got {self.gate_threshold}"
@@ -617,6 +625,9 @@ class AlphaZero(Algorithm):
         config = self.config
         started = time.perf_counter()
         self.net.train()
+        rate = self._learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         torch.set_num_threads(config.train_threads or max(config.workers, config.threads))
         sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
         steps = config.train_steps if self.replay.size >= config.batch_size else 0
@@ -635,10 +646,23 @@ class AlphaZero(Algorithm):
             sums["entropy"] += -(log_probs.exp() * log_probs).sum(dim=-1).mean().item()
         torch.set_num_threads(config.threads)  # searches run best on one thread
         self.net.eval()
-        metrics: dict[str, Any] = {"perf/train_seconds": time.perf_counter() - started}
+        metrics: dict[str, Any] = {
+            "perf/train_seconds": time.perf_counter() - started,
+            "train/learning_rate": rate,
+        }
         if steps:
             metrics.update({f"train/{k}": v / steps for k, v in sums.items()})
         return metrics
+
+    def _learning_rate(self) -> float:
+        """This iteration's rate: constant, or linear from learning_rate to learning_rate_end."""
+        config = self.config
+        if config.learning_rate_end is None:
+            return config.learning_rate
+        progress = self.iteration / max(1, config.iterations - 1)
+        return config.learning_rate + min(1.0, progress) * (
+            config.learning_rate_end - config.learning_rate
+        )
 
     def _gate(self) -> dict[str, Any]:
         """Candidate vs best; the candidate replaces the best if it scores >= gate_threshold."""
