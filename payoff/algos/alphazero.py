@@ -578,8 +578,9 @@ class AlphaZero(Algorithm):
                 self._worker_cpu[pid] = cpu
         except BrokenProcessPool as err:
             raise RunError(
-                f"a worker process died ({err}); out of memory? try fewer 'workers' "
-                "or a smaller games_per_iteration"
+                f"a worker process died ({err}); out of memory? try fewer 'workers' or a "
+                "smaller games_per_iteration. From a Python script, start training under "
+                "`if __name__ == '__main__':`: worker processes import the script's module"
             ) from err
         return results
 
