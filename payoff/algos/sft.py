@@ -51,6 +51,12 @@ class SFTConfig:
         (wrong, but plausible-looking): a stand-in for noisy pretraining text. A model trained
         this way knows the right answer but spreads probability over wrong ones, which is the
         situation RL with a verifier sharpens. Evaluation always uses the true answers.
+    stop_at_accuracy: stop as soon as greedy accuracy on `task.eval_size` fixed problems from
+        the training distribution (split 'train', never the held-out test split) reaches this;
+        checked every eval_every steps, with `steps` as the cap. A model that learns in a
+        sudden jump (as the tiny model does arithmetic) lands on the jump at a different
+        step on every kind of CPU (the float rounding of its kernels differs); stopping at an
+        accuracy instead of a step count gives RL the same starting point everywhere.
     max_new_tokens: completion length for evaluation.
     eval_every / log_every / checkpoint_every: in optimizer steps.
     threads: torch CPU threads. 1 is fastest for small models on a shared or 2-core machine
@@ -68,6 +74,7 @@ class SFTConfig:
     loss_on: Literal["completion", "all"] = "completion"
     max_grad_norm: float = 1.0
     answer_noise: float = 0.0
+    stop_at_accuracy: float | None = None
     max_new_tokens: int = 8
     log_every: int = 10
     eval_every: int = 100
@@ -83,6 +90,11 @@ class SFTConfig:
         if not 0.0 <= self.answer_noise < 1.0:
             raise ConfigError(
                 f"config key 'answer_noise' must be in [0, 1), got {self.answer_noise}"
+            )
+        if self.stop_at_accuracy is not None and not 0.0 < self.stop_at_accuracy <= 1.0:
+            raise ConfigError(
+                f"config key 'stop_at_accuracy' must be in (0, 1] or null, "
+                f"got {self.stop_at_accuracy}"
             )
 
 
@@ -110,6 +122,7 @@ class SFT(LMAlgorithm):
         )
         self.step = 0
         self.best_accuracy = 0.0
+        self.stopped_at: int | None = None  # the step at which stop_at_accuracy was reached
 
     def max_new_tokens(self) -> int:
         return self.config.max_new_tokens
@@ -157,7 +170,7 @@ class SFT(LMAlgorithm):
         progress = Progress(total, initial=self.step, desc=f"sft {config.task.name}")
         self.model.train()
         with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
+            while self.step < total and self.stopped_at is None and not interrupt.requested:
                 started = time.time()
                 batch = self.batch(self.task.sample(self.rng, config.batch_size))
                 loss = self.model(**batch).loss
@@ -185,14 +198,26 @@ class SFT(LMAlgorithm):
                     result = self.evaluate(config.task.eval_size, split="test", k=())
                     self.best_accuracy = max(self.best_accuracy, result.accuracy)
                     self.log(self.step, **{"eval/accuracy": result.accuracy})
+                    if self._reached_target():
+                        self.stopped_at = self.step
+                        break
                 if self.step % config.checkpoint_every == 0:
                     self.checkpoint()
         progress.close()
         self.interrupted = interrupt.requested
-        if self.step >= total:
+        if self.step >= total or self.stopped_at is not None:
             self._finish()
         self.checkpoint()
         return self
+
+    def _reached_target(self) -> bool:
+        """True once training-distribution accuracy reaches config.stop_at_accuracy (logged)."""
+        target = self.config.stop_at_accuracy
+        if target is None:
+            return False
+        probe = self.evaluate(self.config.task.eval_size, split="train", k=())
+        self.log(self.step, **{"eval/train_accuracy": probe.accuracy})
+        return probe.accuracy >= target
 
     def _finish(self) -> None:
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
@@ -202,6 +227,7 @@ class SFT(LMAlgorithm):
                 final_eval=result.to_dict(),
                 final_line=result.line(),
                 steps=self.step,
+                stopped_at_accuracy=self.stopped_at,
                 model_dir=str(self.run.path / "model"),
             )
 
@@ -213,6 +239,7 @@ class SFT(LMAlgorithm):
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "best_accuracy": self.best_accuracy,
+            "stopped_at": self.stopped_at,
             "rng": rng_state(self.rng),
         }
 
@@ -222,6 +249,7 @@ class SFT(LMAlgorithm):
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
         self.best_accuracy = float(state["best_accuracy"])
+        self.stopped_at = state.get("stopped_at")
         set_rng_state(state["rng"], self.rng)
 
 
@@ -232,7 +260,9 @@ class BaseModelConfig:
 
     It is trained with SFT on the RL run's own task (same options), then cached under
     $PAYOFF_CACHE (default ~/.cache/payoff)/base-models/, keyed by these settings and the
-    task, so later runs reuse it. Stop it early (few steps) to leave RL room to improve.
+    task, so later runs reuse it. Stop it early to leave RL room to improve: after `steps`,
+    or, with `stop_at_accuracy`, as soon as the model answers that fraction of training-
+    distribution problems (checked every `check_every` steps; `steps` is then the cap).
     """
 
     steps: int = 300
@@ -240,6 +270,8 @@ class BaseModelConfig:
     learning_rate: float = 1e-3
     loss_on: Literal["completion", "all"] = "completion"
     answer_noise: float = 0.0
+    stop_at_accuracy: float | None = None
+    check_every: int = 25
     seed: int = 0
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
 
@@ -259,8 +291,9 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         learning_rate=base.learning_rate,
         loss_on=base.loss_on,
         answer_noise=base.answer_noise,
+        stop_at_accuracy=base.stop_at_accuracy,
         max_new_tokens=max_new_tokens,
-        eval_every=base.steps,
+        eval_every=base.steps if base.stop_at_accuracy is None else base.check_every,
         log_every=base.steps,
         checkpoint_every=base.steps,
     )
@@ -286,7 +319,8 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         tmp.rename(path)
-    print(f"base model: greedy test accuracy {result.accuracy:.3f}", file=sys.stderr)
+    stopped = "" if sft.stopped_at is None else f" (stopped at step {sft.stopped_at})"
+    print(f"base model: greedy test accuracy {result.accuracy:.3f}{stopped}", file=sys.stderr)
     return path
 
 
