@@ -2,14 +2,15 @@
 
 calculator-agent: the recipe's SFT base is a 64-wide, 2-layer tiny Llama (900 SFT steps at 0.13 s instead of
 the default model's 0.91 s: that base used to be 8 of this test's ~9.4 min from a cold
-cache). The test runs the recipe's first 20 of 40 GRPO steps on its 128 held-out problems.
+cache). The test runs the recipe's 60 GRPO steps on its 128 held-out problems.
 
-Measured (seed 0, cold $PAYOFF_CACHE, nice -n 15 on the shared 2-core machine, load ~3):
-~3.0 min in all (SFT 148 s, 20 GRPO steps 27 s, evaluations 2 s).
-Held-out greedy success 0.703 -> 0.766 (step 10) -> 0.820 (step 20); on the large problems,
-where calling the calculator pays, 0.476 -> 0.762 as calls there go 0.54 -> 0.89 per episode.
-Identical numbers on every run with the same seed (three cold runs). GRPO seeds 1 and 2 on
-the same base gain more: 0.680 -> 0.922 and 0.711 -> 0.953 (large problems +0.34 both).
+Measured (seed 0) on two kinds of CPU kernels, whose float rounding differs (AVX-512 on the
+development machine, and AVX2 forced with ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2): held-out
+greedy success 0.703 -> 0.625 (step 10) -> 0.758 (20) -> 0.875 (60), large problems
+0.540 -> 0.762; and 0.648 -> 0.734 (20) -> 0.875 (60), large problems 0.397 -> 0.794.
+After 20 steps, as this test once ran, the first gained only +0.055 and +0.048 on large
+problems, and CI's machine 0.672 -> 0.664: early GRPO is noisy, so the test runs 60 steps.
+~2.5 min in all from a cold cache (SFT ~70 s, 60 GRPO steps ~50-60 s).
 The base is cached under $PAYOFF_CACHE, so later runs take ~45 s.
 """
 
@@ -38,11 +39,10 @@ def test_calculator_agent_improves_success():
     assert end["eval/malformed"] <= start["eval/malformed"] + 0.05, (start, end)
 
 
-STEPS = 20
-# Half the gains measured with seed 0 (+0.117 overall, +0.286 on large problems), the
-# smallest of three GRPO seeds, for margin.
-GAIN = 0.05
-HARD_GAIN = 0.14
+STEPS = 60
+# About half the smaller of the two measured gains (+0.172 overall, +0.222 on large problems).
+GAIN = 0.08
+HARD_GAIN = 0.11
 
 
 @pytest.mark.slow
