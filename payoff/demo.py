@@ -34,7 +34,7 @@ STEPS = [
     DemoStep(
         "GRPO with verifiable rewards on 2-digit addition (tiny LM)",
         "arithmetic-grpo",
-        ["steps=150", "eval_every=50"],
+        ["steps=200", "eval_every=50"],
     ),
     DemoStep("Over-optimizing a learned reward model (best-of-N)", "rlhf-overoptimization"),
     DemoStep(

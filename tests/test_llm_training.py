@@ -73,6 +73,34 @@ def test_payoff_trained_model_loads_with_plain_transformers(tmp_path):
         assert torch.allclose(model(ids).logits, sft.model(ids).logits, atol=1e-5)
 
 
+def test_sft_stops_at_the_target_accuracy_and_says_so(tmp_path):
+    """stop_at_accuracy ends SFT at the first check where the training problems are answered."""
+    from payoff.core.errors import ConfigError
+
+    data = tmp_path / "sevens.jsonl"  # every answer is 7: learnt in a few dozen steps
+    data.write_text("".join(f'{{"prompt": "{i}+{9 - i}=", "answer": "7"}}\n' for i in range(10)))
+    task = {"name": "jsonl", "data": str(data), "test_data": str(data), "eval_size": 8}
+    run = Run.create(tmp_path, "sft", {"algo": "sft"})
+    sft = SFT(
+        config=None,
+        run=run,
+        steps=300,
+        batch_size=16,
+        eval_every=5,
+        stop_at_accuracy=1.0,
+        task=task,
+        max_new_tokens=2,
+    )
+    sft.learn()
+    assert sft.stopped_at is not None and sft.step == sft.stopped_at < 300
+    assert sft.stopped_at % 5 == 0
+    probes = [r["eval/train_accuracy"] for r in run.records() if "eval/train_accuracy" in r]
+    assert probes[-1] == 1.0 and all(p < 1.0 for p in probes[:-1])
+    assert run.summary()["stopped_at_accuracy"] == sft.stopped_at
+    with pytest.raises(ConfigError, match="'stop_at_accuracy' must be in"):
+        SFT(config=None, stop_at_accuracy=1.5, task=task)
+
+
 @pytest.mark.parametrize("lora_kl", [False, True], ids=["full", "lora-kl"])
 def test_grpo_resume_is_exact(tmp_path, fresh_model_dir, lora_kl):
     # lora-kl: LoRA adapters with a KL penalty, whose reference is the model with adapters off.
@@ -136,15 +164,16 @@ def test_arithmetic_grpo_demo_lifts_held_out_accuracy(tmp_path, monkeypatch):
     monkeypatch.setenv("PAYOFF_CACHE", str(tmp_path / "cache"))  # builds the base model itself
     run = train.train(
         "arithmetic-grpo",
-        ["steps=150", "eval_every=50", "checkpoint_every=1000", "final_eval_k=[1,4]"],
+        ["steps=200", "eval_every=50", "checkpoint_every=1000", "final_eval_k=[1,4]"],
         out=tmp_path / "runs",
     )
     summary = run.summary()
     start, end = summary["start_accuracy"], summary["final_eval"]["accuracy"]
-    # Measured with seed 0 (one torch thread): 0.23 -> 0.355 after 150 steps (0.39 before the
-    # switch to fused AdamW, whose rounding differs; 0.20-0.215 at steps 25-50: the greedy
-    # held-out accuracy is flat, then noisy, early on), so demand 0.10.
-    assert start < 0.35
+    # Measured with seed 0 (one torch thread) on two kinds of CPU kernels (AVX-512, and AVX2
+    # forced with ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2): the base model stops at train
+    # accuracy 0.4 after 750 / 575 SFT steps, greedy test accuracy 0.495 on both; after 200
+    # GRPO steps 0.68 / 0.70 (+0.185 / +0.205; +0.14 / +0.255 at 150). Demand 0.10.
+    assert 0.3 < start < 0.65
     assert end >= start + 0.10
     assert (run.media / "llm_training.png").is_file() and (run.media / "report.html").is_file()
     assert (run.path / "model" / "model.safetensors").is_file()
