@@ -27,6 +27,12 @@ def explodes(prompts, completions, **kwargs):
     return [1.0 for _ in completions]
 
 
+def flat_when_even(prompts, completions, **kwargs):
+    """1 for every completion of a prompt whose first digit is even (a flat group), else digit_share."""
+    shares = digit_share(prompts, completions)
+    return [1.0 if int(p[0]) % 2 == 0 else s for p, s in zip(prompts, shares, strict=True)]
+
+
 @pytest.fixture(scope="module")
 def fresh_model_dir(tmp_path_factory):
     """An untrained tiny model saved in HF format: GRPO tests start from it, skipping pretraining."""
@@ -119,6 +125,32 @@ def test_grpo_resume_is_exact(tmp_path, fresh_model_dir, lora_kl):
     assert len(train_a) == 4 and train_a == train_b
     if lora_kl:  # the adapters moved away from the reference
         assert resumed.reference.shares_weights and train_a[-1]["train/kl"] > 0
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # the whole batch at once, each prompt run once for its group
+        {"minibatch_size": 4, "loss_aggregation": "token"},  # a group per step: some steps all flat
+        {"minibatch_size": 2, "updates_per_batch": 2, "loss_aggregation": "dr_grpo"},  # single rows
+    ],
+    ids=["batch", "group-minibatches", "row-minibatches"],
+)
+def test_skipping_zero_advantage_rows_changes_the_work_not_the_update(fresh_model_dir, extra):
+    def train(skip: bool) -> tuple[GRPO, list[dict]]:
+        settings = _grpo_settings(fresh_model_dir, skip_zero_advantage=skip, **extra)
+        settings["rewards"] = [{"name": f"{__file__}:flat_when_even"}]
+        grpo = GRPO(steps=3, **settings)
+        grpo.learn()
+        return grpo, [r for r in grpo.history if "train/loss" in r]
+
+    (skipping, logs), (plain, plain_logs) = train(True), train(False)
+    assert 0 < sum(r["train/flat_groups"] for r in logs) < len(logs)  # both kinds of group
+    for a, b in zip(skipping.model.parameters(), plain.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # Adam steps are ~1e-3
+    for a, b in zip(logs, plain_logs, strict=True):
+        for key in ("train/loss", "train/policy_loss", "train/clip_fraction", "train/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 
 def test_a_raising_reward_is_counted_and_the_run_goes_on(tmp_path, fresh_model_dir):

@@ -75,6 +75,12 @@ class GRPOConfig:
         (clip_eps_high null = symmetric; DAPO raises it to ~0.28 to keep exploring).
     beta: KL coefficient to the frozen starting model (k3 estimator). 0 = no KL and no
         reference model in memory.
+    skip_zero_advantage: with beta = 0 a completion whose advantage is 0 (every completion
+        of a group whose rewards are all equal) adds exactly nothing to the gradient, so its
+        forward and backward passes are skipped; the loss keeps the whole minibatch's
+        denominators, so the update is the same as without skipping. Flat groups are common
+        (30-50% of the arithmetic recipe's), so this saves that share of the update's work.
+        train/entropy is then the mean over the completions trained on. false runs every row.
     scale_rewards: divide advantages by the group's reward std (GRPO); false = Dr. GRPO's
         mean-centring only, which does not up-weight nearly-solved or hopeless prompts.
     loss_aggregation: 'sequence' = mean over each completion's tokens, then over completions
@@ -111,6 +117,7 @@ class GRPOConfig:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     beta: float = 0.0
+    skip_zero_advantage: bool = True
     scale_rewards: bool = True
     loss_aggregation: Aggregation = "sequence"
     temperature: float = 1.0
@@ -179,8 +186,15 @@ def grpo_loss(
     clip_high: float = 0.2,
     aggregation: Aggregation = "sequence",
     max_tokens: int | None = None,
+    rows: int | None = None,
+    tokens: int | None = None,
 ) -> LossParts:
-    """Clipped-ratio policy loss with an optional k3 KL penalty, aggregated over tokens."""
+    """Clipped-ratio policy loss with an optional k3 KL penalty, aggregated over tokens.
+
+    rows / tokens: the completions and completion tokens the loss is averaged over (default:
+    those given). Larger when rows known to contribute nothing were left out of the batch,
+    so that the loss and its gradient stay those of the whole batch.
+    """
     mask = mask.to(logprobs.dtype)
     ratio = (logprobs - old_logprobs).exp()
     adv = advantages[:, None]  # one advantage per completion, shared by its tokens
@@ -191,26 +205,50 @@ def grpo_loss(
     if beta > 0 and ref_logprobs is not None:
         kl = kl_k3(logprobs, ref_logprobs)
         per_token = per_token + beta * kl
-    loss = aggregate(per_token, mask, aggregation, max_tokens)
+    loss = aggregate(per_token, mask, aggregation, max_tokens, rows, tokens)
     with torch.no_grad():
-        tokens = mask.sum().clamp(min=1)
+        total_tokens = mask.sum().clamp(min=1) if tokens is None else max(tokens, 1)
         was_clipped = ((ratio < 1 - clip_low) & (adv < 0)) | ((ratio > 1 + clip_high) & (adv > 0))
-        clip_fraction = (was_clipped.to(mask.dtype) * mask).sum() / tokens
-        mean_kl = (kl * mask).sum() / tokens
-        policy = aggregate(-torch.min(unclipped, clipped), mask, aggregation, max_tokens)
+        clip_fraction = (was_clipped.to(mask.dtype) * mask).sum() / total_tokens
+        mean_kl = (kl * mask).sum() / total_tokens
+        policy = aggregate(
+            -torch.min(unclipped, clipped), mask, aggregation, max_tokens, rows, tokens
+        )
     return LossParts(loss, policy, mean_kl, clip_fraction)
 
 
+def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
+    """Which rows of a minibatch to run: those with a non-zero advantage, [B] bool.
+
+    With group > 1 the rows come in whole groups that share one prompt pass, so a group is
+    kept whole when any of its rows counts.
+    """
+    nonzero = advantages != 0
+    if group == 1:
+        return nonzero
+    return nonzero.view(-1, group).any(-1).repeat_interleave(group)
+
+
 def aggregate(
-    per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    how: Aggregation,
+    max_tokens: int | None = None,
+    rows: int | None = None,
+    tokens: int | None = None,
 ) -> torch.Tensor:
-    """Reduce a [B, T] per-token loss to a scalar over the masked tokens."""
+    """Reduce a [B, T] per-token loss to a scalar over the masked tokens.
+
+    rows / tokens override the number of completions / tokens divided by (see grpo_loss).
+    """
+    rows = mask.shape[0] if rows is None else rows
     if how == "sequence":
-        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum() / max(rows, 1)
     if how == "token":
-        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+        total = mask.sum().clamp(min=1) if tokens is None else max(tokens, 1)
+        return (per_token * mask).sum() / total
     if how == "dr_grpo":
-        return (per_token * mask).sum() / (mask.shape[0] * (max_tokens or mask.shape[1]))
+        return (per_token * mask).sum() / (rows * (max_tokens or mask.shape[1]))
     raise ValueError(f"unknown loss aggregation {how!r}; valid: sequence, token, dr_grpo")
 
 
@@ -249,9 +287,9 @@ class GRPO(LMAlgorithm):
                 seed=config.seed,
                 group_size=config.group_size,
             )
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(  # fused: one kernel, ~3x faster steps on CPU
-            trainable, lr=config.learning_rate, weight_decay=config.weight_decay, fused=True
+            self.trainable, lr=config.learning_rate, weight_decay=config.weight_decay, fused=True
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / max(1, config.warmup_steps))
@@ -328,6 +366,8 @@ class GRPO(LMAlgorithm):
         stats: dict[str, list[float]] = {
             k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
         }
+        # Only the policy term has a gradient when there is no KL term, and it is A * (...).
+        skip = config.skip_zero_advantage and self.reference is None
         if not self.model.training:  # the sampler restores the mode; a no-op walk costs ~1 ms
             self.model.train()
         for _ in range(config.updates_per_batch):
@@ -340,47 +380,62 @@ class GRPO(LMAlgorithm):
                 order = torch.randperm(batch, generator=self.generator)
             for start in range(0, batch, minibatch):
                 index = order[start : start + minibatch]
-                mask = g.completion_mask[index]
-                out = completion_logprobs(
-                    self.model,
-                    g.prompt_ids[index],
-                    g.prompt_mask[index],
-                    g.completion_ids[index],
-                    mask,
-                    config.temperature,
-                    with_entropy=True,
-                    group_size=group,
-                )
-                old = out.logprobs.detach() if old_logprobs is None else old_logprobs[index]
-                parts = grpo_loss(
-                    out.logprobs,
-                    old,
-                    advantages[index],
-                    mask,
-                    ref_logprobs[index] if ref_logprobs is not None else None,
-                    beta=config.beta,
-                    clip_low=config.clip_eps,
-                    clip_high=config.clip_eps
-                    if config.clip_eps_high is None
-                    else config.clip_eps_high,
-                    aggregation=config.loss_aggregation,
-                    max_tokens=config.max_new_tokens,
-                )
+                rows, tokens = len(index), int(g.completion_mask[index].sum())
+                if skip:  # rows with no gradient need no forward or backward
+                    index = index[_rows_with_gradient(advantages[index], group)]
                 self.optimizer.zero_grad(set_to_none=True)
-                parts.loss.backward()
+                if len(index):
+                    mask = g.completion_mask[index]
+                    out = completion_logprobs(
+                        self.model,
+                        g.prompt_ids[index],
+                        g.prompt_mask[index],
+                        g.completion_ids[index],
+                        mask,
+                        config.temperature,
+                        with_entropy=True,
+                        group_size=group,
+                    )
+                    old = out.logprobs.detach() if old_logprobs is None else old_logprobs[index]
+                    parts = grpo_loss(
+                        out.logprobs,
+                        old,
+                        advantages[index],
+                        mask,
+                        ref_logprobs[index] if ref_logprobs is not None else None,
+                        beta=config.beta,
+                        clip_low=config.clip_eps,
+                        clip_high=config.clip_eps
+                        if config.clip_eps_high is None
+                        else config.clip_eps_high,
+                        aggregation=config.loss_aggregation,
+                        max_tokens=config.max_new_tokens,
+                        rows=rows,
+                        tokens=tokens,
+                    )
+                    parts.loss.backward()
+                    assert out.entropy is not None
+                    stats["loss"].append(parts.loss.item())
+                    stats["policy"].append(parts.policy_loss.item())
+                    stats["kl"].append(parts.kl.item())
+                    stats["clip"].append(parts.clip_fraction.item())
+                    stats["entropy"].append(
+                        float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
+                    )
+                else:  # every row skipped: the loss and its gradient are exactly 0
+                    for param in self.trainable:
+                        param.grad = torch.zeros_like(param)
+                    for key in ("loss", "policy", "kl", "clip"):
+                        stats[key].append(0.0)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), config.max_grad_norm
                 )
+                # Adam's moments decay and weight decay acts on a zero gradient too, so the
+                # step is taken either way: skipping changes the work, not the update.
                 self.optimizer.step()
                 self.scheduler.step()
-                assert out.entropy is not None
-                stats["loss"].append(parts.loss.item())
-                stats["policy"].append(parts.policy_loss.item())
-                stats["kl"].append(parts.kl.item())
-                stats["clip"].append(parts.clip_fraction.item())
-                stats["entropy"].append(float((out.entropy * mask).sum() / mask.sum().clamp(min=1)))
                 stats["grad"].append(float(grad_norm))
-        return {k: float(np.mean(v)) for k, v in stats.items()}
+        return {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
 
     # ---- the loop -------------------------------------------------------------------------
     def learn(self, total: int | None = None) -> GRPO:
