@@ -326,3 +326,31 @@ def test_trainer_logs_episode_metrics_and_resumes_exactly(tmp_path, monkeypatch,
     assert (
         again["train/reward"] == last["train/reward"] and again["train/loss"] == last["train/loss"]
     )
+
+
+@pytest.mark.parametrize("credit", ["trajectory", "turn"])
+def test_skipping_zero_advantage_rows_changes_the_work_not_the_update(
+    tmp_path, monkeypatch, credit
+):
+    def first_group_flat(episodes):
+        """The untrained model fails every episode alike: vary the second group's rewards."""
+        per_turn = [[0.0] * len(e.turn_rewards) for e in episodes]
+        for i in range(4, len(episodes)):
+            per_turn[i][-1] = float(i % 4)
+        return per_turn
+
+    def train(skip: bool):
+        agent = _tiny_agent(
+            tmp_path, monkeypatch, credit=credit, skip_zero_advantage=skip, steps=3, group_size=4
+        )
+        agent.rewards = first_group_flat
+        agent.learn(3)
+        return agent, [r for r in agent.history if "train/loss" in r]
+
+    (skipping, logs), (plain, plain_logs) = train(True), train(False)
+    assert all(r["train/flat_groups"] == 0.5 for r in logs)  # rows to skip, rows to train
+    for a, b in zip(skipping.model.parameters(), plain.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # Adam steps are ~3e-4
+    for a, b in zip(logs, plain_logs, strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+        assert a["train/grad_norm"] == pytest.approx(b["train/grad_norm"], rel=1e-4, abs=1e-6)

@@ -102,8 +102,10 @@ class AgentGRPOConfig:
     judge_weight / judge_normalization: add a relative judge's within-group score (the local
         `answer_judge`) times this weight; 0 = verifier only.
     learning_rate / max_grad_norm / warmup_steps / clip_eps / scale_rewards /
-        loss_aggregation / updates_per_batch: as in grpo ('token' aggregation = every model
-        token of the batch counts the same, whatever the episode's length).
+        loss_aggregation / updates_per_batch / skip_zero_advantage: as in grpo ('token'
+        aggregation = every model token of the batch counts the same, whatever the episode's
+        length; there is no KL term here, so rows with advantage 0, e.g. every episode of a
+        group that all succeeded, are always skippable).
     temperature / max_new_tokens: sampling per model turn (max_new_tokens caps one turn).
     eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
         held-out tasks.
@@ -135,6 +137,7 @@ class AgentGRPOConfig:
     scale_rewards: bool = True
     loss_aggregation: Aggregation = "token"
     updates_per_batch: int = 1
+    skip_zero_advantage: bool = True
     temperature: float = 1.0
     max_new_tokens: int = 72
     log_every: int = 1
@@ -276,9 +279,8 @@ class AgentGRPO(Algorithm):
         self.judge = (
             RelativeJudge(answer_judge, config.judge_normalization) if config.judge_weight else None
         )
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=config.learning_rate
-        )
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps))
         )
@@ -367,40 +369,49 @@ class AgentGRPO(Algorithm):
         turns = torch.tensor(row_turn)[:, None]
         mask = torch.where(turns >= 0, mask * (packed.turn_index[:, 1:] == turns), mask)
         adv = torch.tensor(row_adv, dtype=torch.float32)
+        input_ids, attention = packed.input_ids, packed.attention_mask
+        # The loss divides by every row and token; rows with advantage 0 add nothing to it
+        # or its gradient (there is no KL term), so they need no forward or backward.
+        denominators = {"rows": len(rows), "tokens": int(mask.sum())}
+        if self.config.skip_zero_advantage:
+            keep = adv != 0
+            input_ids, attention, mask, adv = (
+                input_ids[keep],
+                attention[keep],
+                mask[keep],
+                adv[keep],
+            )
         temperature = self.config.temperature or 1.0
         self.model.train()
         old = None  # with one pass the samples are exactly on-policy: pi_old is pi, detached
-        if self.config.updates_per_batch > 1:
+        if self.config.updates_per_batch > 1 and len(adv):
             with torch.no_grad():
-                old = sequence_logprobs(
-                    self.model, packed.input_ids, packed.attention_mask, temperature
-                )
+                old = sequence_logprobs(self.model, input_ids, attention, temperature)
         stats: dict[str, float] = {}
         for _ in range(self.config.updates_per_batch):
-            logprobs = sequence_logprobs(
-                self.model, packed.input_ids, packed.attention_mask, temperature
-            )
-            parts = grpo_loss(
-                logprobs,
-                logprobs.detach() if old is None else old,
-                adv,
-                mask,
-                clip_low=self.config.clip_eps,
-                clip_high=self.config.clip_eps,
-                aggregation=self.config.loss_aggregation,
-            )
             self.optimizer.zero_grad(set_to_none=True)
-            parts.loss.backward()
-            grad = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.config.max_grad_norm
-            )
+            loss, clip_fraction = 0.0, 0.0
+            if len(adv):
+                logprobs = sequence_logprobs(self.model, input_ids, attention, temperature)
+                parts = grpo_loss(
+                    logprobs,
+                    logprobs.detach() if old is None else old,
+                    adv,
+                    mask,
+                    clip_low=self.config.clip_eps,
+                    clip_high=self.config.clip_eps,
+                    aggregation=self.config.loss_aggregation,
+                    **denominators,
+                )
+                parts.loss.backward()
+                loss, clip_fraction = parts.loss.item(), float(parts.clip_fraction)
+            else:  # every row skipped: the gradient is 0, and Adam still steps on it
+                for param in self.trainable:
+                    param.grad = torch.zeros_like(param)
+            grad = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
             self.optimizer.step()
             self.scheduler.step()
-            stats = {
-                "loss": parts.loss.item(),
-                "clip": float(parts.clip_fraction),
-                "grad": float(grad),
-            }
+            stats = {"loss": loss, "clip": clip_fraction, "grad": float(grad)}
         return stats
 
     # ---- evaluation -------------------------------------------------------------------------
