@@ -124,6 +124,8 @@ def test_config_errors() -> None:
         AlphaZero(batch_size=512, replay_size=100)
     with pytest.raises(ConfigError, match="'learning_rate_end' must be >= 0"):
         AlphaZero(**{**TINY, "learning_rate_end": -1e-3})
+    with pytest.raises(ConfigError, match="'search_value_weight' must be in \\[0, 1\\]"):
+        AlphaZero(**{**TINY, "search_value_weight": 1.5})
 
 
 def test_learning_rate_decays_linearly_to_its_end() -> None:
@@ -146,6 +148,20 @@ def test_replay_keeps_symmetries_and_outcomes() -> None:
     values = agent.replay.values[:n]
     assert set(np.unique(values)) <= {-1.0, 0.0, 1.0}
     np.testing.assert_allclose(agent.replay.policies[:n].sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_value_targets_mix_outcome_and_search_value() -> None:
+    """search_value_weight w stores (1 - w) * z + w * q: same games, so q = 2 * mixed - z."""
+    outcome = AlphaZero(iterations=1, **TINY).learn()
+    mixed = AlphaZero(iterations=1, search_value_weight=0.5, **TINY).learn()
+    n = outcome.replay.size
+    assert mixed.replay.size == n  # the same self-play games (the weight acts after them)
+    z, m = outcome.replay.values[:n], mixed.replay.values[:n]
+    q = 2 * m - z
+    assert (np.abs(q) <= 1 + 1e-6).all()  # a search value, in [-1, 1]
+    assert not set(np.unique(m)) <= {-1.0, 0.0, 1.0}  # no longer only game results
+    # A position and its symmetries share one search, hence one target.
+    assert (m.reshape(-1, 8) == m[::8, None]).all()
 
 
 @pytest.mark.parametrize(

@@ -171,3 +171,26 @@ def test_solver_stops_searching_a_lost_position() -> None:
     assert search.stats.evaluations < 40, search.stats
     legal = game.legal_mask(state)
     assert counts.sum() > 0 and (counts[~legal] == 0).all()
+
+
+def test_root_values_are_proofs_or_mean_simulation_values() -> None:
+    game = make_game("connect4")
+    search = MCTS(
+        game,
+        uniform_evaluator(game),
+        MCTSConfig(simulations=60, solver=True),
+        np.random.default_rng(0),
+    )
+    won = _position("connect4", [6, 1, 6, 1, 6, 2])[1]  # X to move wins at once
+    lost = _position("connect4", [2, 2, 3, 3, 4])[1]  # O to move has lost
+    opening = game.initial_state()
+    search.search([won, lost, opening])
+    assert search.root_values.tolist()[:2] == [1.0, -1.0]
+    # Value-0 evaluations everywhere and no game end within reach: the mean is 0.
+    assert search.root_values[2] == 0.0
+    # Without the solver the won position's value is the mean of its simulations' results.
+    plain = MCTS(
+        game, uniform_evaluator(game), MCTSConfig(simulations=60), np.random.default_rng(0)
+    )
+    counts = plain.search([won])[0]
+    assert 0.0 < plain.root_values[0] <= counts[6] / counts.sum() + 1e-9

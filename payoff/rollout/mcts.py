@@ -167,6 +167,9 @@ class MCTS:
         self.config.validate()
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.stats = SearchStats()
+        # The last search's root values [len(states)] for the player to move: the proven
+        # result where the solver settled the root, else the mean value of its simulations.
+        self.root_values = np.zeros(0)
 
     # ---- the public entry point --------------------------------------------------------
     def search(
@@ -193,6 +196,7 @@ class MCTS:
         self.stats.simulations += len(roots) * simulations
         self.stats.seconds += time.perf_counter() - started
         counts = np.array([root.visits for root in roots], dtype=np.float64)
+        self.root_values = np.array([_root_value(root) for root in roots])
         if config.solver:
             for row, root in zip(counts, roots, strict=True):
                 _apply_proofs(row, root)
@@ -314,6 +318,13 @@ def _settle(node: Node) -> bool:
         node.proven = max(-v for v in values if v is not None)
         return True
     return False
+
+
+def _root_value(root: Node) -> float:
+    """What the search thinks the root is worth to its mover: proven, or mean over visits."""
+    if root.proven is not None:
+        return root.proven
+    return sum(root.value_sums) / root.total if root.total else 0.0
 
 
 def _apply_proofs(counts: np.ndarray, root: Node) -> None:
