@@ -281,6 +281,46 @@ def test_chat_template_format_masks_only_the_assistant_content():
     )
 
 
+# A ChatML-style template in the shape real chat models use: a system block listing the tools
+# (rendered with tojson), role headers, end-of-turn markers and a generation prompt.
+CHATML_WITH_TOOLS = (
+    "{%- if tools %}<|im_start|>system\nTools:\n"
+    "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_with_tools_renders_the_whole_conversation():
+    from payoff.envs.text import ChatTemplateFormat
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = CHATML_WITH_TOOLS
+    tools = [calculator().spec()]
+    call = tool_turn("calculator", expression="12*34")
+    episode = replay_episode(
+        ToolEnv([calculator()]),
+        {"question": "12*34=?", "answer": "408"},
+        [call, "<answer>408</answer>"],
+        ChatTemplateFormat(tokenizer, tools),
+        tokenizer,
+    )
+    # The pieces add up to exactly what the template renders for the finished conversation,
+    # tool list and all, and only the model's two turns are training targets.
+    conversation = [
+        {"role": "user", "content": "12*34=?"},
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": "408"},
+        {"role": "assistant", "content": "<answer>408</answer>"},
+    ]
+    rendered = tokenizer.apply_chat_template(conversation, tools=tools, tokenize=False)
+    assert episode.text() == rendered and '"name": "calculator"' in rendered
+    ids, mask = episode.token_ids(), episode.model_mask()
+    assert tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m]) == (
+        call + "<answer>408</answer>"
+    )
+
+
 def _tiny_agent(tmp_path, monkeypatch, **overrides):
     from payoff.algos.agent_grpo import AgentGRPO
 
