@@ -64,11 +64,57 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def evaluate(act: Any, seed: int) -> float:
+def evaluate(act: Any, seed: int, env_id: str = "CartPole-v1") -> float:
+    """Mean return of `act` over EVAL_EPISODES fresh episodes: the same judge for both sides."""
     from payoff.envs.make import EnvConfig
     from payoff.rollout.vector import evaluate_batched
 
-    return evaluate_batched(EnvConfig("CartPole-v1"), act, EVAL_EPISODES, seed, "sync").mean_return
+    return evaluate_batched(EnvConfig(env_id), act, EVAL_EPISODES, seed, "sync").mean_return
+
+
+def sb3_stop_callback(every: int, target: float, seed: int, env_id: str = "CartPole-v1") -> Any:
+    """An SB3 callback that evaluates every `every` steps (time kept apart) and stops at `target`."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class SolveCallback(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_seconds = 0.0
+            self.solved_at: int | None = None
+            self.next_eval = every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += every
+            started = time.perf_counter()
+            score = evaluate(
+                lambda obs: self.model.predict(obs.numpy(), deterministic=True)[0],
+                seed + 10_000 + self.num_timesteps,
+                env_id,
+            )
+            self.eval_seconds += time.perf_counter() - started
+            if score >= target:
+                self.solved_at = self.num_timesteps
+                return False
+            return True
+
+    return SolveCallback()
+
+
+def timed_rollouts(model: Any) -> list[float]:
+    """Wrap an SB3 model's collect_rollouts; the returned cell accumulates its seconds."""
+    seconds = [0.0]
+    collect = model.collect_rollouts
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = collect(*args, **kwargs)
+        seconds[0] += time.perf_counter() - started
+        return result
+
+    model.collect_rollouts = timed
+    return seconds
 
 
 # ---- payoff ------------------------------------------------------------------------------
@@ -112,32 +158,7 @@ def run_payoff(algo: str, seed: int) -> dict[str, Any]:
 def run_sb3(algo: str, seed: int) -> dict[str, Any]:
     """SB3 with rl-zoo hyperparameters; a callback evaluates and stops once solved."""
     from stable_baselines3 import DQN, PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-
-    every = EVAL_EVERY[algo]
-
-    class SolveCallback(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.eval_seconds = 0.0
-            self.solved_at: int | None = None
-            self.next_eval = every
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += every
-            started = time.perf_counter()
-            score = evaluate(
-                lambda obs: self.model.predict(obs.numpy(), deterministic=True)[0],
-                seed + 10_000 + self.num_timesteps,
-            )
-            self.eval_seconds += time.perf_counter() - started
-            if score >= TARGET:
-                self.solved_at = self.num_timesteps
-                return False
-            return True
 
     if algo == "ppo":
         p = SB3_PPO
@@ -180,17 +201,8 @@ def run_sb3(algo: str, seed: int) -> dict[str, Any]:
             seed=seed,
             device="cpu",
         )
-    rollout_time = [0.0]
-    collect = model.collect_rollouts
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        result = collect(*args, **kwargs)
-        rollout_time[0] += time.perf_counter() - started
-        return result
-
-    model.collect_rollouts = timed
-    callback = SolveCallback()
+    rollout_time = timed_rollouts(model)
+    callback = sb3_stop_callback(EVAL_EVERY[algo], TARGET, seed)
     started = time.perf_counter()
     model.learn(total_timesteps=p["n_timesteps"], callback=callback)
     seconds = time.perf_counter() - started - callback.eval_seconds
