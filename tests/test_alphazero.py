@@ -124,6 +124,8 @@ def test_config_errors() -> None:
         AlphaZero(batch_size=512, replay_size=100)
     with pytest.raises(ConfigError, match="'learning_rate_end' must be >= 0"):
         AlphaZero(**{**TINY, "learning_rate_end": -1e-3})
+    with pytest.raises(ConfigError, match="'league_simulations' must be >= 1"):
+        AlphaZero(**{**TINY, "league_simulations": 0})
     with pytest.raises(ConfigError, match="'search_value_weight' must be in \\[0, 1\\]"):
         AlphaZero(**{**TINY, "search_value_weight": 1.5})
 
@@ -148,6 +150,22 @@ def test_replay_keeps_symmetries_and_outcomes() -> None:
     values = agent.replay.values[:n]
     assert set(np.unique(values)) <= {-1.0, 0.0, 1.0}
     np.testing.assert_allclose(agent.replay.policies[:n].sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_league_and_final_matches_search_with_their_own_simulations(monkeypatch) -> None:
+    played: list[tuple[str, int]] = []  # (network player's name, its simulations per move)
+    original = AlphaZero._play_matches
+
+    def recording(self, matches):
+        for a, b, _ in matches:
+            played.extend((p.name, p.simulations) for p in (a, b) if p.weights is not None)
+        return original(self, matches)
+
+    monkeypatch.setattr(AlphaZero, "_play_matches", recording)
+    AlphaZero(iterations=1, **{**TINY, "eval_simulations": 5, "league_simulations": 3}).learn()
+    league = {sims for name, sims in played if name.startswith("iter-")}
+    final = {sims for name, sims in played if name.startswith("gen-")}
+    assert league == {3} and final == {5}
 
 
 def test_value_targets_mix_outcome_and_search_value() -> None:
@@ -190,3 +208,25 @@ def test_cli_play_human(tmp_path, monkeypatch, capsys) -> None:
     assert main(["play", str(run), "--human", "--second"]) == 0
     out = capsys.readouterr().out
     assert "You play O (second)" in out and "legal moves" in out and "You resign." in out
+
+
+@pytest.mark.parametrize("game_name, kind", [("connect4", "resnet"), ("tictactoe", "mlp")])
+def test_colour_plane_tells_the_network_who_moved_first(game_name: str, kind: str) -> None:
+    import torch
+
+    from payoff.envs.games import make_game
+    from payoff.models.game_nets import GameNetConfig, PolicyValueNet
+
+    game = make_game(game_name)
+    net = PolicyValueNet(game.shape, game.num_actions, GameNetConfig(kind=kind, colour_plane=True))
+    seen: list[torch.Tensor] = []
+    first_layer = next(
+        m for m in net.trunk.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)
+    )
+    first_layer.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    start = game.initial_state()
+    after_one = game.play(start, int(np.flatnonzero(game.legal_mask(start))[0]))
+    logits, values = net(torch.from_numpy(np.stack([game.encode(start), game.encode(after_one)])))
+    assert logits.shape == (2, game.num_actions) and values.shape == (2,)
+    colour = seen[0].reshape(2, 3, -1)[:, 2]  # conv input [2, 3, H, W] or the flat mlp input
+    assert (colour[0] == 1).all() and (colour[1] == 0).all()  # first player to move, then not

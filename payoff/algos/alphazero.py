@@ -95,8 +95,12 @@ class AlphaZeroConfig:
     gate_games / gate_threshold / gate_simulations: the candidate-vs-best match; gate_games
         0 accepts every candidate. gate_random_moves plies at the start of each gate game are
         sampled, so the (otherwise deterministic) players do not replay one game.
-    eval_every / eval_games / eval_simulations: baseline matches for the Elo curve, every
-        that many iterations (and at the end).
+    eval_simulations: simulations per move whenever the trained agent plays: the final
+        evaluation, `payoff eval`, `payoff play`, predict(). Search is part of the agent's
+        strength (AlphaZero played with 800); it costs play time, not training.
+    eval_every / eval_games / league_simulations: baseline matches for the Elo curve, every
+        that many iterations (and at the end), searched with league_simulations per move
+        (null = eval_simulations; fewer keeps the periodic league cheap).
     baselines: fixed opponents ('random', 'greedy', 'minimax', 'alphabeta-<depth>'); the
         last one is the "target" used by `payoff eval`.
     final_eval_games: games against each baseline at the end (alternating colours).
@@ -141,6 +145,7 @@ class AlphaZeroConfig:
     eval_every: int = 5
     eval_games: int = 20
     eval_simulations: int = 50
+    league_simulations: int | None = None
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
     final_eval_games: int = 100
     checkpoint_every: int = 1
@@ -174,6 +179,11 @@ class AlphaZeroConfig:
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"config key {key!r} must be >= 0, got {getattr(self, key)}")
+        if self.league_simulations is not None and self.league_simulations < 1:
+            raise ConfigError(
+                f"config key 'league_simulations' must be >= 1 (or null: eval_simulations), "
+                f"got {self.league_simulations}"
+            )
         if self.learning_rate_end is not None and self.learning_rate_end < 0:
             raise ConfigError(
                 f"config key 'learning_rate_end' must be >= 0 (or null), got {self.learning_rate_end}"
@@ -725,7 +735,8 @@ class AlphaZero(Algorithm):
         name = f"iter-{self.iteration}"
         seed = config.seed * 1_000 + 100 * self.iteration
         weights = self._weights(self.best)
-        agent = PlayerSpec(name, seed, weights, config.eval_simulations)
+        simulations = config.league_simulations or config.eval_simulations
+        agent = PlayerSpec(name, seed, weights, simulations)
         matches = [
             (agent, PlayerSpec(baseline, seed + 1 + k), config.eval_games)
             for k, baseline in enumerate(config.baselines)
@@ -735,10 +746,8 @@ class AlphaZero(Algorithm):
             sampled = config.gate_random_moves  # two searchers would replay one game
             matches.append(
                 (
-                    PlayerSpec(name, seed, weights, config.eval_simulations, sampled),
-                    PlayerSpec(
-                        self.last_evaluated, seed + 99, previous, config.eval_simulations, sampled
-                    ),
+                    PlayerSpec(name, seed, weights, simulations, sampled),
+                    PlayerSpec(self.last_evaluated, seed + 99, previous, simulations, sampled),
                     config.eval_games,
                 )
             )

@@ -28,12 +28,19 @@ class GameNetConfig:
     channels: convolution width of the resnet trunk.
     blocks: residual blocks in the resnet trunk (each is two 3x3 convolutions).
     hidden: width of the mlp trunk and of the value head.
+    colour_plane: add an input plane that is 1 when the player to move is the one who moved
+        first (AlphaZero's colour feature). The two stone planes say only "mine" and
+        "theirs"; in games where each move adds one stone the side follows from the stone
+        counts, but a convolution sees a 3x3 patch, not the whole board's counts. Connect
+        Four's endgames turn on it: whose threats sit on odd rows decides who is forced to
+        play under whom.
     """
 
     kind: Literal["resnet", "mlp"] = "resnet"
     channels: int = 32
     blocks: int = 3
     hidden: int = 64
+    colour_plane: bool = False
 
     def validate(self) -> None:
         for key in ("channels", "blocks", "hidden"):
@@ -65,10 +72,11 @@ class PolicyValueNet(nn.Module):
         self.config, self.shape, self.num_actions = config, tuple(shape), num_actions
         rows, cols = shape
         cells = rows * cols
+        inputs = 3 if config.colour_plane else 2
         if config.kind == "resnet":
             c = config.channels
             self.trunk: nn.Module = nn.Sequential(
-                nn.Conv2d(2, c, 3, padding=1, bias=False),
+                nn.Conv2d(inputs, c, 3, padding=1, bias=False),
                 nn.BatchNorm2d(c),
                 nn.ReLU(),
                 *[ResidualBlock(c) for _ in range(config.blocks)],
@@ -94,11 +102,17 @@ class PolicyValueNet(nn.Module):
         else:
             h = config.hidden
             self.trunk = nn.Sequential(
-                nn.Flatten(), nn.Linear(2 * cells, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU()
+                nn.Flatten(), nn.Linear(inputs * cells, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU()
             )
             self.policy_head = nn.Linear(h, num_actions)
             self.value_head = nn.Sequential(nn.Linear(h, 1), nn.Tanh())
 
     def forward(self, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.colour_plane:
+            # The first player moves whenever both sides have as many stones on the board.
+            stones = planes.sum(dim=(2, 3))  # [B, 2]
+            first = (stones[:, 0] == stones[:, 1]).to(planes.dtype)  # [B]
+            colour = first[:, None, None, None].expand(-1, 1, *planes.shape[2:])
+            planes = torch.cat([planes, colour], dim=1)  # [B, 3, rows, cols]
         features = self.trunk(planes)
         return self.policy_head(features), self.value_head(features).squeeze(-1)
