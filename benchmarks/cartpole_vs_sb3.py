@@ -19,13 +19,14 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import markdown_table, worker_result, write_section  # noqa: E402
 
 TARGET = 475.0
 EVAL_EPISODES = 20
@@ -230,19 +231,8 @@ def worker(spec: str) -> None:
 
 # ---- the comparison --------------------------------------------------------------------
 def trial(lib: str, algo: str, seed: int) -> dict[str, Any]:
-    spec = json.dumps({"lib": lib, "algo": algo, "seed": seed})
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", spec], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{lib} {algo} seed {seed} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(
-        f"{algo} {lib:>6} seed {seed}: {'solved' if result['solved'] else 'NOT solved'} "
-        f"in {result['seconds']:.2f} s, {result['steps']} steps",
-        flush=True,
-    )
-    return result
+    job = {"lib": lib, "algo": algo, "seed": seed}
+    return worker_result(__file__, job, f"{algo} {lib:>6} seed {seed}")
 
 
 def median(values: list[float]) -> float:
@@ -324,7 +314,6 @@ def main() -> None:
         )
     if args.only:
         return
-    from benchmarks.common import markdown_table, write_section
 
     table = markdown_table(
         [

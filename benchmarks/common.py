@@ -6,13 +6,16 @@ re-run one at a time without clobbering each other's results.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
@@ -70,3 +73,26 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
             "| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |"
         )
     return "\n".join(lines)
+
+
+def worker_result(script: str, job: dict[str, Any], label: str) -> dict[str, Any]:
+    """Run `python SCRIPT --worker JOB` in a fresh process; its last stdout line is the result.
+
+    A fresh process per trial keeps the libraries apart (imports, threads, caches) and lets
+    each measure its own peak memory. Prints one line: solved or not, seconds and steps.
+    """
+    out = subprocess.run(
+        [sys.executable, script, "--worker", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"{label}: {'solved' if result['solved'] else 'NOT solved'} in "
+        f"{result['seconds']:.2f} s, {result['steps']} steps",
+        flush=True,
+    )
+    return result

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from benchmarks.cartpole_vs_sb3 import (  # noqa: E402
     sb3_stop_callback,
     timed_rollouts,
 )
+from benchmarks.common import markdown_table, worker_result, write_section  # noqa: E402
 
 ENV = "LunarLander-v3"
 TARGET = 200.0
@@ -110,21 +110,7 @@ def run_sb3(seed: int) -> dict[str, Any]:
 
 
 def trial(lib: str, seed: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps({"lib": lib, "seed": seed})],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{lib} seed {seed} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(
-        f"{lib:>6} seed {seed}: {'solved' if result['solved'] else 'NOT solved'} in "
-        f"{result['seconds']:.1f} s, {result['steps']} steps",
-        flush=True,
-    )
-    return result
+    return worker_result(__file__, {"lib": lib, "seed": seed}, f"{lib:>6} seed {seed}")
 
 
 def main() -> None:
@@ -160,7 +146,6 @@ def main() -> None:
         [r["seconds"] for r in results["sb3"]]
     )
     print(f"payoff / SB3 median seconds to {TARGET:.0f}: {ratio:.3f}")
-    from benchmarks.common import markdown_table, write_section
 
     table = markdown_table(
         [
