@@ -198,12 +198,12 @@ def plot_league(rows: list[LeagueRow], path: str, title: str = "Elo league") -> 
         [r.player, f"{r.rating:.0f}", r.games, r.wins, r.draws, r.losses, f"{r.score:.2f}"]
         for r in rows
     ]
-    fig, ax = plt.subplots(figsize=(7, 0.45 * (len(rows) + 2)))
+    # The table fills the axes (bbox), so the figure's height is the rows' height plus the title.
+    fig, ax = plt.subplots(figsize=(7, 0.28 * (len(rows) + 1) + 0.5))
     ax.axis("off")
-    table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="center")
+    table = ax.table(cellText=cells, colLabels=header, cellLoc="center", bbox=(0.0, 0.0, 1.0, 1.0))
     table.auto_set_font_size(False)
     table.set_fontsize(9)
-    table.scale(1, 1.3)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
