@@ -119,6 +119,20 @@ def timed_rollouts(model: Any) -> list[float]:
 
 
 # ---- payoff ------------------------------------------------------------------------------
+def timed_payoff_rollouts(agent: Any) -> list[float]:
+    """Wrap a PPO agent's rollout collection; the returned cell accumulates its seconds."""
+    seconds = [0.0]
+    collect = agent.runner.collect
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        collect(*args, **kwargs)
+        seconds[0] += time.perf_counter() - started
+
+    agent.runner.collect = timed
+    return seconds
+
+
 def run_payoff(algo: str, seed: int) -> dict[str, Any]:
     """payoff's shipped recipe (cartpole-ppo / cartpole-dqn), stopping once solved."""
     from payoff import train
@@ -133,16 +147,7 @@ def run_payoff(algo: str, seed: int) -> dict[str, Any]:
         seed=seed,
     )
     agent = cls(config=config)
-    rollout_time = [0.0]
-    if algo == "ppo":  # time rollout collection on its own
-        collect = agent.runner.collect
-
-        def timed(*args: Any, **kwargs: Any) -> None:
-            started = time.perf_counter()
-            collect(*args, **kwargs)
-            rollout_time[0] += time.perf_counter() - started
-
-        agent.runner.collect = timed
+    rollout_time = timed_payoff_rollouts(agent) if algo == "ppo" else [0.0]
     agent.config.final_eval_episodes = 1
     agent.learn()
     return {

@@ -28,6 +28,7 @@ from benchmarks.cartpole_vs_sb3 import (  # noqa: E402
     median,
     peak_mb,
     sb3_stop_callback,
+    timed_payoff_rollouts,
     timed_rollouts,
 )
 from benchmarks.common import markdown_table, worker_result, write_section  # noqa: E402
@@ -58,15 +59,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
         seed=seed,
     )
     agent = cls(config=config)
-    rollout_seconds = [0.0]
-    collect = agent.runner.collect
-
-    def timed(*args: Any, **kwargs: Any) -> None:
-        started = time.perf_counter()
-        collect(*args, **kwargs)
-        rollout_seconds[0] += time.perf_counter() - started
-
-    agent.runner.collect = timed
+    rollout_seconds = timed_payoff_rollouts(agent)
     agent.learn()
     return {
         "solved": agent.solved_at is not None,
