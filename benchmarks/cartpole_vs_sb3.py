@@ -337,7 +337,8 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     body = (
         f"Machine load average (1 min) {load_before:.1f} at the start, {load_after:.1f} at the "
-        f"end: other work shared the cores, so compare the ratios.\n\n"
+        f"end (the benchmark itself keeps one core busy; above ~1.5 other work shared the "
+        f"cores, so compare the ratios).\n\n"
         f"Seconds of training until the deterministic policy averages >= {TARGET:.0f} over "
         f"{EVAL_EPISODES} episodes of Gymnasium's CartPole-v1, evaluated every "
         f"{EVAL_EVERY['ppo']} (PPO) / {EVAL_EVERY['dqn']} (DQN) env steps by the same function on "
