@@ -103,6 +103,57 @@ def sb3_stop_callback(every: int, target: float, seed: int, env_id: str = "CartP
     return SolveCallback()
 
 
+def sb3_ppo(env_id: str, p: dict[str, Any], seed: int, **extra: Any) -> Any:
+    """SB3's PPO on `p["n_envs"]` DummyVecEnv copies of env_id with rl-zoo's settings `p`."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    return PPO(
+        "MlpPolicy",
+        make_vec_env(env_id, n_envs=p["n_envs"], seed=seed),
+        n_steps=p["n_steps"],
+        batch_size=p["batch_size"],
+        n_epochs=p["n_epochs"],
+        gae_lambda=p["gae_lambda"],
+        gamma=p["gamma"],
+        ent_coef=p["ent_coef"],
+        seed=seed,
+        device="cpu",
+        **extra,
+    )
+
+
+def sb3_learn_until_solved(
+    model: Any,
+    budget: int,
+    every: int,
+    target: float,
+    seed: int,
+    env_id: str = "CartPole-v1",
+    time_rollouts: bool = True,
+) -> dict[str, Any]:
+    """Train an SB3 model until it solves (or spends `budget`); the trial's result row.
+
+    Evaluation time is excluded from the training seconds and from rollout collection
+    (collect_rollouts includes the callback's evaluations).
+    """
+    rollout_seconds = timed_rollouts(model)
+    callback = sb3_stop_callback(every, target, seed, env_id)
+    started = time.perf_counter()
+    model.learn(total_timesteps=budget, callback=callback)
+    seconds = time.perf_counter() - started - callback.eval_seconds
+    steps = int(model.num_timesteps)
+    collect_seconds = max(rollout_seconds[0] - callback.eval_seconds, 1e-9)
+    return {
+        "solved": callback.solved_at is not None,
+        "seconds": seconds,
+        "steps": steps,
+        "train_sps": steps / seconds,
+        "rollout_sps": steps / collect_seconds if time_rollouts else None,
+        "peak_mb": peak_mb(),
+    }
+
+
 def timed_rollouts(model: Any) -> list[float]:
     """Wrap an SB3 model's collect_rollouts; the returned cell accumulates its seconds."""
     seconds = [0.0]
@@ -133,6 +184,24 @@ def timed_payoff_rollouts(agent: Any) -> list[float]:
     return seconds
 
 
+def payoff_learn_until_solved(agent: Any, time_rollouts: bool = True) -> dict[str, Any]:
+    """Train a payoff agent whose config stops at the target; the trial's result row.
+
+    time_rollouts times a PPO agent's rollout collection on its own (DQN interleaves
+    updates with collection, so its rollout steps/s is None).
+    """
+    rollout_seconds = timed_payoff_rollouts(agent) if time_rollouts else [0.0]
+    agent.learn()
+    return {
+        "solved": agent.solved_at is not None,
+        "seconds": agent.train_seconds,
+        "steps": agent.step,
+        "train_sps": agent.step / agent.train_seconds,
+        "rollout_sps": agent.step / rollout_seconds[0] if rollout_seconds[0] else None,
+        "peak_mb": peak_mb(),
+    }
+
+
 def run_payoff(algo: str, seed: int) -> dict[str, Any]:
     """payoff's shipped recipe (cartpole-ppo / cartpole-dqn), stopping once solved."""
     from payoff import train
@@ -147,45 +216,28 @@ def run_payoff(algo: str, seed: int) -> dict[str, Any]:
         seed=seed,
     )
     agent = cls(config=config)
-    rollout_time = timed_payoff_rollouts(agent) if algo == "ppo" else [0.0]
     agent.config.final_eval_episodes = 1
-    agent.learn()
-    return {
-        "solved": agent.solved_at is not None,
-        "seconds": agent.train_seconds,
-        "steps": agent.step,
-        "train_sps": agent.step / agent.train_seconds,
-        "rollout_sps": agent.step / rollout_time[0] if rollout_time[0] else None,
-        "peak_mb": peak_mb(),
-    }
+    return payoff_learn_until_solved(agent, time_rollouts=algo == "ppo")
 
 
 # ---- Stable-Baselines3 ---------------------------------------------------------------------
 def run_sb3(algo: str, seed: int) -> dict[str, Any]:
     """SB3 with rl-zoo hyperparameters; a callback evaluates and stops once solved."""
-    from stable_baselines3 import DQN, PPO
+    from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
 
     if algo == "ppo":
         p = SB3_PPO
-        env = make_vec_env("CartPole-v1", n_envs=p["n_envs"], seed=seed)
 
         def linear(start: float) -> Any:
             return lambda remaining: remaining * start
 
-        model: Any = PPO(
-            "MlpPolicy",
-            env,
-            n_steps=p["n_steps"],
-            batch_size=p["batch_size"],
-            gae_lambda=p["gae_lambda"],
-            gamma=p["gamma"],
-            n_epochs=p["n_epochs"],
-            ent_coef=p["ent_coef"],
+        model: Any = sb3_ppo(
+            "CartPole-v1",
+            p,
+            seed,
             learning_rate=linear(p["learning_rate"]),
             clip_range=linear(p["clip_range"]),
-            seed=seed,
-            device="cpu",
         )
     else:
         p = SB3_DQN
@@ -207,22 +259,9 @@ def run_sb3(algo: str, seed: int) -> dict[str, Any]:
             seed=seed,
             device="cpu",
         )
-    rollout_time = timed_rollouts(model)
-    callback = sb3_stop_callback(EVAL_EVERY[algo], TARGET, seed)
-    started = time.perf_counter()
-    model.learn(total_timesteps=p["n_timesteps"], callback=callback)
-    seconds = time.perf_counter() - started - callback.eval_seconds
-    steps = int(model.num_timesteps)
-    # collect_rollouts includes the callback's evaluations; take them out of rollout time too
-    collect_seconds = max(rollout_time[0] - callback.eval_seconds, 1e-9)
-    return {
-        "solved": callback.solved_at is not None,
-        "seconds": seconds,
-        "steps": steps,
-        "train_sps": steps / seconds,
-        "rollout_sps": steps / collect_seconds if algo == "ppo" else None,
-        "peak_mb": peak_mb(),
-    }
+    return sb3_learn_until_solved(
+        model, p["n_timesteps"], EVAL_EVERY[algo], TARGET, seed, time_rollouts=algo == "ppo"
+    )
 
 
 def worker(spec: str) -> None:

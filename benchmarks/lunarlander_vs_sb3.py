@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cartpole_vs_sb3 import (  # noqa: E402
     EVAL_EPISODES,
     median,
-    peak_mb,
-    sb3_stop_callback,
-    timed_payoff_rollouts,
-    timed_rollouts,
+    payoff_learn_until_solved,
+    sb3_learn_until_solved,
+    sb3_ppo,
 )
 from benchmarks.common import markdown_table, worker_result, write_section  # noqa: E402
 
@@ -58,48 +56,12 @@ def run_payoff(seed: int) -> dict[str, Any]:
         ],
         seed=seed,
     )
-    agent = cls(config=config)
-    rollout_seconds = timed_payoff_rollouts(agent)
-    agent.learn()
-    return {
-        "solved": agent.solved_at is not None,
-        "seconds": agent.train_seconds,
-        "steps": agent.step,
-        "rollout_sps": agent.step / rollout_seconds[0],
-        "peak_mb": peak_mb(),
-    }
+    return payoff_learn_until_solved(cls(config=config))
 
 
 def run_sb3(seed: int) -> dict[str, Any]:
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-
-    p = SB3_PPO
-    model = PPO(
-        "MlpPolicy",
-        make_vec_env(ENV, n_envs=p["n_envs"], seed=seed),
-        n_steps=p["n_steps"],
-        batch_size=p["batch_size"],
-        n_epochs=p["n_epochs"],
-        gae_lambda=p["gae_lambda"],
-        gamma=p["gamma"],
-        ent_coef=p["ent_coef"],
-        seed=seed,
-        device="cpu",
-    )
-    rollout_seconds = timed_rollouts(model)
-    callback = sb3_stop_callback(EVAL_EVERY, TARGET, seed, ENV)
-    started = time.perf_counter()
-    model.learn(total_timesteps=BUDGET, callback=callback)
-    seconds = time.perf_counter() - started - callback.eval_seconds
-    steps = int(model.num_timesteps)
-    return {
-        "solved": callback.solved_at is not None,
-        "seconds": seconds,
-        "steps": steps,
-        "rollout_sps": steps / max(rollout_seconds[0] - callback.eval_seconds, 1e-9),
-        "peak_mb": peak_mb(),
-    }
+    model = sb3_ppo(ENV, SB3_PPO, seed)
+    return sb3_learn_until_solved(model, BUDGET, EVAL_EVERY, TARGET, seed, ENV)
 
 
 def trial(lib: str, seed: int) -> dict[str, Any]:
