@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from payoff.algos.base import Algorithm
+from payoff.algos.shared.optim import clip_grad_norm
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -288,7 +289,7 @@ class DQN(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self._params, config.max_grad_norm, foreach=True)
+            clip_grad_norm(self._params, config.max_grad_norm)
         self.optimizer.step()
         self.gradient_updates += 1
         if config.target_network.enabled and (

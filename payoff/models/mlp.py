@@ -47,9 +47,21 @@ def obs_dim(space: gym.Space) -> int:
     )
 
 
-def mlp(
-    in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_gain: float
-) -> nn.Sequential:
+class MLP(nn.Sequential):
+    """nn.Sequential whose forward calls each layer's `forward` directly.
+
+    nn.Module.__call__'s hook bookkeeping costs ~2 microseconds per layer; for a 64-64
+    network on a 64-env batch that is a third of the forward pass, paid once per env
+    step. Same layers and state_dict keys as nn.Sequential; module hooks are not run.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self:
+            x = layer.forward(x)
+        return x
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_gain: float) -> MLP:
     """Linear layers with `activation` between them, orthogonally initialized.
 
     Orthogonal init with gain sqrt(2) for hidden layers and a small gain for the policy
@@ -69,7 +81,7 @@ def mlp(
     nn.init.orthogonal_(head.weight, out_gain)
     nn.init.zeros_(head.bias)
     layers.append(head)
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class ObsNormalizer(nn.Module):
@@ -124,7 +136,7 @@ class _ObsEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return nn.functional.one_hot(obs.long().reshape(-1), self.dim).float()
-        return self.normalizer(obs.reshape(obs.shape[0], -1).float())
+        return self.normalizer.forward(obs.reshape(obs.shape[0], -1).float())
 
 
 # ---- actors --------------------------------------------------------------------------
@@ -206,7 +218,7 @@ class CategoricalActor(Actor):
         self.logits = mlp(self.encoder.dim, self.hidden, int(action_space.n), self.activation, 0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.logits(self.encoder(obs))  # [B, A]
+        return self.logits.forward(self.encoder.forward(obs))  # [B, A]
 
     def distribution(self, obs: torch.Tensor) -> Categorical:
         return Categorical(logits=self(obs))
@@ -259,7 +271,7 @@ class GaussianActor(Actor):
         self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.mean(self.encoder(obs))  # [B, act_dim]
+        return self.mean.forward(self.encoder.forward(obs))  # [B, act_dim]
 
     def distribution(self, obs: torch.Tensor) -> Normal:
         mean = self(obs)
@@ -335,7 +347,7 @@ class Critic(nn.Module):
         self.value = mlp(self.encoder.dim, self.hidden, 1, activation, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.value(self.encoder(obs))[:, 0]  # [B]
+        return self.value.forward(self.encoder.forward(obs))[:, 0]  # [B]
 
 
 class QNetwork(nn.Module):
@@ -355,7 +367,7 @@ class QNetwork(nn.Module):
         self.q = mlp(self.encoder.dim, hidden, int(action_space.n), activation, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q(self.encoder(obs))  # [B, A]
+        return self.q.forward(self.encoder.forward(obs))  # [B, A]
 
 
 # ---- saving a policy on its own --------------------------------------------------------

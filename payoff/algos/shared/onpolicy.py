@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
+from payoff.algos.shared.optim import clip_grad_norm
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -313,9 +314,7 @@ class OnPolicyAlgorithm(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(
-                self.actor_params + self.critic_params, self.config.max_grad_norm, foreach=True
-            )
+            clip_grad_norm(self.actor_params + self.critic_params, self.config.max_grad_norm)
         self.optimizer.step()
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
