@@ -234,7 +234,7 @@ class CategoricalActor(Actor):
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self(obs)
         # Gumbel-max sampling: one fused op, cheaper than building a Categorical per step.
-        gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_min(1e-20)))
+        gumbel = torch.rand_like(logits).clamp_min_(1e-20).log_().neg_().log_().neg_()
         actions = torch.argmax(logits + gumbel, dim=-1)
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, actions[:, None])[:, 0]
         return actions, logprobs

@@ -154,8 +154,12 @@ class VectorRunner:
     def collect(self, policy: PolicyStep, storage: RolloutStorage, value_fn: Any = None) -> None:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
 
-        value_fn(obs) -> [N] gives V of the observation after the last step (for GAE and
-        truncation bootstrapping); None when the learner has no critic.
+        value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
+        the observation after the last step (for GAE and truncation bootstrapping) and, when
+        `policy` returns no values, V of every step's observation too, all in one forward
+        pass after the rollout: the critic does not change during collection, so this is
+        the same as calling it each step, without 32 small calls' overhead (a fifth of
+        CartPole's rollout time).
         """
         # NumPy views sharing the storage tensors' memory: NumPy-into-NumPy writes skip torch's
         # per-call dispatch, which with small envs costs as much as stepping them.
@@ -163,6 +167,7 @@ class VectorRunner:
         logprobs_np, values_np = storage.logprobs.numpy(), storage.values.numpy()
         rewards_np, valid_np = storage.rewards.numpy(), storage.valid.numpy()
         terminated_np, truncated_np = storage.terminated.numpy(), storage.truncated.numpy()
+        step_values = False
         for t in range(storage.num_steps):
             obs_np[t] = self.obs
             actions, env_actions, logprobs, values = policy(torch.from_numpy(obs_np[t]))
@@ -171,15 +176,22 @@ class VectorRunner:
                 logprobs_np[t] = logprobs.numpy()
             if values is not None:
                 values_np[t] = values.numpy()
+                step_values = True
             _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
                 env_actions
             )
             for key, values_t in storage.info.items():
                 values_t[t] = torch.from_numpy(self.step_info[key])
-        if value_fn is not None:
-            storage.next_values[:] = value_fn(
-                torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
-            )
+        if value_fn is None:
+            return
+        final = torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
+        if step_values:
+            storage.next_values[:] = value_fn(final)
+            return
+        every = torch.cat([storage.obs, final[None].to(storage.obs.dtype)])  # [T + 1, N, ...]
+        values = value_fn(every.reshape(-1, *every.shape[2:])).reshape(every.shape[:2])
+        storage.values[:] = values[:-1]
+        storage.next_values[:] = values[-1]
 
     def drain_episode_info(self) -> dict[str, list[float]]:
         """Per-episode sums of the info keys, for episodes finished since the last call."""

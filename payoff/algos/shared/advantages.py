@@ -26,15 +26,14 @@ def gae(
     with returns = advantages + values, the value-function targets. lam=1 gives n-step
     returns minus the baseline (A2C); lam=0 the one-step TD error.
     """
-    num_steps = rewards.shape[0]
     not_done = 1.0 - dones.float()
-    advantages = torch.zeros_like(rewards)
+    following = torch.cat([values[1:], next_values[None]])  # V(s_{t+1}) for every t
+    deltas = rewards + gamma * following * not_done - values  # all steps at once
+    discounts = gamma * lam * not_done
+    advantages = torch.empty_like(rewards)
     last = torch.zeros_like(next_values)
-    for t in reversed(range(num_steps)):
-        following = next_values if t == num_steps - 1 else values[t + 1]
-        delta = rewards[t] + gamma * following * not_done[t] - values[t]
-        last = delta + gamma * lam * not_done[t] * last
-        advantages[t] = last
+    for t in reversed(range(rewards.shape[0])):  # only the recursion itself runs per step
+        last = torch.add(deltas[t], discounts[t] * last, out=advantages[t])
     return advantages, advantages + values
 
 

@@ -268,9 +268,9 @@ class OnPolicyAlgorithm(Algorithm):
     def _policy_step(
         self, obs: torch.Tensor
     ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor | None]:
+        # No values: the runner evaluates the critic on the whole rollout in one pass.
         actions, logprobs = self.actor.sample(obs)
-        values = self.critic(obs) if self.critic is not None else None
-        return actions, self.actor.to_env(actions), logprobs, values
+        return actions, self.actor.to_env(actions), logprobs, None
 
     @torch.no_grad()
     def _values(self, obs: torch.Tensor) -> torch.Tensor:
