@@ -123,14 +123,10 @@ def test_truncation_bootstraps_from_final_observation_but_termination_does_not(t
     runner = VectorRunner(envs, "counting", seed=0)
     storage = RolloutStorage.allocate(6, 1, (1,), (), torch.long)
 
-    def policy(obs):  # V(s) = 10 * steps so far: the final obs has value 10 * max_steps
-        return (
-            torch.zeros(1, dtype=torch.long),
-            np.zeros(1, np.int64),
-            torch.zeros(1),
-            10 * obs[:, 0],
-        )
+    def policy(obs):
+        return torch.zeros(1, dtype=torch.long), np.zeros(1, np.int64), torch.zeros(1)
 
+    # V(s) = 10 * steps so far: the final obs has value 10 * max_steps
     runner.collect(policy, storage, value_fn=lambda obs: 10 * obs[:, 0])
     # Every episode is followed by one reset-only step.
     assert storage.valid[:, 0].tolist() == [t % (max_steps + 1) != max_steps for t in range(6)]

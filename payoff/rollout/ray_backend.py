@@ -218,7 +218,7 @@ class RolloutWorker:
     def _policy_step(self, obs: torch.Tensor) -> Any:
         # Mirrors OnPolicyAlgorithm._policy_step (the determinism test holds them equal).
         actions, logprobs = self.actor.sample(obs)  # type: ignore[operator]
-        return actions, self.actor.to_env(actions), logprobs, None  # type: ignore[operator]
+        return actions, self.actor.to_env(actions), logprobs  # type: ignore[operator]
 
     @torch.no_grad()
     def _values(self, obs: torch.Tensor) -> torch.Tensor:

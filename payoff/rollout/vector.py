@@ -26,10 +26,8 @@ Vectorization = Literal["auto", "batched", "sync", "async"]
 # Gymnasium ids that payoff implements as a batched NumPy env with identical dynamics.
 BATCHED_ALIASES = {"CartPole-v1": "payoff/CartPole-v1"}
 
-# policy(obs [N, ...]) -> (actions for storage, actions for env.step, logprobs [N], values [N])
-PolicyStep = Callable[
-    [torch.Tensor], tuple[torch.Tensor, np.ndarray, torch.Tensor | None, torch.Tensor | None]
-]
+# policy(obs [N, ...]) -> (actions for storage, actions for env.step, logprobs [N])
+PolicyStep = Callable[[torch.Tensor], tuple[torch.Tensor, np.ndarray, torch.Tensor | None]]
 
 
 def batched_id(env: EnvConfig) -> str | None:
@@ -155,28 +153,23 @@ class VectorRunner:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
 
         value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
-        the observation after the last step (for GAE and truncation bootstrapping) and, when
-        `policy` returns no values, V of every step's observation too, all in one forward
-        pass after the rollout: the critic does not change during collection, so this is
-        the same as calling it each step, without 32 small calls' overhead (a fifth of
-        CartPole's rollout time).
+        every step's observation and of the one after the last step (for GAE and truncation
+        bootstrapping) in one forward pass after the rollout: the critic does not change
+        during collection, so this equals calling it each step. On CartPole (64 envs x 32
+        steps) the 32 per-step calls took 2.1 ms of a 9.4 ms rollout, the one pass 0.9 ms.
         """
         # NumPy views sharing the storage tensors' memory: NumPy-into-NumPy writes skip torch's
         # per-call dispatch, which with small envs costs as much as stepping them.
         obs_np, actions_np = storage.obs.numpy(), storage.actions.numpy()
-        logprobs_np, values_np = storage.logprobs.numpy(), storage.values.numpy()
+        logprobs_np = storage.logprobs.numpy()
         rewards_np, valid_np = storage.rewards.numpy(), storage.valid.numpy()
         terminated_np, truncated_np = storage.terminated.numpy(), storage.truncated.numpy()
-        step_values = False
         for t in range(storage.num_steps):
             obs_np[t] = self.obs
-            actions, env_actions, logprobs, values = policy(torch.from_numpy(obs_np[t]))
+            actions, env_actions, logprobs = policy(torch.from_numpy(obs_np[t]))
             actions_np[t] = actions.numpy()
             if logprobs is not None:
                 logprobs_np[t] = logprobs.numpy()
-            if values is not None:
-                values_np[t] = values.numpy()
-                step_values = True
             _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
                 env_actions
             )
@@ -184,11 +177,8 @@ class VectorRunner:
                 values_t[t] = torch.from_numpy(self.step_info[key])
         if value_fn is None:
             return
-        final = torch.from_numpy(np.asarray(self.obs, dtype=np.float32))
-        if step_values:
-            storage.next_values[:] = value_fn(final)
-            return
-        every = torch.cat([storage.obs, final[None].to(storage.obs.dtype)])  # [T + 1, N, ...]
+        final = torch.as_tensor(np.asarray(self.obs), dtype=storage.obs.dtype)
+        every = torch.cat([storage.obs, final[None]])  # [T + 1, N, ...]
         values = value_fn(every.reshape(-1, *every.shape[2:])).reshape(every.shape[:2])
         storage.values[:] = values[:-1]
         storage.next_values[:] = values[-1]

@@ -265,12 +265,10 @@ class OnPolicyAlgorithm(Algorithm):
 
     # ---- acting -----------------------------------------------------------------------
     @torch.no_grad()
-    def _policy_step(
-        self, obs: torch.Tensor
-    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor | None]:
+    def _policy_step(self, obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
         # No values: the runner evaluates the critic on the whole rollout in one pass.
         actions, logprobs = self.actor.sample(obs)
-        return actions, self.actor.to_env(actions), logprobs, None
+        return actions, self.actor.to_env(actions), logprobs
 
     @torch.no_grad()
     def _values(self, obs: torch.Tensor) -> torch.Tensor:
