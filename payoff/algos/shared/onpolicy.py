@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
-from payoff.algos.shared.optim import clip_grad_norm
+from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -194,12 +194,10 @@ class OnPolicyAlgorithm(Algorithm):
             if self.critic is not None
             else []
         )
-        params = self.actor_params + self.critic_params
-        # fused: the whole Adam step in one kernel. On CPU the default loops over the tensors
-        # and foreach still launches ~10 ops; with these small nets that overhead is the cost.
-        self.optimizer = torch.optim.Adam(
-            params, lr=self.config.learning_rate(0.0), eps=1e-5, fused=True
-        )
+        # All weights in one tensor and all gradients in another (FlatParameters): zeroing,
+        # clipping and the Adam step are one op each instead of one per layer.
+        self.flat = FlatParameters(self.actor_params + self.critic_params)
+        self.optimizer = FlatAdam(self.flat, lr=self.config.learning_rate(0.0), eps=1e-5)
 
     def _init_from_file(self, path: str) -> None:
         """Copy actor (and critic) weights from a policy file or a saved on-policy model."""
@@ -309,10 +307,10 @@ class OnPolicyAlgorithm(Algorithm):
         value loss (large, unscaled returns) shrinks the policy's step too; raise
         max_grad_norm or lower vf_coef when train/value_loss is in the thousands.
         """
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat.zero_grad()
         loss.backward()
         if self.config.max_grad_norm > 0:
-            clip_grad_norm(self.actor_params + self.critic_params, self.config.max_grad_norm)
+            self.flat.clip_grad_norm(self.config.max_grad_norm)
         self.optimizer.step()
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
@@ -334,8 +332,7 @@ class OnPolicyAlgorithm(Algorithm):
             while self.step < total and not interrupt.requested and self.solved_at is None:
                 started, before = time.perf_counter(), self.step
                 fraction = self.step / horizon
-                for group in self.optimizer.param_groups:
-                    group["lr"] = config.learning_rate(fraction)
+                self.optimizer.lr = config.learning_rate(fraction)
                 self.runner.collect(self._policy_step, self.storage, value_fn)
                 self.step = self.runner.env_steps
                 metrics = self.update(self.storage, fraction)
