@@ -15,7 +15,7 @@ def _agent(recipe: str, *overrides: str):
 @pytest.mark.slow
 def test_ppo_solves_cartpole():
     # Measured (seed 0): eval >= 475 at 26k env steps, then 485 on 20 fresh episodes;
-    # seeds 0-19 all solve, at 10-92k steps (median 42k). Budget 150k.
+    # seeds 0-19 all solve, at 10-148k steps (median 42k). Budget 150k.
     agent = _agent("cartpole-ppo", "total_steps=150000", "final_eval_episodes=20").learn()
     assert agent.solved_at is not None and agent.solved_at <= 150_000
     assert agent.evaluate(20).mean_return >= 475
@@ -23,10 +23,11 @@ def test_ppo_solves_cartpole():
 
 @pytest.mark.slow
 def test_dqn_solves_cartpole():
-    # Measured (seed 0): eval >= 475 at 30k env steps (seeds 0-4: 30-42k); budget: the
-    # recipe's 50k (its epsilon schedule spans total_steps, so the test keeps it).
+    # Measured (seed 0): eval >= 475 at 46k env steps (seeds 0-19: all within 51k, median
+    # 38k); budget: the recipe's 100k (its epsilon schedule spans total_steps, so the test
+    # keeps it).
     agent = _agent("cartpole-dqn", "final_eval_episodes=20").learn()
-    assert agent.solved_at is not None and agent.solved_at <= 50_000
+    assert agent.solved_at is not None and agent.solved_at <= 100_000
     assert agent.evaluate(20).mean_return >= 475
 
 
