@@ -202,6 +202,13 @@ def payoff_learn_until_solved(agent: Any, time_rollouts: bool = True) -> dict[st
     }
 
 
+def payoff_budget(algo: str) -> int:
+    """total_steps of payoff's shipped recipe."""
+    from payoff.recipes import load_recipe
+
+    return int(load_recipe(f"cartpole-{algo}")[1]["total_steps"])
+
+
 def run_payoff(algo: str, seed: int) -> dict[str, Any]:
     """payoff's shipped recipe (cartpole-ppo / cartpole-dqn), stopping once solved."""
     from payoff import train
@@ -385,7 +392,8 @@ def main() -> None:
         f"each trial in a fresh process with torch.set_num_threads(1). SB3 uses rl-zoo's tuned "
         f"CartPole-v1 hyperparameters and budget ({SB3_PPO['n_timesteps']} PPO / "
         f"{SB3_DQN['n_timesteps']} DQN steps); payoff uses its shipped recipes cartpole-ppo and "
-        f"cartpole-dqn (64 / 8 batched NumPy envs). An unsolved seed counts with its full "
+        f"cartpole-dqn (64 / 8 batched NumPy envs; budgets {payoff_budget('ppo')} / "
+        f"{payoff_budget('dqn')} steps). An unsolved seed counts with its full "
         f"training time. Rollout steps/s is collection alone (PPO; DQN interleaves updates).\n\n"
         f"{table}\n\n" + "\n".join(notes)
     )
