@@ -71,6 +71,10 @@ def test_flat_parameters_are_views_and_clip_like_torch(max_norm):
     flat.zero_grad()
     _loss(flat_params, x).backward()
     assert flat.leaf.grad.abs().sum() > 0
+    # A module-level zero_grad (set_to_none) detaches the views: said at the next zero_grad.
+    flat_params[1].grad = None
+    with pytest.raises(RuntimeError, match=r"shape \(8,\) has a new .grad tensor"):
+        flat.zero_grad()
 
 
 def test_flat_adam_equals_torch_adam_bitwise_and_round_trips():

@@ -31,19 +31,26 @@ class FlatParameters:
         self.params = params
         self.leaf = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
         self.leaf.grad = torch.zeros_like(self.leaf)
+        self.grads: list[torch.Tensor] = []  # the gradient views, one per parameter
         offset = 0
         for p in params:
             size = p.numel()
             p.data = self.leaf.data[offset : offset + size].view_as(p)
             p.grad = self.leaf.grad[offset : offset + size].view_as(p)
+            self.grads.append(p.grad)
             offset += size
 
-    @property
-    def grads(self) -> list[torch.Tensor]:
-        """The gradient views, one per parameter, in order."""
-        return [p.grad for p in self.params]  # type: ignore[misc]
-
     def zero_grad(self) -> None:
+        """Zero all gradients; fails loudly if a parameter's .grad is no longer its view
+        (the optimizer would otherwise step on gradients that stay zero)."""
+        for param, view in zip(self.params, self.grads, strict=True):
+            if param.grad is not view:
+                raise RuntimeError(
+                    f"a parameter of shape {tuple(param.shape)} has a new .grad tensor, not its "
+                    f"view into FlatParameters' buffer (did something call "
+                    f"zero_grad(set_to_none=True) on the module?); zero it through "
+                    f"FlatParameters.zero_grad() instead"
+                )
         assert self.leaf.grad is not None
         self.leaf.grad.zero_()
 
