@@ -287,11 +287,12 @@ class DQN(Algorithm):
     ) -> None:
         config = self.config
         if self.by_hand:
-            q_values = self._backward_by_hand(obs, actions, targets)
+            q_values, td_error = self._backward_by_hand(obs, actions, targets)
         else:
             self.flat.zero_grad()
             q_values = self.q_net(obs).gather(1, actions[:, None])[:, 0]  # [B]
-            self._loss(q_values - targets).backward()
+            td_error = q_values - targets
+            self._loss(td_error).backward()
         if config.max_grad_norm > 0:
             self.flat.clip_grad_norm(config.max_grad_norm)
         self.optimizer.step()
@@ -302,9 +303,8 @@ class DQN(Algorithm):
             self._update_target(config.target_network.tau)
         # The loss is computed at the next log, for all these steps at once: computed here,
         # it was ~10% of a step's time.
-        q_values = q_values.detach()
-        self._q_values.append(q_values)
-        self._td_errors.append(q_values - targets)
+        self._q_values.append(q_values.detach())
+        self._td_errors.append(td_error.detach())
 
     def _loss(self, td_error: torch.Tensor) -> torch.Tensor:
         """Mean Huber (smooth L1) or squared TD error."""
@@ -316,9 +316,9 @@ class DQN(Algorithm):
     @torch.no_grad()
     def _backward_by_hand(
         self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
-    ) -> torch.Tensor:
-        """Q(s, a), with the loss's gradient written into the Q-network's .grad by hand:
-        the ops autograd would run, so bitwise the same gradient."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q(s, a) and the TD errors, with the loss's gradient written into the Q-network's
+        .grad by hand: the ops autograd would run, so bitwise the same gradient."""
         all_q, inputs = self.q_net.q.forward_saving(self.q_net.encoder.forward(obs))
         index = actions[:, None]
         q_values = all_q.gather(1, index)[:, 0]
@@ -331,7 +331,7 @@ class DQN(Algorithm):
         # Only the taken action's output gets a gradient (the backward of gather).
         grad_out = torch.zeros_like(all_q).scatter_(1, index, grad_q[:, None])
         self.q_net.q.backward_into(inputs, grad_out, self.flat.grads)  # overwrites .grad
-        return q_values
+        return q_values, error
 
     @torch.no_grad()
     def _update_target(self, tau: float) -> None:
