@@ -171,10 +171,9 @@ class DQN(Algorithm):
             self.observation_space, self.action_space, config.hidden, config.activation
         )
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self._params: list[torch.Tensor] = list(self.q_net.parameters())
         # All weights in one tensor and all gradients in another: zeroing, clipping and
         # the Adam step are one op each instead of one per layer.
-        self.flat = FlatParameters(self._params)
+        self.flat = FlatParameters(list(self.q_net.parameters()))
         self.optimizer = FlatAdam(self.flat, lr=config.learning_rate)
         # The same gradients as autograd's, computed by hand (see MLP.backward_into).
         self.by_hand = self.q_net.q.backprop_by_hand
@@ -338,7 +337,7 @@ class DQN(Algorithm):
         if tau >= 1.0:
             self.target_net.load_state_dict(self.q_net.state_dict())
             return
-        torch._foreach_lerp_(list(self.target_net.parameters()), self._params, tau)
+        torch._foreach_lerp_(list(self.target_net.parameters()), self.flat.params, tau)
 
     def learn(self, total: int | None = None) -> DQN:
         """Train until `total` env steps (default: config.total_steps).

@@ -188,15 +188,15 @@ class OnPolicyAlgorithm(Algorithm):
         self.train_seconds = 0.0  # wall time of rollouts + updates, evaluation excluded
 
     def _make_optimizer(self) -> None:
-        self.actor_params = list(self.actor.parameters())
-        self.critic_params = (
-            [p for p in self.critic.parameters() if all(p is not q for q in self.actor_params)]
+        actor_params = list(self.actor.parameters())
+        critic_params = (
+            [p for p in self.critic.parameters() if all(p is not q for q in actor_params)]
             if self.critic is not None
             else []
         )
         # All weights in one tensor and all gradients in another (FlatParameters): zeroing,
         # clipping and the Adam step are one op each instead of one per layer.
-        self.flat = FlatParameters(self.actor_params + self.critic_params)
+        self.flat = FlatParameters(actor_params + critic_params)
         self.optimizer = FlatAdam(self.flat, lr=self.config.learning_rate(0.0), eps=1e-5)
 
     def _init_from_file(self, path: str) -> None:
