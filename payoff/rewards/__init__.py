@@ -3,7 +3,6 @@ the TRL-compatible reward-function contract with weighted composition."""
 
 from payoff.rewards.base import BUILTIN, RewardMix, RewardResult, RewardSpec, resolve_reward
 from payoff.rewards.code import CodeVerifier
-from payoff.rewards.sandbox import SandboxResult, run_tests
 from payoff.rewards.verifiers import (
     answers_match,
     countdown_reward,
@@ -20,7 +19,6 @@ __all__ = [
     "RewardMix",
     "RewardResult",
     "RewardSpec",
-    "SandboxResult",
     "answers_match",
     "countdown_reward",
     "exact_reward",
@@ -29,5 +27,4 @@ __all__ = [
     "math_reward",
     "parse_number",
     "resolve_reward",
-    "run_tests",
 ]

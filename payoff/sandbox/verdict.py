@@ -1,0 +1,429 @@
+"""Unit tests for untrusted code, with a verdict nothing inside the sandbox can forge.
+
+The tests (`assert add(1, 2) == 3` lines, or any Python test script) are split in the
+parent, never in the sandbox:
+
+  - every *call site*, the largest expression rooted in a name the test does not define
+    itself and that is not a builtin (`add(1, 2)`), is what the candidate is asked for;
+  - the rest of each assert -- the comparison and the expected value -- stays here.
+
+Sandbox 1 runs the candidate's program and then the script with each assert reduced to
+its call sites (no expected values: `assert add(1, 2) == 3` arrives as
+`__payoff_site__(0, lambda: add(1, 2))`), and reports the plain value each site produced.
+The parent decodes those values (only None, bool, int, float, complex, str, bytes, and
+lists, tuples, sets and dicts of them can arrive; anything else is a failure) and:
+
+  - when every statement is `assert SITE == literal` (or `!=`, `is None/True/False`, a
+    bare `SITE`, `not SITE`), compares them here with Python's `==` on plain values, so an
+    honest `1 == True` or `2 == 2.0` passes and no object of the candidate's takes part;
+  - otherwise runs the original script in sandbox 2, a fresh process that never held the
+    candidate's code, where each site returns the recorded value.
+
+Exiting early, patching builtins, printing a token, an `__eq__` that is always true: none
+of it reaches the verdict, which is only ever "these values equal those".
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from payoff.sandbox.isolation import ChildOutput, Limits, check_available, run_child
+
+SITE_FUNCTION = "__payoff_site__"
+BUILTIN_NAMES = frozenset(dir(builtins))
+MAX_DEPTH = 64
+
+
+@dataclass
+class SandboxResult:
+    """Verdict of one run: passed, or why not.
+
+    outcome: 'pass'; 'fail' (a value differed from the expected one, or was not plain data);
+    'crash' (the program or a call raised, or the run ended without values); 'timeout';
+    'blocked' (failed after trying an operation the sandbox refuses: processes, sockets,
+    ctypes); 'invalid_tests' (the tests themselves do not parse: a data problem).
+    """
+
+    passed: bool
+    outcome: str
+    detail: str = ""
+    blocked: list[str] = field(default_factory=list)
+    discarded_bytes: int = 0
+    isolated: bool = True
+
+
+# ---- splitting the tests ------------------------------------------------------------------
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names the test script binds itself (assignments, defs, imports, loop and arg names)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+    return names
+
+
+class _SiteFinder(ast.NodeTransformer):
+    """Replaces each maximal candidate-rooted expression by `__payoff_site__(k, lambda: ...)`."""
+
+    def __init__(self, candidate_names: set[str]):
+        self.candidate_names = candidate_names
+        self.sites: list[str] = []
+
+    def _rooted(self, node: ast.AST) -> bool:
+        while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and node.id in self.candidate_names
+
+    def visit(self, node: ast.AST) -> Any:
+        loaded = isinstance(getattr(node, "ctx", ast.Load()), ast.Load)
+        if isinstance(node, ast.expr) and loaded and self._rooted(node):
+            k = len(self.sites)
+            self.sites.append(ast.unparse(node))
+            return ast.Call(
+                func=ast.Name(SITE_FUNCTION, ast.Load()),
+                args=[
+                    ast.Constant(k),
+                    ast.Lambda(
+                        args=ast.arguments(
+                            posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
+                        ),
+                        body=node,
+                    ),
+                ],
+                keywords=[],
+            )
+        return self.generic_visit(node)
+
+
+@dataclass
+class Check:
+    """A test the parent can decide alone: site k's value compared with a literal."""
+
+    site: int
+    op: str  # '==' | '!=' | 'is' | 'is not' | 'truthy' | 'falsy'
+    expected: Any = None
+
+
+@dataclass
+class TestPlan:
+    """The tests, split: what goes into the sandbox and what stays here."""
+
+    record_script: str  # for sandbox 1: asserts reduced to their sites, no expected values
+    check_script: str  # for sandbox 2: the original script with sites as lookups
+    sites: list[str]
+    checks: list[Check] | None  # set when the parent can compare alone
+
+
+def _literal(node: ast.expr) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _site_number(node: ast.expr) -> int | None:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == SITE_FUNCTION
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return int(node.args[0].value)
+    return None
+
+
+def _simple_check(test: ast.expr) -> Check | None:
+    """`SITE == literal` and its kin, or None when the parent cannot decide it alone."""
+    if (site := _site_number(test)) is not None:
+        return Check(site, "truthy")
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        site = _site_number(test.operand)
+        return None if site is None else Check(site, "falsy")
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, right, op = test.left, test.comparators[0], test.ops[0]
+    if _site_number(left) is None:
+        left, right = right, left
+    site = _site_number(left)
+    if site is None or _site_number(right) is not None:
+        return None
+    ok, expected = _literal(right)
+    if not ok:
+        return None
+    if isinstance(op, ast.Eq | ast.NotEq):
+        return Check(site, "==" if isinstance(op, ast.Eq) else "!=", expected)
+    if isinstance(op, ast.Is | ast.IsNot) and (expected is None or isinstance(expected, bool)):
+        return Check(site, "is" if isinstance(op, ast.Is) else "is not", expected)
+    return None
+
+
+def plan_tests(tests: str) -> TestPlan:
+    """Split `tests` into call sites and checks; SyntaxError/ValueError if they do not parse."""
+    tree = ast.parse(tests)
+    local = _bound_names(tree)
+    # The candidate's names: used by the tests, bound neither by them nor by Python. A builtin
+    # stays the builtin even if the program redefines it, so `len(f(x))` is measured here.
+    loaded = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    candidate = loaded - BUILTIN_NAMES - local
+    candidate.discard(SITE_FUNCTION)
+    finder = _SiteFinder(candidate)
+    check_tree = ast.fix_missing_locations(finder.visit(tree))
+
+    checks: list[Check] | None = []
+    for statement in check_tree.body:
+        check = _simple_check(statement.test) if isinstance(statement, ast.Assert) else None
+        if check is None:
+            checks = None
+            break
+        checks.append(check)
+
+    class StripExpected(ast.NodeTransformer):
+        """An assert becomes its sites alone, evaluated in order; the comparison stays out."""
+
+        def visit_Assert(self, node: ast.Assert) -> Any:
+            calls = [
+                n
+                for n in ast.walk(node.test)
+                if _site_number(n) is not None  # type: ignore[arg-type]
+            ]
+            calls.sort(key=lambda n: int(n.args[0].value))  # type: ignore[attr-defined]
+            if not calls:
+                return ast.Pass()
+            return [ast.Expr(call) for call in calls]
+
+    record_tree = ast.fix_missing_locations(
+        StripExpected().visit(ast.parse(ast.unparse(check_tree)))
+    )
+    return TestPlan(
+        record_script=ast.unparse(record_tree),
+        check_script=ast.unparse(check_tree),
+        sites=finder.sites,
+        checks=checks,
+    )
+
+
+# ---- the values that come back ------------------------------------------------------------
+class NotPlainData(ValueError):
+    pass
+
+
+def decode_value(node: Any, depth: int = 0) -> Any:
+    """Typed JSON from the sandbox back into plain Python values; anything else is refused."""
+    if depth > MAX_DEPTH:
+        raise NotPlainData("nested too deeply")
+    if node is None or type(node) in (bool, int, float, str):
+        return node
+    if type(node) is not dict or len(node) != 1:
+        raise NotPlainData(f"unexpected {type(node).__name__}")
+    ((kind, body),) = node.items()
+    if kind == "int" and type(body) is str:
+        return int(body)
+    if kind in ("list", "tuple", "set", "frozenset") and type(body) is list:
+        items = [decode_value(v, depth + 1) for v in body]
+        try:
+            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+        except TypeError as err:  # an unhashable item in a set
+            raise NotPlainData(str(err)) from None
+    if kind == "dict" and type(body) is list:
+        try:
+            return {
+                decode_value(pair[0], depth + 1): decode_value(pair[1], depth + 1)
+                for pair in body
+                if type(pair) is list and len(pair) == 2
+            }
+        except TypeError as err:
+            raise NotPlainData(str(err)) from None
+    if kind == "bytes" and type(body) is str:
+        return base64.b64decode(body, validate=True)
+    if kind == "complex" and type(body) is list and len(body) == 2:
+        return complex(float(body[0]), float(body[1]))
+    raise NotPlainData(f"unknown value kind {kind!r}")
+
+
+def _passes(check: Check, value: Any) -> bool:
+    if check.op == "==":
+        return bool(value == check.expected)
+    if check.op == "!=":
+        return bool(value != check.expected)
+    if check.op == "is":
+        return value is check.expected
+    if check.op == "is not":
+        return value is not check.expected
+    return bool(value) if check.op == "truthy" else not value
+
+
+# ---- running ----------------------------------------------------------------------------------
+def _ended(output: ChildOutput, mode: str) -> SandboxResult | None:
+    """A result for runs that ended without a verdict of their own: timeout, crash, blocked."""
+    blocked = [r["blocked"] for r in output.records if isinstance(r.get("blocked"), str)]
+    base = {
+        "blocked": blocked,
+        "discarded_bytes": output.discarded_bytes,
+        "isolated": output.isolated,
+    }
+    if output.timed_out:
+        return SandboxResult(False, "timeout", "ran past its time limit", **base)
+    for record in output.records:
+        if "program_raised" in record:
+            detail = f"{record['program_raised']}: {record.get('message', '')}"
+            outcome = "blocked" if blocked else "crash"
+            return SandboxResult(False, outcome, detail, **base)
+    return None
+
+
+def run_tests(
+    solution: str,
+    tests: str,
+    timeout: float = 5.0,
+    memory_mb: int = 512,
+    sandbox: str | None = None,
+) -> SandboxResult:
+    """Run `solution`, then `tests`, isolated; the verdict is decided outside the sandbox."""
+    mode = check_available(sandbox)
+    try:
+        plan = plan_tests(tests)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        return SandboxResult(False, "invalid_tests", f"the tests do not parse: {err}")
+    limits = Limits(timeout=timeout, memory_mb=memory_mb)
+    output = run_child(
+        {"mode": "record", "program": solution, "script": plan.record_script}, limits, mode
+    )
+    ended = _ended(output, mode)
+    if ended is not None:
+        return ended
+    blocked = [r["blocked"] for r in output.records if isinstance(r.get("blocked"), str)]
+    meta = {
+        "blocked": blocked,
+        "discarded_bytes": output.discarded_bytes,
+        "isolated": output.isolated,
+    }
+    values: dict[int, list[dict]] = {}
+    for record in output.records:
+        site = record.get("site")
+        if type(site) is int and 0 <= site < len(plan.sites):
+            values.setdefault(site, []).append(record)
+    failed = "blocked" if blocked else "fail"
+
+    if plan.checks is not None:
+        positions: Counter[int] = Counter()
+        for check in plan.checks:
+            entries = values.get(check.site, [])
+            entry = entries[positions[check.site]] if positions[check.site] < len(entries) else None
+            positions[check.site] += 1
+            call = plan.sites[check.site]
+            if entry is None:
+                return SandboxResult(
+                    False,
+                    "blocked" if blocked else "crash",
+                    f"{call} produced no value (the run ended early)",
+                    **meta,
+                )
+            if "raised" in entry:
+                return SandboxResult(
+                    False,
+                    "blocked" if blocked else "crash",
+                    f"{call} raised {entry['raised']}: {entry.get('message', '')}",
+                    **meta,
+                )
+            try:
+                value = decode_value(entry.get("value"))
+            except (NotPlainData, ValueError, TypeError) as err:
+                return SandboxResult(
+                    False, failed, f"{call} returned no plain data ({err})", **meta
+                )
+            if "unencodable" in entry:
+                return SandboxResult(
+                    False,
+                    failed,
+                    f"{call} returned a {entry['unencodable']} object; only plain data "
+                    "(None, bool, numbers, str, bytes, lists, tuples, sets, dicts) is compared",
+                    **meta,
+                )
+            if not _passes(check, value):
+                return SandboxResult(False, failed, f"{call} returned {value!r}", **meta)
+        return SandboxResult(True, "pass", **meta)
+
+    # The general case: the test script itself decides, in a process without the candidate.
+    wire = {
+        str(k): [
+            {
+                key: entry[key]
+                for key in ("value", "raised", "message", "unencodable")
+                if key in entry
+            }
+            for entry in entries
+        ]
+        for k, entries in values.items()
+    }
+    verdict = run_child(
+        {"mode": "check", "script": plan.check_script, "values": wire}, limits, mode
+    )
+    if verdict.timed_out:
+        return SandboxResult(False, "timeout", "the tests ran past their time limit", **meta)
+    results = [r for r in verdict.records if "passed" in r]
+    if results and results[-1]["passed"] is True:
+        return SandboxResult(True, "pass", **meta)
+    detail = "the tests did not finish"
+    if results:
+        detail = f"{results[-1].get('raised', '')}: {results[-1].get('message', '')}"
+    outcome = "fail" if results and results[-1].get("raised") == "AssertionError" else "crash"
+    return SandboxResult(False, "blocked" if blocked else outcome, detail.strip(), **meta)
+
+
+@dataclass
+class ProgramResult:
+    """What running a program (the agents' python tool) gave."""
+
+    outcome: str  # 'ok' | 'error' | 'timeout'
+    stdout: str
+    stderr: str
+    returncode: int | None = None
+    discarded_bytes: int = 0
+    isolated: bool = True
+
+
+def run_program(
+    program: str,
+    timeout: float = 5.0,
+    memory_mb: int = 512,
+    sandbox: str | None = None,
+    workdir: Path | None = None,
+) -> ProgramResult:
+    """Run a program in the sandbox and return its output (capped).
+
+    workdir: a host folder the program sees as its (writable) work dir, instead of a
+    private tmpfs; nothing else of the host is visible either way.
+    """
+    mode = check_available(sandbox)
+    output = run_child(
+        {"mode": "program", "program": program}, Limits(timeout, memory_mb), mode, workdir
+    )
+    if output.timed_out:
+        outcome = "timeout"
+    else:
+        exits = [r for r in output.records if "exit" in r or "program_raised" in r]
+        outcome = "ok" if exits and exits[-1].get("exit") == 0 else "error"
+    return ProgramResult(
+        outcome,
+        output.stdout,
+        output.stderr,
+        output.returncode,
+        output.discarded_bytes,
+        output.isolated,
+    )
