@@ -48,7 +48,8 @@ class RewardSpec:
     weight: its score is multiplied by this in the total reward (each is also logged alone).
     on_error: the score a row gets when the function raises or hangs (null: not applicable).
     timeout: seconds a call may take before it counts as hung and is abandoned.
-    options: keyword arguments for a built-in that takes them (code: timeout, memory_mb, workers).
+    options: keyword arguments for a built-in that takes them (code: timeout, memory_mb, workers,
+        sandbox).
     label: the name used in metrics (default: the function name).
     """
 

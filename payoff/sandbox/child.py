@@ -137,7 +137,7 @@ def decode(node, depth=0):
 
 
 def record(request, result_fd):
-    namespace = {"__name__": "__main__"}
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(request["program"], "solution.py", "exec"), namespace)
     except BaseException as err:
@@ -188,7 +188,7 @@ def check(request, result_fd):
 
 def program(request, result_fd):
     """Run a program; the exit status is its own (1 when it raised), as `python file.py` gives."""
-    namespace = {"__name__": "__main__"}
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(request["program"], "program.py", "exec"), namespace)
     except SystemExit as err:
@@ -214,6 +214,8 @@ def main():
     os.chdir(request["workdir"])
     set_limits(request["limits"])
     sys.setrecursionlimit(2000)
+    if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit and quit
+        builtins.exit = builtins.quit = sys.exit
     install_audit_hook(result_fd)
     status = {"record": record, "check": check, "program": program}[request["mode"]](
         request, result_fd
