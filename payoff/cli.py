@@ -1,15 +1,47 @@
 """`payoff train | eval | play | plot | report | recipes`.
 
-Every PayoffError is printed as one line (`error: ...`) with exit status 2.
+Every PayoffError, and every file that cannot be read or written, is printed as one line
+(`error: ...`) with exit status 2. A training run stopped by Ctrl-C, SIGTERM or SIGHUP keeps a
+checkpoint and exits with the shell's status for that signal: 130, 143 or 129.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from payoff.core.errors import PayoffError
+from payoff.core.errors import ConfigError, PayoffError, RunError
+
+
+def _os_reason(err: OSError) -> str:
+    """'Permission denied: /runs/a' for an OSError (naming a temp file's folder instead)."""
+    name = err.filename
+    if isinstance(name, str | Path):
+        path = Path(name)
+        if path.name.startswith(".") and path.name.endswith(".tmp"):  # an atomic write's temp
+            path = path.parent
+        return f"{err.strerror or err}: {str(path)!r}"
+    return str(err.strerror or err)
+
+
+@contextmanager
+def _writing(what: str, advice: str) -> Iterator[None]:
+    """Turn a failed write into one error line that says what was being written and what to do."""
+    try:
+        yield
+    except OSError as err:
+        raise RunError(f"cannot write {what} ({_os_reason(err)}); {advice}") from None
+
+
+def _positive(option: str, value: int) -> None:
+    if value <= 0:
+        raise ConfigError(f"{option} must be a positive number, got {value}")
 
 
 def _cmd_recipes(args: argparse.Namespace) -> int:
@@ -30,7 +62,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise PayoffError(
                 "--resume continues a run with its own config; pass no recipe or overrides with it"
             )
-        run = train.resume(args.resume, media=not args.no_media)
+        from payoff.track.run import Run
+
+        step = train.finished_step(Run.open(args.resume))
+        if step is not None:
+            print(f"run {args.resume} already finished at step {step}; nothing to resume")
+            return 0
+        with _writing(
+            f"run {args.resume!r}",
+            "--resume continues a run in place, so the run must be writable "
+            "(copy it somewhere writable and resume the copy)",
+        ):
+            run = train.resume(args.resume, media=not args.no_media)
     else:
         if not args.recipe:
             raise PayoffError(
@@ -39,11 +82,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
         run = train.train(
             args.recipe, args.overrides, seed=args.seed, out=args.out, media=not args.no_media
         )
+    if train.finished_step(run) is None:
+        from payoff.track.interrupt import exit_status
+
+        if run.checkpoint_path().exists():
+            print(
+                f"stopped early; checkpoint saved. Continue with: payoff train --resume {run.path}"
+            )
+        else:
+            print(
+                f"stopped early; the experiment's member runs so far are in {run.path / 'members'} "
+                "(continue an unfinished one with: payoff train --resume MEMBER)"
+            )
+        return exit_status()
     summary = run.summary()
-    checkpoint = run.checkpoint_path()
-    if not summary and checkpoint.exists():
-        print(f"stopped early; checkpoint saved. Continue with: payoff train --resume {run.path}")
-        return 130
     final = summary.get("final_eval")
     if summary.get("final_line"):  # algorithms with their own evaluation (language models)
         print(f"final evaluation: {summary['final_line']}")
@@ -63,12 +115,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from payoff import train
 
+    _positive("--episodes", args.episodes)
     _, algorithm = train.load(args.run)
     options = {}
     if args.split is not None:
         options["split"] = args.split
     if args.k is not None:
-        options["k"] = [int(k) for k in args.k.split(",")]
+        parts = [part.strip() for part in args.k.split(",")]
+        if not all(part.isdigit() and int(part) > 0 for part in parts):
+            raise ConfigError(
+                f"--k must be positive integers separated by commas (e.g. 1,8), got {args.k!r}"
+            )
+        options["k"] = [int(part) for part in parts]
+    accepted = inspect.signature(algorithm.evaluate).parameters
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    for name in options:
+        if name not in accepted and not open_ended:
+            raise ConfigError(
+                f"--{name} applies to language-model runs; {args.run!r} is a {algorithm.name} run"
+            )
     result = (
         algorithm.evaluate(args.episodes, **options)
         if options
@@ -95,7 +160,9 @@ def _cmd_play(args: argparse.Namespace) -> int:
         return 0
     if not args.gif:
         raise PayoffError("pass --gif PATH to render episodes, or --human to play a board-game run")
-    path = algorithm.record_gif(args.gif, episodes=args.episodes)
+    _positive("--episodes", args.episodes)
+    with _writing(f"the GIF {args.gif!r}", "pass --gif with a path you can write to"):
+        path = algorithm.record_gif(args.gif, episodes=args.episodes)
     print(f"wrote {path}")
     return 0
 
@@ -105,7 +172,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from payoff.track.run import Run
 
     runs = [Run.open(path) for path in args.runs]
-    path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
+    with _writing(f"the plot {args.out!r}", "pass --out with a path you can write to"):
+        path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
     print(f"wrote {path}")
     return 0
 
@@ -115,13 +183,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from payoff.track.report import write_report
     from payoff.track.run import Run
 
-    run = Run.open(args.run)
+    writing = functools.partial(  # a fresh context manager for each use
+        _writing,
+        f"the report of {args.run!r}",
+        "the report is written into the run's media/ folder, so the run must be writable "
+        "(copy it somewhere writable and report the copy)",
+    )
+    with writing():
+        run = Run.open(args.run)  # makes media/ when it is missing
     if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
         _, algorithm = train.load(args.run)
-        train.write_media(run, algorithm)
+        with writing():
+            train.write_media(run, algorithm)
         path = run.media / "report.html"
     else:
-        path = write_report(run)
+        with writing():
+            path = write_report(run)
     print(f"wrote {path}")
     return 0
 
@@ -249,9 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     except PayoffError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except OSError as err:  # a file that cannot be read or written: one line, no traceback
+        print(f"error: {_os_reason(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a second Ctrl-C (or SIGTERM, SIGHUP) stops at once
+        from payoff.track.interrupt import exit_status
+
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_status()
 
 
 if __name__ == "__main__":

@@ -75,8 +75,14 @@ def train(
 
 
 def resume(path: str | Path, media: bool = True) -> Run:
-    """Continue a run from its latest checkpoint, in the same directory."""
+    """Continue a run from its latest checkpoint, in the same directory.
+
+    A run that already finished is returned as it is (see `finished_step`): resuming it
+    again must not evaluate it, or write its summary, a second time.
+    """
     run = Run.open(path)
+    if finished_step(run) is not None:
+        return run
     algo = run.config.get("algo")
     if not algo:
         raise RunError(
@@ -99,11 +105,43 @@ def load(path: str | Path) -> tuple[Run, Algorithm]:
     return run, cls._from_payload(payload)
 
 
+def finished_step(run: Run) -> int | None:
+    """The step at which `run` finished training, or None while it can still be resumed.
+
+    A finished run has `finished_step` in summary.json (runs from before that key: a final
+    evaluation there).
+    """
+    try:
+        summary = run.summary()
+    except ValueError:
+        raise RunError(
+            f"{str(run.path / 'summary.json')!r} is not valid JSON; delete it to resume the run "
+            "from its checkpoint"
+        ) from None
+    if "finished_step" in summary:
+        return int(summary["finished_step"])
+    if summary.get("finished") or "final_eval" in summary:
+        return _last_step(run)
+    return None
+
+
+def _last_step(run: Run) -> int:
+    records = run.records()
+    return int(records[-1]["step"]) if records else 0
+
+
 def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
     try:
         algorithm.learn()
     finally:
         run.close()
+    if algorithm.interrupted and finished_step(run) is None:
+        return run
+    try:
+        step = algorithm.progress_step()
+    except NotImplementedError:
+        step = _last_step(run)
+    run.write_summary(finished=True, finished_step=step)
     if algorithm.interrupted:
         return run
     if media:
@@ -176,6 +214,8 @@ def train_experiment(
             )
             member_runs.append(member_run)
             labels.append(member.label or member.recipe)
+            if finished_step(member_run) is None:  # stopped by a signal: stop the experiment
+                return run
     plot_curves(
         member_runs,
         run.media / "comparison.png",
@@ -186,7 +226,9 @@ def train_experiment(
     )
     _experiment_figures(member_runs, labels, run.media)
     run.write_summary(
-        members=[str(r.path) for r in member_runs], seconds=round(time.time() - started, 1)
+        members=[str(r.path) for r in member_runs],
+        seconds=round(time.time() - started, 1),
+        finished=True,
     )
     write_report(run)
     return run

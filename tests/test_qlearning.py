@@ -207,6 +207,7 @@ def test_resume_rejects_corrupt_and_foreign_checkpoints(tmp_path, capsys):
     out = tmp_path / "runs"
     assert main(["train", "frozenlake-q", *SHORT, "--out", str(out), "--no-media"]) == 0
     run = only_run(out)
+    (run / "summary.json").unlink()  # unfinished, so --resume reads the checkpoint
     checkpoint = run / "checkpoints" / "latest.pt"
     good = checkpoint.read_bytes()
     checkpoint.write_bytes(good[: len(good) // 2])

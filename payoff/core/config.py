@@ -1,12 +1,16 @@
 """Configs are plain dataclasses, loaded from YAML recipes and `key=value` overrides.
 
 Every key is checked: an unknown key names the valid ones, a value of the wrong type names
-the key, the value and the type it should have.
+the key, the value and the type it should have, and a number outside its range names the key,
+the value and the range. Ranges are declared once, here, by field name (`RANGES`: every
+`learning_rate` anywhere must be > 0, every `gamma` in [0, 1], ...); a field whose meaning is
+its own declares its range in its metadata instead: `field(default=0.5, metadata=in_range(0, 1))`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -17,6 +21,246 @@ import yaml
 from payoff.core.errors import ConfigError, suggest
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The valid values of a numeric config key: `low` and/or `high`, each bound open or closed."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (
+            self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        )
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return (
+            f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            f"{')' if self.high_open else ']'}"
+        )
+
+
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+AT_LEAST_ONE = Range(1)
+UNIT = Range(0, 1)  # probabilities, fractions, discounts
+UNIT_OPEN_LOW = Range(0, 1, low_open=True)
+UNIT_OPEN_HIGH = Range(0, 1, high_open=True)
+
+
+def in_range(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> dict[str, Range]:
+    """Field metadata declaring a range: `field(default=..., metadata=in_range(0, 1))`."""
+    return {"range": Range(low, high, low_open, high_open)}
+
+
+# The range of every config key with a well-known name, in every config class. A value of None
+# (an optional key left unset) is not checked; a list is checked item by item; a Schedule
+# (learning_rate, clip, epsilon) has its start and end checked.
+RANGES: dict[str, Range] = {
+    # step sizes, clip ranges, temperatures, timeouts: > 0
+    **dict.fromkeys(
+        (
+            "learning_rate",
+            "critic_learning_rate",
+            "proxy_learning_rate",
+            "lagrangian_lr",
+            "clip",
+            "clip_eps",
+            "clip_eps_high",
+            "clip_value",
+            "value_clip",
+            "kl_target",
+            "temperature",
+            "c_puct",
+            "dirichlet_alpha",
+            "timeout",
+            "startup_timeout",
+            "num_cpus",
+            "lora_alpha",
+        ),
+        POSITIVE,
+    ),
+    # counts and sizes: > 0
+    **dict.fromkeys(
+        (
+            "num_envs",
+            "num_steps",
+            "batch_size",
+            "steps",
+            "total_steps",
+            "total_episodes",
+            "iterations",
+            "epochs",
+            "epochs_per_round",
+            "ppo_epochs",
+            "rounds",
+            "prompts",
+            "prompts_per_step",
+            "tasks_per_step",
+            "updates_per_batch",
+            "gradient_steps",
+            "train_every",
+            "update_every",
+            "train_steps",
+            "proxy_steps",
+            "label_budget",
+            "train_pairs",
+            "test_pairs",
+            "eval_size",
+            "eval_episodes",
+            "final_eval_episodes",
+            "max_new_tokens",
+            "max_tokens",
+            "max_turns",
+            "max_length",
+            "games_per_iteration",
+            "simulations",
+            "eval_simulations",
+            "gate_simulations",
+            "replay_size",
+            "hidden",
+            "hidden_size",
+            "intermediate_size",
+            "layers",
+            "heads",
+            "blocks",
+            "channels",
+            "ensemble",
+            "num_workers",
+            "threads",
+            "log_every",
+            "checkpoint_every",
+            "check_every",
+            "kl_horizon",
+        ),
+        POSITIVE,
+    ),
+    **dict.fromkeys(
+        ("workers", "league_simulations", "leaves_per_tree", "final_eval_k", "ns"), AT_LEAST_ONE
+    ),
+    "group_size": Range(2),  # a group of one has no mean to compare against
+    # seeds, optional counts (0 = off / all / automatic), coefficients and penalties: >= 0
+    **dict.fromkeys(
+        (
+            "seed",
+            "seeds",
+            "eval_every",
+            "eval_games",
+            "final_eval_games",
+            "gate_games",
+            "minibatch_size",
+            "warmup_steps",
+            "learning_starts",
+            "value_prefit_steps",
+            "temperature_moves",
+            "gate_random_moves",
+            "train_threads",
+            "lora_rank",
+            "max_lag",
+            "max_restarts",
+            "cpus_per_worker",
+            "max_grad_norm",
+            "ent_coef",
+            "vf_coef",
+            "value_coef",
+            "kl_coef",
+            "beta",
+            "weight_decay",
+            "learning_rate_end",
+            "cost_limit",
+            "lagrangian_init",
+            "virtual_loss",
+            "plateau_tolerance",
+        ),
+        NON_NEGATIVE,
+    ),
+    # discounts, probabilities and fractions
+    **dict.fromkeys(
+        (
+            "gamma",
+            "value_gamma",
+            "gae_lambda",
+            "lam",
+            "epsilon",
+            "beta_decay",
+            "dirichlet_fraction",
+            "hard_fraction",
+            "gate_threshold",
+            "negative_weight",
+            "search_value_weight",
+            "call_rate",
+            "opener_rate",
+            "wrong_rate",
+            "bias",
+            "stop_at_accuracy",
+        ),
+        UNIT,
+    ),
+    **dict.fromkeys(("tau", "top_p", "fraction"), UNIT_OPEN_LOW),
+    **dict.fromkeys(("answer_noise", "lora_dropout"), UNIT_OPEN_HIGH),
+}
+
+
+def field_range(field: dataclasses.Field[Any]) -> Range | None:
+    """The range a config field must lie in: its own metadata, else `RANGES` by name."""
+    if "range" in field.metadata:
+        return typing.cast("Range | None", field.metadata["range"])
+    return RANGES.get(field.name)
+
+
+def check_ranges(config: Any, prefix: str = "") -> None:
+    """Raise a ConfigError naming the first numeric key of `config` outside its range.
+
+    Nested config dataclasses are checked too, with their dotted keys.
+    """
+    from payoff.core.schedules import Schedule
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        key = prefix + field.name
+        valid = field_range(field)
+        if isinstance(value, Schedule):
+            if valid is not None:
+                _check_value(f"{key}.start", value.start, valid)
+                # a linear schedule may decay to exactly 0 (a learning rate annealed to zero)
+                end_valid = valid
+                if value.kind == "linear" and valid.low == 0 and valid.low_open:
+                    end_valid = dataclasses.replace(valid, low_open=False)
+                _check_value(f"{key}.end", value.end, end_valid)
+            check_ranges(value, key + ".")
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_ranges(value, key + ".")
+        elif valid is not None:
+            if isinstance(value, list | tuple):
+                for i, item in enumerate(value):
+                    _check_value(f"{key}[{i}]", item, valid)
+            else:
+                _check_value(key, value, valid)
+
+
+def _check_value(key: str, value: Any, valid: Range) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return  # None (unset) or not a number: the type check speaks for those
+    if value not in valid:
+        raise ConfigError(f"config key {key!r} must be {valid}, got {value!r}")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -187,6 +431,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         obj = cls(**kwargs)
     except TypeError as err:
         raise ConfigError(f"config {prefix.rstrip('.') or cls.__name__}: {err}") from None
+    check_ranges(obj, prefix)
     check = getattr(obj, "validate", None)
     if callable(check):
         check()

@@ -1,31 +1,73 @@
-"""Ctrl-C finishes the current unit of work, writes a checkpoint, and stops cleanly."""
+"""Ctrl-C, SIGTERM and SIGHUP finish the current unit of work, write a checkpoint, and stop.
+
+Job schedulers, containers and `kill` send SIGTERM; a closed terminal sends SIGHUP. Each is
+treated as Ctrl-C: the loop finishes its step, checkpoints, and the CLI exits with the
+shell's status for that signal (128 + its number: 130 for SIGINT, 143 for SIGTERM, 129 for
+SIGHUP), so `payoff train --resume RUN` continues where it stopped. A second signal stops at
+once (KeyboardInterrupt), for a loop stuck inside one long step.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 from typing import Any
 
+#: The signals that ask a training loop to stop gracefully (SIGHUP does not exist on Windows).
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+_last_signal: int | None = None
+
+
+def exit_status(default: int = signal.SIGINT) -> int:
+    """The shell's exit status for a run stopped by a signal: 128 + the signal's number."""
+    return 128 + int(_last_signal if _last_signal is not None else default)
+
 
 class GracefulInterrupt:
-    """Within this context the first SIGINT sets `requested`; a second one interrupts at once."""
+    """Within this context the first stop signal sets `requested`; a second one interrupts at once.
+
+    `signal` holds the signal that was received. In a process forked inside the context
+    (a subprocess env worker) the signals keep their default meaning, so that its parent
+    can still terminate it.
+    """
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
+        global _last_signal
+        if os.getpid() != self._pid:  # a forked child: behave as if we were never installed
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        _last_signal = signum
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        self.signal = signum
 
     def __enter__(self) -> GracefulInterrupt:
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread: leave signals alone
-            self._previous = None
+        for signum in STOP_SIGNALS:
+            try:
+                previous = signal.getsignal(signum)
+                if previous == signal.SIG_IGN:  # e.g. under `nohup`: the user chose to ignore it
+                    continue
+                signal.signal(signum, self._handler)
+            except ValueError:  # not the main thread: leave signals alone
+                break
+            self._previous[signum] = signal.SIG_DFL if previous is None else previous
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
