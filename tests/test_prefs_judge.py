@@ -155,14 +155,39 @@ def test_judge_turns_verdicts_into_labels_and_scores(tmp_path):
     md_file.write_text("# Our principles\n\n- Be correct.\n* Be brief; no flattery.\n")
     principles = load_constitution(yaml_file)
     assert principles == load_constitution(md_file) == ["Be correct.", "Be brief; no flattery."]
-    client = Scripted(["B", "Answer A.", "no idea", "7", "10/10"])
-    judge = Judge(client, principles)
+    client = Scripted(
+        [
+            "B is plainer.\nPREFERRED: B",
+            "PREFERRED: A",
+            "Answer A.",  # not the stated format: retried once, then no verdict
+            "no idea",
+            "SCORE: 7",
+            "Right and brief.\nSCORE: 10",
+        ]
+    )
+    judge = Judge(client, principles, retries=1)
     assert judge.label("3+4=", "Great! 7", "7") == {
         "prompt": "3+4=",
         "chosen": "7",
         "rejected": "Great! 7",
     }
     assert judge.prefer("3+4=", "7", "8") == 0
-    assert judge.prefer("3+4=", "7", "8") is None and judge.unparsed == 1
+    assert judge.prefer("3+4=", "7", "8") is None
+    assert judge.counts["unparsable"] == 2 and judge.counts["failed"] == 1
     assert judge(["3+4=", "3+4="], ["7", "7"]) == [0.7, 1.0]
     assert "Be brief; no flattery." in client.seen[0][0]["content"]
+    assert "PREFERRED: A" in client.seen[0][0]["content"]
+    assert "SCORE: n" in client.seen[-1][0]["content"]
+
+
+def test_judge_over_a_local_model_answers_or_counts_the_reply_it_cannot_read():
+    """LocalChatClient still works as a judge: a tiny model's reply has no verdict line,
+    which is counted and skipped, never a crash or a made-up score."""
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    client = LocalChatClient(model, tokenizer, name="tiny")
+    assert client.max_new_tokens >= 16  # room for reasons and the 'SCORE: n' line
+    client.max_new_tokens = 8  # keep the test fast
+    judge = Judge(client, ["Be correct."], retries=0)
+    score = judge.score("3+4=", "7")
+    assert score is None or 0.0 <= score <= 1.0
+    assert judge.counts["scored"] + judge.counts["failed"] == 1

@@ -43,6 +43,7 @@ from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
 from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.tiny_lm import TinyLMConfig
+from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge
 from payoff.rollout.episodes import (
     Episode,
@@ -279,6 +280,7 @@ class AgentGRPO(Algorithm):
         self.judge = (
             RelativeJudge(answer_judge, config.judge_normalization) if config.judge_weight else None
         )
+        self.judge_addressing = JudgeAddressing()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -499,6 +501,14 @@ class AgentGRPO(Algorithm):
                     "perf/tokens_per_s": tokens / max(generated - started, 1e-9),
                     "perf/step_s": time.time() - started,
                 }
+                if self.judge is not None:  # a judged reward can be talked to
+                    metrics.update(
+                        self.judge_addressing.check(
+                            self.step,
+                            ["".join(s.text for s in e.segments if s.model) for e in episodes],
+                            self.run,
+                        )
+                    )
                 progress.update(1, success=metrics["train/success"])
                 if self.step % c.log_every == 0:
                     self.log(self.step, **metrics)

@@ -40,6 +40,7 @@ from payoff.core.seeding import seed_everything
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.lm import ModelConfig, load_lm
+from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.base import RewardMix
 from payoff.rewards.learned import RewardModelScorer
 from payoff.rollout.generation import LocalSampler, SamplingConfig
@@ -187,6 +188,10 @@ class BestOfN(LMAlgorithm):
             self.gold(prompts, completions, **columns_of(repeated)).total, float
         ).reshape(len(rows), n_max)
         lengths = np.array([len(c) for c in completions], float).reshape(len(rows), n_max)
+        # Completions that address the reward model, and how often best-of-N picks them.
+        monitor = JudgeAddressing()
+        monitor.check(self.step, completions, self.run)
+        addressing = np.array(monitor.last_flags, float).reshape(len(rows), n_max)
         self.samples = {"completions": completions, "proxy": proxy, "gold": gold}
         progress = Progress(len(config.ns), desc="best-of-N sweep")
         for n in sorted(config.ns):
@@ -203,6 +208,14 @@ class BestOfN(LMAlgorithm):
                 "bon/length": float(
                     np.mean(
                         [expected_best_of_n(p, x, n) for p, x in zip(proxy, lengths, strict=True)]
+                    )
+                ),
+                monitor.key: float(
+                    np.mean(
+                        [
+                            expected_best_of_n(p, a, n)
+                            for p, a in zip(proxy, addressing, strict=True)
+                        ]
                     )
                 ),
             }

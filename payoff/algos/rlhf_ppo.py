@@ -44,6 +44,7 @@ from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.lm import FrozenReference, ModelConfig, load_lm
+from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
 from payoff.rollout.generation import LocalSampler, SamplingConfig
@@ -208,6 +209,8 @@ class RLHFPPO(LMAlgorithm):
             )
             self.proxy_eval = result.to_dict()
         self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
+        # A reward model or judge can be talked to: watch for completions that try.
+        self.judge_addressing = JudgeAddressing() if is_model_scored(self.reward_model) else None
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
         self.critic_optimizer = torch.optim.AdamW(
@@ -313,6 +316,11 @@ class RLHFPPO(LMAlgorithm):
                 self.kl_controller.update(kl_per_completion, len(rows))
                 self.step += 1
                 progress.update(1, rm=float(scores.mean()), kl=kl_per_completion)
+                integrity = (
+                    self.judge_addressing.check(self.step, g.completions, self.run)
+                    if self.judge_addressing is not None
+                    else {}
+                )
                 if self.step % config.log_every == 0:
                     self.log(
                         self.step,
@@ -327,6 +335,7 @@ class RLHFPPO(LMAlgorithm):
                             ),
                             "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
                             **self._disagreement(),
+                            **integrity,
                             **stats,
                         },
                     )

@@ -10,6 +10,9 @@ Attach monitors in a recipe:
     monitors:
       - {kind: divergence, proxy: train/return, truth: train/true_return}
       - {kind: threshold, key: train/kl, above: 0.5}
+
+Runs scored by an AI judge or a reward model also log integrity/judge_addressing_rate, the
+share of completions that talk to their scorer (`JudgeAddressing`, judge_addressing.py).
 """
 
 from payoff.monitor.detectors import (
@@ -20,5 +23,22 @@ from payoff.monitor.detectors import (
     Threshold,
     build_monitors,
 )
+from payoff.monitor.judge_addressing import (
+    JudgeAddressing,
+    addresses_judge,
+    is_model_scored,
+    judge_addressing_signals,
+)
 
-__all__ = ["Alarm", "Divergence", "Monitor", "SpuriousCorrelation", "Threshold", "build_monitors"]
+__all__ = [
+    "Alarm",
+    "Divergence",
+    "JudgeAddressing",
+    "Monitor",
+    "SpuriousCorrelation",
+    "Threshold",
+    "addresses_judge",
+    "build_monitors",
+    "is_model_scored",
+    "judge_addressing_signals",
+]
