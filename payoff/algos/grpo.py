@@ -36,6 +36,7 @@ from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.models.lm import FrozenReference, ModelConfig, load_lm
+from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig
 from payoff.rollout.ray_backend import RayConfig
@@ -276,6 +277,8 @@ class GRPO(LMAlgorithm):
         self.reference = FrozenReference(self.model) if config.beta > 0 else None
         specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
         self.rewards = RewardMix(specs, on_event=self._reward_event)
+        # A judge or reward model can be talked to: watch for completions that try.
+        self.judge_addressing = JudgeAddressing() if is_model_scored(self.rewards) else None
         self.verifier = RewardMix([correctness_spec(self.task)])
         self.sampler: LocalSampler | RaySampler = LocalSampler(self.model, self.tokenizer)
         if config.backend == "ray":  # generation on Ray actors, each with a model copy
@@ -492,6 +495,10 @@ class GRPO(LMAlgorithm):
                     if applicable:
                         metrics[f"reward/{key}"] = float(np.mean(applicable))
                 metrics.update(self.rewards.counters())
+                if self.judge_addressing is not None:
+                    metrics.update(
+                        self.judge_addressing.check(self.step, generation.completions, self.run)
+                    )
                 if isinstance(self.sampler, RaySampler):
                     metrics.update(self.sampler.metrics())
                 progress.update(1, acc=accuracy, len=float(lengths.mean()))
