@@ -185,6 +185,31 @@ def test_a_hanging_function_is_abandoned_after_its_timeout():
     assert time.time() - started < 5
 
 
+class CancellableHang:
+    """A reward that hangs until cancelled, like a judge waiting on a dead endpoint."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.cancelled = threading.Event()
+
+    def __call__(self, prompts, completions, **kwargs):
+        self.cancelled.wait(10)
+        return [0.0 for _ in completions]
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+cancellable_hang = CancellableHang()
+
+
+def test_an_abandoned_call_is_cancelled_when_the_function_can_be():
+    mix = _mix(RewardSpec(name=f"{__name__}:cancellable_hang", timeout=0.3))
+    mix(["p"], ["4"])
+    assert cancellable_hang.cancelled.wait(1)
+
+
 def test_unknown_reward_names_suggest_builtins():
     with pytest.raises(ConfigError, match="Did you mean 'math'"):
         RewardMix([RewardSpec(name="maths")])

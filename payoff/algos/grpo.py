@@ -299,6 +299,7 @@ class GRPO(LMAlgorithm):
         )
         self.step = 0
         self.samples_seen = 0
+        self._reported_unisolated = False
 
     def max_new_tokens(self) -> int:
         return self.config.max_new_tokens
@@ -498,6 +499,15 @@ class GRPO(LMAlgorithm):
                 if self.judge_addressing is not None:
                     metrics.update(
                         self.judge_addressing.check(self.step, generation.completions, self.run)
+                    )
+                if not self._reported_unisolated and any(
+                    k.endswith("/unisolated") for k in metrics
+                ):
+                    self._reported_unisolated = True
+                    self._reward_event(
+                        "sandbox_unisolated",
+                        "model-written code ran without OS isolation (sandbox=unsafe-process): "
+                        "it could read and write what this process can",
                     )
                 if isinstance(self.sampler, RaySampler):
                     metrics.update(self.sampler.metrics())

@@ -241,6 +241,9 @@ class RewardMix:
         outcome = worker.call(fn, kwargs, spec.timeout)
         if outcome is None:
             self._worker = None  # abandoned with the hung call; the next call gets a fresh one
+            cancel = getattr(fn, "cancel", None)
+            if callable(cancel):  # a judge stops its retries instead of running on unseen
+                cancel()
             return TimeoutError(f"ran past {spec.timeout:g} s")
         returned, value = outcome
         return _check_scores(value, n, spec.key) if returned else value
