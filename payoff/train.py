@@ -102,7 +102,7 @@ def load(path: str | Path) -> tuple[Run, Algorithm]:
         raise RunError(f"{str(path)!r} has no 'algo' in its config.yaml")
     cls = get_algorithm(str(algo))
     payload, _ = run.load_checkpoint(cls.name)
-    return run, cls._from_payload(payload)
+    return run, cls._from_payload(payload, source=run.checkpoint_path())
 
 
 def finished_step(run: Run) -> int | None:

@@ -71,7 +71,7 @@ def test_check_finite_false_skips_the_check():
 
 def test_checkpoint_against_env_with_other_spaces_names_both(tmp_path):
     agent = PPO(env="CartPole-v1", num_envs=4, num_steps=8, minibatch_size=16, **TINY)
-    path = agent.save(tmp_path / "ppo.pt")
+    path = agent.save(tmp_path / "ppo.safetensors")
     with pytest.raises(
         CheckpointError, match=r"observation_space Box.*'Acrobot-v1' has observation_space Box"
     ):
@@ -82,16 +82,16 @@ def test_init_from_policy_with_other_spaces_names_both(tmp_path):
     actor = make_actor(
         gym.spaces.Box(-1, 1, (6,), np.float32), gym.spaces.Discrete(3), hidden=(16, 16)
     )
-    save_policy(tmp_path / "policy.pt", actor)
+    save_policy(tmp_path / "policy.safetensors", actor)
     with pytest.raises(CheckpointError, match=r"observation_space.*'CartPole-v1' has"):
-        PPO(env="CartPole-v1", init_from=str(tmp_path / "policy.pt"), **TINY)
+        PPO(env="CartPole-v1", init_from=str(tmp_path / "policy.safetensors"), **TINY)
 
 
 def test_init_from_policy_copies_the_actor(tmp_path):
     env = gym.make("CartPole-v1")
     actor = make_actor(env.observation_space, env.action_space, hidden=(16, 16))
-    save_policy(tmp_path / "policy.pt", actor)
-    agent = PPO(env="CartPole-v1", init_from=str(tmp_path / "policy.pt"), **TINY)
+    save_policy(tmp_path / "policy.safetensors", actor)
+    agent = PPO(env="CartPole-v1", init_from=str(tmp_path / "policy.safetensors"), **TINY)
     obs = torch.randn(5, 4)
     assert torch.equal(agent.actor(obs), actor(obs))
     in_memory = PPO(env="CartPole-v1", **TINY).init_policy(actor)
@@ -135,7 +135,7 @@ def test_resume_from_saved_state_continues_exactly(tmp_path, cls, config):
     config = {**config, "eval_every": 0, "final_eval_episodes": 1, "hidden": [16, 16]}
     straight = cls(env="CartPole-v1", seed=3, total_steps=2048, **config).learn()
     first = cls(env="CartPole-v1", seed=3, total_steps=2048, **config).learn(total=1024)
-    path = first.save(tmp_path / "half.pt")
+    path = first.save(tmp_path / "half.safetensors")
     resumed = cls.load(path).learn(total=2048)
     expected = _train_metrics(straight.history)
     got = _train_metrics(first.history) + _train_metrics(resumed.history)

@@ -126,7 +126,7 @@ def test_dagger_resume_is_exact_and_exports_a_ppo_policy(tmp_path):
     DAgger(**settings, run=run).learn(total=2)
     resumed = DAgger.from_run(run)
     assert resumed.round == 2
-    export = tmp_path / "policy.pt"
+    export = tmp_path / "policy.safetensors"
     resumed.config.export_policy = str(export)
     resumed.learn()
     for a, b in zip(straight.actor.parameters(), resumed.actor.parameters(), strict=True):
@@ -179,7 +179,7 @@ def test_a_trained_run_serves_as_the_expert(tmp_path):
 def test_cloned_actor_and_prefitted_critic_initialize_ppo(tmp_path):
     from payoff.algos.ppo import PPO
 
-    export = tmp_path / "bc.pt"
+    export = tmp_path / "bc.safetensors"
     bc = BC(
         **CARTPOLE,
         label_budget=1000,

@@ -53,7 +53,7 @@ def test_python_api_learns_and_saves(tmp_path):
         env="FrozenLake-v1", seed=1, total_episodes=3000, eval_every=1000, eval_episodes=50
     )
     agent.learn()
-    path = agent.save(tmp_path / "q.pt")
+    path = agent.save(tmp_path / "q.safetensors")
     again = QLearning.load(path)
     assert np.array_equal(again.q, agent.q)
     assert again.predict(0) == agent.predict(0)
@@ -68,7 +68,7 @@ def test_cli_train_eval_play_plot_report(tmp_path, capsys):
         "config.yaml",
         "metrics.jsonl",
         "summary.json",
-        "checkpoints/latest.pt",
+        "checkpoints/latest.safetensors",
         "media/q_table.png",
         "media/curves.png",
         "media/episode.gif",
@@ -208,7 +208,7 @@ def test_resume_rejects_corrupt_and_foreign_checkpoints(tmp_path, capsys):
     assert main(["train", "frozenlake-q", *SHORT, "--out", str(out), "--no-media"]) == 0
     run = only_run(out)
     (run / "summary.json").unlink()  # unfinished, so --resume reads the checkpoint
-    checkpoint = run / "checkpoints" / "latest.pt"
+    checkpoint = run / "checkpoints" / "latest.safetensors"
     good = checkpoint.read_bytes()
     checkpoint.write_bytes(good[: len(good) // 2])
     assert main(["train", "--resume", str(run)]) == 2

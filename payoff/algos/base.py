@@ -7,17 +7,15 @@ the algorithm's own module; this file only carries the plumbing around it.
 
 from __future__ import annotations
 
-import io
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from payoff.core.config import from_dict, to_dict
 from payoff.core.errors import CheckpointError, ConfigError
-from payoff.core.io import atomic_write_bytes
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
+from payoff.track.checkpoint import save_state
 from payoff.track.media import write_gif
 from payoff.track.run import Run, load_checkpoint_file
 
@@ -135,11 +133,9 @@ class Algorithm:
 
     # ---- save / load / resume ---------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Save the trained algorithm to one file (atomically)."""
-        buffer = io.BytesIO()
-        torch.save({"format": 1, "algo": self.name, "state": self._payload_state()}, buffer)
-        atomic_write_bytes(path, buffer.getvalue())
-        return Path(path)
+        """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.
+        Any name works; `ppo.safetensors` says what it holds."""
+        return save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
 
     @classmethod
     def load(cls, path: str | Path, env: Any = None) -> Algorithm:
@@ -151,31 +147,51 @@ class Algorithm:
         if path.is_dir():
             path = Run.open(path).checkpoint_path("latest")
         payload, _ = load_checkpoint_file(path, cls.name)
-        return cls._from_payload(payload, env=env)
+        algorithm = cls._from_payload(payload, env=env, source=path)
+        note = algorithm.restore_note()
+        if note:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+        return algorithm
 
     @classmethod
     def _from_payload(
-        cls, payload: dict[str, Any], env: Any = None, run: Run | None = None
+        cls,
+        payload: dict[str, Any],
+        env: Any = None,
+        run: Run | None = None,
+        source: str | Path | None = None,
     ) -> Algorithm:
+        """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors."""
+        where = f"checkpoint {str(source)!r}" if source is not None else "the checkpoint"
+        for part in ("config", "state"):
+            if not isinstance(payload.get(part), dict):
+                raise CheckpointError(
+                    f"{where} holds no {cls.name} {part}: it was not written by a payoff run "
+                    f"or {cls.name}.save (its top-level keys: {sorted(map(str, payload))})"
+                )
         config_data = dict(payload["config"])
         if env is not None:
             config_data["env"] = {"id": env} if isinstance(env, str) else env
         try:
             config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:
-            raise CheckpointError(f"checkpoint config does not fit {cls.name}: {err}") from None
+            raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
         algorithm = cls(config=config, run=run)
         saved, current = payload.get("spaces", {}), algorithm.spaces()
+        if not isinstance(saved, dict):
+            raise CheckpointError(f"{where} has a malformed 'spaces' entry")
         for key in saved:
             if key in current and saved[key] != current[key]:
                 raise CheckpointError(
-                    f"checkpoint was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
+                    f"{where} was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
                 )
         try:
             algorithm.load_state_dict(payload["state"])
-        except (KeyError, RuntimeError, ValueError) as err:
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
+            # a hand-edited or foreign file: wrong keys, shapes or types inside the state
             raise CheckpointError(
-                f"checkpoint state does not fit this {cls.name} model: {err}"
+                f"{where}: its state does not fit this {cls.name} model "
+                f"({type(err).__name__}: {err})"
             ) from None
         return algorithm
 
@@ -183,9 +199,18 @@ class Algorithm:
     def from_run(cls, run: Run) -> Algorithm:
         """Rebuild the algorithm of a run from its latest checkpoint, ready to continue."""
         payload, elapsed = run.load_checkpoint(cls.name)
-        algorithm = cls._from_payload(payload, run=run)
+        algorithm = cls._from_payload(payload, run=run, source=run.checkpoint_path())
         run.truncate_metrics(algorithm.progress_step(), elapsed)
+        note = algorithm.restore_note()
+        if note:
+            run.event(algorithm.progress_step(), "resume_not_exact", note)
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
         return algorithm
+
+    def restore_note(self) -> str | None:
+        """Why the last load could not restore the envs exactly (they restarted their
+        episodes: an env whose state is not plain data), or None."""
+        return getattr(getattr(self, "runner", None), "restore_note", None)
 
     def progress_step(self) -> int:
         """The step counter metrics are logged against (used to trim metrics on resume)."""

@@ -32,7 +32,7 @@ class BCConfig(ImitationConfig):
         expert (its env id and spaces must match env; label_budget caps how many
         transitions are used).
     eval_every: evaluate every this many epochs (0: only at the end).
-    checkpoint_every: write checkpoints/latest.pt every this many epochs.
+    checkpoint_every: write checkpoints/latest.safetensors every this many epochs.
     """
 
     epochs: int = 200

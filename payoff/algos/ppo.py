@@ -9,8 +9,8 @@ Per update:
 
 Python API:
     agent = PPO(env="CartPole-v1", total_steps=100_000).learn()
-    agent.save("ppo.pt"); agent = PPO.load("ppo.pt"); agent.predict(obs)
-    PPO(env=..., init_from="bc_policy.pt")          # start from a saved actor (+critic)
+    agent.save("ppo.safetensors"); agent = PPO.load("ppo.safetensors"); agent.predict(obs)
+    PPO(env=..., init_from="bc_policy.safetensors")          # start from a saved actor (+critic)
     PPO(env=...).init_policy(actor, critic).learn()  # ... or from modules in memory
 """
 

@@ -106,7 +106,7 @@ class PolicyExpert:
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyExpert:
-        """From a policy file written by `payoff.models.save_policy` (e.g. a run's policy.pt).
+        """From a policy file written by `payoff.models.save_policy` (e.g. a run's policy.safetensors).
 
         For a whole run directory (any algorithm), use
         `payoff.algos.shared.imitation.expert_from_run`.

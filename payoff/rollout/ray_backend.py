@@ -23,7 +23,7 @@ Ray is imported lazily: the config and this module load without Ray installed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -497,7 +497,7 @@ class RayRunner:
             "incarnation": list(self.incarnation),
             "counters": dict(self.counters),
             "workers": workers,
-            "ready": self._ready,
+            "ready": None if self._ready is None else [_as_data(r) for r in self._ready],
             "ready_version": self._pending_version,
         }
 
@@ -516,7 +516,8 @@ class RayRunner:
         self.rng_states = [torch.as_tensor(s) for s in state["rng_states"]]
         self.incarnation = list(state["incarnation"])
         self.counters.update(state["counters"])
-        self._ready = state.get("ready")
+        ready = state.get("ready")
+        self._ready = None if ready is None else [_from_data(r) for r in ready]
         self._pending_version = int(state.get("ready_version", 0))
         self._restored = state["workers"]
         if self.workers:  # already running: push the states now
@@ -525,3 +526,13 @@ class RayRunner:
                 [w.set_state.remote(s) for w, s in zip(self.workers, self._restored, strict=True)]
             )
             self._restored = None
+
+
+def _as_data(result: dict[str, Any]) -> dict[str, Any]:
+    """A fetched rollout as plain data for a checkpoint (its storage as a dict of tensors)."""
+    storage = result["storage"]
+    return {**result, "storage": {f.name: getattr(storage, f.name) for f in fields(storage)}}
+
+
+def _from_data(result: dict[str, Any]) -> dict[str, Any]:
+    return {**result, "storage": RolloutStorage(**result["storage"])}

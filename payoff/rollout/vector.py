@@ -9,7 +9,6 @@ such steps invalid, so learners never train on the action the env ignored.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ import torch
 
 from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.make import EnvConfig, check_env_id, make_env
+from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
 
@@ -94,6 +94,8 @@ class VectorRunner:
         self.step_info = {key: np.zeros(self.num_envs) for key in self.info_keys}
         self.episode_info = {key: np.zeros(self.num_envs) for key in self.info_keys}
         self.finished_info: dict[str, list[float]] = {key: [] for key in self.info_keys}
+        # Why the last load_state_dict could not restore the envs (None when it could).
+        self.restore_note: str | None = None
 
     # ---- one step -----------------------------------------------------------------------
     def step(
@@ -197,11 +199,13 @@ class VectorRunner:
 
     # ---- exact resume ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The runner's counters and, where possible, the envs' full state.
+        """The runner's counters and, where possible, the envs' full state, as data.
 
-        payoff's batched envs expose their state; Gymnasium envs that pickle (classic
-        control) are pickled; others (Box2D) cannot be captured, so a resumed run restarts
-        the episodes in progress from a seeded reset.
+        payoff's batched envs expose their state (`get_state`); Gymnasium envs in a
+        SyncVectorEnv are saved attribute by attribute (payoff.envs.snapshot: classic control,
+        toy text and the like). Envs that hold other objects (Box2D worlds, MuJoCo) or run
+        in subprocesses (AsyncVectorEnv) cannot be saved: a resumed run restarts the
+        episodes in progress from a seeded reset, and says so.
         """
         state: dict[str, Any] = {
             "obs": np.array(self.obs),
@@ -210,6 +214,7 @@ class VectorRunner:
             "episode_length": self.episode_length.copy(),
             "env_steps": self.env_steps,
             "envs": None,
+            "envs_note": None,
             "episode_info": {key: sums.copy() for key, sums in self.episode_info.items()},
         }
         envs = self.envs.unwrapped
@@ -217,32 +222,40 @@ class VectorRunner:
             state["envs"] = ("batched", envs.get_state())
         elif isinstance(self.envs, gym.vector.SyncVectorEnv):
             try:
-                state["envs"] = ("pickled", pickle.dumps(self.envs.envs))
-            except Exception:  # Box2D worlds and the like do not pickle
-                state["envs"] = None
+                state["envs"] = ("gymnasium", [snapshot_env(env) for env in self.envs.envs])
+            except EnvStateError as err:
+                state["envs_note"] = f"its state cannot be saved as data ({err})"
+        else:
+            state["envs_note"] = (
+                f"{type(self.envs).__name__} keeps its envs in other processes, whose state "
+                f"is not saved"
+            )
         return state
 
     def load_state_dict(self, state: dict[str, Any], seed: int) -> None:
         self.env_steps = int(state["env_steps"])
-        saved = state.get("envs")
-        if (
-            saved is not None
-            and saved[0] == "batched"
-            and hasattr(self.envs.unwrapped, "set_state")
-        ):
-            self.envs.unwrapped.set_state(saved[1])
-        elif saved is not None and saved[0] == "pickled":
-            self.envs.envs = pickle.loads(saved[1])  # type: ignore[attr-defined]
-            if hasattr(self.envs, "_autoreset_envs"):
-                self.envs._autoreset_envs = np.asarray(state["resetting"]).copy()
-        else:
-            # Cannot restore the envs: start fresh episodes, seeded from the step counter.
-            self.obs, _ = self.envs.reset(seed=seed + self.env_steps)
-            self.resetting[:] = False
-            self.episode_return[:] = 0.0
-            self.episode_length[:] = 0
-            for sums in self.episode_info.values():
-                sums[:] = 0.0
+        saved: Any = state.get("envs")
+        self.restore_note = None
+        kind = saved[0] if isinstance(saved, list | tuple) and len(saved) == 2 else None
+        try:
+            if kind == "batched" and hasattr(self.envs.unwrapped, "set_state"):
+                self.envs.unwrapped.set_state(saved[1])
+            elif kind == "gymnasium" and isinstance(self.envs, gym.vector.SyncVectorEnv):
+                if not isinstance(saved[1], list) or len(saved[1]) != len(self.envs.envs):
+                    raise EnvStateError("the checkpoint holds a different number of envs")
+                for env, snapshot in zip(self.envs.envs, saved[1], strict=True):
+                    restore_env(env, snapshot)
+                self.envs._autoreset_envs = np.asarray(state["resetting"], dtype=bool).copy()
+            elif kind is not None:
+                raise EnvStateError(
+                    f"its saved state ({kind}) does not fit a {type(self.envs).__name__}"
+                )
+            else:
+                raise EnvStateError(
+                    str(state.get("envs_note") or "the checkpoint has no env state")
+                )
+        except EnvStateError as err:
+            self._restart_episodes(seed, str(err))
             return
         self.obs = np.array(state["obs"])
         self.resetting = np.array(state["resetting"], dtype=bool)
@@ -251,6 +264,20 @@ class VectorRunner:
         for key, sums in state.get("episode_info", {}).items():
             if key in self.episode_info:
                 self.episode_info[key] = np.array(sums)
+
+    def _restart_episodes(self, seed: int, reason: str) -> None:
+        """Cannot restore the envs: start fresh episodes, seeded from the step counter.
+        `restore_note` says so; resuming (`Algorithm.from_run`, `.load`) reports it."""
+        self.restore_note = (
+            f"env {self.env_id!r}: {reason}; the episodes in progress at the checkpoint were "
+            f"restarted from a seeded reset, so this resume is not exactly an uninterrupted run"
+        )
+        self.obs, _ = self.envs.reset(seed=seed + self.env_steps)
+        self.resetting[:] = False
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        for sums in self.episode_info.values():
+            sums[:] = 0.0
 
 
 @torch.no_grad()

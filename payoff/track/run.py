@@ -5,7 +5,8 @@
       metrics.jsonl    one JSON object per log step ({"step", "time", ...}); events carry "event"
       summary.json     final evaluation and headline numbers, for reports and scripts
       events.*         TensorBoard events when tensorboard is installed
-      checkpoints/     latest.pt (+ best.pt); enough to resume exactly
+      checkpoints/     latest.safetensors (+ best.safetensors): data, never a pickle
+                       (payoff.track.checkpoint); enough to resume exactly
       media/           plots, GIFs, report.html
 
 A run directory is never overwritten; resuming continues the same directory.
@@ -21,13 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from payoff.core.errors import CheckpointError, RunError
-from payoff.core.io import atomic_write_bytes, atomic_write_text
+from payoff.core.io import atomic_write_text
+from payoff.track.checkpoint import load_state, save_state
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 1 was a torch.save pickle (payoff 0.1), refused on load
+CHECKPOINT_SUFFIX = ".safetensors"
+LEGACY_SUFFIX = ".pt"
 
 
 def _jsonable(value: Any) -> Any:
@@ -200,21 +203,22 @@ class Run:
 
     # ---- checkpoints ------------------------------------------------------------------
     def save_checkpoint(self, state: dict[str, Any], algo: str, name: str = "latest") -> Path:
-        """Write checkpoints/<name>.pt atomically; `state` must hold everything to resume."""
+        """Write checkpoints/<name>.safetensors atomically; `state` must hold everything to
+        resume, as data (see payoff.track.checkpoint)."""
         payload = {
             "format": CHECKPOINT_FORMAT,
             "algo": algo,
             "elapsed": self.elapsed(),
             "state": state,
         }
-        buffer = io.BytesIO()
-        torch.save(payload, buffer)
-        path = self.checkpoints / f"{name}.pt"
-        atomic_write_bytes(path, buffer.getvalue())
-        return path
+        return save_state(self.checkpoints / f"{name}{CHECKPOINT_SUFFIX}", payload)
 
     def checkpoint_path(self, name: str = "latest") -> Path:
-        return self.checkpoints / f"{name}.pt"
+        """checkpoints/<name>.safetensors; a run from payoff 0.1 may only have <name>.pt,
+        which is returned then so that loading it says what it is."""
+        path = self.checkpoints / f"{name}{CHECKPOINT_SUFFIX}"
+        legacy = self.checkpoints / f"{name}{LEGACY_SUFFIX}"
+        return legacy if not path.exists() and legacy.exists() else path
 
     def load_checkpoint(self, algo: str, name: str = "latest") -> tuple[dict[str, Any], float]:
         """Read a checkpoint written by `algo`; returns (state, elapsed seconds at save)."""
@@ -222,27 +226,30 @@ class Run:
 
 
 def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, Any], float]:
-    """Load and check a checkpoint file; clear errors for missing, corrupt or foreign files."""
+    """Load and check a checkpoint file (a run's, or one written by `Algorithm.save`).
+
+    Clear errors for missing, corrupt, pickle-based or foreign files; never unpickles.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(
             f"no checkpoint at {str(path)!r}; the run may have stopped before its first checkpoint"
         )
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:
+    payload = load_state(path, "checkpoint")
+    if not isinstance(payload, dict) or not isinstance(payload.get("algo"), str):
         raise CheckpointError(
-            f"checkpoint {str(path)!r} is corrupt or not a payoff checkpoint ({type(err).__name__}: {err})"
-        ) from None
-    if not isinstance(payload, dict) or "algo" not in payload or "state" not in payload:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is not a payoff checkpoint (missing 'algo'/'state')"
+            f"checkpoint {str(path)!r} is not a payoff checkpoint (it names no algorithm)"
         )
+    if not isinstance(payload.get("state"), dict):
+        raise CheckpointError(f"checkpoint {str(path)!r} holds no state (its 'state' is missing)")
     if algo is not None and payload["algo"] != algo:
         raise CheckpointError(
             f"checkpoint {str(path)!r} was written by algorithm {payload['algo']!r}, but this run uses {algo!r}"
         )
-    return payload["state"], float(payload.get("elapsed", 0.0))
+    elapsed = payload.get("elapsed", 0.0)
+    if not isinstance(elapsed, int | float) or isinstance(elapsed, bool):
+        raise CheckpointError(f"checkpoint {str(path)!r} has a non-numeric 'elapsed'")
+    return payload["state"], float(elapsed)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

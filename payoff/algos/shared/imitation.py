@@ -61,7 +61,7 @@ class ImitationConfig:
         each is reported: training family vs held-out family).
     threads: torch CPU threads (small MLPs are fastest on 1).
     export_policy: also write the trained actor to this file at the end (the run always
-        has it as policy.pt), e.g. for a later `algo: ppo` with `init_from: <that file>`.
+        has it as policy.safetensors), e.g. for a later `algo: ppo` with `init_from: <that file>`.
     value_prefit_steps: when > 0, also fit a critic (PPO's Critic, same hidden/activation)
         to the discounted returns of this many env steps of the cloned policy (sampling,
         as PPO will) and save it next to the actor, so PPO starts with sensible
@@ -302,7 +302,7 @@ class ImitationAlgorithm(Algorithm):
             Path(config.export_policy).parent.mkdir(parents=True, exist_ok=True)
             save_policy(config.export_policy, self.actor, critic)
         if self.run is not None:
-            policy = save_policy(self.run.path / "policy.pt", self.actor, critic)
+            policy = save_policy(self.run.path / "policy.safetensors", self.actor, critic)
             self.run.write_summary(
                 final_eval=final.to_dict(),
                 final_metrics=metrics,

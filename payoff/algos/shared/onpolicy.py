@@ -21,11 +21,12 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig
-from payoff.models.mlp import Actor, Critic, load_policy, make_actor
+from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.ray_backend import RayConfig, RayRunner
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
+from payoff.track.checkpoint import load_state
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -53,7 +54,7 @@ class OnPolicyConfig:
     final_eval_episodes: deterministic evaluation episodes at the end.
     stop_at_return: stop early once a periodic evaluation averages at least this
         (e.g. 475 on CartPole-v1); null trains for total_steps.
-    checkpoint_every: write checkpoints/latest.pt every this many env steps.
+    checkpoint_every: write checkpoints/latest.safetensors every this many env steps.
     check_finite: stop with an error naming the env and step when an observation or
         reward is NaN/inf. Costs ~1 microsecond per step; false skips it.
     threads: torch CPU threads. Small MLPs run fastest on 1 thread (measured on 2 cores).
@@ -201,24 +202,28 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _init_from_file(self, path: str) -> None:
         """Copy actor (and critic) weights from a policy file or a saved on-policy model."""
-        try:
-            actor, critic = load_policy(path)
-        except CheckpointError:
-            from payoff.track.run import load_checkpoint_file
-
-            payload, _ = load_checkpoint_file(path, None)
-            state = payload.get("state", {})
-            if "actor" not in state:
-                raise CheckpointError(
-                    f"init_from {path!r} holds no actor: pass a policy file "
-                    f"(payoff.models.save_policy) or a saved PPO/A2C/REINFORCE model"
-                ) from None
-            self._check_spaces(path, payload.get("spaces", {}))
-            self.actor.load_state_dict(state["actor"])
-            if self.critic is not None and state.get("critic") is not None:
-                self.critic.load_state_dict(state["critic"])
+        payload = load_state(path, "init_from file")
+        if is_policy_payload(payload):
+            actor, critic = policy_from_payload(payload, path)
+            self.init_policy(actor, critic)
             return
-        self.init_policy(actor, critic)
+        saved = payload.get("state") if isinstance(payload, dict) else None
+        state = saved.get("state") if isinstance(saved, dict) else None
+        if not isinstance(state, dict) or not isinstance(state.get("actor"), dict):
+            raise CheckpointError(
+                f"init_from {path!r} holds no actor: pass a policy file "
+                f"(payoff.models.save_policy) or a saved PPO/A2C/REINFORCE model"
+            )
+        spaces = saved.get("spaces", {})  # type: ignore[union-attr]
+        self._check_spaces(path, spaces if isinstance(spaces, dict) else {})
+        try:
+            self.actor.load_state_dict(state["actor"])
+            if self.critic is not None and isinstance(state.get("critic"), dict):
+                self.critic.load_state_dict(state["critic"])
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise CheckpointError(
+                f"init_from {path!r}: its weights do not fit this model ({err})"
+            ) from None
 
     def _check_spaces(self, source: str, saved: dict[str, str]) -> None:
         for key, value in self.spaces().items():
