@@ -200,7 +200,7 @@ def escapes(tmp_path: Path, port: int) -> dict[str, str]:
         "truncate_through_parent_cwd": """
             import os
             for pid in (os.getppid(), 1):
-                for name in ('victim.txt', 'metrics.jsonl', 'checkpoints/latest.pt'):
+                for name in ('victim.txt', 'metrics.jsonl', 'checkpoints/latest.safetensors'):
                     try:
                         os.open(f'/proc/{pid}/cwd/' + name, os.O_RDONLY | os.O_CREAT | os.O_TRUNC)
                     except OSError:

@@ -5,7 +5,7 @@
 
 Sequences are left-padded, so the last position of every row is its last real token and the
 score is read from one column. Saved as a folder: the backbone in Hugging Face format (so the
-same tokenizer comes along) plus `value_head.pt`. `RewardModelScorer` wraps one or more of
+same tokenizer comes along) plus `value_head.safetensors`. `RewardModelScorer` wraps one or more of
 them in the `(prompts, completions, **columns) -> list[float]` contract, averaging an
 ensemble and keeping its members' spread.
 """
@@ -20,8 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from payoff.core.errors import ConfigError
+from payoff.core.errors import CheckpointError, ConfigError
 from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.track.checkpoint import load_state, save_state
 
 
 class ScalarHeadModel(nn.Module):
@@ -89,7 +90,7 @@ class ScalarHeadModel(nn.Module):
     def save(self, path: str | Path, **info: Any) -> Path:
         """Write the backbone (Hugging Face format), the head and `info` into folder `path`."""
         folder = save_lm(self.language_model, self.tokenizer, path)
-        torch.save(self.head.state_dict(), folder / "value_head.pt")
+        save_state(folder / "value_head.safetensors", self.head.state_dict())
         (folder / "reward_model.json").write_text(json.dumps(info, indent=1))
         return folder
 
@@ -108,25 +109,29 @@ def build_scalar_model(model: ModelConfig, seed: int = 0) -> ScalarHeadModel:
 def load_reward_model(path: str | Path) -> ScalarHeadModel:
     """A reward model saved by `ScalarHeadModel.save`."""
     folder = Path(path).expanduser()
-    if not (folder / "value_head.pt").is_file():
+    if not (folder / "value_head.safetensors").is_file():
         raise ConfigError(
-            f"{str(folder)!r} is not a reward model folder (no value_head.pt); train one with "
+            f"{str(folder)!r} is not a reward model folder (no value_head.safetensors); train one with "
             "`payoff train prefs-reward-model` and pass RUN/reward_model/member_0"
         )
     model = ScalarHeadModel(*load_lm(ModelConfig(path=str(folder))))
-    model.head.load_state_dict(torch.load(folder / "value_head.pt", weights_only=True))
+    head = load_state(folder / "value_head.safetensors", what="reward model head")
+    try:
+        model.head.load_state_dict(head)
+    except (RuntimeError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"reward model head in {str(folder)!r} does not fit: {err}") from None
     return model.eval().requires_grad_(False)
 
 
 def reward_model_paths(path: str | Path) -> list[Path]:
     """Member folders of a reward model: `path` itself, or every member_* inside it."""
     folder = Path(path).expanduser()
-    if (folder / "value_head.pt").is_file():
+    if (folder / "value_head.safetensors").is_file():
         return [folder]
-    members = sorted(p for p in folder.glob("member_*") if (p / "value_head.pt").is_file())
+    members = sorted(p for p in folder.glob("member_*") if (p / "value_head.safetensors").is_file())
     if not members:
         raise ConfigError(
-            f"no reward model in {str(folder)!r}: expected value_head.pt or member_*/ folders "
+            f"no reward model in {str(folder)!r}: expected value_head.safetensors or member_*/ folders "
             "(a run of the reward_model algorithm writes RUN/reward_model/)"
         )
     return members
