@@ -22,10 +22,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from benchmarks.common import markdown_table, write_section  # noqa: E402
-from payoff.algos.alphazero import network_evaluator
 from payoff.envs.games import make_game
 from payoff.models.game_nets import GameNetConfig, PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, uniform_evaluator
+from payoff.rollout.network_players import network_evaluator
 
 OPENING = [3, 3, 2, 4]  # a few moves in, so positions are not all the empty board
 

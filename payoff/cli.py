@@ -147,17 +147,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    if args.human:
+        from payoff.play import play_run
+
+        play_run(args.run, human_first=not args.second)
+        return 0
     from payoff import train
 
     _, algorithm = train.load(args.run)
-    if args.human:
-        play_human = getattr(algorithm, "play_human", None)
-        if play_human is None:
-            raise PayoffError(
-                f"{algorithm.name} runs cannot be played by a human; --human works with board-game runs (alphazero)"
-            )
-        play_human(human_first=not args.second)
-        return 0
     if not args.gif:
         raise PayoffError("pass --gif PATH to render episodes, or --human to play a board-game run")
     _positive("--episodes", args.episodes)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from payoff.algos.alphazero import AlphaZero, play_human
+from payoff.algos.alphazero import AlphaZero
 from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.games.arena import play_match
 from payoff.envs.games.players import make_player
+from payoff.play import play_human
+from payoff.rollout.selfplay import SelfPlayPool
 
 TINY = dict(
     game="tictactoe",
@@ -154,14 +156,14 @@ def test_replay_keeps_symmetries_and_outcomes() -> None:
 
 def test_league_and_final_matches_search_with_their_own_simulations(monkeypatch) -> None:
     played: list[tuple[str, int]] = []  # (network player's name, its simulations per move)
-    original = AlphaZero._play_matches
+    original = SelfPlayPool.play_matches
 
     def recording(self, matches):
         for a, b, _ in matches:
             played.extend((p.name, p.simulations) for p in (a, b) if p.weights is not None)
         return original(self, matches)
 
-    monkeypatch.setattr(AlphaZero, "_play_matches", recording)
+    monkeypatch.setattr(SelfPlayPool, "play_matches", recording)
     AlphaZero(iterations=1, **{**TINY, "eval_simulations": 5, "league_simulations": 3}).learn()
     league = {sims for name, sims in played if name.startswith("iter-")}
     final = {sims for name, sims in played if name.startswith("gen-")}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from payoff.algos.alphazero import AlphaZero, PlayerSpec
+from payoff.algos.alphazero import AlphaZero
 from payoff.core.errors import ConfigError
+from payoff.rollout.network_players import PlayerSpec, network_weights
 
 TINY = dict(
     game="tictactoe",
@@ -52,7 +53,7 @@ def test_workers_store_every_game_like_one_process(two_workers: AlphaZero) -> No
     # the workers play other games (their own random streams), not the same ones
     assert not np.array_equal(_replay(one)[1][:64], _replay(two_workers)[1][:64])
     cpu = [h["perf/worker_cpu_seconds"] for h in two_workers.history if "selfplay/games" in h]
-    assert cpu[-1] > 0 and two_workers._pool is None  # counted, and shut down after learn()
+    assert cpu[-1] > 0 and not two_workers.pool.running  # counted, and shut down after learn()
 
 
 def test_workers_are_reproducible_and_resume_exactly(two_workers: AlphaZero) -> None:
@@ -76,19 +77,19 @@ def test_evaluation_matches_in_workers_equal_the_main_process() -> None:
     pooled = AlphaZero(workers=2, **config)
     local = AlphaZero(workers=1, **config)
     local.best.load_state_dict(pooled.best.state_dict())
-    weights = pooled._weights(pooled.best)
+    weights = network_weights(pooled.best)
     matches = [
         (PlayerSpec("net", 5, weights, 8), PlayerSpec("random", 6), 6),
         (PlayerSpec("net", 5, weights, 8, random_moves=2), PlayerSpec("greedy", 7), 6),
         (PlayerSpec("net", 5, weights, 8, 2), PlayerSpec("old", 8, weights, 4, 2), 4),
     ]
     try:
-        in_workers = pooled._play_matches(matches)
-        assert pooled._worker_cpu  # the workers played (and their CPU is counted)
+        in_workers = pooled.pool.play_matches(matches)
+        assert pooled.pool.cpu_seconds  # the workers played (and their CPU is counted)
     finally:
-        pooled._close_pool()
+        pooled.pool.close()
     assert [(r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in in_workers] == [
-        (r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in local._play_matches(matches)
+        (r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in local.pool.play_matches(matches)
     ]
 
 
@@ -99,4 +100,4 @@ def test_league_and_final_matches_run_in_workers() -> None:
     assert len(evals) == 3  # before training and after each iteration
     assert "eval/score_vs_previous" in evals[-1]
     assert "final/score_vs_random" in agent.history[-1]
-    assert agent._pool is None
+    assert not agent.pool.running

@@ -17,22 +17,21 @@ One iteration:
      greedy, minimax / alpha-beta) and the last evaluated checkpoint; all results go into
      an Elo league (payoff.track.elo) anchored at the random player.
 
+The pieces live below the learner: self-play games and their worker processes in
+payoff.rollout.selfplay, network players in payoff.rollout.network_players, the league's
+matches in payoff.rollout.league, the replay in payoff.rollout.replay; this module keeps
+the config, the loss and update, the gate and the loop.
+
 Python API:
     agent = AlphaZero(game="tictactoe", iterations=10).learn()
     agent.predict(pettingzoo_observation)        # {'observation', 'action_mask'} -> move
-    play_human(agent)                            # play it in the terminal
+    payoff.play.play_human(agent)                # play it in the terminal
 """
 
 from __future__ import annotations
 
 import copy
-import multiprocessing
-import os
-import signal
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,23 +41,34 @@ import torch
 import torch.nn.functional as F
 
 from payoff.algos.base import Algorithm
-from payoff.core.errors import ConfigError, EnvError, RunError
+from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.games import DRAW, GameState, IllegalMoveError, make_game
+from payoff.envs.games import DRAW, GameState, make_game
 from payoff.envs.games.arena import MatchResult, play_match
 from payoff.envs.games.base import state_from_planes
-from payoff.envs.games.players import Player, make_player
+from payoff.envs.games.players import make_player
 from payoff.models.game_nets import GameNetConfig, PolicyValueNet
 from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.mcts import (
-    MCTS,
-    Evaluator,
-    MCTSConfig,
-    MCTSPlayer,
-    SearchStats,
-    select_action,
+from payoff.rollout.league import (
+    as_result,
+    calibration_matches,
+    eval_result,
+    final_matches,
+    final_record,
+    league_matches,
+    league_metrics,
+    league_rows,
 )
-from payoff.track.elo import Result, league_markdown, league_table, rows_as_dicts
+from payoff.rollout.mcts import MCTS, MCTSConfig, MCTSPlayer, select_action
+from payoff.rollout.network_players import (
+    PlayerSpec,
+    network_evaluator,
+    network_player,
+    network_weights,
+)
+from payoff.rollout.replay import PositionReplay
+from payoff.rollout.selfplay import SelfPlayPool, self_play_games
+from payoff.track.elo import Result, league_markdown, rows_as_dicts
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -208,177 +218,6 @@ class AlphaZeroConfig:
             make_player(baseline, game)
 
 
-class ReplayBuffer:
-    """The latest (planes, pi, z) triples, in preallocated circular arrays."""
-
-    def __init__(self, capacity: int, shape: tuple[int, int], num_actions: int):
-        self.planes = np.zeros((capacity, 2, *shape), dtype=np.uint8)  # [N, 2, H, W]
-        self.policies = np.zeros((capacity, num_actions), dtype=np.float32)  # [N, A]
-        self.values = np.zeros(capacity, dtype=np.float32)  # [N]
-        self.capacity, self.size, self.position = capacity, 0, 0
-
-    def add(self, planes: np.ndarray, policy: np.ndarray, value: float) -> None:
-        i = self.position
-        self.planes[i], self.policies[i], self.values[i] = planes, policy, value
-        self.position = (i + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-
-    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
-        index = rng.integers(self.size, size=batch)
-        return (
-            torch.from_numpy(self.planes[index].astype(np.float32)),
-            torch.from_numpy(self.policies[index]),
-            torch.from_numpy(self.values[index]),
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        n = self.size
-        return {
-            "planes": self.planes[:n].copy(),
-            "policies": self.policies[:n].copy(),
-            "values": self.values[:n].copy(),
-            "position": self.position,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        n = len(state["values"])
-        if n > self.capacity:
-            raise ValueError(f"replay holds {n} positions, more than replay_size {self.capacity}")
-        self.planes[:n], self.policies[:n], self.values[:n] = (
-            state["planes"],
-            state["policies"],
-            state["values"],
-        )
-        self.size, self.position = n, int(state["position"])
-
-
-def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
-    """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask."""
-
-    encode_batch = getattr(game, "encode_batch", None)  # optional fast path of a Game
-
-    def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
-        if encode_batch is not None:
-            planes = torch.from_numpy(encode_batch(states))
-        else:
-            planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
-        legal = torch.from_numpy(np.stack([game.legal_mask(s) for s in states]))
-        with torch.inference_mode():
-            logits, values = net(planes)
-            priors = torch.softmax(logits.masked_fill(~legal, -1e9), dim=-1)
-        return priors.numpy(), values.numpy()
-
-    return evaluate
-
-
-# One finished self-play game: (planes, visit distribution pi, player to move, root value q
-# for that player) per ply, and the winner (0, 1, or DRAW).
-GameRecord = tuple[list[tuple[np.ndarray, np.ndarray, int, float]], int]
-
-
-def self_play_games(
-    game: Any, search: MCTS, n: int, temperature_moves: int, rng: np.random.Generator
-) -> list[GameRecord]:
-    """Play n games of the search against itself, side by side; returns them in order."""
-    states = [game.initial_state() for _ in range(n)]
-    history: list[list[tuple[np.ndarray, np.ndarray, int, float]]] = [[] for _ in range(n)]
-    running = list(range(n))
-    while running:
-        counts = search.search([states[i] for i in running], add_noise=True)
-        root_values = search.root_values
-        for i, visit_counts, q in zip(running, counts, root_values, strict=True):
-            state = states[i]
-            policy = (visit_counts / visit_counts.sum()).astype(np.float32)
-            history[i].append((game.encode(state), policy, state.to_play, float(q)))
-            temperature = 1.0 if state.moves < temperature_moves else 0.0
-            states[i] = game.play(state, select_action(visit_counts, temperature, rng))
-        running = [i for i in running if states[i].winner is None]
-    return [(history[i], states[i].winner) for i in range(n)]
-
-
-# ---- self-play worker processes (workers > 1) -------------------------------------------
-_WORKER: dict[str, Any] = {}  # what a worker process keeps between iterations
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """How worker processes start: never a fork of this process, whose torch has threads.
-
-    A fork server (a clean process that imported this module once) makes every later pool
-    start in a fraction of a second; where there is none (Windows), a fresh interpreter.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["payoff.algos.alphazero"])
-    return context
-
-
-def _worker_start(game: Any, net: PolicyValueNet, mcts: MCTSConfig, temperature_moves: int) -> None:
-    """Runs once in each new worker process."""
-    # Ctrl-C reaches the whole process group: the main process finishes the iteration and
-    # stops the workers itself, so a worker must not die mid-game.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)
-    net.eval()
-    _WORKER.update(game=game, net=net, mcts=mcts, temperature_moves=temperature_moves)
-
-
-def _worker_play(
-    weights: dict[str, np.ndarray], n: int, seed: tuple[int, int, int]
-) -> tuple[tuple[list[GameRecord], tuple[int, int, int]], tuple[int, float]]:
-    """n self-play games with these weights; the RNG comes from (seed, iteration, worker)."""
-    game, net = _WORKER["game"], _WORKER["net"]
-    net.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
-    rng = np.random.default_rng(list(seed))
-    search = MCTS(game, network_evaluator(net, game), _WORKER["mcts"], rng)
-    records = self_play_games(game, search, n, _WORKER["temperature_moves"], rng)
-    stats = search.stats
-    return (
-        (records, (stats.simulations, stats.evaluations, stats.batches)),
-        (os.getpid(), time.process_time()),
-    )
-
-
-@dataclass
-class PlayerSpec:
-    """A player that can be rebuilt in any process: a baseline by name, or a network with search."""
-
-    name: str
-    seed: int
-    weights: dict[str, np.ndarray] | None = None  # None: the baseline called `name`
-    simulations: int = 0
-    random_moves: int = 0
-
-
-def build_player(spec: PlayerSpec, game: Any, net: PolicyValueNet, mcts: MCTSConfig) -> Player:
-    """The player `spec` describes; a network player gets its own copy of `net`'s shape."""
-    if spec.weights is None:
-        return make_player(spec.name, game, spec.seed)
-    own = copy.deepcopy(net)
-    own.load_state_dict({k: torch.from_numpy(v) for k, v in spec.weights.items()})
-    own.eval()
-    return MCTSPlayer(
-        game,
-        network_evaluator(own, game),
-        simulations=spec.simulations,
-        name=spec.name,
-        config=mcts,
-        random_moves=spec.random_moves,
-        seed=spec.seed,
-    )
-
-
-def _worker_match(
-    a: PlayerSpec, b: PlayerSpec, games: int
-) -> tuple[MatchResult, tuple[int, float]]:
-    """One evaluation match in a worker process (the same games as in the main process)."""
-    game, net, mcts = _WORKER["game"], _WORKER["net"], _WORKER["mcts"]
-    result = play_match(
-        game, build_player(a, game, net, mcts), build_player(b, game, net, mcts), games
-    )
-    return result, (os.getpid(), time.process_time())
-
-
 class AlphaZero(Algorithm):
     """AlphaZero-style self-play with MCTS and gated network replacement."""
 
@@ -398,7 +237,7 @@ class AlphaZero(Algorithm):
         self.optimizer = torch.optim.AdamW(
             self.net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
-        self.replay = ReplayBuffer(config.replay_size, self.game.shape, self.game.num_actions)
+        self.replay = PositionReplay(config.replay_size, self.game.shape, self.game.num_actions)
         self.iteration = 0
         self.games_played = 0
         self.generation = 0  # how many candidates have been accepted as best
@@ -406,8 +245,10 @@ class AlphaZero(Algorithm):
         self.elo_curve: list[tuple[int, int, float]] = []  # (iteration, games, best's Elo)
         self.snapshots: dict[str, dict[str, torch.Tensor]] = {}  # evaluated checkpoints
         self.last_evaluated: str | None = None
-        self._pool: ProcessPoolExecutor | None = None  # self-play workers, while learning
-        self._worker_cpu: dict[int, float] = {}  # worker pid -> its CPU seconds so far
+        # self-play workers (processes only while learning) and the league's matches
+        self.pool = SelfPlayPool(
+            config.workers, self.game, self.best, config.mcts, config.temperature_moves
+        )
 
     def spaces(self) -> dict[str, str]:
         return {"game": self.game.name}
@@ -420,14 +261,14 @@ class AlphaZero(Algorithm):
         self, simulations: int | None = None, random_moves: int = 0, seed: int = 0
     ) -> MCTSPlayer:
         """The best network with search, as an arena player."""
-        return MCTSPlayer(
+        return network_player(
+            self.best,
             self.game,
-            network_evaluator(self.best, self.game),
-            simulations=simulations or self.config.eval_simulations,
-            name=f"gen-{self.generation}",
-            config=self.config.mcts,
-            random_moves=random_moves,
-            seed=seed,
+            self.config.mcts,
+            simulations or self.config.eval_simulations,
+            f"gen-{self.generation}",
+            random_moves,
+            seed,
         )
 
     def predict(self, observation: Any, deterministic: bool = True) -> int:
@@ -494,7 +335,7 @@ class AlphaZero(Algorithm):
                         metrics.update(self._evaluate_league())
                     # CPU seconds of this process and its self-play workers: the honest
                     # budget on a shared, busy machine.
-                    workers_cpu = sum(self._worker_cpu.values())
+                    workers_cpu = sum(self.pool.cpu_seconds.values())
                     metrics["perf/cpu_seconds"] = time.process_time() + workers_cpu
                     if config.workers > 1:
                         metrics["perf/worker_cpu_seconds"] = workers_cpu
@@ -512,7 +353,7 @@ class AlphaZero(Algorithm):
                     self._finish()  # still with the workers: the final matches use them too
                 finished = True
             finally:
-                self._close_pool(abort=not finished)
+                self.pool.close(abort=not finished)
         progress.close()
         self.interrupted = interrupt.requested
         self.checkpoint()
@@ -529,7 +370,8 @@ class AlphaZero(Algorithm):
             stats = search.stats
             sims_per_s = stats.simulations_per_second
         else:
-            records, stats = self._self_play_in_workers(n)
+            weights = network_weights(self.best)
+            records, stats = self.pool.self_play(weights, n, config.seed, self.iteration)
             sims_per_s = stats.simulations / max(time.perf_counter() - started, 1e-9)
         positions, first_wins, draws = 0, 0, 0
         for history, winner in records:
@@ -555,95 +397,6 @@ class AlphaZero(Algorithm):
             "perf/sims_per_s": sims_per_s,
             "perf/mean_eval_batch": stats.mean_batch,
         }
-
-    def _self_play_in_workers(self, n: int) -> tuple[list[GameRecord], SearchStats]:
-        """Split n games over the worker pool; the records come back in worker order."""
-        config = self.config
-        weights = self._weights(self.best)
-        shares = [n // config.workers + (w < n % config.workers) for w in range(config.workers)]
-        jobs = [
-            (_worker_play, weights, share, (config.seed % 2**32, self.iteration, worker))
-            for worker, share in enumerate(shares)
-            if share > 0
-        ]
-        records: list[GameRecord] = []
-        stats = SearchStats()
-        for games, (simulations, evaluations, batches) in self._in_workers(jobs):
-            records.extend(games)
-            stats.simulations += simulations
-            stats.evaluations += evaluations
-            stats.batches += batches
-        return records, stats
-
-    @staticmethod
-    def _weights(net: PolicyValueNet) -> dict[str, np.ndarray]:
-        # Plain arrays: torch tensors would travel through shared-memory file handles.
-        return {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
-
-    def _in_workers(self, jobs: list[tuple[Any, ...]]) -> list[Any]:
-        """Run (function, *args) jobs in the worker pool (started on first use), in order.
-
-        Every worker function returns (result, (pid, cpu seconds)); the CPU is counted here.
-        """
-        config = self.config
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=config.workers,
-                mp_context=_worker_context(),
-                initializer=_worker_start,
-                initargs=(self.game, self.best, config.mcts, config.temperature_moves),
-            )
-        futures = [self._pool.submit(*job) for job in jobs]
-        results = []
-        try:
-            for future in futures:
-                result, (pid, cpu) = future.result()
-                results.append(result)
-                self._worker_cpu[pid] = cpu
-        except BrokenProcessPool as err:
-            raise RunError(
-                f"a worker process died ({err}); out of memory? try fewer 'workers' or a "
-                "smaller games_per_iteration. From a Python script, start training under "
-                "`if __name__ == '__main__':`: worker processes import the script's module"
-            ) from err
-        return results
-
-    def _play_matches(self, matches: list[tuple[PlayerSpec, PlayerSpec, int]]) -> list[MatchResult]:
-        """Evaluation matches (A, B, games), in the worker pool when there is one; in order.
-
-        Each match rebuilds its players from their specs, so it plays the same games in
-        whichever process runs it.
-        """
-        if self.config.workers > 1:
-            # Started last-first: the list ends with the strongest (slowest) opponents, and a
-            # long match started late would leave the other worker idle at the end.
-            jobs = [(_worker_match, a, b, games) for a, b, games in reversed(matches)]
-            return self._in_workers(jobs)[::-1]
-        net, mcts = self.best, self.config.mcts
-        return [
-            play_match(
-                self.game,
-                build_player(a, self.game, net, mcts),
-                build_player(b, self.game, net, mcts),
-                games,
-            )
-            for a, b, games in matches
-        ]
-
-    def _close_pool(self, abort: bool = False) -> None:
-        """Stop the self-play workers: wait for them, or (abort) terminate them at once."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if abort:
-            # A worker mid-game would otherwise finish it first (Python 3.11 has no public
-            # terminate for a ProcessPoolExecutor; shutdown forgets the processes, so first).
-            processes = list((getattr(pool, "_processes", None) or {}).values())
-            for process in processes:
-                process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
-        else:
-            pool.shutdown(wait=True)
 
     def _train(self) -> dict[str, Any]:
         """train_steps minibatches of the AlphaZero loss on the replay."""
@@ -697,14 +450,14 @@ class AlphaZero(Algorithm):
             self.generation += 1
             return {"gate/accepted": 1.0, "gate/generation": self.generation}
         seed = config.seed * 1_000 + self.iteration
-        candidate = MCTSPlayer(
+        candidate = network_player(
+            self.net,
             self.game,
-            network_evaluator(self.net, self.game),
-            simulations=config.gate_simulations,
-            name="candidate",
-            config=config.mcts,
-            random_moves=config.gate_random_moves,
-            seed=seed,
+            config.mcts,
+            config.gate_simulations,
+            "candidate",
+            config.gate_random_moves,
+            seed,
         )
         best = self.player(config.gate_simulations, config.gate_random_moves, seed + 500)
         result = play_match(self.game, candidate, best, config.gate_games)
@@ -721,50 +474,30 @@ class AlphaZero(Algorithm):
     # ---- evaluation and the Elo league --------------------------------------------------
     def _calibrate_baselines(self) -> None:
         """Baseline-vs-baseline matches, so the baselines have ratings before any network."""
-        names, seed, games = self.config.baselines, self.config.seed, self.config.eval_games
-        matches = [
-            (PlayerSpec(first, seed + 11), PlayerSpec(second, seed + 12), games)
-            for i, first in enumerate(names)
-            for second in names[i + 1 :]
-        ]
-        self.results.extend(_as_result(result) for result in self._play_matches(matches))
+        config = self.config
+        matches = calibration_matches(config.baselines, config.seed, config.eval_games)
+        self.results.extend(as_result(result) for result in self.pool.play_matches(matches))
 
     def _evaluate_league(self) -> dict[str, Any]:
         """The best network against every baseline (and the last evaluated checkpoint)."""
         config = self.config
         name = f"iter-{self.iteration}"
         seed = config.seed * 1_000 + 100 * self.iteration
-        weights = self._weights(self.best)
         simulations = config.league_simulations or config.eval_simulations
-        agent = PlayerSpec(name, seed, weights, simulations)
-        matches = [
-            (agent, PlayerSpec(baseline, seed + 1 + k), config.eval_games)
-            for k, baseline in enumerate(config.baselines)
-        ]
+        agent = PlayerSpec(name, seed, network_weights(self.best), simulations)
+        previous = None
         if self.last_evaluated is not None:
-            previous = {k: v.numpy() for k, v in self.snapshots[self.last_evaluated].items()}
+            weights = {k: v.numpy() for k, v in self.snapshots[self.last_evaluated].items()}
             sampled = config.gate_random_moves  # two searchers would replay one game
-            matches.append(
-                (
-                    PlayerSpec(name, seed, weights, simulations, sampled),
-                    PlayerSpec(self.last_evaluated, seed + 99, previous, simulations, sampled),
-                    config.eval_games,
-                )
-            )
-        results = self._play_matches(matches)
-        self.results.extend(_as_result(result) for result in results)
-        metrics: dict[str, Any] = {}
-        for baseline, result in zip(config.baselines, results, strict=False):
-            metrics[f"eval/score_vs_{baseline}"] = result.score
-            metrics[f"eval/loss_rate_vs_{baseline}"] = result.losses / max(result.games, 1)
-        if self.last_evaluated is not None:
-            metrics["eval/score_vs_previous"] = results[-1].score
+            previous = PlayerSpec(self.last_evaluated, seed + 99, weights, simulations, sampled)
+        matches = league_matches(agent, config.baselines, config.eval_games, previous)
+        results = self.pool.play_matches(matches)
+        self.results.extend(as_result(result) for result in results)
+        metrics = league_metrics(config.baselines, results)
         self.snapshots[name] = {k: v.clone() for k, v in self.best.state_dict().items()}
         self.last_evaluated = name
-        ratings = league_table(
-            self.results, anchor="random" if "random" in config.baselines else None
-        )
-        elo = next(row.rating for row in ratings if row.player == name)
+        rows = league_rows(self.results, config.baselines)
+        elo = next(row.rating for row in rows if row.player == name)
         self.elo_curve.append((self.iteration, self.games_played, elo))
         metrics["eval/elo"] = elo
         return metrics
@@ -783,38 +516,28 @@ class AlphaZero(Algorithm):
             make_player(baseline, self.game, seed + 1),
             episodes,
         )
-        return _eval_result(result)
+        return eval_result(result)
 
     def _finish(self) -> None:
         config = self.config
         finals = {}
         last: MatchResult | None = None
-        weights = self._weights(self.best)
+        agent = PlayerSpec(
+            f"gen-{self.generation}",
+            config.seed + 2_000_000,
+            network_weights(self.best),
+            config.eval_simulations,
+        )
         baselines = config.baselines if config.final_eval_games else []
-        matches = [
-            (
-                PlayerSpec(f"gen-{self.generation}", seed, weights, config.eval_simulations),
-                PlayerSpec(baseline, seed + 1),
-                config.final_eval_games,
-            )
-            for baseline, seed in (
-                (b, config.seed + 2_000_000 + k) for k, b in enumerate(baselines)
-            )
-        ]
-        for baseline, result in zip(baselines, self._play_matches(matches), strict=True):
-            finals[baseline] = {
-                "won": result.wins,
-                "drawn": result.draws,
-                "lost": result.losses,
-                "lost_moving_first": result.losses_first,
-                "score": round(result.score, 3),
-            }
+        matches = final_matches(agent, baselines, config.final_eval_games)
+        for baseline, result in zip(baselines, self.pool.play_matches(matches), strict=True):
+            finals[baseline] = final_record(result)
             self.log(self.games_played, **{f"final/score_vs_{baseline}": result.score})
             last = result
-        rows = league_table(self.results, anchor="random" if "random" in config.baselines else None)
+        rows = league_rows(self.results, config.baselines)
         if self.run is not None:
             self.run.write_summary(
-                final_eval=_eval_result(last).to_dict() if last is not None else None,
+                final_eval=eval_result(last).to_dict() if last is not None else None,
                 final_opponent=config.baselines[-1],
                 final_matches=finals,
                 self_play_games=self.games_played,
@@ -823,14 +546,9 @@ class AlphaZero(Algorithm):
                 league=rows_as_dicts(rows),
             )
 
-    def play_human(self, human_first: bool = True, **io: Any) -> float:
-        """Play one game against a human in the terminal (see `play_human`)."""
-        return play_human(self, human_first=human_first, **io)
-
     def league(self) -> str:
         """The current Elo league as a markdown table."""
-        anchor = "random" if "random" in self.config.baselines else None
-        return league_markdown(league_table(self.results, anchor=anchor))
+        return league_markdown(league_rows(self.results, self.config.baselines))
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -871,8 +589,7 @@ class AlphaZero(Algorithm):
 
         if not self.elo_curve:
             return []
-        anchor = "random" if "random" in self.config.baselines else None
-        rows = league_table(self.results, anchor=anchor)
+        rows = league_rows(self.results, self.config.baselines)
         path = media / "elo.png"
         plot_elo(
             self.elo_curve, rows, self.config.baselines, str(path), f"AlphaZero on {self.game.name}"
@@ -885,116 +602,14 @@ class AlphaZero(Algorithm):
     def record_gif(
         self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 2
     ) -> Path:
-        """A game of the best network (first player) against the last baseline."""
-        from payoff.envs.games.draw import board_image
+        """Games of the best network against the last baseline (it moves first in the first)."""
+        from payoff.envs.games.draw import game_frames
         from payoff.track.media import write_gif
 
         seed = self.config.seed + 3_000_000 if seed is None else seed
         agent = self.player(seed=seed)
         opponent = make_player(self.config.baselines[-1], self.game, seed + 1)
-        frames = []
-        for episode in range(episodes):
-            state = self.game.initial_state()
-            frames.append(board_image(self.game, state))
-            while state.winner is None:
-                mover = agent if (state.to_play == episode % 2) else opponent
-                state = self.game.play(state, mover.act([state])[0])
-                frames.append(board_image(self.game, state))
-            frames.extend([frames[-1]] * 2)  # linger on the final position
-        return write_gif(frames, path, fps=fps)
-
-
-def _as_result(match: MatchResult) -> Result:
-    return Result(match.a, match.b, match.wins, match.draws, match.losses)
-
-
-def _eval_result(match: MatchResult) -> EvalResult:
-    scores = np.array([1.0] * match.wins + [0.0] * match.draws + [-1.0] * match.losses)
-    return EvalResult(
-        mean_return=float(scores.mean()),
-        std_return=float(scores.std()),
-        episodes=match.games,
-        success_rate=1.0 - match.losses / max(match.games, 1),
-        mean_length=float(np.mean(match.lengths)),
-    )
-
-
-# ---- playing against a human ----------------------------------------------------------
-def play_human(
-    agent: AlphaZero,
-    human_first: bool = True,
-    read: Callable[[str], str] | None = None,
-    write: Callable[[str], Any] = print,
-) -> float:
-    """Play one game against `agent` in the terminal; returns +1 / 0 / -1 for the human.
-
-    Illegal or unreadable moves are answered with the legal moves and asked again;
-    'q' (or end of input) resigns.
-    """
-    read = read or input  # looked up at call time, so a replaced builtins.input is used
-    game = agent.game
-    bot = agent.player(seed=int(time.time()) % 100_000)
-    human_side = 0 if human_first else 1
-    state = game.initial_state()
-    write(f"You play {'X (first)' if human_first else 'O (second)'} in {game.name}.")
-    while state.winner is None:
-        if state.to_play == human_side:
-            write(game.render(state))
-            legal = np.flatnonzero(game.legal_mask(state)).tolist()
-            while True:
-                try:
-                    text = read(f"your move {legal}: ").strip()
-                except EOFError:
-                    text = "q"
-                if text.lower() in ("q", "quit", "resign"):
-                    write("You resign.")
-                    return -1.0
-                try:
-                    state = game.play(state, int(text))
-                    break
-                except ValueError:
-                    write(f"{text!r} is not a move; type one of {legal}")
-                except IllegalMoveError as err:
-                    write(f"illegal move: {err}")
-        else:
-            action = bot.act([state])[0]
-            write(f"{bot.name} plays {action}")
-            state = game.play(state, action)
-    write(game.render(state))
-    if state.winner == DRAW:
-        write("Draw.")
-        return 0.0
-    won = state.winner == human_side
-    write("You win!" if won else "You lose.")
-    return 1.0 if won else -1.0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m payoff.algos.alphazero RUN [--second]`: play a trained run in the terminal."""
-    import argparse
-
-    from payoff.core.errors import PayoffError
-
-    parser = argparse.ArgumentParser(description="Play against a trained AlphaZero run.")
-    parser.add_argument("run", help="run directory of an alphazero run")
-    parser.add_argument("--second", action="store_true", help="let the agent move first")
-    args = parser.parse_args(argv)
-    try:
-        from payoff import train
-
-        _, agent = train.load(args.run)
-        if not hasattr(agent, "play_human"):  # (run as __main__, this module's class is a copy)
-            raise PayoffError(
-                f"{args.run} is a {agent.name} run; only alphazero runs can be played"
-            )
-        agent.play_human(human_first=not args.second)
-    except PayoffError as err:
-        print(f"error: {err}")
-        return 2
-    return 0
+        return write_gif(game_frames(self.game, agent, opponent, episodes), path, fps=fps)
 
 
 ALGORITHM = AlphaZero
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""A preallocated ring-buffer of transitions (s, a, r, s', terminated) for off-policy learning."""
+"""Preallocated ring buffers: transitions (s, a, r, s', terminated) for off-policy learning,
+and self-play positions (planes, pi, z) for AlphaZero."""
 
 from __future__ import annotations
 
@@ -99,3 +100,47 @@ class ReplayBuffer:
         for key in ("obs", "next_obs", "actions", "rewards", "terminated"):
             getattr(self, key)[:n] = state[key]
         self.position, self.size = int(state["position"]), n
+
+
+class PositionReplay:
+    """The latest self-play (planes, pi, z) triples, in preallocated circular arrays."""
+
+    def __init__(self, capacity: int, shape: tuple[int, int], num_actions: int):
+        self.planes = np.zeros((capacity, 2, *shape), dtype=np.uint8)  # [N, 2, H, W]
+        self.policies = np.zeros((capacity, num_actions), dtype=np.float32)  # [N, A]
+        self.values = np.zeros(capacity, dtype=np.float32)  # [N]
+        self.capacity, self.size, self.position = capacity, 0, 0
+
+    def add(self, planes: np.ndarray, policy: np.ndarray, value: float) -> None:
+        i = self.position
+        self.planes[i], self.policies[i], self.values[i] = planes, policy, value
+        self.position = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
+        index = rng.integers(self.size, size=batch)
+        return (
+            torch.from_numpy(self.planes[index].astype(np.float32)),
+            torch.from_numpy(self.policies[index]),
+            torch.from_numpy(self.values[index]),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        n = self.size
+        return {
+            "planes": self.planes[:n].copy(),
+            "policies": self.policies[:n].copy(),
+            "values": self.values[:n].copy(),
+            "position": self.position,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = len(state["values"])
+        if n > self.capacity:
+            raise ValueError(f"replay holds {n} positions, more than replay_size {self.capacity}")
+        self.planes[:n], self.policies[:n], self.values[:n] = (
+            state["planes"],
+            state["policies"],
+            state["values"],
+        )
+        self.size, self.position = n, int(state["position"])

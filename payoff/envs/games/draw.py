@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from payoff.envs.games.base import Game, GameState
+from payoff.envs.games.players import Player
 
 CELL = 48
 COLOURS = {
@@ -35,3 +36,21 @@ def board_image(game: Game, state: GameState, cell: int = CELL) -> np.ndarray:
             patch = image[r * cell : (r + 1) * cell, c * cell : (c + 1) * cell]
             patch[disc] = COLOURS[stone] if stone else COLOURS["empty"]
     return image
+
+
+def game_frames(game: Game, a: Player, b: Player, games: int = 1) -> list[np.ndarray]:
+    """Pictures of every position of `games` games of A against B, for a GIF.
+
+    A moves first in even-numbered games, as in a match; each game lingers on its final
+    position for two extra frames.
+    """
+    frames = []
+    for index in range(games):
+        state = game.initial_state()
+        frames.append(board_image(game, state))
+        while state.winner is None:
+            mover = a if (state.to_play == index % 2) else b
+            state = game.play(state, mover.act([state])[0])
+            frames.append(board_image(game, state))
+        frames.extend([frames[-1]] * 2)  # linger on the final position
+    return frames
