@@ -28,6 +28,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check payoff tests benchmarks
 	$(BIN)/ruff format --check payoff tests benchmarks
+	$(BIN)/lint-imports --no-cache  # the layers of docs/architecture.md (pyproject.toml)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

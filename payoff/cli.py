@@ -165,7 +165,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from payoff.track.plots import plot_curves
+    from payoff.report.plots import plot_curves
     from payoff.track.run import Run
 
     runs = [Run.open(path) for path in args.runs]
@@ -177,7 +177,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from payoff import train
-    from payoff.track.report import write_report
+    from payoff.report.page import write_report
     from payoff.track.run import Run
 
     writing = functools.partial(  # a fresh context manager for each use

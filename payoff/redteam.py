@@ -31,8 +31,8 @@ from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.make import EnvConfig, make_env
 from payoff.monitor.behaviour import concentration, find_loop
+from payoff.report.page import write_report
 from payoff.track.media import write_gif
-from payoff.track.report import write_report
 from payoff.track.run import Run
 
 SPEC_DIR = Path(__file__).parent / "recipes" / "redteam"

@@ -16,7 +16,9 @@ from payoff.core.config import apply_overrides, from_dict, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.monitor.detectors import build_monitors
 from payoff.recipes import load_recipe
-from payoff.track.report import write_report
+from payoff.report.figures import draw_comparisons, draw_figures
+from payoff.report.page import write_report
+from payoff.report.plots import plot_curves
 from payoff.track.run import Run
 
 
@@ -151,7 +153,7 @@ def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
 
 def write_media(run: Run, algorithm: Algorithm) -> None:
     """Pictures, an episode GIF where the env renders, and the HTML report."""
-    algorithm.figures(run.media)
+    draw_figures(run, algorithm)
     try:
         algorithm.record_gif(run.media / "episode.gif")
     except (PayoffError, NotImplementedError, ImportError, AttributeError):
@@ -185,8 +187,6 @@ def train_experiment(
     media: bool = False,
 ) -> Run:
     """Run every member of an experiment recipe, then draw the comparison figure."""
-    from payoff.track.plots import plot_curves
-
     name, data = load_recipe(recipe)
     data = dict(data)
     description = data.pop("description", "")
@@ -224,7 +224,7 @@ def train_experiment(
         title=description or name,
         labels=labels,
     )
-    _experiment_figures(member_runs, labels, run.media)
+    draw_comparisons(member_runs, labels, run.media)
     run.write_summary(
         members=[str(r.path) for r in member_runs],
         seconds=round(time.time() - started, 1),
@@ -232,16 +232,6 @@ def train_experiment(
     )
     write_report(run)
     return run
-
-
-def _experiment_figures(runs: list[Run], labels: list[str], media: Path) -> None:
-    """Let each algorithm of the members add its own comparison pictures (once per hook)."""
-    done: list[Any] = []
-    for member in runs:
-        hook = get_algorithm(str(member.config.get("algo"))).experiment_figures
-        if hook.__func__ not in done:  # type: ignore[attr-defined]
-            done.append(hook.__func__)  # type: ignore[attr-defined]
-            hook(runs, labels, media)
 
 
 def algorithm_config(run: Run) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from payoff.track.elo import Result, expected_score, fit_ratings, league_table, update
+from payoff.rollout.elo import Result, expected_score, fit_ratings, league_table, update
 
 
 def test_expected_score_and_update_by_hand() -> None:

@@ -553,55 +553,5 @@ class AgentGRPO(Algorithm):
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])
 
-    def figures(self, media: Path) -> list[Path]:
-        from payoff.track.run import Run
-
-        run = self.run or Run.open(media.parent)
-        return [plot_agent_training(run, media / "agent_training.png")]
-
-
-def plot_agent_training(run, path: Path) -> Path:
-    """Held-out success and tool calls per episode, per task kind (hard/easy, hops), over training."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = [r for r in run.records() if "eval/success" in r]
-    steps = [r["step"] for r in records]
-    # the task's kinds, as evaluate_agent logged them (calculator: hard/easy; doc-search: hops)
-    kinds = sorted(
-        {
-            k.removeprefix("eval/success_")
-            for r in records
-            for k in r
-            if k.startswith("eval/success_")
-        },
-        reverse=True,
-    )
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    axes[0].plot(steps, [r["eval/success"] for r in records], "k--", marker=".", label="all")
-    for kind in kinds:
-        axes[0].plot(
-            steps, [r.get(f"eval/success_{kind}", np.nan) for r in records], marker="o", label=kind
-        )
-        axes[1].plot(
-            steps,
-            [r.get(f"eval/tool_calls_{kind}", np.nan) for r in records],
-            marker="o",
-            label=kind,
-        )
-    axes[0].set(title="held-out success (greedy)", xlabel="step", ylim=(-0.05, 1.05))
-    axes[1].set(title="tool calls per episode", xlabel="step")
-    axes[1].set_ylim(bottom=-0.05)
-    for ax in axes:
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
 
 ALGORITHM = AgentGRPO

@@ -15,7 +15,7 @@ One iteration:
      gate_games: 0 always accepts, as AlphaZero did);
   4. every `eval_every` iterations the best network plays the fixed baselines (random,
      greedy, minimax / alpha-beta) and the last evaluated checkpoint; all results go into
-     an Elo league (payoff.track.elo) anchored at the random player.
+     an Elo league (payoff.rollout.elo) anchored at the random player.
 
 The pieces live below the learner: self-play games and their worker processes in
 payoff.rollout.selfplay, network players in payoff.rollout.network_players, the league's
@@ -48,6 +48,7 @@ from payoff.envs.games.arena import MatchResult, play_match
 from payoff.envs.games.base import state_from_planes
 from payoff.envs.games.players import make_player
 from payoff.models.game_nets import GameNetConfig, PolicyValueNet
+from payoff.rollout.elo import Result, league_markdown, rows_as_dicts
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.league import (
     as_result,
@@ -68,7 +69,6 @@ from payoff.rollout.network_players import (
 )
 from payoff.rollout.replay import PositionReplay
 from payoff.rollout.selfplay import SelfPlayPool, self_play_games
-from payoff.track.elo import Result, league_markdown, rows_as_dicts
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -582,22 +582,6 @@ class AlphaZero(Algorithm):
         set_rng_state(state["rng"], self.rng)
         self.net.eval()
         self.best.eval()
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        from payoff.track.elo import plot_elo, plot_league
-
-        if not self.elo_curve:
-            return []
-        rows = league_rows(self.results, self.config.baselines)
-        path = media / "elo.png"
-        plot_elo(
-            self.elo_curve, rows, self.config.baselines, str(path), f"AlphaZero on {self.game.name}"
-        )
-        (media / "league.md").write_text(league_markdown(rows) + "\n")
-        league = media / "league.png"
-        plot_league(rows, str(league), f"Elo league, {self.game.name} (random = 0)")
-        return [path, league]
 
     def record_gif(
         self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 2

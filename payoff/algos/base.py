@@ -122,15 +122,6 @@ class Algorithm:
         )
         return write_gif(frames, path, fps=fps)
 
-    def figures(self, media: Path) -> list[Path]:
-        """Algorithm-specific pictures for the report (e.g. the Q-table arrows)."""
-        return []
-
-    @classmethod
-    def experiment_figures(cls, runs: list[Run], labels: list[str], media: Path) -> list[Path]:
-        """Comparison pictures for an experiment whose members include this algorithm."""
-        return []
-
     # ---- save / load / resume ---------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.

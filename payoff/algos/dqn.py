@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -463,16 +462,6 @@ class DQN(Algorithm):
         self.recent_returns = list(state["recent_returns"])
         self.train_seconds = float(state.get("train_seconds", 0.0))
         self.runner.load_state_dict(state["runner"], seed=self.config.seed)
-
-    def figures(self, media: Path) -> list[Path]:
-        if self.run is None:
-            return []
-        from payoff.track.plots import plot_curves
-
-        path = media / "learning_curve.png"
-        metrics = ["train/return"] + (["eval/mean_return"] if self.evals else [])
-        plot_curves([self.run], path, metrics=metrics, title=f"dqn on {self.config.env.id}")
-        return [path]
 
 
 ALGORITHM = DQN

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -38,7 +37,7 @@ from payoff.envs.tasks import TaskConfig, make_task
 from payoff.models.lm import FrozenReference, ModelConfig, load_lm
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
-from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig
+from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
 from payoff.rollout.ray_backend import RayConfig
 from payoff.rollout.ray_generation import RaySampler, validate_generation_config
 from payoff.track.interrupt import GracefulInterrupt
@@ -280,7 +279,7 @@ class GRPO(LMAlgorithm):
         # A judge or reward model can be talked to: watch for completions that try.
         self.judge_addressing = JudgeAddressing() if is_model_scored(self.rewards) else None
         self.verifier = RewardMix([correctness_spec(self.task)])
-        self.sampler: LocalSampler | RaySampler = LocalSampler(self.model, self.tokenizer)
+        self.sampler: Sampler = LocalSampler(self.model, self.tokenizer)
         if config.backend == "ray":  # generation on Ray actors, each with a model copy
             self.sampler = RaySampler(
                 config.ray,
@@ -509,8 +508,7 @@ class GRPO(LMAlgorithm):
                         "model-written code ran without OS isolation (sandbox=unsafe-process): "
                         "it could read and write what this process can",
                     )
-                if isinstance(self.sampler, RaySampler):
-                    metrics.update(self.sampler.metrics())
+                metrics.update(self.sampler.metrics())
                 progress.update(1, acc=accuracy, len=float(lengths.mean()))
                 if self.step % config.log_every == 0:
                     self.log(self.step, **metrics)
@@ -521,8 +519,7 @@ class GRPO(LMAlgorithm):
         progress.close()
         self.interrupted = interrupt.requested
         if self.step >= total:
-            if isinstance(self.sampler, RaySampler):
-                self.sampler.close()  # free the workers' CPUs for the final evaluation
+            self.sampler.close()  # free the workers' CPUs for the final evaluation
             self._finish()
         self.checkpoint()
         return self
@@ -589,14 +586,6 @@ class GRPO(LMAlgorithm):
             counts = getattr(fn, "counts", None)
             if counts is not None:
                 counts.update(state.get("reward_counts", {}).get(spec.key, {}))
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        from payoff.algos.shared.lm_plots import plot_lm_training
-        from payoff.track.run import Run
-
-        run = self.run or Run.open(media.parent)
-        return [plot_lm_training(run, media / "llm_training.png")]
 
 
 ALGORITHM = GRPO

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -281,15 +280,6 @@ class QLearning(Algorithm):
         self.recent_success = deque(state["recent_success"], maxlen=100)
         self.rng.bit_generator.state = state["rng"]
         self.env.unwrapped.np_random.bit_generator.state = state["env_rng"]
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        from payoff.track.plots import plot_q_table
-
-        path = media / "q_table.png"
-        desc = getattr(self.env.unwrapped, "desc", None)
-        plot_q_table(self.q, path, desc=desc, title=f"{self.config.method} on {self.config.env.id}")
-        return [path]
 
 
 ALGORITHM = QLearning

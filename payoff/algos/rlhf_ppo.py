@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -462,24 +461,6 @@ class RLHFPPO(LMAlgorithm):
         self.step = int(state["step"])
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        from payoff.algos.best_of_n import plot_overoptimization, run_alarms
-        from payoff.track.run import Run
-
-        run = self.run or Run.open(media.parent)
-        return [
-            plot_overoptimization(
-                run.records(),
-                run_alarms(run),
-                media / "overoptimization.png",
-                title="PPO-RLHF against a proxy: proxy rises, gold peaks and falls",
-                keys=("train/sqrt_kl", "reward/proxy", "reward/gold"),
-                xlabel="sqrt(KL(policy || SFT reference)) per completion  (nats^0.5)",
-                smooth=8,
-            )
-        ]
 
 
 ALGORITHM = RLHFPPO

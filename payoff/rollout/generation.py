@@ -84,6 +84,14 @@ class Sampler(Protocol):
         """The learner changed the policy's weights (after an optimizer step)."""
         ...
 
+    def metrics(self) -> dict[str, float]:
+        """Backend numbers for the training log (workers, restarts); {} when there are none."""
+        ...
+
+    def close(self) -> None:
+        """Free what the sampler holds outside this process (worker processes); idempotent."""
+        ...
+
 
 def sample_next(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
@@ -117,6 +125,13 @@ class LocalSampler:
 
     def weights_updated(self) -> None:
         """Nothing to do: this sampler uses the learner's model itself."""
+
+    def metrics(self) -> dict[str, float]:
+        """No backend numbers: sampling runs in this process."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing to free: no workers."""
 
     @torch.no_grad()
     def generate(

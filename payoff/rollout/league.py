@@ -2,7 +2,7 @@
 
 The fixed baselines are first rated among themselves, so they have ratings before any
 network plays. At every evaluation the best network plays each baseline and the previously
-evaluated network; all results go into one maximum-likelihood Elo fit (payoff.track.elo),
+evaluated network; all results go into one maximum-likelihood Elo fit (payoff.rollout.elo),
 anchored at the random player when it takes part. At the end the final network plays each
 baseline once more. A match is (PlayerSpec, PlayerSpec, games), so any process can play it
 (payoff.rollout.selfplay.SelfPlayPool.play_matches).
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from payoff.envs.games.arena import MatchResult
+from payoff.rollout.elo import LeagueRow, Result, league_table
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.network_players import Match, PlayerSpec
-from payoff.track.elo import LeagueRow, Result, league_table
 
 
 def league_anchor(baselines: list[str]) -> str | None:

@@ -1,1 +1,2 @@
-"""Run directories, metrics, checkpoints, progress bars, plots, GIFs and HTML reports."""
+"""Run storage: run directories, metrics, checkpoints as data, progress bars, interrupts and
+GIF encoding. Low on purpose: every trainer writes here; drawing lives in payoff.report."""

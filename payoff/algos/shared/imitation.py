@@ -240,7 +240,8 @@ class ImitationAlgorithm(Algorithm):
         return total / max(batches, 1)
 
     # ---- evaluation -------------------------------------------------------------------
-    def _env_for(self, split: str | None) -> EnvConfig:
+    def env_for(self, split: str | None) -> EnvConfig:
+        """The env of one KartTrack track family (`split`), or the configured env (None)."""
         env = self.config.env
         if split is None:
             return env
@@ -250,7 +251,7 @@ class ImitationAlgorithm(Algorithm):
 
     def play(self, episodes: int, seed: int, split: str | None = None) -> EpisodeTraces:
         """Whole episodes of the deterministic learner, batched, with traces."""
-        return play_episodes(self._env_for(split), self.act, episodes, seed)
+        return play_episodes(self.env_for(split), self.act, episodes, seed)
 
     def evaluate(
         self, episodes: int = 100, seed: int | None = None, split: str | None = None
@@ -372,115 +373,3 @@ class ImitationAlgorithm(Algorithm):
         self.gradient_steps = int(state["gradient_steps"])
         self.train_seconds = float(state["train_seconds"])
         self.evals = list(state["evals"])
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        """On KartTrack: cross-track error over an episode, per track family."""
-        if self.config.env.id != KART_ID:
-            return []
-        from payoff.track.imitation_plots import plot_cross_track_error
-
-        traces = {
-            split: self.play(50, self.config.seed + 4_000_000, split)
-            for split in self.config.eval_tracks
-        }
-        path = media / "cross_track_error.png"
-        plot_cross_track_error(
-            {
-                f"{self.name} ({split})": (t.cross_track_error, t.success)
-                for split, t in traces.items()
-            },
-            path,
-            title=f"{self.name}: |cross-track error| over an episode",
-        )
-        return [path]
-
-    # ---- experiments ------------------------------------------------------------------
-    @classmethod
-    def experiment_figures(cls, runs: list[Any], labels: list[str], media: Path) -> list[Path]:
-        """For experiments comparing imitation learners (e.g. kart-bc-vs-dagger): completion
-        rates per track family (mean over seeds), cross-track error over an episode on
-        held-out tracks, a GIF of each learner on the same held-out track, and a table."""
-        from payoff.algos import get_algorithm
-        from payoff.track.imitation_plots import plot_completion, plot_cross_track_error
-
-        groups: dict[str, list[tuple[Any, ImitationAlgorithm]]] = {}
-        for run, label in zip(runs, labels, strict=True):
-            target = get_algorithm(str(run.config.get("algo")))
-            if not issubclass(target, ImitationAlgorithm) or not run.summary():
-                continue
-            payload, _ = run.load_checkpoint(target.name)
-            learner = target._from_payload(payload)
-            groups.setdefault(label, []).append((run, learner))  # type: ignore[arg-type]
-        if not groups:
-            return []
-        paths: list[Path] = []
-        rows = []
-        rates: dict[str, dict[str, float]] = {}
-        for label, members in groups.items():
-            finals = [run.summary().get("final_metrics", {}) for run, _ in members]
-            splits = (
-                members[0][1].config.eval_tracks if members[0][1].config.env.id == KART_ID else [""]
-            )
-            rates[label] = {}
-            row = [label, str(len(members)), str(members[0][1].labels)]
-            for split in splits:
-                suffix = f"_{split}" if split else ""
-                success = [f.get(f"eval/success_rate{suffix}") for f in finals]
-                returns = [f.get(f"eval/mean_return{suffix}", float("nan")) for f in finals]
-                if all(s is not None for s in success):
-                    rates[label][split or "eval"] = float(np.mean(success))
-                    row.append(f"{np.mean(success):.2f} ({min(success):.2f}-{max(success):.2f})")
-                row.append(f"{np.mean(returns):.1f}")
-            rows.append(row)
-        if all(rates.values()):
-            paths.append(plot_completion(rates, media / "completion.png"))
-        first = {label: members[0][1] for label, members in groups.items()}
-        if all(learner.config.env.id == KART_ID for learner in first.values()):
-            seed = 7_000_000
-            traces = {label: learner.play(100, seed, "heldout") for label, learner in first.items()}
-            paths.append(
-                plot_cross_track_error(
-                    {
-                        f"{label} (held-out tracks)": (t.cross_track_error, t.success)
-                        for label, t in traces.items()
-                    },
-                    media / "cross_track_error.png",
-                    title="|cross-track error| over an episode on held-out tracks (100 episodes)",
-                )
-            )
-            paths += cls._race_gifs(first, media)
-        header = ["member", "seeds", "labels"]
-        for split in first[next(iter(first))].config.eval_tracks if len(rows[0]) > 5 else [""]:
-            name = f" ({split})" if split else ""
-            header += [f"completion{name} mean (min-max)", f"mean return{name}"]
-        table = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-        table += "".join("| " + " | ".join(r) + " |\n" for r in rows)
-        (media / "imitation_comparison.md").write_text(table)
-        paths.append(media / "imitation_comparison.md")
-        return paths
-
-    @staticmethod
-    def _race_gifs(learners: dict[str, ImitationAlgorithm], media: Path) -> list[Path]:
-        """A GIF per learner on the same held-out track: the first seed where they differ."""
-        from payoff.rollout.evaluate import evaluate_policy, record_frames
-        from payoff.track.media import write_gif
-
-        envs = {label: learner._env_for("heldout") for label, learner in learners.items()}
-        chosen = 8_000_000
-        for seed in range(8_000_000, 8_000_040):
-            outcomes = {
-                evaluate_policy(envs[label], learner.predict, 1, seed).success_rate
-                for label, learner in learners.items()
-            }
-            if len(outcomes) > 1:
-                chosen = seed
-                break
-        paths = []
-        for label, learner in learners.items():
-            frames = record_frames(envs[label], learner.predict, 1, chosen, max_frames=400)
-            safe = "".join(c if c.isalnum() else "-" for c in label)
-            paths.append(
-                write_gif(frames[::2] + [frames[-1]] * 6, media / f"{safe}-heldout.gif", fps=10)
-            )
-        return paths

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -437,14 +436,3 @@ class OnPolicyAlgorithm(Algorithm):
         self.recent_returns = list(state["recent_returns"])
         self.train_seconds = float(state.get("train_seconds", 0.0))
         self.runner.load_state_dict(state["runner"], seed=self.config.seed)
-
-    # ---- pictures ---------------------------------------------------------------------
-    def figures(self, media: Path) -> list[Path]:
-        if self.run is None:
-            return []
-        from payoff.track.plots import plot_curves
-
-        path = media / "learning_curve.png"
-        metrics = ["train/return"] + (["eval/mean_return"] if self.evals else [])
-        plot_curves([self.run], path, metrics=metrics, title=f"{self.name} on {self.config.env.id}")
-        return [path]

@@ -12,7 +12,8 @@ A player who won every game has no finite maximum-likelihood rating, so `fit_rat
 adds `prior_draws` virtual drawn games to every pairing that was played: a 20-0 sweep then
 reads as +640 rather than infinity. Ratings are shifted so that `anchor` sits at 0.
 
-Self-contained on purpose (only numpy): the track layer must not depend on game code.
+Self-contained on purpose (only numpy): ratings need no game code, and the league
+(payoff.rollout.league) and the report (payoff.report.elo) both read them.
 """
 
 from __future__ import annotations
@@ -145,67 +146,3 @@ def league_markdown(rows: list[LeagueRow]) -> str:
 
 def rows_as_dicts(rows: list[LeagueRow]) -> list[dict]:
     return [{**asdict(row), "rating": round(row.rating, 1)} for row in rows]
-
-
-def plot_elo(
-    curve: list[tuple[int, int, float]],
-    rows: list[LeagueRow],
-    baselines: list[str],
-    path: str,
-    title: str = "Elo over training",
-) -> str:
-    """Elo of the best network against self-play games, with the baselines as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ratings = {row.player: row.rating for row in rows}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    games = [g for _, g, _ in curve]
-    ax.plot(games, [elo for _, _, elo in curve], marker="o", label="best network (MCTS)")
-    for name in baselines:
-        if name in ratings:
-            ax.axhline(ratings[name], linestyle="--", linewidth=1, color="gray")
-            ax.annotate(
-                name,
-                (games[0] if games else 0, ratings[name]),
-                fontsize=8,
-                xytext=(2, 2),
-                textcoords="offset points",
-                color="dimgray",
-            )
-    ax.set_xlabel("self-play games")
-    ax.set_ylabel("Elo (random = 0)" if "random" in ratings else "Elo")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_league(rows: list[LeagueRow], path: str, title: str = "Elo league") -> str:
-    """The league table as a picture, so run reports (which show PNGs) include it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    header = ["player", "Elo", "games", "won", "drawn", "lost", "score"]
-    cells = [
-        [r.player, f"{r.rating:.0f}", r.games, r.wins, r.draws, r.losses, f"{r.score:.2f}"]
-        for r in rows
-    ]
-    # The table fills the axes (bbox), so the figure's height is the rows' height plus the title.
-    fig, ax = plt.subplots(figsize=(7, 0.28 * (len(rows) + 1) + 0.5))
-    ax.axis("off")
-    table = ax.table(cellText=cells, colLabels=header, cellLoc="center", bbox=(0.0, 0.0, 1.0, 1.0))
-    table.auto_set_font_size(False)
-    table.set_fontsize(9)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

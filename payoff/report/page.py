@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from payoff.core.io import atomic_write_text
-from payoff.track.plots import default_metrics, plot_curves
+from payoff.report.plots import default_metrics, plot_curves
 from payoff.track.run import Run
 
 STYLE = """

@@ -1,0 +1,35 @@
+"""The layers of docs/architecture.md hold, and every algorithm's pictures have an owner.
+
+The layers contract lives in pyproject.toml ([tool.importlinter]); `make lint` runs the same
+check. Lazy (function-level) imports count: a drawing, a driver or a backend reached from
+below breaks it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from payoff.algos import available_algorithms
+from payoff.report.figures import COMPARISONS, FIGURES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_layers_contract_holds() -> None:
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run(
+        [str(lint_imports), "--no-cache", "--config", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_figures_are_registered_under_real_algorithm_names() -> None:
+    """A renamed algorithm must not silently lose its pictures."""
+    unknown = sorted((set(FIGURES) | set(COMPARISONS)) - set(available_algorithms()))
+    assert not unknown, f"report.figures names algorithms that do not exist: {unknown}"
