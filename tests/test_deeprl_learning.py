@@ -70,12 +70,9 @@ def test_ppo_lagrangian_races_boatrace_within_the_cost_limit(tmp_path):
     # Unconstrained PPO on the same proxy reward (boatrace-ppo, seed 0, 40k steps) loops in
     # the lagoon: 0 laps, proxy 148, cost 199 of 200 steps. Measured (seed 0, 40k steps, ~5 s):
     # cost per step 0.69 -> 0.09 by 15k steps, then 9.9 laps, proxy 40, cost 0.1 per episode,
-    # multiplier 4.1. The recipe starts the multiplier at 0, and then seeds 0, 5 and 9 of 0-9
-    # stay looping at 0.48 cost per step; from 2.0 all ten race (9.4-10 laps), so the test
-    # starts it there.
-    run = train.train(
-        "boatrace-ppo-lagrangian", ["lagrangian_init=2.0"], seed=0, out=tmp_path, media=False
-    )
+    # multiplier 4.1. Started at 0 instead of the recipe's 2.0, seeds 0, 5 and 9 of 0-9 stay
+    # looping at 0.48 cost per step; from 2.0 all ten race (9.4-10 laps).
+    run = train.train("boatrace-ppo-lagrangian", [], seed=0, out=tmp_path, media=False)
     last = [r for r in run.records() if "train/episode_true_reward" in r][-1]
     assert last["train/episode_true_reward"] >= 9  # laps; a perfect race is 10
     assert last["train/episode_proxy_reward"] <= 45  # racing collects 40; the loop ~150
