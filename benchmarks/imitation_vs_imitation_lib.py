@@ -157,10 +157,10 @@ def payoff_side(quick: bool) -> dict[str, dict[str, float]]:
     )
     from payoff.rollout.imitation import make_envs
 
-    envs = make_envs(dagger.config.env, dagger.config.num_envs)
+    dagger._envs = make_envs(dagger.config.env, dagger.config.num_envs)
     started = time.perf_counter()
     while dagger.round < DAGGER_ROUNDS:
-        dagger._one_round(envs)
+        dagger.iterate()
     out["dagger"] = {
         "seconds": time.perf_counter() - started,
         "labels": dagger.labels,

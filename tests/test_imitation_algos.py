@@ -149,9 +149,9 @@ def test_dagger_beats_behavior_cloning_on_held_out_tracks():
     dagger = DAgger(
         env=env, label_budget=1500, rounds=5, epochs_per_round=50, final_eval_episodes=5
     )
-    envs = make_envs(dagger.config.env, dagger.config.num_envs)
-    while dagger.round < 5:
-        dagger._one_round(envs)
+    dagger._envs = make_envs(dagger.config.env, dagger.config.num_envs)
+    while dagger.round < 5:  # rounds without the loop's final evaluation
+        dagger.iterate()
     assert bc.labels == dagger.labels == 1500
     bc_rate = bc.play(60, 123, "heldout").success_rate
     dagger_rate = dagger.play(60, 123, "heldout").success_rate

@@ -152,7 +152,7 @@ def test_ctrl_c_leaves_a_checkpoint_and_resume_matches_uninterrupted(tmp_path):
     assert process.returncode == 130, stderr
     assert "--resume" in stdout
     state, _ = Run.open(run).load_checkpoint("qlearning")
-    assert 0 < state["state"]["episode"] < 6000
+    assert 0 < state["state"]["loop"]["step"] < 6000  # episodes played
     assert main(["train", "--resume", str(run), "--no-media"]) == 0
     assert (
         main(

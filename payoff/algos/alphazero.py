@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from payoff.algos.base import Algorithm
+from payoff.algos.loop import TrainLoop
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.games import DRAW, GameState, make_game
@@ -69,8 +70,6 @@ from payoff.rollout.network_players import (
 )
 from payoff.rollout.replay import PositionReplay
 from payoff.rollout.selfplay import SelfPlayPool, self_play_games
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -238,7 +237,8 @@ class AlphaZero(Algorithm):
             self.net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
         self.replay = PositionReplay(config.replay_size, self.game.shape, self.game.num_actions)
-        self.iteration = 0
+        self._metrics: dict[str, Any] = {}
+        self._total = config.iterations
         self.games_played = 0
         self.generation = 0  # how many candidates have been accepted as best
         self.results: list[Result] = []  # every rated match, for the Elo league
@@ -310,54 +310,66 @@ class AlphaZero(Algorithm):
         return select_action(counts, 0.0 if deterministic else 1.0, self.rng)
 
     # ---- learning ---------------------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        """Self-play iterations done: the loop's step counter for AlphaZero."""
+        return self.state.step
+
     def learn(self, total: int | None = None) -> AlphaZero:
         """Run until `total` iterations (default config.iterations) have been done."""
         config = self.config
-        total = config.iterations if total is None else total
-        progress = Progress(
-            total, initial=self.iteration, desc=f"alphazero {config.game}", unit="it"
-        )
+        self._total = config.iterations if total is None else total
         finished = False
-        with GracefulInterrupt() as interrupt:
-            try:
-                if not self.results and config.eval_games:
-                    self._calibrate_baselines()
-                    # The untrained network (with search) starts the Elo curve.
-                    self.log(0, iteration=0, **self._evaluate_league())
-                    self.checkpoint()
-                while self.iteration < total and not interrupt.requested:
-                    metrics = self._self_play()
-                    metrics.update(self._train())
-                    metrics.update(self._gate())
-                    self.iteration += 1
-                    last = self.iteration == total
-                    if config.eval_games and (self.iteration % config.eval_every == 0 or last):
-                        metrics.update(self._evaluate_league())
-                    # CPU seconds of this process and its self-play workers: the honest
-                    # budget on a shared, busy machine.
-                    workers_cpu = sum(self.pool.cpu_seconds.values())
-                    metrics["perf/cpu_seconds"] = time.process_time() + workers_cpu
-                    if config.workers > 1:
-                        metrics["perf/worker_cpu_seconds"] = workers_cpu
-                    self.log(self.games_played, iteration=self.iteration, **metrics)
-                    progress.update(
-                        1,
-                        games=self.games_played,
-                        gen=self.generation,
-                        elo=self.elo_curve[-1][2] if self.elo_curve else 0.0,
-                    )
-                    if self.iteration % config.checkpoint_every == 0:
-                        self.checkpoint()
-                progress.close()
-                if self.iteration >= total and not interrupt.requested:
-                    self._finish()  # still with the workers: the final matches use them too
-                finished = True
-            finally:
-                self.pool.close(abort=not finished)
-        progress.close()
-        self.interrupted = interrupt.requested
-        self.checkpoint()
+        try:
+            if not self.results and config.eval_games:
+                self._calibrate_baselines()
+                # The untrained network (with search) starts the Elo curve.
+                self.log(0, iteration=0, **self._evaluate_league())
+                self.checkpoint()
+            # The final matches (finish) still use the workers, so they close afterwards.
+            finished = TrainLoop(
+                self,
+                self._total,
+                desc=f"alphazero {config.game}",
+                unit="it",
+                checkpoint_every=config.checkpoint_every,
+            ).run()
+        finally:
+            self.pool.close(abort=not finished)
         return self
+
+    def iterate(self) -> None:
+        """Self-play a batch of games, train on the replay, gate the candidate."""
+        metrics = self._self_play()
+        metrics.update(self._train())
+        metrics.update(self._gate())
+        self.state.step += 1
+        self._metrics = metrics
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {
+            "games": self.games_played,
+            "gen": self.generation,
+            "elo": self.elo_curve[-1][2] if self.elo_curve else 0.0,
+        }
+
+    def log_training(self) -> None:
+        """The iteration's record, with the league's matches merged in when they are due."""
+        config = self.config
+        metrics = dict(self._metrics)
+        last = self.iteration == self._total
+        if config.eval_games and (self.iteration % config.eval_every == 0 or last):
+            metrics.update(self._evaluate_league())
+        # CPU seconds of this process and its self-play workers: the honest budget on a
+        # shared, busy machine.
+        workers_cpu = sum(self.pool.cpu_seconds.values())
+        metrics["perf/cpu_seconds"] = time.process_time() + workers_cpu
+        if config.workers > 1:
+            metrics["perf/worker_cpu_seconds"] = workers_cpu
+        self.log(self.games_played, iteration=self.iteration, **metrics)
+
+    def evaluate_now(self) -> None:
+        """League matches are part of the iteration's record (log_training)."""
 
     def _self_play(self) -> dict[str, Any]:
         """Play a batch of games with the best network; store (planes, pi, z) in the replay."""
@@ -518,7 +530,7 @@ class AlphaZero(Algorithm):
         )
         return eval_result(result)
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         config = self.config
         finals = {}
         last: MatchResult | None = None
@@ -557,7 +569,7 @@ class AlphaZero(Algorithm):
             "best": self.best.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "replay": self.replay.state_dict(),
-            "iteration": self.iteration,
+            "loop": self.state.state_dict(),
             "games_played": self.games_played,
             "generation": self.generation,
             "results": [r.__dict__.copy() for r in self.results],
@@ -572,7 +584,7 @@ class AlphaZero(Algorithm):
         self.best.load_state_dict(state["best"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
-        self.iteration = int(state["iteration"])
+        self.state.load_state_dict(state["loop"])
         self.games_played = int(state["games_played"])
         self.generation = int(state["generation"])
         self.results = [Result(**r) for r in state["results"]]

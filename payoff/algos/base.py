@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
+from payoff.algos.loop import LoopState
 from payoff.core.config import from_dict, to_dict
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.monitor.detectors import Alarm, Monitor
@@ -48,9 +49,59 @@ class Algorithm:
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.interrupted = False  # set by learn() when Ctrl-C stopped it early
+        self.state = LoopState()  # step, updates, evals, ...: the loop's counters (algos/loop.py)
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
         self.alarms: list[Alarm] = []
         self.setup()
+
+    # ---- the loop's counters, under the names algorithms and users read ------------------
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.state.step = value
+
+    @property
+    def updates(self) -> int:
+        return self.state.updates
+
+    @updates.setter
+    def updates(self, value: int) -> None:
+        self.state.updates = value
+
+    @property
+    def evals(self) -> list[Any]:
+        return self.state.evals
+
+    @evals.setter
+    def evals(self, value: list[Any]) -> None:
+        self.state.evals = value
+
+    @property
+    def solved_at(self) -> int | None:
+        return self.state.solved_at
+
+    @solved_at.setter
+    def solved_at(self, value: int | None) -> None:
+        self.state.solved_at = value
+
+    @property
+    def recent_returns(self) -> list[float]:
+        return self.state.recent_returns
+
+    @recent_returns.setter
+    def recent_returns(self, value: list[float]) -> None:
+        self.state.recent_returns = value
+
+    @property
+    def train_seconds(self) -> float:
+        return self.state.train_seconds
+
+    @train_seconds.setter
+    def train_seconds(self, value: float) -> None:
+        self.state.train_seconds = value
 
     # ---- to implement -----------------------------------------------------------------
     def setup(self) -> None:

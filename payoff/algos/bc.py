@@ -15,11 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
 from payoff.core.errors import ConfigError
 from payoff.rollout import demonstrations
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -58,8 +57,13 @@ class BC(ImitationAlgorithm):
 
     def setup(self) -> None:
         super().setup()
-        self.epoch = 0
         self.demo_return: float | None = None
+        self._loss, self._epoch_seconds = float("nan"), 0.0
+
+    @property
+    def epoch(self) -> int:
+        """Epochs fitted: the loop's step counter for behavior cloning."""
+        return self.state.step
 
     def progress_step(self) -> int:
         return self.epoch
@@ -98,39 +102,47 @@ class BC(ImitationAlgorithm):
                 labels=self.labels,
                 **({"train/demo_return": self.demo_return} if self.demo_return is not None else {}),
             )
-        progress = Progress(total, initial=self.epoch, desc=f"bc {config.env.id}", unit="epoch")
-        with GracefulInterrupt() as interrupt:
-            while self.epoch < total and not interrupt.requested:
-                started = time.time()
-                loss = self.fit_epoch()
-                self.epoch += 1
-                progress.update(1, loss=loss)
-                self.log(
-                    self.epoch,
-                    labels=self.labels,
-                    **{"train/loss": loss, "perf/epoch_seconds": time.time() - started},
-                )
-                if config.eval_every and self.epoch % config.eval_every == 0:
-                    metrics = self.eval_metrics(
-                        config.eval_episodes, config.seed + 20_000 + self.epoch
-                    )
-                    self.evals.append({"epoch": self.epoch, **metrics})
-                    self.log(self.epoch, labels=self.labels, **metrics)
-                if config.checkpoint_every and self.epoch % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.epoch >= total:
-            self.finish(epochs=self.epoch, demo_return=self.demo_return)
-        self.checkpoint()
+        TrainLoop(
+            self,
+            total,
+            desc=f"bc {config.env.id}",
+            unit="epoch",
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+        ).run()
         return self
 
+    def iterate(self) -> None:
+        """One pass over the demonstrations."""
+        started = time.time()
+        self._loss = self.fit_epoch()
+        self._epoch_seconds = time.time() - started
+        self.state.step += 1
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"loss": self._loss}
+
+    def log_training(self) -> None:
+        self.log(
+            self.epoch,
+            labels=self.labels,
+            **{"train/loss": self._loss, "perf/epoch_seconds": self._epoch_seconds},
+        )
+
+    def evaluate_now(self) -> None:
+        config = self.config
+        metrics = self.eval_metrics(config.eval_episodes, config.seed + 20_000 + self.epoch)
+        self.evals.append({"epoch": self.epoch, **metrics})
+        self.log(self.epoch, labels=self.labels, **metrics)
+
+    def finish(self) -> None:
+        self.finish_imitation(epochs=self.epoch, demo_return=self.demo_return)
+
     def state_dict(self) -> dict[str, Any]:
-        return {**self.base_state(), "epoch": self.epoch, "demo_return": self.demo_return}
+        return {**self.base_state(), "demo_return": self.demo_return}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_base_state(state)
-        self.epoch = int(state["epoch"])
         self.demo_return = state.get("demo_return")
 
 

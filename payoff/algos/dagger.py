@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
 from payoff.core.errors import ConfigError
 from payoff.rollout.imitation import collect_mixture, make_envs
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -89,8 +88,13 @@ class DAgger(ImitationAlgorithm):
 
     def setup(self) -> None:
         super().setup()
-        self.round = 0
+        self._record: dict[str, Any] = {}
         self.rounds_log: list[dict[str, Any]] = []
+
+    @property
+    def round(self) -> int:
+        """Rounds done: the loop's step counter for DAgger."""
+        return self.state.step
 
     def progress_step(self) -> int:
         return self.round
@@ -99,30 +103,31 @@ class DAgger(ImitationAlgorithm):
         """Run rounds until `total` (default config.rounds) are done."""
         config = self.config
         total = config.rounds if total is None else total
-        envs = make_envs(config.env, config.num_envs)
-        progress = Progress(total, initial=self.round, desc=f"dagger {config.env.id}", unit="round")
+        self._envs = make_envs(config.env, config.num_envs)
         try:
-            with GracefulInterrupt() as interrupt:
-                while self.round < total and not interrupt.requested:
-                    self._one_round(envs)
-                    progress.update(1, labels=self.labels)
+            # Every round is logged (with its evaluation, when due) and checkpointed.
+            TrainLoop(
+                self, total, desc=f"dagger {config.env.id}", unit="round", checkpoint_every=1
+            ).run()
         finally:
-            envs.close()
-            progress.close()
-        self.interrupted = interrupt.requested
-        if self.round >= total:
-            self.finish(rounds=self.round, rounds_log=self.rounds_log)
-        self.checkpoint()
+            self._envs.close()
         return self
 
-    def _one_round(self, envs: Any) -> None:
+    def iterate(self) -> None:
+        """One round: learner-driven rollouts labelled by the expert, then refit."""
         config = self.config
         beta = beta_for_round(config, self.round)
         started = time.time()
         # Each round starts from freshly seeded episodes, so a resumed run replays exactly.
-        obs, _ = envs.reset(seed=config.seed + 100_000 + 1_000 * self.round)
+        obs, _ = self._envs.reset(seed=config.seed + 100_000 + 1_000 * self.round)
         batch, _ = collect_mixture(
-            envs, obs, self.act, self.expert, beta, labels_for_round(config, self.round), self.rng
+            self._envs,
+            obs,
+            self.act,
+            self.expert,
+            beta,
+            labels_for_round(config, self.round),
+            self.rng,
         )
         collect_seconds = time.time() - started
         self.add_data(batch.observations, batch.expert_actions)
@@ -130,7 +135,7 @@ class DAgger(ImitationAlgorithm):
         loss = float("nan")
         for _ in range(config.epochs_per_round):
             loss = self.fit_epoch()
-        self.round += 1
+        self.state.step += 1
         record = {
             "round": self.round,
             "labels": self.labels,
@@ -146,19 +151,32 @@ class DAgger(ImitationAlgorithm):
             record["rollout/success_rate"] = batch.episodes_succeeded / batch.episodes_finished
             record["rollout/mean_return"] = float(np.mean(batch.returns))
         self.rounds_log.append({k: v for k, v in record.items() if not k.startswith("perf/")})
+        self._record = record
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"labels": self.labels}
+
+    def log_training(self) -> None:
+        """The round's record, with the evaluation merged in on evaluation rounds."""
+        config = self.config
+        record = dict(self._record)
         if config.eval_every and self.round % config.eval_every == 0:
             metrics = self.eval_metrics(config.eval_episodes, config.seed + 20_000 + self.round)
             self.evals.append({"round": self.round, **metrics})
             record.update(metrics)
         self.log(self.round, **record)
-        self.checkpoint()
+
+    def evaluate_now(self) -> None:
+        """Evaluations are part of the round's record (log_training)."""
+
+    def finish(self) -> None:
+        self.finish_imitation(rounds=self.round, rounds_log=self.rounds_log)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.base_state(), "round": self.round, "rounds_log": list(self.rounds_log)}
+        return {**self.base_state(), "rounds_log": list(self.rounds_log)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_base_state(state)
-        self.round = int(state["round"])
         self.rounds_log = list(state["rounds_log"])
 
 

@@ -19,7 +19,6 @@ forgetful); `target_network.enabled=false` bootstraps from the network being tra
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from payoff.algos.base import Algorithm
+from payoff.algos.loop import TrainLoop, crossed
 from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
@@ -38,8 +38,6 @@ from payoff.models.mlp import QNetwork
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.replay import ReplayBuffer
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -178,12 +176,9 @@ class DQN(Algorithm):
         self.by_hand = self.q_net.q.backprop_by_hand
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
-        self.step = 0
         self.gradient_updates = 0
-        self.evals: list[tuple[int, float]] = []
-        self.solved_at: int | None = None
-        self.recent_returns: list[float] = []
-        self.train_seconds = 0.0
+        self._horizon = config.total_steps  # what the epsilon schedule spans
+        self._epsilon = config.epsilon(0.0)
         # Each gradient step's Q(s, a) and TD errors, kept until the next log.
         self._q_values: list[torch.Tensor] = []
         self._td_errors: list[torch.Tensor] = []
@@ -346,50 +341,45 @@ class DQN(Algorithm):
         """
         config = self.config
         total = config.total_steps if total is None else total
-        horizon = max(total, config.total_steps)
-        progress = Progress(total, initial=self.step, desc=f"dqn {config.env.id}")
-        log_every = config.log_every
-        with GracefulInterrupt() as interrupt:
-            started = time.perf_counter()
-            while self.step < total and not interrupt.requested and self.solved_at is None:
-                before = self.step
-                epsilon = config.epsilon(self.step / horizon)
-                obs = self.runner.obs
-                actions = self._explore(obs, epsilon)
-                next_obs, rewards, terminated, truncated, valid = self.runner.step(actions)
-                # Under NEXT_STEP autoreset a step that only reset an env is no transition.
-                self.buffer.add(
-                    np.asarray(obs)[valid],
-                    actions[valid],
-                    rewards[valid],
-                    np.asarray(next_obs)[valid],
-                    np.asarray(terminated)[valid],
-                )
-                self.step = self.runner.env_steps
-                if self.step >= config.learning_starts and (
-                    before // config.train_every != self.step // config.train_every
-                ):
-                    self._train(config.gradient_steps)
-                progress.update(self.step - before)
-                if before // log_every != self.step // log_every:
-                    now = time.perf_counter()
-                    self.train_seconds += now - started
-                    self._log(epsilon)
-                    self._periodic(before)
-                    started = time.perf_counter()
-            self.train_seconds += time.perf_counter() - started
-        progress.close()
-        self.interrupted = interrupt.requested
-        if not self.interrupted:
-            self._finish()
-        self.checkpoint()
+        self._horizon = max(total, config.total_steps)
+        TrainLoop(
+            self,
+            total,
+            desc=f"dqn {config.env.id}",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+        ).run()
         return self
 
-    def _log(self, epsilon: float) -> None:
+    def iterate(self) -> None:
+        """One vector step of epsilon-greedy play into the buffer; every train_every, learn."""
+        config = self.config
+        before = self.step
+        self._epsilon = config.epsilon(self.step / self._horizon)
+        obs = self.runner.obs
+        actions = self._explore(obs, self._epsilon)
+        next_obs, rewards, terminated, truncated, valid = self.runner.step(actions)
+        # Under NEXT_STEP autoreset a step that only reset an env is no transition.
+        self.buffer.add(
+            np.asarray(obs)[valid],
+            actions[valid],
+            rewards[valid],
+            np.asarray(next_obs)[valid],
+            np.asarray(terminated)[valid],
+        )
+        self.step = self.runner.env_steps
+        if self.step >= config.learning_starts and crossed(before, self.step, config.train_every):
+            self._train(config.gradient_steps)
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
+
+    def log_training(self) -> None:
         returns, lengths = self.runner.drain_episodes()
-        self.recent_returns = (self.recent_returns + returns)[-100:]
+        self.state.add_returns(returns)
         record: dict[str, Any] = {
-            "train/epsilon": epsilon,
+            "train/epsilon": self._epsilon,
             "train/gradient_updates": self.gradient_updates,
             "perf/sps": self.step / max(self.train_seconds, 1e-9),
         }
@@ -404,23 +394,18 @@ class DQN(Algorithm):
             record["train/episode_length"] = float(np.mean(lengths))
         self.log(self.step, **record)
 
-    def _periodic(self, before: int) -> None:
+    def evaluate_now(self) -> None:
         config = self.config
-        if config.eval_every > 0 and before // config.eval_every != self.step // config.eval_every:
-            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
-            self.evals.append((self.step, result.mean_return))
-            self.log(
-                self.step,
-                **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-            )
-            if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
-                self.solved_at = self.step
-        if config.checkpoint_every > 0 and (
-            before // config.checkpoint_every != self.step // config.checkpoint_every
-        ):
-            self.checkpoint()
+        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+        self.evals.append((self.step, result.mean_return))
+        self.log(
+            self.step,
+            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+        )
+        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+            self.solved_at = self.step
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         result = self.evaluate(self.config.final_eval_episodes)
         self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
         if self.run is not None:
@@ -441,12 +426,8 @@ class DQN(Algorithm):
             "buffer": self.buffer.state_dict(),
             "rng": rng_state(self.rng),
             "runner": self.runner.state_dict(),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "gradient_updates": self.gradient_updates,
-            "evals": list(self.evals),
-            "solved_at": self.solved_at,
-            "recent_returns": list(self.recent_returns),
-            "train_seconds": self.train_seconds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -455,12 +436,8 @@ class DQN(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.buffer.load_state_dict(state["buffer"])
         set_rng_state(state["rng"], self.rng)
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         self.gradient_updates = int(state["gradient_updates"])
-        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
-        self.solved_at = state.get("solved_at")
-        self.recent_returns = list(state["recent_returns"])
-        self.train_seconds = float(state.get("train_seconds", 0.0))
         self.runner.load_state_dict(state["runner"], seed=self.config.seed)
 
 

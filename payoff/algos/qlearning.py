@@ -20,12 +20,11 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.algos.base import Algorithm
+from payoff.algos.loop import TrainLoop
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, is_success, make_env
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 def _frozenlake() -> EnvConfig:
@@ -110,12 +109,12 @@ class QLearning(Algorithm):
         self.q = np.full(
             (int(obs_space.n), int(act_space.n)), config.initial_q, dtype=np.float64
         )  # [S, A]
-        self.episode = 0
-        self.step = 0
+        self.env_steps = 0  # metrics are logged against env steps; the loop counts episodes
+        self._fraction = 0.0
+        self._total = config.total_episodes
         self.evals: list[
             tuple[int, float, float | None]
         ] = []  # (episode, mean return, success rate)
-        self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_success: deque[float] = deque(maxlen=100)
 
     def spaces(self) -> dict[str, str]:
@@ -125,7 +124,7 @@ class QLearning(Algorithm):
         }
 
     def progress_step(self) -> int:
-        return self.step
+        return self.env_steps
 
     # ---- acting -----------------------------------------------------------------------
     def _explore(self, state: int, epsilon: float) -> int:
@@ -143,83 +142,92 @@ class QLearning(Algorithm):
         return self._explore(int(observation), self.config.epsilon.end)
 
     # ---- learning ---------------------------------------------------------------------
+    @property
+    def episode(self) -> int:
+        """Episodes played: the loop's step counter for tabular methods."""
+        return self.state.step
+
     def learn(self, total: int | None = None) -> QLearning:
         """Train until `total` episodes (default: config.total_episodes) have been played."""
         config = self.config
-        total = config.total_episodes if total is None else total
-        sarsa = config.method == "sarsa"
-        q, env = self.q, self.env
-        progress = Progress(
-            total, initial=self.episode, desc=f"{self.name} {config.env.id}", unit="ep"
-        )
-        started, start_step = time.time(), self.step
-        with GracefulInterrupt() as interrupt:
-            while self.episode < total and not interrupt.requested:
-                fraction = self.episode / total
-                alpha, epsilon = config.learning_rate(fraction), config.epsilon(fraction)
-                state, _ = env.reset()
-                action = self._explore(state, epsilon)
-                episode_return, done = 0.0, False
-                reward: float = 0.0
-                info: dict[str, Any] = {}
-                while not done:
-                    next_state, step_reward, terminated, truncated, info = env.step(action)
-                    reward = float(step_reward)
-                    episode_return += reward
-                    self.step += 1
-                    if sarsa:
-                        next_action = self._explore(next_state, epsilon)
-                        bootstrap = q[next_state, next_action]
-                    else:
-                        bootstrap = q[next_state].max()
-                    target = reward + (0.0 if terminated else config.gamma * bootstrap)
-                    q[state, action] += alpha * (target - q[state, action])
-                    if not sarsa:
-                        next_action = self._explore(next_state, epsilon)
-                    state, action = next_state, next_action
-                    done = terminated or truncated
-                self.episode += 1
-                self.recent_returns.append(episode_return)
-                success = is_success(config.env.id, info, reward)
-                if success is not None:
-                    self.recent_success.append(float(success))
-                progress.update(
-                    1,
-                    step=self.step,
-                    ret=float(np.mean(self.recent_returns)),
-                    eps=epsilon,
-                    sps=int((self.step - start_step) / max(time.time() - started, 1e-9)),
-                )
-                self._periodic(alpha, epsilon)
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.episode >= total:
-            self._finish()
-        self.checkpoint()
+        self._total = config.total_episodes if total is None else total
+        self._started, self._start_step = time.time(), self.env_steps
+        TrainLoop(
+            self,
+            self._total,
+            desc=f"{self.name} {config.env.id}",
+            unit="ep",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+        ).run()
         return self
 
-    def _periodic(self, alpha: float, epsilon: float) -> None:
+    def iterate(self) -> None:
+        """One episode, updating Q after every step (Q-learning or SARSA target)."""
         config = self.config
-        if self.episode % config.log_every == 0:
-            metrics: dict[str, Any] = {
-                "episode": self.episode,
-                "train/return": float(np.mean(self.recent_returns)),
-                "train/epsilon": epsilon,
-                "train/learning_rate": alpha,
-                "train/mean_max_q": float(self.q.max(axis=1).mean()),
-            }
-            if self.recent_success:
-                metrics["train/success_rate"] = float(np.mean(self.recent_success))
-            self.log(self.step, **metrics)
-        if self.episode % config.eval_every == 0:
-            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.episode)
-            self.evals.append((self.episode, result.mean_return, result.success_rate))
-            metrics = {"episode": self.episode, "eval/mean_return": result.mean_return}
-            if result.success_rate is not None:
-                metrics["eval/success_rate"] = result.success_rate
-            self.log(self.step, **metrics)
-        if self.episode % config.checkpoint_every == 0:
-            self.checkpoint()
+        sarsa = config.method == "sarsa"
+        q, env = self.q, self.env
+        self._fraction = self.episode / self._total
+        alpha, epsilon = config.learning_rate(self._fraction), config.epsilon(self._fraction)
+        state, _ = env.reset()
+        action = self._explore(state, epsilon)
+        episode_return, done = 0.0, False
+        reward: float = 0.0
+        info: dict[str, Any] = {}
+        while not done:
+            next_state, step_reward, terminated, truncated, info = env.step(action)
+            reward = float(step_reward)
+            episode_return += reward
+            self.env_steps += 1
+            if sarsa:
+                next_action = self._explore(next_state, epsilon)
+                bootstrap = q[next_state, next_action]
+            else:
+                bootstrap = q[next_state].max()
+            target = reward + (0.0 if terminated else config.gamma * bootstrap)
+            q[state, action] += alpha * (target - q[state, action])
+            if not sarsa:
+                next_action = self._explore(next_state, epsilon)
+            state, action = next_state, next_action
+            done = terminated or truncated
+        self.state.step += 1
+        self.state.add_returns([episode_return])
+        success = is_success(config.env.id, info, reward)
+        if success is not None:
+            self.recent_success.append(float(success))
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {
+            "step": self.env_steps,
+            "ret": float(np.mean(self.recent_returns)),
+            "eps": self.config.epsilon(self._fraction),
+            "sps": int(
+                (self.env_steps - self._start_step) / max(time.time() - self._started, 1e-9)
+            ),
+        }
+
+    def log_training(self) -> None:
+        config = self.config
+        metrics: dict[str, Any] = {
+            "episode": self.episode,
+            "train/return": float(np.mean(self.recent_returns)),
+            "train/epsilon": config.epsilon(self._fraction),
+            "train/learning_rate": config.learning_rate(self._fraction),
+            "train/mean_max_q": float(self.q.max(axis=1).mean()),
+        }
+        if self.recent_success:
+            metrics["train/success_rate"] = float(np.mean(self.recent_success))
+        self.log(self.env_steps, **metrics)
+
+    def evaluate_now(self) -> None:
+        config = self.config
+        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.episode)
+        self.evals.append((self.episode, result.mean_return, result.success_rate))
+        metrics = {"episode": self.episode, "eval/mean_return": result.mean_return}
+        if result.success_rate is not None:
+            metrics["eval/success_rate"] = result.success_rate
+        self.log(self.env_steps, **metrics)
 
     def episodes_to_plateau(self) -> int | None:
         """First evaluated episode count within plateau_tolerance of the best evaluation."""
@@ -232,12 +240,12 @@ class QLearning(Algorithm):
                 return episode
         return None
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         config = self.config
         result = self.evaluate(config.final_eval_episodes)
         plateau = self.episodes_to_plateau()
         self.log(
-            self.step,
+            self.env_steps,
             episode=self.episode,
             **{f"final/{k}": v for k, v in result.to_dict().items()},
         )
@@ -245,7 +253,7 @@ class QLearning(Algorithm):
             self.run.write_summary(
                 final_eval=result.to_dict(),
                 episodes=self.episode,
-                steps=self.step,
+                steps=self.env_steps,
                 episodes_to_plateau=plateau,
                 plateau_note=(
                     f"greedy-policy evaluation came within {config.plateau_tolerance} of its best "
@@ -258,11 +266,9 @@ class QLearning(Algorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
+            "loop": self.state.state_dict(),
             "q": self.q.copy(),
-            "episode": self.episode,
-            "step": self.step,
-            "evals": list(self.evals),
-            "recent_returns": list(self.recent_returns),
+            "env_steps": self.env_steps,
             "recent_success": list(self.recent_success),
             "rng": self.rng.bit_generator.state,
             "env_rng": self.env.unwrapped.np_random.bit_generator.state,
@@ -273,10 +279,8 @@ class QLearning(Algorithm):
         if q.shape != self.q.shape:
             raise ValueError(f"Q-table shape {q.shape} does not match this env's {self.q.shape}")
         self.q = q
-        self.episode = int(state["episode"])
-        self.step = int(state["step"])
-        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
-        self.recent_returns = deque(state["recent_returns"], maxlen=100)
+        self.state.load_state_dict(state["loop"])
+        self.env_steps = int(state["env_steps"])
         self.recent_success = deque(state["recent_success"], maxlen=100)
         self.rng.bit_generator.state = state["rng"]
         self.env.unwrapped.np_random.bit_generator.state = state["env_rng"]

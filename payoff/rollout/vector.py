@@ -191,6 +191,10 @@ class VectorRunner:
         self.finished_info = {key: [] for key in self.info_keys}
         return drained
 
+    def metrics(self) -> dict[str, float]:
+        """Backend metrics for the training log (a Ray runner reports its workers); none here."""
+        return {}
+
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of episodes finished since the last call."""
         returns, lengths = self.finished_returns, self.finished_lengths

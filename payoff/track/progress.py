@@ -35,6 +35,15 @@ class Progress:
             self._last_postfix = now
             self._bar.set_postfix({k: _fmt(v) for k, v in postfix.items()}, refresh=False)
 
+    def postfix_due(self) -> bool:
+        """Whether a new postfix would be shown now (at most every 0.5 s); cheap to ask."""
+        return not self._bar.disable and time.time() - self._last_postfix > 0.5
+
+    def set_postfix(self, postfix: dict[str, Any]) -> None:
+        self._last_postfix = time.time()
+        if postfix:
+            self._bar.set_postfix({k: _fmt(v) for k, v in postfix.items()}, refresh=False)
+
     def close(self) -> None:
         self._bar.close()
 

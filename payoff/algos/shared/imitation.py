@@ -182,8 +182,7 @@ class ImitationAlgorithm(Algorithm):
         self.data_act = np.zeros((0, *act_shape), dtype=np.int64 if self.discrete else np.float32)
         self.labels = 0  # expert labels used so far
         self.gradient_steps = 0
-        self.train_seconds = 0.0
-        self.evals: list[dict[str, Any]] = []
+        self.fit_seconds = 0.0  # time spent fitting (collection and evaluation excluded)
 
     def _make_expert(self) -> Expert:
         spec = self.config.expert
@@ -236,7 +235,7 @@ class ImitationAlgorithm(Algorithm):
             total += float(loss.detach())
             batches += 1
             self.gradient_steps += 1
-        self.train_seconds += time.time() - started
+        self.fit_seconds += time.time() - started
         return total / max(batches, 1)
 
     # ---- evaluation -------------------------------------------------------------------
@@ -288,7 +287,7 @@ class ImitationAlgorithm(Algorithm):
             metrics["eval/success_rate"] = metrics["eval/success_rate_train"]
         return metrics
 
-    def finish(self, **extra: Any) -> None:
+    def finish_imitation(self, **extra: Any) -> None:
         """Final evaluation, summary.json and the policy file for PPO's init_from."""
         config = self.config
         final = self.evaluate(config.final_eval_episodes)
@@ -309,7 +308,7 @@ class ImitationAlgorithm(Algorithm):
                 final_metrics=metrics,
                 labels=self.labels,
                 gradient_steps=self.gradient_steps,
-                train_seconds=round(self.train_seconds, 2),
+                train_seconds=round(self.fit_seconds, 2),
                 policy_file=str(policy),
                 **extra,
             )
@@ -359,8 +358,8 @@ class ImitationAlgorithm(Algorithm):
             "data_act": self.data_act.copy(),
             "labels": self.labels,
             "gradient_steps": self.gradient_steps,
-            "train_seconds": self.train_seconds,
-            "evals": list(self.evals),
+            "fit_seconds": self.fit_seconds,
+            "loop": self.state.state_dict(),
         }
 
     def load_base_state(self, state: dict[str, Any]) -> None:
@@ -371,5 +370,5 @@ class ImitationAlgorithm(Algorithm):
         self.data_act = np.asarray(state["data_act"])
         self.labels = int(state["labels"])
         self.gradient_steps = int(state["gradient_steps"])
-        self.train_seconds = float(state["train_seconds"])
-        self.evals = list(state["evals"])
+        self.fit_seconds = float(state["fit_seconds"])
+        self.state.load_state_dict(state["loop"])

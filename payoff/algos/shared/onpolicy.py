@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
+from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
@@ -26,8 +27,6 @@ from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.ray_backend import RayConfig, RayRunner
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
 from payoff.track.checkpoint import load_state
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -180,12 +179,8 @@ class OnPolicyAlgorithm(Algorithm):
             torch.long if not act_shape else torch.float32,
             info_keys=tuple(config.episode_info),
         )
-        self.step = 0
-        self.updates = 0
-        self.evals: list[tuple[int, float]] = []
-        self.solved_at: int | None = None
-        self.recent_returns: list[float] = []
-        self.train_seconds = 0.0  # wall time of rollouts + updates, evaluation excluded
+        self._horizon = config.total_steps  # what schedules span; learn() may extend it
+        self._metrics: dict[str, float] = {}  # the last update's, until they are logged
 
     def _make_optimizer(self) -> None:
         actor_params = list(self.actor.parameters())
@@ -329,45 +324,38 @@ class OnPolicyAlgorithm(Algorithm):
         """
         config = self.config
         total = config.total_steps if total is None else total
-        horizon = max(total, config.total_steps)
-        progress = Progress(total, initial=self.step, desc=f"{self.name} {config.env.id}")
-        value_fn = self._values if self.critic is not None else None
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested and self.solved_at is None:
-                started, before = time.perf_counter(), self.step
-                fraction = self.step / horizon
-                self.optimizer.lr = config.learning_rate(fraction)
-                self.runner.collect(self._policy_step, self.storage, value_fn)
-                self.step = self.runner.env_steps
-                metrics = self.update(self.storage, fraction)
-                if self.actor.normalizer.enabled:
-                    self.actor.normalizer.update(self.storage.obs[self.storage.valid])
-                self.updates += 1
-                elapsed = time.perf_counter() - started
-                self.train_seconds += elapsed
-                self._log_update(metrics, fraction, (self.step - before) / max(elapsed, 1e-9))
-                progress.update(
-                    self.step - before,
-                    ret=float(np.mean(self.recent_returns)) if self.recent_returns else 0.0,
-                )
-                self._periodic(before)
-        progress.close()
-        self.interrupted = interrupt.requested
-        if not self.interrupted:
-            self._finish()
-        self.checkpoint()
+        self._horizon = max(total, config.total_steps)
+        TrainLoop(
+            self,
+            total,
+            desc=f"{self.name} {config.env.id}",
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+        ).run()
         return self
 
-    def _log_update(self, metrics: dict[str, float], fraction: float, sps: float) -> None:
+    def iterate(self) -> None:
+        """Collect one rollout of num_envs x num_steps, then the subclass's update."""
+        started, before = time.perf_counter(), self.step
+        fraction = self.step / self._horizon
+        self.optimizer.lr = self.config.learning_rate(fraction)
+        value_fn = self._values if self.critic is not None else None
+        self.runner.collect(self._policy_step, self.storage, value_fn)
+        self.step = self.runner.env_steps
+        self._metrics = self.update(self.storage, fraction)
+        if self.actor.normalizer.enabled:
+            self.actor.normalizer.update(self.storage.obs[self.storage.valid])
+        self._metrics["train/learning_rate"] = self.config.learning_rate(fraction)
+        self._metrics["perf/sps"] = (self.step - before) / max(time.perf_counter() - started, 1e-9)
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
+
+    def log_training(self) -> None:
         returns, lengths = self.runner.drain_episodes()
-        self.recent_returns = (self.recent_returns + returns)[-100:]
-        record: dict[str, Any] = {
-            **metrics,
-            "train/learning_rate": self.config.learning_rate(fraction),
-            "perf/sps": sps,
-        }
-        if isinstance(self.runner, RayRunner):
-            record.update(self.runner.metrics())
+        self.state.add_returns(returns)
+        record: dict[str, Any] = dict(self._metrics)
+        record.update(self.runner.metrics())
         if returns:
             record["train/return"] = float(np.mean(self.recent_returns))
             record["train/episode_length"] = float(np.mean(lengths))
@@ -375,24 +363,18 @@ class OnPolicyAlgorithm(Algorithm):
                 record[f"train/episode_{key}"] = float(np.mean(sums))
         self.log(self.step, **record)
 
-    def _crossed(self, before: int, every: int) -> bool:
-        return every > 0 and before // every != self.step // every
-
-    def _periodic(self, before: int) -> None:
+    def evaluate_now(self) -> None:
         config = self.config
-        if self._crossed(before, config.eval_every):
-            result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
-            self.evals.append((self.step, result.mean_return))
-            self.log(
-                self.step,
-                **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-            )
-            if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
-                self.solved_at = self.step
-        if self._crossed(before, config.checkpoint_every):
-            self.checkpoint()
+        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+        self.evals.append((self.step, result.mean_return))
+        self.log(
+            self.step,
+            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+        )
+        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+            self.solved_at = self.step
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         config = self.config
         result = self.evaluate(config.final_eval_episodes)
         self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
@@ -408,17 +390,12 @@ class OnPolicyAlgorithm(Algorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
+            "loop": self.state.state_dict(),
             "actor": self.actor.state_dict(),
             "critic": None if self.critic is None else self.critic.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": rng_state(self.rng),
             "runner": self.runner.state_dict(),
-            "step": self.step,
-            "updates": self.updates,
-            "evals": list(self.evals),
-            "solved_at": self.solved_at,
-            "recent_returns": list(self.recent_returns),
-            "train_seconds": self.train_seconds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -429,10 +406,5 @@ class OnPolicyAlgorithm(Algorithm):
             self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"], self.rng)
-        self.step = int(state["step"])
-        self.updates = int(state["updates"])
-        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
-        self.solved_at = state.get("solved_at")
-        self.recent_returns = list(state["recent_returns"])
-        self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.state.load_state_dict(state["loop"])
         self.runner.load_state_dict(state["runner"], seed=self.config.seed)

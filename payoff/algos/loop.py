@@ -1,0 +1,145 @@
+"""The one training loop: every algorithm is this loop with its own iteration plugged in.
+
+    TrainLoop(algorithm, total, desc="ppo CartPole-v1").run()
+
+Per iteration, in this order:
+
+    algorithm.iterate()                  one unit of learning (collect + update, one batch,
+                                         one episode); it advances state.step
+    progress bar
+    every log_every steps:               algorithm.log_training()
+    every eval_every steps (and at the   algorithm.evaluate_now(); it may set
+      last step with eval_at_end):       state.solved_at, which stops the loop
+    every checkpoint_every steps:        algorithm.checkpoint()
+
+"every N steps" means the step counter crossed a multiple of N during the iteration, so an
+iteration that advances by 2,048 env steps still logs, evaluates and checkpoints on time.
+The loop stops at `total`, when the algorithm says it is solved, or on Ctrl-C / SIGTERM /
+SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, the
+final evaluation and summary (`algorithm.finish()`); a checkpoint always, so a stopped run
+resumes exactly where it stopped.
+
+The counters every run shares live in `LoopState`, which serializes itself; an algorithm's
+checkpoint is the loop state plus its modules, optimizers and RNGs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from payoff.track.interrupt import GracefulInterrupt
+from payoff.track.progress import Progress
+
+
+@dataclass
+class LoopState:
+    """Where a run is: the counters every algorithm keeps, saved with each checkpoint.
+
+    step: progress in the algorithm's unit (env steps, episodes, optimizer steps).
+    updates: iterations done (rollout + update, batches, episodes).
+    evals: (step, score) of each periodic evaluation.
+    solved_at: the step at which a stop condition was met (None: not met).
+    recent_returns: the last 100 finished training episodes' returns (RL only).
+    train_seconds: time spent in iterations (evaluation, logging and checkpoints excluded).
+    """
+
+    step: int = 0
+    updates: int = 0
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    solved_at: int | None = None
+    recent_returns: list[float] = field(default_factory=list)
+    train_seconds: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "updates": self.updates,
+            "evals": [list(e) for e in self.evals],
+            "solved_at": self.solved_at,
+            "recent_returns": list(self.recent_returns),
+            "train_seconds": self.train_seconds,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.updates = int(state["updates"])
+        self.evals = [tuple(e) for e in state["evals"]]  # type: ignore[misc]
+        self.solved_at = state.get("solved_at")
+        self.recent_returns = [float(r) for r in state["recent_returns"]]
+        self.train_seconds = float(state.get("train_seconds", 0.0))
+
+    def add_returns(self, returns: list[float], keep: int = 100) -> None:
+        self.recent_returns = (self.recent_returns + list(returns))[-keep:]
+
+
+class Loopable(Protocol):
+    """What an algorithm supplies to the loop."""
+
+    state: LoopState
+    interrupted: bool
+
+    def iterate(self) -> None: ...
+    def log_training(self) -> None: ...
+    def evaluate_now(self) -> None: ...
+    def checkpoint(self, name: str = "latest") -> None: ...
+    def finish(self) -> None: ...
+    def progress_postfix(self) -> dict[str, Any]: ...
+
+
+def crossed(before: int, after: int, every: int) -> bool:
+    """Whether the counter passed a multiple of `every` going from `before` to `after`."""
+    return every > 0 and before // every != after // every
+
+
+@dataclass
+class TrainLoop:
+    """Runs `algorithm.iterate()` until `total` steps, a stop, or a signal; see the module doc.
+
+    log_every / eval_every / checkpoint_every: in the algorithm's steps (0 = never).
+    eval_at_end: also evaluate after the last iteration (LM trainers report the final
+        step's accuracy on the curve).
+    eval_at_start: evaluate once before the first iteration of a fresh run (where learning
+        starts from).
+    """
+
+    algorithm: Loopable
+    total: int
+    desc: str
+    unit: str = "step"
+    log_every: int = 1
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    eval_at_end: bool = False
+    eval_at_start: bool = False
+
+    def run(self) -> bool:
+        """Train; True when it ran to the end (or was solved), False when a signal stopped it."""
+        algorithm, state = self.algorithm, self.algorithm.state
+        progress = Progress(self.total, initial=state.step, desc=self.desc, unit=self.unit)
+        if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
+            algorithm.evaluate_now()
+        with GracefulInterrupt() as interrupt:
+            while state.step < self.total and state.solved_at is None and not interrupt.requested:
+                before, started = state.step, time.perf_counter()
+                algorithm.iterate()
+                state.updates += 1
+                state.train_seconds += time.perf_counter() - started
+                progress.update(state.step - before)
+                if progress.postfix_due():
+                    progress.set_postfix(algorithm.progress_postfix())
+                if crossed(before, state.step, self.log_every):
+                    algorithm.log_training()
+                if crossed(before, state.step, self.eval_every) or (
+                    self.eval_at_end and state.step >= self.total and self.eval_every > 0
+                ):
+                    algorithm.evaluate_now()
+                if crossed(before, state.step, self.checkpoint_every):
+                    algorithm.checkpoint()
+        progress.close()
+        algorithm.interrupted = interrupt.requested
+        if not algorithm.interrupted:
+            algorithm.finish()
+        algorithm.checkpoint()
+        return not algorithm.interrupted
