@@ -31,9 +31,10 @@ BASE = {"steps": 550, "batch_size": 128, "learning_rate": 0.001}
 
 
 def base_model() -> str:
-    from payoff.algos.sft import BaseModelConfig, build_base_model
+    from payoff.algos.sft import build_base_model
     from payoff.core.config import from_dict
     from payoff.envs.tasks import TaskConfig
+    from payoff.models.base_model import BaseModelConfig
 
     return str(build_base_model(from_dict(TaskConfig, TASK), from_dict(BaseModelConfig, BASE), 6))
 

@@ -12,7 +12,7 @@ before the clock starts and are reported in their own column.
 
 payoff packs each step's pairs into a few rows: the prompt once, then chosen and rejected,
 which see the prompt but not each other (a 4D attention mask), so no padding is computed
-and the prompt runs once per pair; see payoff/algos/shared/logprobs.py. TRL pads
+and the prompt runs once per pair; see payoff/models/logprobs.py. TRL pads
 chosen and rejected to the batch's longest and runs the prompt twice.
 
 Run: python benchmarks/prefs_vs_trl.py [--quick]
@@ -34,10 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def base_model() -> str:
-    from payoff.algos.reward_model import resolve_model, small_base, styled_task
-    from payoff.models.lm import ModelConfig
+    from payoff.algos.reward_model import preference_base, small_base, styled_task
 
-    return resolve_model(ModelConfig(), small_base(), styled_task()).path
+    return str(preference_base(styled_task(), small_base())())
 
 
 def pairs(n_train: int, n_test: int):

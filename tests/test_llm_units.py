@@ -14,11 +14,11 @@ from payoff.algos.grpo import GRPOConfig, aggregate, grpo_loss
 from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k1, kl_k3
 from payoff.algos.shared.lm import pass_at_k
-from payoff.algos.shared.logprobs import completion_logprobs
 from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import TaskConfig, make_task, read_rows
 from payoff.models.lm import ModelConfig, count_parameters, load_lm
+from payoff.models.logprobs import completion_logprobs
 from payoff.rollout.generation import LocalSampler, SamplingConfig, repeated_group_size
 
 

@@ -7,13 +7,13 @@ import torch
 
 pytest.importorskip("transformers", reason="the llm extra is not installed")
 
-from payoff.algos.dpo import encode_pairs, packed_pair_logprobs, sequence_logprobs
+from payoff.algos.dpo import encode_pairs, packed_pair_logprobs, summed_completion_logprobs
 from payoff.algos.reward_model import encode_groups, score_packed
-from payoff.algos.shared.logprobs import (
+from payoff.models.lm import ModelConfig, load_lm
+from payoff.models.logprobs import (
     pack_shared_prompts,
     packed_completion_logprobs,
 )
-from payoff.models.lm import ModelConfig, load_lm
 from payoff.rewards.learned import ScalarHeadModel
 
 ROWS = [
@@ -46,7 +46,7 @@ def test_packed_pair_logprobs_equal_padded_ones_with_gradients(tiny, row_tokens)
     model, tokenizer = tiny
     model.zero_grad()
     prompts = [r["prompt"] for r in ROWS]
-    padded = sequence_logprobs(
+    padded = summed_completion_logprobs(
         model,
         tokenizer,
         prompts + prompts,
@@ -102,7 +102,7 @@ def test_packed_reward_scores_equal_padded_ones_with_gradients(tiny):
 
 
 def test_tokenizing_once_per_distinct_text_gives_the_same_ids(tiny):
-    from payoff.algos.shared.logprobs import tokenize_unique
+    from payoff.models.logprobs import tokenize_unique
 
     _, tokenizer = tiny
     texts = ["3+4=", "12+30=", "3+4=", "Sure! 42", "3+4="]

@@ -14,15 +14,12 @@ One step, readable top to bottom in `learn`:
                   excludes the prompt, tool results and template text
 
 With model.path empty the tiny model is first taught the tool-call format by SFT on
-scripted demonstrations (`sft`), cached on disk like GRPO's base model.
+scripted demonstrations (`sft`: payoff.algos.sft.train_on_episodes), cached on disk like
+GRPO's base model.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,14 +31,18 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.grpo import Aggregation, grpo_loss
-from payoff.algos.sft import cache_root
+from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import group_advantages
+from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
+from payoff.models.base_model import save_cached_model, start_lm
 from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.models.lm_optim import adamw, warmup_scheduler
+from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge
@@ -52,7 +53,6 @@ from payoff.rollout.episodes import (
     render_markdown,
     replay_episode,
     rollout_episodes,
-    sequence_logprobs,
 )
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 from payoff.track.interrupt import GracefulInterrupt
@@ -200,56 +200,25 @@ def turn_advantages(
 
 
 def build_agent_base(config: AgentGRPOConfig) -> Path:
-    """The tiny model after demonstration SFT (cached under $PAYOFF_CACHE/agent-models/)."""
-    key_data = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
-    key = hashlib.sha1(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_root() / "agent-models" / f"{config.task.name}-{key}"
+    """The tiny model after SFT on demonstrations (cached under $PAYOFF_CACHE/agent-models/)."""
+    key = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
+    path = cache_folder("agent-models", config.task.name, key)
     if (path / "config.json").is_file():
         return path
     print(
         f"agent base model: SFT on {config.sft.demonstrations} demonstrations into {path}",
         file=sys.stderr,
     )
-    model, tokenizer = load_lm(ModelConfig(tiny=config.sft.tiny), seed=config.sft.seed)
+    sft = config.sft
+    model, tokenizer = load_lm(ModelConfig(tiny=sft.tiny), seed=sft.seed)
     task = make_agent_task(config.task)
-    rng = np.random.default_rng(config.sft.seed)
+    rng = np.random.default_rng(sft.seed)
     demos = [
         replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
-        for t in task.sample(rng, config.sft.demonstrations)
+        for t in task.sample(rng, sft.demonstrations)
     ]
-    train_on_demonstrations(model, tokenizer, demos, config.sft, rng)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_lm(model, tokenizer, tmp)
-    if not path.exists():
-        tmp.rename(path)
-    return path
-
-
-def train_on_demonstrations(
-    model, tokenizer, demos: list[Episode], sft: DemoSFTConfig, rng
-) -> list[float]:
-    """Cross-entropy on the model tokens of demonstration episodes; returns the loss curve."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=sft.learning_rate)
-    losses = []
-    model.train()
-    for step in range(sft.steps):
-        for group in optimizer.param_groups:  # short warmup, then cosine to 10%
-            warm = min(1.0, (step + 1) / 20)
-            group["lr"] = (
-                sft.learning_rate * warm * (0.55 + 0.45 * np.cos(np.pi * step / sft.steps))
-            )
-        batch = pack_episodes(
-            [demos[i] for i in rng.integers(0, len(demos), sft.batch_size)], tokenizer.pad_token_id
-        )
-        logprobs = sequence_logprobs(model, batch.input_ids, batch.attention_mask)
-        mask = batch.model_mask[:, 1:].float()
-        loss = -(logprobs * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    train_on_episodes(model, tokenizer, demos, sft.steps, sft.batch_size, sft.learning_rate, rng)
+    return save_cached_model(model, tokenizer, path)
 
 
 class AgentGRPO(Algorithm):
@@ -262,15 +231,11 @@ class AgentGRPO(Algorithm):
     def setup(self) -> None:
         config = self.config
         config.validate()
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        self.rng = seed_everything(config.seed)
         self.task = make_agent_task(config.task)
-        model_config = config.model
-        if not model_config.path:
-            self.base_model_path = str(build_agent_base(config))
-            model_config = dataclasses.replace(model_config, path=self.base_model_path)
-        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        model_config, self.rng, self.model, self.tokenizer = start_lm(
+            config.model, config.seed, config.threads, lambda: build_agent_base(config)
+        )
+        self.base_model_path = model_config.path
         self.format: Format = PlainFormat()
         if config.chat_template:
             tools = [t.spec() for t in self.task.make_env().tools.values()]
@@ -282,10 +247,8 @@ class AgentGRPO(Algorithm):
         )
         self.judge_addressing = JudgeAddressing()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps))
-        )
+        self.optimizer = adamw(self.trainable, config.learning_rate)
+        self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.eval_tasks = self.task.sample(
             np.random.default_rng(config.seed + 1_000_003), config.task.eval_size
         )

@@ -26,19 +26,18 @@ import numpy as np
 import torch
 
 from payoff.algos.reward_model import (
+    preference_base,
     proxy_preferences,
-    resolve_model,
     small_base,
     styled_task,
     train_proxy,
 )
-from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import seed_everything
-from payoff.envs.tasks import TaskConfig, make_task
+from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
-from payoff.models.lm import ModelConfig, load_lm
+from payoff.models.base_model import BaseModelConfig
+from payoff.models.lm import ModelConfig
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.base import RewardMix
 from payoff.rewards.learned import RewardModelScorer
@@ -127,27 +126,15 @@ class BestOfN(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        self.task = make_task(config.task)
-        self.model_config = resolve_model(config.model, config.base, config.task)
-        self.rng = seed_everything(config.seed)
-        self.model, self.tokenizer = load_lm(self.model_config, seed=config.seed)
-        self.verifier = RewardMix([correctness_spec(self.task)])
+        self.model_config = self.setup_lm(preference_base(config.task, config.base))
         self.gold = RewardMix([correctness_spec(self.task)])
         self.scorer: RewardModelScorer | None = None
         self.proxy_eval: dict[str, Any] = {}
         self.step = 0
         self.sweep: list[dict[str, float]] = []
 
-    def max_new_tokens(self) -> int:
-        return self.config.max_new_tokens
-
     def progress_step(self) -> int:
         return self.step
-
-    def spaces(self) -> dict[str, str]:
-        return {"vocabulary": str(len(self.tokenizer))}
 
     def proxy(self) -> RewardModelScorer:
         """The reward model being optimized: loaded, or trained here on biased labels."""
@@ -156,14 +143,7 @@ class BestOfN(LMAlgorithm):
             if config.reward_model:
                 self.scorer = RewardModelScorer.from_path(config.reward_model)
             else:
-                self.scorer, result = train_proxy(
-                    self.model_config,
-                    config.task,
-                    config.proxy_preferences,
-                    config.seed,
-                    config.proxy_steps,
-                    config.proxy_learning_rate,
-                )
+                self.scorer, result = train_proxy(self.model_config, config)
                 self.proxy_eval = result.to_dict()
         return self.scorer
 

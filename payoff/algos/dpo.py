@@ -17,7 +17,6 @@ eval/gold: the gold score of the policy's greedy answers when the task has a gol
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,23 +25,23 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.reward_model import resolve_model, small_base, styled_task
-from payoff.algos.sft import BaseModelConfig
-from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
-from payoff.algos.shared.logprobs import (
+from payoff.algos.reward_model import preference_base, small_base, styled_task
+from payoff.algos.shared.lm import LMAlgorithm, columns_of
+from payoff.algos.shared.preference import dpo_loss
+from payoff.core.errors import ConfigError
+from payoff.core.seeding import rng_state, set_rng_state
+from payoff.envs.tasks import Row, TaskConfig
+from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
+from payoff.models.base_model import BaseModelConfig
+from payoff.models.lm import FrozenReference, ModelConfig
+from payoff.models.lm_optim import adamw
+from payoff.models.logprobs import (
     completion_logprobs,
     pack_shared_prompts,
     packable,
     packed_completion_logprobs,
     tokenize_unique,
 )
-from payoff.algos.shared.preference import dpo_loss
-from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.tasks import Row, TaskConfig, make_task
-from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
-from payoff.models.lm import ModelConfig, load_lm
-from payoff.rewards.base import RewardMix
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
@@ -121,7 +120,7 @@ def encode_completions(
     )
 
 
-def sequence_logprobs(
+def summed_completion_logprobs(
     model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]
 ) -> torch.Tensor:
     """log pi(completion + EOS | prompt) summed over tokens: [B] (with gradients)."""
@@ -173,7 +172,7 @@ def pair_logprobs(
         for i in range(0, len(rows), batch_size):
             chunk = rows[i : i + batch_size]
             prompts = [r["prompt"] for r in chunk]
-            both = sequence_logprobs(
+            both = summed_completion_logprobs(
                 model,
                 tokenizer,
                 prompts + prompts,
@@ -220,41 +219,25 @@ class DPO(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        self.task = make_task(config.task)
-        model_config = resolve_model(config.model, config.base, config.task)
-        self.base_model_path = model_config.path
-        self.rng = seed_everything(config.seed)
-        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
+        self.setup_lm(preference_base(config.task, config.base))
         self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
         # Tokenized once; each step packs its pairs (one prompt pass per pair, no padding).
         self.packed = packable(self.model)
         self.train_pairs = encode_pairs(self.tokenizer, self.train_rows)
         self.test_pairs = encode_pairs(self.tokenizer, self.test_rows)
         # The reference is frozen, so its log-probs are a property of the data: compute once.
-        reference = copy.deepcopy(self.model).eval()
-        self.ref_train = pair_logprobs(
-            reference, self.tokenizer, self.train_rows, pairs=self.train_pairs
-        )  # [N, 2]
-        self.ref_test = pair_logprobs(
-            reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
-        )
-        del reference
-        self.verifier = RewardMix([correctness_spec(self.task)])
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-        )
+        with FrozenReference(self.model).model() as reference:
+            self.ref_train = pair_logprobs(
+                reference, self.tokenizer, self.train_rows, pairs=self.train_pairs
+            )  # [N, 2]
+            self.ref_test = pair_logprobs(
+                reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
+            )
+        self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
         self.step = 0
-
-    def max_new_tokens(self) -> int:
-        return self.config.max_new_tokens
 
     def progress_step(self) -> int:
         return self.step
-
-    def spaces(self) -> dict[str, str]:
-        return {"vocabulary": str(len(self.tokenizer))}
 
     # ---- learning ---------------------------------------------------------------------
     def learn(self, total: int | None = None) -> DPO:
@@ -314,7 +297,7 @@ class DPO(LMAlgorithm):
             return packed_pair_logprobs(self.model, pairs, self.tokenizer.pad_token_id)
         rows = [self.train_rows[int(i)] for i in index]
         prompts = [r["prompt"] for r in rows]
-        logps = sequence_logprobs(
+        logps = summed_completion_logprobs(
             self.model,
             self.tokenizer,
             prompts + prompts,

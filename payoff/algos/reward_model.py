@@ -12,30 +12,31 @@ the gap between the two is the rater's bias, learned.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
-from payoff.algos.sft import BaseModelConfig, build_base_model
-from payoff.algos.shared.logprobs import (
-    pack_shared_prompts,
-    packable,
-    packed_last_hidden,
-    tokenize_unique,
-)
+from payoff.algos.sft import build_base_model
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
+from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
 from payoff.models.lm import ModelConfig
+from payoff.models.lm_optim import adamw
+from payoff.models.logprobs import (
+    pack_shared_prompts,
+    packable,
+    packed_last_hidden,
+    tokenize_unique,
+)
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.rewards.learned import RewardModelScorer, ScalarHeadModel, build_scalar_model
 from payoff.track.interrupt import GracefulInterrupt
@@ -55,15 +56,13 @@ def small_base() -> BaseModelConfig:
     )
 
 
-def resolve_model(model: ModelConfig, base: BaseModelConfig, task: TaskConfig) -> ModelConfig:
-    """`model`, or (with no model.path) payoff's tiny Llama SFT-trained on `task` first (cached).
+def preference_base(task: TaskConfig, base: BaseModelConfig) -> Callable[[], Path]:
+    """What builds (or finds) the tiny SFT base model of a preference run given no model.path.
 
     Every preference algorithm asks for the same base (same settings, same 24-token
     evaluation), so the reward model, DPO, best-of-N and PPO-RLHF share one cached SFT model.
     """
-    if model.path:
-        return model
-    return dataclasses.replace(model, path=str(build_base_model(task, base, max_new_tokens=24)))
+    return lambda: build_base_model(task, base, max_new_tokens=24)
 
 
 @dataclass
@@ -215,21 +214,17 @@ class RewardModel(Algorithm):
 
     def setup(self) -> None:
         config = self.config
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
         self.task = make_task(config.task)
-        model_config = resolve_model(config.model, config.base, config.task)
+        set_threads(config.threads)
+        model_config = resolve_model(config.model, preference_base(config.task, config.base))
         self.base_model_path = model_config.path
-        self.rng = seed_everything(config.seed)
+        self.rng = seed_everything(config.seed)  # after the base model, as start_lm does
         self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
         self.members: list[ScalarHeadModel] = [
             build_scalar_model(model_config, seed=config.seed + k) for k in range(config.ensemble)
         ]
         self.optimizers = [
-            torch.optim.AdamW(
-                m.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-            )
-            for m in self.members
+            adamw(m.parameters(), config.learning_rate, config.weight_decay) for m in self.members
         ]
         # Each member sees its own resample of the pairs: diversity is what makes spread mean something.
         n = len(self.train_rows)
@@ -383,23 +378,27 @@ def proxy_preferences() -> PreferenceDataConfig:
     return PreferenceDataConfig(bias=0.6, train_pairs=1000, test_pairs=200)
 
 
-def train_proxy(
-    model: ModelConfig,
-    task: TaskConfig,
-    preferences: PreferenceDataConfig,
-    seed: int,
-    steps: int,
-    learning_rate: float,
-) -> tuple[RewardModelScorer, PairEval]:
+class ProxySettings(Protocol):
+    """The config keys of an optimizer that trains its own proxy reward model."""
+
+    task: TaskConfig
+    proxy_preferences: PreferenceDataConfig
+    proxy_steps: int
+    proxy_learning_rate: float
+    seed: int
+
+
+def train_proxy(model: ModelConfig, settings: ProxySettings) -> tuple[RewardModelScorer, PairEval]:
     """Fit a one-member reward model in-process (no run directory): the proxy an optimizer then exploits."""
+    steps = settings.proxy_steps
     trainer = RewardModel(
         config=RewardModelConfig(
             model=model,
-            task=task,
-            preferences=preferences,
-            seed=seed,
+            task=settings.task,
+            preferences=settings.proxy_preferences,
+            seed=settings.seed,
             steps=steps,
-            learning_rate=learning_rate,
+            learning_rate=settings.proxy_learning_rate,
             eval_every=0,
             log_every=steps,
             checkpoint_every=steps,

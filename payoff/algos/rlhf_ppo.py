@@ -27,22 +27,23 @@ import numpy as np
 import torch
 
 from payoff.algos.reward_model import (
+    preference_base,
     proxy_preferences,
-    resolve_model,
     small_base,
     styled_task,
     train_proxy,
 )
-from payoff.algos.sft import BaseModelConfig
 from payoff.algos.shared.advantages import gae
-from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
-from payoff.algos.shared.logprobs import batched_completion_logprobs, completion_logprobs
+from payoff.algos.shared.lm import LMAlgorithm, columns_of
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.tasks import TaskConfig, make_task
+from payoff.core.seeding import rng_state, set_rng_state
+from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
-from payoff.models.lm import FrozenReference, ModelConfig, load_lm
+from payoff.models.base_model import BaseModelConfig
+from payoff.models.lm import FrozenReference, ModelConfig
+from payoff.models.lm_optim import adamw
+from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
@@ -181,14 +182,8 @@ class RLHFPPO(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        self.task = make_task(config.task)
-        model_config = resolve_model(config.model, config.base, config.task)
-        self.base_model_path = model_config.path
-        self.rng = seed_everything(config.seed)
+        model_config = self.setup_lm(preference_base(config.task, config.base))
         self.generator = torch.Generator().manual_seed(config.seed)
-        self.model, self.tokenizer = load_lm(model_config, seed=config.seed)
         self.reference = FrozenReference(self.model)
         self.critic = build_scalar_model(model_config, seed=config.seed + 1)
         self.proxy_eval: dict[str, Any] = {}
@@ -198,37 +193,21 @@ class RLHFPPO(LMAlgorithm):
         elif config.rewards:
             self.reward_model = RewardMix(config.rewards)
         else:  # the over-optimization setting: a proxy fit to biased labels, trained here
-            self.reward_model, result = train_proxy(
-                model_config,
-                config.task,
-                config.proxy_preferences,
-                config.seed,
-                config.proxy_steps,
-                config.proxy_learning_rate,
-            )
+            self.reward_model, result = train_proxy(model_config, config)
             self.proxy_eval = result.to_dict()
-        self.verifier = RewardMix([correctness_spec(self.task)])  # gold, when the task has one
         # A reward model or judge can be talked to: watch for completions that try.
         self.judge_addressing = JudgeAddressing() if is_model_scored(self.reward_model) else None
         self.sampler = LocalSampler(self.model, self.tokenizer)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.AdamW(
-            self.critic.parameters(), lr=config.critic_learning_rate
-        )
+        self.optimizer = adamw(self.model.parameters(), config.learning_rate)
+        self.critic_optimizer = adamw(self.critic.parameters(), config.critic_learning_rate)
         self.kl_controller = AdaptiveKLController(
             config.kl_coef, config.kl_target, config.kl_horizon
         )
         self.score_stats = RunningStd()
         self.step = 0
 
-    def max_new_tokens(self) -> int:
-        return self.config.max_new_tokens
-
     def progress_step(self) -> int:
         return self.step
-
-    def spaces(self) -> dict[str, str]:
-        return {"vocabulary": str(len(self.tokenizer))}
 
     def score(self, prompts: list[str], completions: list[str], rows: list[Any]) -> np.ndarray:
         """The reward being optimized: the reward model's score (or the reward functions' total)."""

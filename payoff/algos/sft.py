@@ -5,31 +5,34 @@
         or mean over every token                                              (loss_on=all)
 
 With an empty model.path it starts from payoff's freshly initialised tiny Llama: that is
-how `payoff train tiny-lm-pretrain` makes the "base model" that GRPO later sharpens.
+how `payoff train tiny-lm-pretrain` makes the "base model" that GRPO later sharpens
+(`build_base_model`). `train_on_episodes` is the same loss on the model's turns of
+multi-turn episodes: how the tool-using agent learns the call format from demonstrations.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
-from payoff.algos.shared.lm import LMAlgorithm, correctness_spec
+from payoff.algos.shared.lm import LMAlgorithm
+from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.tasks import Row, TaskConfig, make_task
-from payoff.models.lm import ModelConfig, load_lm
-from payoff.models.tiny_lm import TinyLMConfig
-from payoff.rewards.base import RewardMix
+from payoff.core.seeding import rng_state, set_rng_state
+from payoff.envs.tasks import Row, TaskConfig
+from payoff.models.base_model import BaseModelConfig, save_cached_model
+from payoff.models.lm import ModelConfig
+from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
+from payoff.models.logprobs import sequence_logprobs
+from payoff.rollout.episodes import Episode, pack_episodes
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -106,32 +109,16 @@ class SFT(LMAlgorithm):
     config: SFTConfig
 
     def setup(self) -> None:
+        self.setup_lm()
         config = self.config
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        self.rng = seed_everything(config.seed)
-        self.task = make_task(config.task)
-        self.model, self.tokenizer = load_lm(config.model, seed=config.seed)
-        self.verifier = RewardMix([correctness_spec(self.task)])
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            trainable, lr=config.learning_rate, weight_decay=config.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / max(1, config.warmup_steps))
-        )
+        self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
+        self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.step = 0
         self.best_accuracy = 0.0
         self.stopped_at: int | None = None  # the step at which stop_at_accuracy was reached
 
-    def max_new_tokens(self) -> int:
-        return self.config.max_new_tokens
-
     def progress_step(self) -> int:
         return self.step
-
-    def spaces(self) -> dict[str, str]:
-        return {"vocabulary": str(len(self.tokenizer))}
 
     # ---- data -------------------------------------------------------------------------
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
@@ -254,32 +241,6 @@ class SFT(LMAlgorithm):
 
 
 # ---- the base model that RL starts from -------------------------------------------------
-@dataclass
-class BaseModelConfig:
-    """How to pretrain the tiny base model when an RL run is given no model.path.
-
-    It is trained with SFT on the RL run's own task (same options), then cached under
-    $PAYOFF_CACHE (default ~/.cache/payoff)/base-models/, keyed by these settings and the
-    task, so later runs reuse it. Stop it early to leave RL room to improve: after `steps`,
-    or, with `stop_at_accuracy`, as soon as the model answers that fraction of training-
-    distribution problems (checked every `check_every` steps; `steps` is then the cap).
-    """
-
-    steps: int = 300
-    batch_size: int = 128
-    learning_rate: float = 1e-3
-    loss_on: Literal["completion", "all"] = "completion"
-    answer_noise: float = 0.0
-    stop_at_accuracy: float | None = None
-    check_every: int = 25
-    seed: int = 0
-    tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("PAYOFF_CACHE", "~/.cache/payoff")).expanduser()
-
-
 def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: int = 8) -> Path:
     """Path of a Hugging Face folder with the pretrained tiny base model, training it if not cached."""
     config = SFTConfig(
@@ -297,8 +258,7 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         log_every=base.steps,
         checkpoint_every=base.steps,
     )
-    key = hashlib.sha1(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_root() / "base-models" / f"{task.name}-{key}"
+    path = cache_folder("base-models", task.name, to_dict(config))
     if (path / "config.json").is_file():
         print(f"base model: {path} (cached)", file=sys.stderr)
         return path
@@ -310,18 +270,46 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
     sft = SFT(config=config)
     sft.learn()
     result = sft.evaluate(task.eval_size, split="test", k=())
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    sft.save_model(tmp)
-    (tmp / "payoff_base.json").write_text(
-        json.dumps({"sft": to_dict(config), "test": result.to_dict()})
-    )
-    if path.exists():  # another process finished first; keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(path)
+    notes = {"sft": to_dict(config), "test": result.to_dict()}
+    save_cached_model(sft.model, sft.tokenizer, path, notes)
     stopped = "" if sft.stopped_at is None else f" (stopped at step {sft.stopped_at})"
     print(f"base model: greedy test accuracy {result.accuracy:.3f}{stopped}", file=sys.stderr)
     return path
+
+
+# ---- SFT on episodes: the model's own turns of multi-turn conversations -------------------
+def train_on_episodes(
+    model: Any,
+    tokenizer: Any,
+    episodes: Sequence[Episode],
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    rng: np.random.Generator,
+) -> list[float]:
+    """SFT on the model's turns of `episodes` (e.g. scripted demonstrations); returns the losses.
+
+    loss = mean over the model's tokens of -log p(token | everything before it); the prompt,
+    tool results and template text are context, never targets. AdamW with 20 steps of
+    warmup, then a cosine down to 10% of `learning_rate` at `steps`.
+    """
+    optimizer = adamw(model.parameters(), learning_rate)
+    losses = []
+    model.train()
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = scheduled_lr(step, learning_rate, warmup_steps=20, total_steps=steps)
+        picks = rng.integers(0, len(episodes), batch_size)
+        batch = pack_episodes([episodes[i] for i in picks], tokenizer.pad_token_id)
+        logprobs = sequence_logprobs(model, batch.input_ids, batch.attention_mask)  # [B, L-1]
+        mask = batch.model_mask[:, 1:].float()
+        loss = -(logprobs * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 ALGORITHM = SFT

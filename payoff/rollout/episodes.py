@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from payoff.algos.shared.logprobs import gather_token_logprobs
 from payoff.envs.text.env import Message, TextEnv
 from payoff.envs.text.formats import Format
 from payoff.rollout.generation import Sampler, SamplingConfig
@@ -195,23 +194,6 @@ def pack_episodes(episodes: Sequence[Episode], pad_id: int) -> PackedEpisodes:
         model_mask=torch.tensor([pad(e.model_mask(), 0) for e in episodes]),
         turn_index=torch.tensor([pad(e.turn_index(), -1) for e in episodes]),
     )
-
-
-def sequence_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
-    """log p(token_t | tokens_<t) for t = 1..L-1 of right-padded sequences: [B, L] -> [B, L-1].
-
-    Pair it with `model_mask[:, 1:]`: the first token has no prediction and is always context.
-    """
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions
-    ).logits
-    logits = logits[:, :-1]
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    return gather_token_logprobs(logits, input_ids[:, 1:])
 
 
 def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, float]:

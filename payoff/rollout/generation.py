@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from payoff.core.errors import ConfigError
+from payoff.models.logprobs import prompt_pass
 
 
 @dataclass
@@ -221,31 +222,6 @@ class LocalSampler:
             completions=[_cut_at_stop(t, sampling.stop) for t in texts],
             truncated=(~ended).cpu(),
         )
-
-
-def prompt_pass(
-    model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: int = 1
-) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """Run left-padded prompts once; each row's cache, last logits and positions, repeated `group` times.
-
-    Returns (key/value cache for B * group rows, next-token logits [B * group, V], position
-    ids [B * group, P]). The cache keeps the autograd graph, so gradients from every row of
-    a group flow back into its one prompt pass.
-    """
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens from 0
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache, logits = out.past_key_values, out.logits[:, -1]
-    if group > 1:
-        cache.batch_repeat_interleave(group)
-        logits = logits.repeat_interleave(group, 0)
-        positions = positions.repeat_interleave(group, 0)
-    return cache, logits, positions
 
 
 def repeated_group_size(prompts: list[str]) -> int:

@@ -1,9 +1,9 @@
-"""What the language-model algorithms (SFT, GRPO) share: evaluation with pass@k and model plumbing."""
+"""What the language-model algorithms share: the model stack, evaluation with pass@k, export."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,9 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.core.errors import ConfigError
-from payoff.envs.tasks import Row, Task
-from payoff.models.lm import save_lm
+from payoff.envs.tasks import Row, Task, make_task
+from payoff.models.base_model import start_lm
+from payoff.models.lm import ModelConfig, save_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 
@@ -133,15 +134,38 @@ def evaluate_lm(
 
 
 class LMAlgorithm(Algorithm):
-    """Plumbing shared by the language-model algorithms: eval on task splits, predict, HF export."""
+    """Plumbing shared by the language-model algorithms: the model stack, eval on task splits,
+    predict, HF export."""
 
     model: Any
     tokenizer: Any
     task: Task
     verifier: RewardMix
+    rng: np.random.Generator
+    base_model_path: str
+
+    def setup_lm(self, build_base: Callable[[], Path] | None = None) -> ModelConfig:
+        """The stack every LM trainer starts from; returns the model config with its folder.
+
+        Sets self.task (config.task) and self.verifier (its correctness check, what accuracy
+        counts), then, as `payoff.models.base_model.start_lm`: threads, the model's folder
+        (`build_base()` builds or finds the base model when config.model has no path),
+        self.rng, self.model and self.tokenizer; self.base_model_path.
+        """
+        config = self.config
+        self.task = make_task(config.task)
+        self.verifier = RewardMix([correctness_spec(self.task)])
+        start = start_lm(config.model, config.seed, config.threads, build_base)
+        self.rng, self.model, self.tokenizer = start.rng, start.model, start.tokenizer
+        self.base_model_path = start.model_config.path
+        return start.model_config
 
     def max_new_tokens(self) -> int:
-        raise NotImplementedError
+        """Completion length for evaluation and prediction (config.max_new_tokens)."""
+        return self.config.max_new_tokens
+
+    def spaces(self) -> dict[str, str]:
+        return {"vocabulary": str(len(self.tokenizer))}
 
     def stop_strings(self) -> list[str]:
         return []

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from payoff.core.cache import cache_root
 from payoff.core.errors import ConfigError
 from payoff.envs.text.env import ToolEnv
 from payoff.envs.text.tools import (
@@ -127,8 +128,6 @@ class DocSearchTask:
     """
 
     def __init__(self, config: AgentTaskConfig):
-        from payoff.algos.sft import cache_root
-
         self.config = config
         options = config.options
         seed = int(options.get("seed", 0))

@@ -1,13 +1,20 @@
-"""Token log-probabilities of completions under a causal LM, in batches, with masks."""
+"""Token log-probabilities under a causal LM: the one implementation every learner and rollout uses.
+
+- `completion_logprobs`: completions given their prompts, one forward pass; rows that come
+  in groups sharing a prompt (GRPO's G samples) run that prompt once (`group_size`).
+- `sequence_logprobs`: every token of right-padded whole sequences (multi-turn episodes).
+- `pack_shared_prompts` + `packed_completion_logprobs`: groups packed into rows without
+  padding, each prompt once (DPO's pairs, a reward model's pairs).
+- `prompt_pass`: the prompts' forward pass whose key/value cache sampling and scoring share.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-
-from payoff.rollout.generation import prompt_pass
 
 
 def gather_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -73,6 +80,49 @@ def completion_logprobs(
         with torch.no_grad():
             entropy = token_entropy(logits)
     return CompletionLogprobs(logprobs, entropy)
+
+
+def sequence_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for t = 1..L-1 of right-padded sequences: [B, L] -> [B, L-1].
+
+    `completion_logprobs` with the first token as the prompt. Pair it with a mask's `[:, 1:]`:
+    the first token has no prediction and is always context.
+    """
+    return completion_logprobs(
+        model,
+        input_ids[:, :1],
+        attention_mask[:, :1],
+        input_ids[:, 1:],
+        attention_mask[:, 1:],
+        temperature,
+    ).logprobs
+
+
+def prompt_pass(
+    model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: int = 1
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """Run left-padded prompts once; each row's cache, last logits and positions, repeated `group` times.
+
+    Returns (key/value cache for B * group rows, next-token logits [B * group, V], position
+    ids [B * group, P]). The cache keeps the autograd graph, so gradients from every row of
+    a group flow back into its one prompt pass.
+    """
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens from 0
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache, logits = out.past_key_values, out.logits[:, -1]
+    if group > 1:
+        cache.batch_repeat_interleave(group)
+        logits = logits.repeat_interleave(group, 0)
+        positions = positions.repeat_interleave(group, 0)
+    return cache, logits, positions
 
 
 def groups_of(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int) -> bool:
