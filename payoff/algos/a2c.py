@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from payoff.algos.shared.advantages import gae, normalize
+from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import explained_variance, value_loss
 from payoff.core.schedules import Schedule
@@ -49,19 +49,9 @@ class A2C(OnPolicyAlgorithm):
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         config = self.config
         assert self.critic is not None
-        storage.bootstrap_truncated(config.gamma)
-        advantages, returns = gae(
-            storage.rewards,
-            storage.values,
-            storage.next_values,
-            storage.dones,
-            config.gamma,
-            config.gae_lambda,
-        )
-        valid = storage.valid.reshape(-1)
-        obs = storage.obs.reshape(-1, *storage.obs.shape[2:])[valid]
-        actions = storage.actions.reshape(-1, *storage.actions.shape[2:])[valid]
-        advantages, returns = advantages.reshape(-1)[valid], returns.reshape(-1)[valid]
+        rollout = self.advantage_batch(storage, config.gae_lambda)
+        obs, actions = rollout.obs, rollout.actions
+        advantages, returns = rollout.advantages, rollout.returns
         if config.normalize_advantages and len(advantages) > 1:
             advantages = normalize(advantages)
 

@@ -155,6 +155,33 @@ class Algorithm:
     def _payload_state(self) -> dict[str, Any]:
         return {"config": to_dict(self.config), "spaces": self.spaces(), "state": self.state_dict()}
 
+    # ---- evaluation in the loop, for agents scored by their episode return ---------------
+    def evaluate_returns(self) -> None:
+        """Periodic evaluation on fresh episodes (config.eval_episodes); the run counts as
+        solved once the mean return reaches config.stop_at_return."""
+        config = self.config
+        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+        self.evals.append((self.step, result.mean_return))
+        self.log(
+            self.step,
+            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+        )
+        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+            self.solved_at = self.step
+
+    def finish_returns(self, **summary: Any) -> None:
+        """Final evaluation (config.final_eval_episodes), logged and written to summary.json."""
+        result = self.evaluate(self.config.final_eval_episodes)
+        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                steps=self.step,
+                train_seconds=round(self.train_seconds, 2),
+                solved_at_step=self.solved_at,
+                **summary,
+            )
+
     # ---- evaluation and media ---------------------------------------------------------
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """Deterministic-policy evaluation on fresh episodes."""

@@ -395,27 +395,10 @@ class DQN(Algorithm):
         self.log(self.step, **record)
 
     def evaluate_now(self) -> None:
-        config = self.config
-        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
-        self.evals.append((self.step, result.mean_return))
-        self.log(
-            self.step,
-            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-        )
-        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
-            self.solved_at = self.step
+        self.evaluate_returns()
 
     def finish(self) -> None:
-        result = self.evaluate(self.config.final_eval_episodes)
-        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
-        if self.run is not None:
-            self.run.write_summary(
-                final_eval=result.to_dict(),
-                steps=self.step,
-                gradient_updates=self.gradient_updates,
-                train_seconds=round(self.train_seconds, 2),
-                solved_at_step=self.solved_at,
-            )
+        self.finish_returns(gradient_updates=self.gradient_updates)
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from payoff.algos.shared.advantages import gae, normalize
+from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import clipped_surrogate, explained_variance, value_loss
 from payoff.core.errors import ConfigError
@@ -85,22 +85,8 @@ class PPO(OnPolicyAlgorithm):
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         config = self.config
         assert self.critic is not None
-        storage.bootstrap_truncated(config.gamma)
-        advantages, returns = gae(
-            storage.rewards,
-            storage.values,
-            storage.next_values,
-            storage.dones,
-            config.gamma,
-            config.gae_lambda,
-        )
-        # Flatten [T, N] -> [B], keeping only steps the env really took.
-        valid = storage.valid.reshape(-1)
-        obs = storage.obs.reshape(-1, *storage.obs.shape[2:])[valid]
-        actions = storage.actions.reshape(-1, *storage.actions.shape[2:])[valid]
-        old_logprobs = storage.logprobs.reshape(-1)[valid]
-        old_values = storage.values.reshape(-1)[valid]
-        advantages, returns = advantages.reshape(-1)[valid], returns.reshape(-1)[valid]
+        rollout = self.advantage_batch(storage, config.gae_lambda)
+        advantages, returns = rollout.advantages, rollout.returns
 
         clip = config.clip(progress)
         batch = len(returns)
@@ -110,7 +96,14 @@ class PPO(OnPolicyAlgorithm):
         if batch <= config.minibatch_size and normalize_per_minibatch:
             # One minibatch holds the whole rollout: normalize once, not once per epoch.
             advantages, normalize_per_minibatch = normalize(advantages), False
-        fields = (obs, actions, old_logprobs, old_values, advantages, returns)
+        fields = (
+            rollout.obs,
+            rollout.actions,
+            rollout.old_logprobs,
+            rollout.old_values,
+            advantages,
+            returns,
+        )
         # Diagnostics stay tensors until the end: one conversion per update, not five per step.
         stats: list[torch.Tensor] = []
         for _ in range(config.epochs):
@@ -165,7 +158,7 @@ class PPO(OnPolicyAlgorithm):
             "train/approx_kl": kl,
             "train/clip_fraction": clipfrac,
             "train/clip_range": clip,
-            "train/explained_variance": explained_variance(old_values, returns),
+            "train/explained_variance": explained_variance(rollout.old_values, returns),
         }
         if self.action_space.shape:
             metrics["train/std"] = float(self.actor.log_std.detach().exp().mean())  # type: ignore[operator]

@@ -16,6 +16,7 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.loop import TrainLoop
+from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
@@ -109,6 +110,18 @@ class OnPolicyConfig:
                 f"num_envs ({self.num_envs}) must be >= ray.num_workers "
                 f"({self.ray.num_workers}): every Ray worker needs at least one env"
             )
+
+
+@dataclass
+class FlatRollout:
+    """One rollout's learning data, each [B, ...] over the valid steps."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    old_logprobs: torch.Tensor  # [B] the policy's log-probs when it acted
+    old_values: torch.Tensor  # [B] the critic's values when it acted
+    advantages: torch.Tensor  # [B]
+    returns: torch.Tensor  # [B] advantages + old values: the critic's targets
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -299,6 +312,30 @@ class OnPolicyAlgorithm(Algorithm):
         return result
 
     # ---- learning ---------------------------------------------------------------------
+    def advantage_batch(self, storage: RolloutStorage, gae_lambda: float) -> FlatRollout:
+        """GAE over a full rollout, then [T, N] flattened to [B]: the steps the envs really took.
+
+        Truncated episodes bootstrap from the critic first (storage.bootstrap_truncated).
+        """
+        gamma = self.config.gamma
+        storage.bootstrap_truncated(gamma)
+        advantages, returns = gae(
+            storage.rewards, storage.values, storage.next_values, storage.dones, gamma, gae_lambda
+        )
+        valid = storage.valid.reshape(-1)
+
+        def flat(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.reshape(-1, *tensor.shape[2:])[valid]
+
+        return FlatRollout(
+            obs=flat(storage.obs),
+            actions=flat(storage.actions),
+            old_logprobs=flat(storage.logprobs),
+            old_values=flat(storage.values),
+            advantages=flat(advantages),
+            returns=flat(returns),
+        )
+
     def optimizer_step(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` and take one Adam step, clipping the joint gradient norm.
 
@@ -364,28 +401,10 @@ class OnPolicyAlgorithm(Algorithm):
         self.log(self.step, **record)
 
     def evaluate_now(self) -> None:
-        config = self.config
-        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
-        self.evals.append((self.step, result.mean_return))
-        self.log(
-            self.step,
-            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-        )
-        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
-            self.solved_at = self.step
+        self.evaluate_returns()
 
     def finish(self) -> None:
-        config = self.config
-        result = self.evaluate(config.final_eval_episodes)
-        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
-        if self.run is not None:
-            self.run.write_summary(
-                final_eval=result.to_dict(),
-                steps=self.step,
-                updates=self.updates,
-                train_seconds=round(self.train_seconds, 2),
-                solved_at_step=self.solved_at,
-            )
+        self.finish_returns(updates=self.updates)
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
