@@ -163,49 +163,7 @@ class AlphaZeroConfig:
     train_threads: int = 0
 
     def validate(self) -> None:
-        positive = (
-            "iterations",
-            "games_per_iteration",
-            "replay_size",
-            "batch_size",
-            "train_steps",
-            "gate_simulations",
-            "eval_every",
-            "eval_simulations",
-            "checkpoint_every",
-            "threads",
-            "workers",
-        )
-        for key in positive:
-            if getattr(self, key) < 1:
-                raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
-        for key in (
-            "gate_games",
-            "eval_games",
-            "final_eval_games",
-            "temperature_moves",
-            "train_threads",
-        ):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"config key {key!r} must be >= 0, got {getattr(self, key)}")
-        if self.league_simulations is not None and self.league_simulations < 1:
-            raise ConfigError(
-                f"config key 'league_simulations' must be >= 1 (or null: eval_simulations), "
-                f"got {self.league_simulations}"
-            )
-        if self.learning_rate_end is not None and self.learning_rate_end < 0:
-            raise ConfigError(
-                f"config key 'learning_rate_end' must be >= 0 (or null), got {self.learning_rate_end}"
-            )
-        if not 0.0 <= self.search_value_weight <= 1.0:
-            raise ConfigError(
-                "config key 'search_value_weight' must be in [0, 1] (0 = game outcome only, "
-                f"1 = search value only), got {self.search_value_weight}"
-            )
-        if not 0.0 <= self.gate_threshold <= 1.0:
-            raise ConfigError(
-                f"config key 'gate_threshold' must be in [0, 1], got {self.gate_threshold}"
-            )
+        # Ranges of single keys (counts >= 1, weights in [0, 1], ...) are checked by core.config.
         if self.batch_size > self.replay_size:
             raise ConfigError(
                 f"batch_size {self.batch_size} is larger than replay_size {self.replay_size}"
@@ -358,7 +316,8 @@ class AlphaZero(Algorithm):
         config = self.config
         metrics = dict(self._metrics)
         last = self.iteration == self._total
-        if config.eval_games and (self.iteration % config.eval_every == 0 or last):
+        due = config.eval_every > 0 and self.iteration % config.eval_every == 0
+        if config.eval_games and (due or last):
             metrics.update(self._evaluate_league())
         # CPU seconds of this process and its self-play workers: the honest budget on a
         # shared, busy machine.

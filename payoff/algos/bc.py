@@ -17,7 +17,6 @@ from typing import Any
 
 from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
-from payoff.core.errors import ConfigError
 from payoff.rollout import demonstrations
 
 
@@ -38,14 +37,6 @@ class BCConfig(ImitationConfig):
     demonstrations: str | None = None
     eval_every: int = 50
     checkpoint_every: int = 50
-
-    def validate(self) -> None:
-        super().validate()
-        if self.epochs <= 0:
-            raise ConfigError(f"config key 'epochs' must be > 0, got {self.epochs}")
-        for name in ("eval_every", "checkpoint_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key {name!r} must be >= 0, got {getattr(self, name)}")
 
 
 class BC(ImitationAlgorithm):

@@ -115,27 +115,10 @@ class DQNConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        for name in (
-            "total_steps",
-            "num_envs",
-            "batch_size",
-            "train_every",
-            "gradient_steps",
-            "log_every",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        # Ranges of single keys (counts > 0, tau in (0, 1], ...) are checked by core.config.
         if self.replay.enabled and self.replay.size < self.batch_size:
             raise ConfigError(
                 f"replay.size {self.replay.size} is smaller than batch_size {self.batch_size}"
-            )
-        if not 0.0 < self.target_network.tau <= 1.0:
-            raise ConfigError(
-                f"target_network.tau must be in (0, 1], got {self.target_network.tau}"
-            )
-        if self.target_network.update_every <= 0:
-            raise ConfigError(
-                f"target_network.update_every must be > 0, got {self.target_network.update_every}"
             )
 
 

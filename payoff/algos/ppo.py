@@ -61,18 +61,14 @@ class PPOConfig(OnPolicyConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.epochs <= 0 or self.minibatch_size <= 0:
-            raise ConfigError(
-                f"epochs and minibatch_size must be > 0, got {self.epochs} and {self.minibatch_size}"
-            )
+        if self.minibatch_size <= 0:
+            raise ConfigError(f"config key 'minibatch_size' must be > 0, got {self.minibatch_size}")
         batch = self.num_envs * self.num_steps
         if self.minibatch_size > batch:
             raise ConfigError(
                 f"minibatch_size {self.minibatch_size} is larger than a rollout "
                 f"(num_envs * num_steps = {batch}); lower it or collect more steps"
             )
-        if not 0.0 <= self.gae_lambda <= 1.0:
-            raise ConfigError(f"config key 'gae_lambda' must be in [0, 1], got {self.gae_lambda}")
 
 
 class PPO(OnPolicyAlgorithm):

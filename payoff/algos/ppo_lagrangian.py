@@ -14,7 +14,6 @@ from typing import Any
 
 from payoff.algos.ppo import PPO, PPOConfig
 from payoff.algos.shared.lagrangian import LagrangeMultiplier
-from payoff.core.errors import ConfigError
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -36,8 +35,6 @@ class PPOLagrangianConfig(PPOConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.cost_limit < 0 or self.lagrangian_lr <= 0 or self.lagrangian_init < 0:
-            raise ConfigError("cost_limit and lagrangian_init must be >= 0 and lagrangian_lr > 0")
         if self.cost_key not in self.episode_info:
             self.episode_info = [*self.episode_info, self.cost_key]
 

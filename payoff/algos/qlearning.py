@@ -66,21 +66,6 @@ class QLearningConfig:
     checkpoint_every: int = 2000
     plateau_tolerance: float = 0.05
 
-    def validate(self) -> None:
-        from payoff.core.errors import ConfigError
-
-        for name in (
-            "total_episodes",
-            "log_every",
-            "eval_every",
-            "eval_episodes",
-            "checkpoint_every",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"config key 'gamma' must be in [0, 1], got {self.gamma}")
-
 
 class QLearning(Algorithm):
     """Tabular Q-learning (or SARSA with method='sarsa')."""

@@ -89,17 +89,7 @@ class ImitationConfig:
     value_gamma: float = 0.99
 
     def validate(self) -> None:
-        for name in (
-            "label_budget",
-            "batch_size",
-            "eval_episodes",
-            "final_eval_episodes",
-            "threads",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
+        # Ranges of single keys (counts > 0, learning_rate > 0, ...) are checked by core.config.
         if not self.hidden:
             raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
 

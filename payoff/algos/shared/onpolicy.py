@@ -95,14 +95,7 @@ class OnPolicyConfig:
     ray: RayConfig = field(default_factory=RayConfig)
 
     def validate(self) -> None:
-        for name in ("total_steps", "num_envs", "num_steps", "eval_episodes", "threads"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every", "final_eval_episodes", "max_grad_norm"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key {name!r} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"config key 'gamma' must be in [0, 1], got {self.gamma}")
+        # Ranges of single keys (counts > 0, gamma in [0, 1], ...) are checked by core.config.
         if not self.hidden:
             raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
         if self.backend == "ray" and self.num_envs < self.ray.num_workers:
