@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import (
     preference_base,
     proxy_preferences,
@@ -42,7 +43,6 @@ from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.base import RewardMix
 from payoff.rewards.learned import RewardModelScorer
 from payoff.rollout.generation import LocalSampler, SamplingConfig
-from payoff.track.progress import Progress
 
 
 def bon_kl(n: int) -> float:
@@ -130,7 +130,6 @@ class BestOfN(LMAlgorithm):
         self.gold = RewardMix([correctness_spec(self.task)])
         self.scorer: RewardModelScorer | None = None
         self.proxy_eval: dict[str, Any] = {}
-        self.step = 0
         self.sweep: list[dict[str, float]] = []
 
     def progress_step(self) -> int:
@@ -148,7 +147,19 @@ class BestOfN(LMAlgorithm):
         return self.scorer
 
     def learn(self, total: int | None = None) -> BestOfN:
-        """Sample max(ns) completions per prompt once, then log best-of-N for every N."""
+        """Sample max(ns) completions per prompt once, then log best-of-N for every N.
+
+        The sweep is the loop: one N per iteration, in increasing order; `total` caps how
+        many Ns (default: all of them).
+        """
+        config = self.config
+        total = len(config.ns) if total is None else min(total, len(config.ns))
+        self.sample()
+        TrainLoop(self, total, desc="best-of-N sweep", unit="N").run()
+        return self
+
+    def sample(self) -> None:
+        """Draw max(ns) completions per test prompt; score them by proxy, gold and length."""
         config = self.config
         scorer = self.proxy()
         rows = self.task.split("test", config.prompts)
@@ -162,52 +173,44 @@ class BestOfN(LMAlgorithm):
             .generate(prompts, sampling, generator)
             .completions
         )
-        proxy = np.asarray(scorer(prompts, completions), float).reshape(len(rows), n_max)
+        shape = (len(rows), n_max)
+        proxy = np.asarray(scorer(prompts, completions), float).reshape(shape)
         gold = np.asarray(
             self.gold(prompts, completions, **columns_of(repeated)).total, float
-        ).reshape(len(rows), n_max)
-        lengths = np.array([len(c) for c in completions], float).reshape(len(rows), n_max)
+        ).reshape(shape)
         # Completions that address the reward model, and how often best-of-N picks them.
         monitor = JudgeAddressing()
         monitor.check(self.step, completions, self.run)
-        addressing = np.array(monitor.last_flags, float).reshape(len(rows), n_max)
         self.samples = {"completions": completions, "proxy": proxy, "gold": gold}
-        progress = Progress(len(config.ns), desc="best-of-N sweep")
-        for n in sorted(config.ns):
-            if self.step >= (total if total is not None else len(config.ns)):
-                break
-            point = {
-                "bon/n": float(n),
-                "bon/kl": bon_kl(n),
-                "bon/sqrt_kl": math.sqrt(bon_kl(n)),
-                "bon/proxy": float(np.mean([expected_best_of_n(p, p, n) for p in proxy])),
-                "bon/gold": float(
-                    np.mean([expected_best_of_n(p, g, n) for p, g in zip(proxy, gold, strict=True)])
-                ),
-                "bon/length": float(
-                    np.mean(
-                        [expected_best_of_n(p, x, n) for p, x in zip(proxy, lengths, strict=True)]
-                    )
-                ),
-                monitor.key: float(
-                    np.mean(
-                        [
-                            expected_best_of_n(p, a, n)
-                            for p, a in zip(proxy, addressing, strict=True)
-                        ]
-                    )
-                ),
-            }
-            self.step += 1
-            self.sweep.append(point)
-            self.log(self.step, **point)
-            progress.update(1, gold=point["bon/gold"])
-        progress.close()
-        self._finish()
-        self.checkpoint()  # so `payoff eval/report RUN` can reopen it
-        return self
+        self._picked = {  # what the proxy's pick is measured by: [prompts, n_max] each
+            "bon/proxy": proxy,
+            "bon/gold": gold,
+            "bon/length": np.array([len(c) for c in completions], float).reshape(shape),
+            monitor.key: np.array(monitor.last_flags, float).reshape(shape),
+        }
 
-    def _finish(self) -> None:
+    def iterate(self) -> None:
+        """The expected proxy, gold, length and judge-addressing of best-of-N at the next N."""
+        n = sorted(self.config.ns)[self.step]
+        proxy = self._picked["bon/proxy"]
+        point = {"bon/n": float(n), "bon/kl": bon_kl(n), "bon/sqrt_kl": math.sqrt(bon_kl(n))}
+        for key, values in self._picked.items():
+            point[key] = float(
+                np.mean([expected_best_of_n(p, v, n) for p, v in zip(proxy, values, strict=True)])
+            )
+        self.step += 1
+        self.sweep.append(point)
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"gold": self.sweep[-1]["bon/gold"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self.sweep[-1])
+
+    def evaluate_now(self) -> None:
+        """A best-of-N run is its own evaluation: every N's point is logged."""
+
+    def finish(self) -> None:
         if not self.sweep:
             return
         best = max(self.sweep, key=lambda p: p["bon/gold"])
@@ -244,10 +247,11 @@ class BestOfN(LMAlgorithm):
 
     # ---- state: the sweep is deterministic from the seed, so only counters are kept ------
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "sweep": list(self.sweep)}
+        return {"loop": self.state.state_dict(), "sweep": list(self.sweep)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step, self.sweep = int(state["step"]), list(state["sweep"])
+        self.state.load_state_dict(state["loop"])
+        self.sweep = list(state["sweep"])
 
 
 ALGORITHM = BestOfN

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import preference_base, small_base, styled_task
 from payoff.algos.shared.lm import LMAlgorithm, columns_of
 from payoff.algos.shared.preference import dpo_loss
@@ -43,8 +44,6 @@ from payoff.models.logprobs import (
     tokenize_unique,
 )
 from payoff.rollout.generation import LocalSampler, SamplingConfig
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 def gold_prefs() -> PreferenceDataConfig:
@@ -234,61 +233,64 @@ class DPO(LMAlgorithm):
                 reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
             )
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
-        self.step = 0
+        self._record: dict[str, float] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
 
     # ---- learning ---------------------------------------------------------------------
     def learn(self, total: int | None = None) -> DPO:
-        """Train until `total` steps (default: config.steps)."""
+        """Train until `total` steps (default: config.steps).
+
+        A fresh run evaluates once before the first step: the starting point (margin 0, the
+        policy's own preferences).
+        """
         config = self.config
         total = config.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc=f"dpo ({config.loss})")
-        if self.step == 0 and total > 0 and config.eval_every:
-            self._log_eval()  # the starting point: margin 0, the policy's own preferences
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
-                started = time.time()
-                self.model.train()
-                index = self.rng.integers(len(self.train_rows), size=config.batch_size)
-                logps = self._pair_logprobs(index)  # [B, 2]
-                ref = self.ref_train[torch.as_tensor(index)]
-                result = dpo_loss(
-                    logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], config.beta, config.loss
-                )
-                self.optimizer.zero_grad(set_to_none=True)
-                result.loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), config.max_grad_norm
-                )
-                self.optimizer.step()
-                self.step += 1
-                progress.update(1, loss=result.loss.item())
-                if self.step % config.log_every == 0:
-                    self.log(
-                        self.step,
-                        **{
-                            "train/loss": result.loss.item(),
-                            "train/accuracy": float(result.accuracy),
-                            "train/margin": float(result.margin),
-                            "train/chosen_reward": float(result.chosen_rewards.mean()),
-                            "train/rejected_reward": float(result.rejected_rewards.mean()),
-                            "train/grad_norm": float(grad_norm),
-                            "perf/pairs_per_s": config.batch_size
-                            / max(time.time() - started, 1e-9),
-                        },
-                    )
-                if config.eval_every and (self.step % config.eval_every == 0 or self.step == total):
-                    self._log_eval()
-                if self.step % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total:
-            self._finish()
-        self.checkpoint()
+        TrainLoop(
+            self,
+            total,
+            desc=f"dpo ({config.loss})",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_at_end=True,
+            eval_at_start=config.eval_every > 0,
+        ).run()
         return self
+
+    def iterate(self) -> None:
+        """One optimizer step on a batch of training pairs against the cached reference."""
+        config = self.config
+        started = time.time()
+        self.model.train()
+        index = self.rng.integers(len(self.train_rows), size=config.batch_size)
+        logps = self._pair_logprobs(index)  # [B, 2]
+        ref = self.ref_train[torch.as_tensor(index)]
+        result = dpo_loss(logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], config.beta, config.loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        result.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        self.step += 1
+        self._record = {
+            "train/loss": result.loss.item(),
+            "train/accuracy": float(result.accuracy),
+            "train/margin": float(result.margin),
+            "train/chosen_reward": float(result.chosen_rewards.mean()),
+            "train/rejected_reward": float(result.rejected_rewards.mean()),
+            "train/grad_norm": float(grad_norm),
+            "perf/pairs_per_s": config.batch_size / max(time.time() - started, 1e-9),
+        }
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"loss": self._record["train/loss"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
+
+    def evaluate_now(self) -> None:
+        self._log_eval()
 
     def _pair_logprobs(self, index: np.ndarray) -> torch.Tensor:
         """[B, 2] policy log-probs of the training pairs at `index`, with gradients."""
@@ -348,7 +350,7 @@ class DPO(LMAlgorithm):
         self.log(self.step, **metrics)
         return result
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         if self.run is not None:
             result = self.evaluate_pairs()
             self.export_model()
@@ -366,7 +368,7 @@ class DPO(LMAlgorithm):
         return {
             "model": {k: v.clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "rng": rng_state(self.rng),
             "ref_train": self.ref_train.clone(),
             "ref_test": self.ref_test.clone(),
@@ -375,7 +377,7 @@ class DPO(LMAlgorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         set_rng_state(state["rng"], self.rng)
         self.ref_train, self.ref_test = state["ref_train"], state["ref_test"]
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
+from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.errors import ConfigError
@@ -39,8 +40,6 @@ from payoff.models.logprobs import (
 )
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.rewards.learned import RewardModelScorer, ScalarHeadModel, build_scalar_model
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 def styled_task() -> TaskConfig:
@@ -241,8 +240,8 @@ class RewardModel(Algorithm):
             [r["prompt"] for r in self.train_rows],
             [(r["chosen"], r["rejected"]) for r in self.train_rows],
         )
-        self.step = 0
         self.scorer = RewardModelScorer(self.members)
+        self._record: dict[str, float] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
@@ -279,37 +278,41 @@ class RewardModel(Algorithm):
         """Train every member until `total` steps (default: config.steps)."""
         config = self.config
         total = config.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc="reward model")
         for member in self.members:
             member.train()
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
-                started = time.time()
-                results = [self.train_step(k) for k in range(len(self.members))]
-                self.step += 1
-                loss = float(np.mean([r[0] for r in results]))
-                progress.update(1, loss=loss)
-                if self.step % config.log_every == 0:
-                    self.log(
-                        self.step,
-                        **{
-                            "train/loss": loss,
-                            "train/accuracy": float(np.mean([r[1] for r in results])),
-                            "perf/pairs_per_s": config.batch_size
-                            * len(self.members)
-                            / max(time.time() - started, 1e-9),
-                        },
-                    )
-                if config.eval_every and (self.step % config.eval_every == 0 or self.step == total):
-                    self._log_eval()
-                if self.step % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total:
-            self._finish()
-        self.checkpoint()
+        TrainLoop(
+            self,
+            total,
+            desc="reward model",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_at_end=True,
+        ).run()
         return self
+
+    def iterate(self) -> None:
+        """One Bradley-Terry step of every member."""
+        config = self.config
+        started = time.time()
+        results = [self.train_step(k) for k in range(len(self.members))]
+        self.step += 1
+        self._record = {
+            "train/loss": float(np.mean([r[0] for r in results])),
+            "train/accuracy": float(np.mean([r[1] for r in results])),
+            "perf/pairs_per_s": config.batch_size
+            * len(self.members)
+            / max(time.time() - started, 1e-9),
+        }
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"loss": self._record["train/loss"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
+
+    def evaluate_now(self) -> None:
+        self._log_eval()
 
     def _log_eval(self) -> PairEval:
         result = self.evaluate()
@@ -343,7 +346,7 @@ class RewardModel(Algorithm):
             member.save(folder / f"member_{k}", member=k, base_model=self.base_model_path)
         return folder
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         if self.run is not None:
             result = self.evaluate()
             folder = self.save_models(self.run.path / "reward_model")
@@ -360,7 +363,7 @@ class RewardModel(Algorithm):
         return {
             "members": [{k: v.clone() for k, v in m.state_dict().items()} for m in self.members],
             "optimizers": [o.state_dict() for o in self.optimizers],
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "rng": rng_state(self.rng),
         }
 
@@ -369,7 +372,7 @@ class RewardModel(Algorithm):
             member.load_state_dict(saved)
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.load_state_dict(saved)
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         set_rng_state(state["rng"], self.rng)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.lm import LMAlgorithm
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
@@ -33,8 +34,6 @@ from payoff.models.lm import ModelConfig
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.rollout.episodes import Episode, pack_episodes
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -113,9 +112,8 @@ class SFT(LMAlgorithm):
         config = self.config
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
-        self.step = 0
         self.best_accuracy = 0.0
-        self.stopped_at: int | None = None  # the step at which stop_at_accuracy was reached
+        self._record: dict[str, Any] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
@@ -151,51 +149,59 @@ class SFT(LMAlgorithm):
 
     # ---- learning ---------------------------------------------------------------------
     def learn(self, total: int | None = None) -> SFT:
-        """Train until `total` optimizer steps (default: config.steps)."""
+        """Train until `total` optimizer steps (default: config.steps), or stop_at_accuracy."""
         config = self.config
         total = config.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc=f"sft {config.task.name}")
         self.model.train()
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and self.stopped_at is None and not interrupt.requested:
-                started = time.time()
-                batch = self.batch(self.task.sample(self.rng, config.batch_size))
-                loss = self.model(**batch).loss
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), config.max_grad_norm
-                )
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step += 1
-                tokens = int(batch["attention_mask"].sum())
-                progress.update(1, loss=loss.item())
-                if self.step % config.log_every == 0:
-                    self.log(
-                        self.step,
-                        **{
-                            "train/loss": loss.item(),
-                            "train/grad_norm": float(grad_norm),
-                            "train/learning_rate": self.scheduler.get_last_lr()[0],
-                            "perf/tokens_per_s": tokens / max(time.time() - started, 1e-9),
-                        },
-                    )
-                if self.step % config.eval_every == 0 or self.step == total:
-                    result = self.evaluate(config.task.eval_size, split="test", k=())
-                    self.best_accuracy = max(self.best_accuracy, result.accuracy)
-                    self.log(self.step, **{"eval/accuracy": result.accuracy})
-                    if self._reached_target():
-                        self.stopped_at = self.step
-                        break
-                if self.step % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total or self.stopped_at is not None:
-            self._finish()
-        self.checkpoint()
+        TrainLoop(
+            self,
+            total,
+            desc=f"sft {config.task.name}",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_at_end=True,
+        ).run()
         return self
+
+    @property
+    def stopped_at(self) -> int | None:
+        """The step at which stop_at_accuracy was reached (None: not reached)."""
+        return self.solved_at
+
+    def iterate(self) -> None:
+        """One optimizer step on a fresh batch."""
+        config = self.config
+        started = time.time()
+        batch = self.batch(self.task.sample(self.rng, config.batch_size))
+        loss = self.model(**batch).loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        tokens = int(batch["attention_mask"].sum())
+        self._record = {
+            "train/loss": loss.item(),
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": self.scheduler.get_last_lr()[0],
+            "perf/tokens_per_s": tokens / max(time.time() - started, 1e-9),
+        }
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"loss": self._record["train/loss"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
+
+    def evaluate_now(self) -> None:
+        """Held-out accuracy; with stop_at_accuracy, stop once the training problems are answered."""
+        result = self.evaluate(self.config.task.eval_size, split="test", k=())
+        self.best_accuracy = max(self.best_accuracy, result.accuracy)
+        self.log(self.step, **{"eval/accuracy": result.accuracy})
+        if self._reached_target():
+            self.solved_at = self.step
 
     def _reached_target(self) -> bool:
         """True once training-distribution accuracy reaches config.stop_at_accuracy (logged)."""
@@ -206,7 +212,7 @@ class SFT(LMAlgorithm):
         self.log(self.step, **{"eval/train_accuracy": probe.accuracy})
         return probe.accuracy >= target
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
         self.export_model()
         if self.run is not None:
@@ -224,9 +230,8 @@ class SFT(LMAlgorithm):
             "model": {k: v.clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "best_accuracy": self.best_accuracy,
-            "stopped_at": self.stopped_at,
             "rng": rng_state(self.rng),
         }
 
@@ -234,9 +239,8 @@ class SFT(LMAlgorithm):
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         self.best_accuracy = float(state["best_accuracy"])
-        self.stopped_at = state.get("stopped_at")
         set_rng_state(state["rng"], self.rng)
 
 
