@@ -1,6 +1,6 @@
 """Trajectory-level GRPO for tool-using agents: G whole episodes per task, one reward each.
 
-One step, readable top to bottom in `learn`:
+One step, readable top to bottom in `iterate`:
 
     1. rollout    draw `tasks_per_step` tasks, run `group_size` episodes of each (batched,
                   multi-turn: the model calls tools, reads results, answers)
@@ -31,6 +31,7 @@ import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.grpo import Aggregation, grpo_loss
+from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import group_advantages
 from payoff.core.cache import cache_folder
@@ -55,8 +56,6 @@ from payoff.rollout.episodes import (
     rollout_episodes,
 )
 from payoff.rollout.generation import LocalSampler, SamplingConfig
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 STOP = ["</tool>", "</answer>"]
 
@@ -254,6 +253,7 @@ class AgentGRPO(Algorithm):
         )
         self.step = 0
         self.episodes_seen = 0
+        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def progress_step(self) -> int:
         return self.step
@@ -411,7 +411,8 @@ class AgentGRPO(Algorithm):
         )
         return render_markdown(self.rollout([task], greedy=deterministic)[0])
 
-    def _evaluate_now(self) -> dict[str, float]:
+    def evaluate_now(self) -> None:
+        """Greedy held-out episodes, logged; the run keeps a few as trajectories.md."""
         metrics, episodes = self.evaluate_agent()
         self.log(self.step, episodes=self.episodes_seen, **metrics)
         if self.run is not None:
@@ -424,76 +425,82 @@ class AgentGRPO(Algorithm):
                 for (kind, ok), e in sorted(shown.items())
             )
             (self.run.path / "trajectories.md").write_text(text + "\n")
-        return metrics
 
     # ---- learning ---------------------------------------------------------------------------
     def learn(self, total: int | None = None) -> AgentGRPO:
         """Train until `total` rollout batches (default: config.steps)."""
         c = self.config
-        total = c.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc=f"agent_grpo {c.task.name}")
-        if self.step == 0:
-            self.start_metrics = self._evaluate_now()
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
-                started = time.time()
-                tasks = [
-                    t
-                    for t in self.task.sample(self.rng, c.tasks_per_step)
-                    for _ in range(c.group_size)
-                ]
-                episodes = self.rollout(tasks)
-                generated = time.time()
-                per_turn = self.rewards(episodes)
-                advantages = self.advantages(per_turn)
-                stats = self.update(episodes, advantages)
-                self.step += 1
-                self.episodes_seen += len(episodes)
-                totals = torch.tensor([sum(r) for r in per_turn])
-                tokens = sum(e.model_tokens for e in episodes)
-                metrics = {
-                    "episodes": self.episodes_seen,
-                    "train/reward": float(totals.mean()),
-                    "train/flat_groups": float(
-                        (totals.view(-1, c.group_size).std(-1) == 0).float().mean()
-                    ),
-                    "train/loss": stats["loss"],
-                    "train/grad_norm": stats["grad"],
-                    **episode_metrics(episodes, "train/"),
-                    "perf/episodes_per_s": len(episodes) / max(generated - started, 1e-9),
-                    "perf/tokens_per_s": tokens / max(generated - started, 1e-9),
-                    "perf/step_s": time.time() - started,
-                }
-                if self.judge is not None:  # a judged reward can be talked to
-                    metrics.update(
-                        self.judge_addressing.check(
-                            self.step,
-                            ["".join(s.text for s in e.segments if s.model) for e in episodes],
-                            self.run,
-                        )
-                    )
-                progress.update(1, success=metrics["train/success"])
-                if self.step % c.log_every == 0:
-                    self.log(self.step, **metrics)
-                if self.step % c.eval_every == 0 or self.step == total:
-                    self._evaluate_now()
-                if self.step % c.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total and self.run is not None:
-            final = next(r for r in reversed(self.history) if "eval/success" in r)
-            start = next(r for r in self.history if "eval/success" in r)
-            save_lm(self.model, self.tokenizer, self.run.path / "model")
-            self.run.write_summary(
-                final_eval={k: v for k, v in final.items() if k.startswith("eval/")},
-                final_line=f"held-out success {final['eval/success']:.3f} (from {start['eval/success']:.3f})",
-                start_success=start["eval/success"],
-                steps=self.step,
-                episodes=self.episodes_seen,
-            )
-        self.checkpoint()
+        TrainLoop(
+            self,
+            c.steps if total is None else total,
+            desc=f"agent_grpo {c.task.name}",
+            log_every=c.log_every,
+            eval_every=c.eval_every,
+            checkpoint_every=c.checkpoint_every,
+            eval_at_end=True,
+            eval_at_start=True,
+        ).run()
         return self
+
+    def iterate(self) -> None:
+        """One step: G episodes of each task, rewards, advantages, update."""
+        c = self.config
+        started = time.time()
+        tasks = [
+            t for t in self.task.sample(self.rng, c.tasks_per_step) for _ in range(c.group_size)
+        ]
+        episodes = self.rollout(tasks)
+        generated = time.time()
+        per_turn = self.rewards(episodes)
+        advantages = self.advantages(per_turn)
+        stats = self.update(episodes, advantages)
+        self.step += 1
+        self.episodes_seen += len(episodes)
+        totals = torch.tensor([sum(r) for r in per_turn])
+        tokens = sum(e.model_tokens for e in episodes)
+        metrics = {
+            "episodes": self.episodes_seen,
+            "train/reward": float(totals.mean()),
+            "train/flat_groups": float((totals.view(-1, c.group_size).std(-1) == 0).float().mean()),
+            "train/loss": stats["loss"],
+            "train/grad_norm": stats["grad"],
+            **episode_metrics(episodes, "train/"),
+            "perf/episodes_per_s": len(episodes) / max(generated - started, 1e-9),
+            "perf/tokens_per_s": tokens / max(generated - started, 1e-9),
+            "perf/step_s": time.time() - started,
+        }
+        if self.judge is not None:  # a judged reward can be talked to; checked every step
+            metrics.update(
+                self.judge_addressing.check(
+                    self.step,
+                    ["".join(s.text for s in e.segments if s.model) for e in episodes],
+                    self.run,
+                )
+            )
+        self._record = metrics
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"success": self._record["train/success"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
+
+    def finish(self) -> None:
+        """Export the model and write the summary (first and last held-out success)."""
+        if self.run is None:
+            return
+        if not any("eval/success" in r for r in self.history):  # learn(0): nothing evaluated yet
+            self.evaluate_now()
+        final = next(r for r in reversed(self.history) if "eval/success" in r)
+        start = next(r for r in self.history if "eval/success" in r)
+        save_lm(self.model, self.tokenizer, self.run.path / "model")
+        self.run.write_summary(
+            final_eval={k: v for k, v in final.items() if k.startswith("eval/")},
+            final_line=f"held-out success {final['eval/success']:.3f} (from {start['eval/success']:.3f})",
+            start_success=start["eval/success"],
+            steps=self.step,
+            episodes=self.episodes_seen,
+        )
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -501,7 +508,7 @@ class AgentGRPO(Algorithm):
             "model": {k: v.clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "episodes_seen": self.episodes_seen,
             "rng": rng_state(self.rng),
             "generator": self.generator.get_state(),
@@ -511,7 +518,7 @@ class AgentGRPO(Algorithm):
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         self.episodes_seen = int(state["episodes_seen"])
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])

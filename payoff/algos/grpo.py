@@ -1,6 +1,6 @@
 """GRPO: Group Relative Policy Optimization (Shao et al. 2024, https://arxiv.org/abs/2402.03300).
 
-One step, readable top to bottom in `learn`:
+One step, readable top to bottom in `iterate`:
 
     1. rollout   draw `prompts_per_step` problems, sample `group_size` completions of each
     2. reward    score every completion with the reward functions (verifiers), weighted sum
@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k3
@@ -41,8 +42,6 @@ from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
 from payoff.rollout.ray_backend import RayConfig
 from payoff.rollout.ray_generation import RaySampler, validate_generation_config
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 Aggregation = Literal["sequence", "token", "dr_grpo"]
 
@@ -291,6 +290,7 @@ class GRPO(LMAlgorithm):
         self.step = 0
         self.samples_seen = 0
         self._reported_unisolated = False
+        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def stop_strings(self) -> list[str]:
         return self.config.stop
@@ -430,87 +430,89 @@ class GRPO(LMAlgorithm):
     def learn(self, total: int | None = None) -> GRPO:
         """Train until `total` rollout batches (default: config.steps)."""
         config = self.config
-        total = config.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc=f"grpo {config.task.name}")
-        if self.step == 0 and self.run is not None:
-            self._evaluate_now()  # where RL starts from
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
-                started = time.time()
-                rows, generation = self.rollout()
-                generated = time.time()
-                rewards = self.score(rows, generation)
-                correct = self.verifier(
-                    [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
-                ).total
-                totals = torch.tensor(rewards.total, dtype=torch.float32)
-                advantages = group_advantages(totals, config.group_size, config.scale_rewards)
-                scored = time.time()
-                stats = self.update(generation, advantages)
-                self.sampler.weights_updated()  # remote samplers send the new weights
-                self.step += 1
-                self.samples_seen += len(rows)
-                elapsed = time.time() - started
-                lengths = generation.lengths.float()
-                flat = (totals.view(-1, config.group_size).std(-1) == 0).float().mean()
-                accuracy = float(np.mean([c >= 1.0 for c in correct]))
-                metrics: dict[str, Any] = {
-                    "samples": self.samples_seen,
-                    "train/reward": float(totals.mean()),
-                    "train/reward_std": float(totals.std()),
-                    "train/accuracy": accuracy,
-                    "train/loss": stats["loss"],
-                    "train/policy_loss": stats["policy"],
-                    "train/kl": stats["kl"],
-                    "train/entropy": stats["entropy"],
-                    "train/clip_fraction": stats["clip"],
-                    "train/grad_norm": stats["grad"],
-                    "train/flat_groups": float(flat),
-                    "train/completion_length": float(lengths.mean()),
-                    "train/completion_length_max": float(lengths.max()),
-                    "train/truncated": float(generation.truncated.float().mean()),
-                    "reward/errors": float(sum(rewards.errors.values())),
-                    "perf/tokens_per_s": float(lengths.sum()) / max(generated - started, 1e-9),
-                    "perf/step_s": elapsed,
-                    "perf/generate_s": generated - started,
-                    "perf/reward_s": scored - generated,
-                    "perf/update_s": time.time() - scored,
-                }
-                for key, values in rewards.scores.items():
-                    applicable = [v for v in values if v is not None]
-                    if applicable:
-                        metrics[f"reward/{key}"] = float(np.mean(applicable))
-                metrics.update(self.rewards.counters())
-                if self.judge_addressing is not None:
-                    metrics.update(
-                        self.judge_addressing.check(self.step, generation.completions, self.run)
-                    )
-                if not self._reported_unisolated and any(
-                    k.endswith("/unisolated") for k in metrics
-                ):
-                    self._reported_unisolated = True
-                    self._reward_event(
-                        "sandbox_unisolated",
-                        "model-written code ran without OS isolation (sandbox=unsafe-process): "
-                        "it could read and write what this process can",
-                    )
-                metrics.update(self.sampler.metrics())
-                progress.update(1, acc=accuracy, len=float(lengths.mean()))
-                if self.step % config.log_every == 0:
-                    self.log(self.step, **metrics)
-                if self.step % config.eval_every == 0 or self.step == total:
-                    self._evaluate_now()
-                if self.step % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total:
-            self.sampler.close()  # free the workers' CPUs for the final evaluation
-            self._finish()
-        self.checkpoint()
+        TrainLoop(
+            self,
+            config.steps if total is None else total,
+            desc=f"grpo {config.task.name}",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_at_end=True,
+            eval_at_start=self.run is not None,  # where RL starts from, on the run's curve
+        ).run()
         return self
 
-    def _evaluate_now(self) -> None:
+    def iterate(self) -> None:
+        """One step: rollout, score, group advantages, update; keeps the step's record."""
+        config = self.config
+        started = time.time()
+        rows, generation = self.rollout()
+        generated = time.time()
+        rewards = self.score(rows, generation)
+        correct = self.verifier(
+            [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
+        ).total
+        totals = torch.tensor(rewards.total, dtype=torch.float32)
+        advantages = group_advantages(totals, config.group_size, config.scale_rewards)
+        scored = time.time()
+        stats = self.update(generation, advantages)
+        self.sampler.weights_updated()  # remote samplers send the new weights
+        self.step += 1
+        self.samples_seen += len(rows)
+        elapsed = time.time() - started
+        lengths = generation.lengths.float()
+        flat = (totals.view(-1, config.group_size).std(-1) == 0).float().mean()
+        accuracy = float(np.mean([c >= 1.0 for c in correct]))
+        metrics: dict[str, Any] = {
+            "samples": self.samples_seen,
+            "train/reward": float(totals.mean()),
+            "train/reward_std": float(totals.std()),
+            "train/accuracy": accuracy,
+            "train/loss": stats["loss"],
+            "train/policy_loss": stats["policy"],
+            "train/kl": stats["kl"],
+            "train/entropy": stats["entropy"],
+            "train/clip_fraction": stats["clip"],
+            "train/grad_norm": stats["grad"],
+            "train/flat_groups": float(flat),
+            "train/completion_length": float(lengths.mean()),
+            "train/completion_length_max": float(lengths.max()),
+            "train/truncated": float(generation.truncated.float().mean()),
+            "reward/errors": float(sum(rewards.errors.values())),
+            "perf/tokens_per_s": float(lengths.sum()) / max(generated - started, 1e-9),
+            "perf/step_s": elapsed,
+            "perf/generate_s": generated - started,
+            "perf/reward_s": scored - generated,
+            "perf/update_s": time.time() - scored,
+        }
+        for key, values in rewards.scores.items():
+            applicable = [v for v in values if v is not None]
+            if applicable:
+                metrics[f"reward/{key}"] = float(np.mean(applicable))
+        metrics.update(self.rewards.counters())
+        # The monitors run every step, logged or not.
+        if self.judge_addressing is not None:
+            metrics.update(self.judge_addressing.check(self.step, generation.completions, self.run))
+        if not self._reported_unisolated and any(k.endswith("/unisolated") for k in metrics):
+            self._reported_unisolated = True
+            self._reward_event(
+                "sandbox_unisolated",
+                "model-written code ran without OS isolation (sandbox=unsafe-process): "
+                "it could read and write what this process can",
+            )
+        metrics.update(self.sampler.metrics())
+        self._record = metrics
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {
+            "acc": self._record["train/accuracy"],
+            "len": self._record["train/completion_length"],
+        }
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
+
+    def evaluate_now(self) -> None:
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
         self.log(
             self.step,
@@ -518,7 +520,9 @@ class GRPO(LMAlgorithm):
             **{"eval/accuracy": result.accuracy, "eval/completion_length": result.mean_length},
         )
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Close the Ray workers (their CPUs go to the final evaluation), evaluate, export."""
+        self.sampler.close()
         config = self.config
         result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
         ood = self.evaluate(config.task.eval_size, split="ood", k=())
@@ -543,7 +547,7 @@ class GRPO(LMAlgorithm):
             "model": {k: v.clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "samples_seen": self.samples_seen,
             "rng": rng_state(self.rng),
             "generator": self.generator.get_state(),
@@ -563,7 +567,7 @@ class GRPO(LMAlgorithm):
         self.scheduler.load_state_dict(state["scheduler"])
         if self.reference is not None:
             self.reference.load_state_dict(state.get("reference"))
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         self.samples_seen = int(state["samples_seen"])
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])

@@ -1,7 +1,7 @@
 """PPO-RLHF: PPO on a language model against a reward model, leashed to the SFT model by a KL penalty.
 
 The InstructGPT recipe (Ouyang et al. 2022; Ziegler et al. 2019, https://arxiv.org/abs/1909.08593),
-one step readable top to bottom in `learn`:
+one step readable top to bottom in `iterate`:
 
     1. rollout  sample a completion for each of `prompts_per_step` prompts from the policy
     2. reward   score = RM(prompt, completion), whitened by a running std; per token
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import (
     preference_base,
     proxy_preferences,
@@ -48,8 +49,6 @@ from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
 from payoff.rollout.generation import LocalSampler, SamplingConfig
-from payoff.track.interrupt import GracefulInterrupt
-from payoff.track.progress import Progress
 
 
 @dataclass
@@ -205,6 +204,7 @@ class RLHFPPO(LMAlgorithm):
         )
         self.score_stats = RunningStd()
         self.step = 0
+        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def progress_step(self) -> int:
         return self.step
@@ -234,99 +234,91 @@ class RLHFPPO(LMAlgorithm):
     def learn(self, total: int | None = None) -> RLHFPPO:
         """Train until `total` rollout batches (default: config.steps)."""
         config = self.config
-        total = config.steps if total is None else total
-        progress = Progress(total, initial=self.step, desc="rlhf-ppo")
-        if self.step == 0 and total > 0:
-            self._log_eval()
-        with GracefulInterrupt() as interrupt:
-            while self.step < total and not interrupt.requested:
-                started = time.time()
-                # 1. rollout
-                rows = self.task.sample(self.rng, config.prompts_per_step)
-                prompts = [r["prompt"] for r in rows]
-                sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
-                g = self.sampler.generate(prompts, sampling, self.generator)
-                mask = g.completion_mask.float()  # [B, T]
-                # 2. reward: RM score on the last token, KL penalty on every token
-                scores = self.score(prompts, g.completions, rows)
-                gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
-                args = (
-                    g.prompt_ids,
-                    g.prompt_mask,
-                    g.completion_ids,
-                    g.completion_mask,
-                    config.temperature,
-                )
-                old_logprobs = batched_completion_logprobs(self.model, *args)
-                with self.reference.model() as reference:
-                    ref_logprobs = batched_completion_logprobs(reference, *args)
-                with torch.no_grad():
-                    old_values = self.critic_values(g) * mask
-                self.score_stats.update(scores)
-                scale = self.score_stats.std if config.whiten_rewards else 1.0
-                kl_tokens = (
-                    old_logprobs - ref_logprobs
-                ) * mask  # k1 per token: the InstructGPT penalty
-                rewards = -self.kl_controller.coef * kl_tokens
-                last = (g.completion_mask.sum(1) - 1).clamp(min=0)
-                rewards[torch.arange(len(rows)), last] += torch.as_tensor(
-                    scores / max(scale, 1e-8), dtype=rewards.dtype
-                )
-                # 3. token-level GAE, time first: a completion ends at its last token
-                dones = torch.zeros_like(mask)
-                dones[torch.arange(len(rows)), last] = 1.0
-                dones = torch.maximum(dones, 1.0 - mask)
-                advantages, returns = gae(
-                    rewards.T,
-                    old_values.T,
-                    torch.zeros(len(rows)),
-                    dones.T,
-                    config.gamma,
-                    config.lam,
-                )
-                advantages, returns = advantages.T, returns.T
-                valid = mask.bool()
-                adv_valid = advantages[valid]
-                advantages = (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
-                # 4. PPO update
-                stats = self.update(g, valid, old_logprobs, old_values, advantages, returns)
-                kl_per_completion = float(kl_tokens.sum(1).mean())
-                self.kl_controller.update(kl_per_completion, len(rows))
-                self.step += 1
-                progress.update(1, rm=float(scores.mean()), kl=kl_per_completion)
-                integrity = (
-                    self.judge_addressing.check(self.step, g.completions, self.run)
-                    if self.judge_addressing is not None
-                    else {}
-                )
-                if self.step % config.log_every == 0:
-                    self.log(
-                        self.step,
-                        **{
-                            "reward/proxy": float(scores.mean()),
-                            "reward/gold": float(np.mean(gold)),
-                            "train/kl": kl_per_completion,
-                            "train/sqrt_kl": float(np.sqrt(max(kl_per_completion, 0.0))),
-                            "train/kl_coef": self.kl_controller.coef,
-                            "train/completion_length": float(
-                                g.completion_mask.sum(1).float().mean()
-                            ),
-                            "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
-                            **self._disagreement(),
-                            **integrity,
-                            **stats,
-                        },
-                    )
-                if self.step % config.eval_every == 0 or self.step == total:
-                    self._log_eval()
-                if self.step % config.checkpoint_every == 0:
-                    self.checkpoint()
-        progress.close()
-        self.interrupted = interrupt.requested
-        if self.step >= total:
-            self._finish()
-        self.checkpoint()
+        TrainLoop(
+            self,
+            config.steps if total is None else total,
+            desc="rlhf-ppo",
+            log_every=config.log_every,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_at_end=True,
+            eval_at_start=True,
+        ).run()
         return self
+
+    def iterate(self) -> None:
+        """One step: rollout, reward with the KL penalty, token-level GAE, PPO update."""
+        config = self.config
+        started = time.time()
+        # 1. rollout
+        rows = self.task.sample(self.rng, config.prompts_per_step)
+        prompts = [r["prompt"] for r in rows]
+        sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
+        g = self.sampler.generate(prompts, sampling, self.generator)
+        mask = g.completion_mask.float()  # [B, T]
+        # 2. reward: RM score on the last token, KL penalty on every token
+        scores = self.score(prompts, g.completions, rows)
+        gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
+        args = (
+            g.prompt_ids,
+            g.prompt_mask,
+            g.completion_ids,
+            g.completion_mask,
+            config.temperature,
+        )
+        old_logprobs = batched_completion_logprobs(self.model, *args)
+        with self.reference.model() as reference:
+            ref_logprobs = batched_completion_logprobs(reference, *args)
+        with torch.no_grad():
+            old_values = self.critic_values(g) * mask
+        self.score_stats.update(scores)
+        scale = self.score_stats.std if config.whiten_rewards else 1.0
+        kl_tokens = (old_logprobs - ref_logprobs) * mask  # k1 per token: the InstructGPT penalty
+        rewards = -self.kl_controller.coef * kl_tokens
+        last = (g.completion_mask.sum(1) - 1).clamp(min=0)
+        rewards[torch.arange(len(rows)), last] += torch.as_tensor(
+            scores / max(scale, 1e-8), dtype=rewards.dtype
+        )
+        # 3. token-level GAE, time first: a completion ends at its last token
+        dones = torch.zeros_like(mask)
+        dones[torch.arange(len(rows)), last] = 1.0
+        dones = torch.maximum(dones, 1.0 - mask)
+        advantages, returns = gae(
+            rewards.T, old_values.T, torch.zeros(len(rows)), dones.T, config.gamma, config.lam
+        )
+        advantages, returns = advantages.T, returns.T
+        valid = mask.bool()
+        adv_valid = advantages[valid]
+        advantages = (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+        # 4. PPO update
+        stats = self.update(g, valid, old_logprobs, old_values, advantages, returns)
+        kl_per_completion = float(kl_tokens.sum(1).mean())
+        self.kl_controller.update(kl_per_completion, len(rows))
+        self.step += 1
+        # The monitor runs every step, logged or not.
+        integrity = (
+            self.judge_addressing.check(self.step, g.completions, self.run)
+            if self.judge_addressing is not None
+            else {}
+        )
+        self._record = {
+            "reward/proxy": float(scores.mean()),
+            "reward/gold": float(np.mean(gold)),
+            "train/kl": kl_per_completion,
+            "train/sqrt_kl": float(np.sqrt(max(kl_per_completion, 0.0))),
+            "train/kl_coef": self.kl_controller.coef,
+            "train/completion_length": float(g.completion_mask.sum(1).float().mean()),
+            "perf/samples_per_s": len(rows) / max(time.time() - started, 1e-9),
+            **self._disagreement(),
+            **integrity,
+            **stats,
+        }
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"rm": self._record["reward/proxy"], "kl": self._record["train/kl"]}
+
+    def log_training(self) -> None:
+        self.log(self.step, **self._record)
 
     def update(
         self,
@@ -395,11 +387,11 @@ class RLHFPPO(LMAlgorithm):
         gold = float(np.mean(self.verifier(prompts, completions, **columns_of(rows)).total))
         return proxy, gold
 
-    def _log_eval(self) -> None:
+    def evaluate_now(self) -> None:
         proxy, gold = self.greedy_scores()
         self.log(self.step, **{"eval/proxy": proxy, "eval/gold": gold})
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         proxy, gold = self.greedy_scores()
         start = next((r for r in self.history if "eval/gold" in r), None)
         self.export_model()
@@ -425,7 +417,7 @@ class RLHFPPO(LMAlgorithm):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "kl_coef": self.kl_controller.coef,
             "score_stats": dict(self.score_stats.__dict__),
-            "step": self.step,
+            "loop": self.state.state_dict(),
             "rng": rng_state(self.rng),
             "generator": self.generator.get_state(),
         }
@@ -437,7 +429,7 @@ class RLHFPPO(LMAlgorithm):
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.kl_controller.coef = float(state["kl_coef"])
         self.score_stats.__dict__.update(state["score_stats"])
-        self.step = int(state["step"])
+        self.state.load_state_dict(state["loop"])
         set_rng_state(state["rng"], self.rng)
         self.generator.set_state(state["generator"])
 
