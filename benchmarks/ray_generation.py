@@ -29,8 +29,8 @@ from payoff.algos.grpo import GRPO  # noqa: E402
 from payoff.algos.shared.group import group_advantages  # noqa: E402
 from payoff.models.lm import ModelConfig, load_lm, save_lm  # noqa: E402
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig  # noqa: E402
-from payoff.rollout.ray_backend import RayConfig  # noqa: E402
 from payoff.rollout.ray_generation import RaySampler  # noqa: E402
+from payoff.rollout.ray_pool import RayConfig  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS = 64, 8, 32
 

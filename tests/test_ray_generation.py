@@ -14,8 +14,8 @@ from payoff.algos.grpo import GRPO  # noqa: E402
 from payoff.core.errors import ConfigError  # noqa: E402
 from payoff.models.lm import ModelConfig, load_lm, save_lm  # noqa: E402
 from payoff.rollout.generation import SamplingConfig  # noqa: E402
-from payoff.rollout.ray_backend import RayConfig  # noqa: E402
 from payoff.rollout.ray_generation import RaySampler  # noqa: E402
+from payoff.rollout.ray_pool import RayConfig  # noqa: E402
 
 
 def digit_share(prompts, completions, **kwargs):

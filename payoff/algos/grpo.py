@@ -40,8 +40,8 @@ from payoff.models.logprobs import batched_completion_logprobs, completion_logpr
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
-from payoff.rollout.ray_backend import RayConfig
 from payoff.rollout.ray_generation import RaySampler, validate_generation_config
+from payoff.rollout.ray_pool import RayConfig
 
 Aggregation = Literal["sequence", "token", "dr_grpo"]
 

@@ -42,14 +42,14 @@ import torch
 from payoff.core.errors import ConfigError, RunError
 from payoff.models.lm import ModelConfig
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
-from payoff.rollout.ray_backend import (
+from payoff.rollout.ray_pool import (
     RayConfig,
     connect,
     gather_restarting,
     import_ray,
     kill_workers,
     retire_worker,
-    split_envs,
+    split_ranges,
     wait_until_ready,
 )
 
@@ -217,7 +217,7 @@ class RaySampler:
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """[start, stop) row ranges per worker, cut at group boundaries (empty ones dropped)."""
         groups = -(-rows // self.group_size)
-        bounds = split_envs(groups, self.config.num_workers)
+        bounds = split_ranges(groups, self.config.num_workers)
         ranges = [(a * self.group_size, min(b * self.group_size, rows)) for a, b in bounds]
         return [(a, b) for a, b in ranges if b > a]
 

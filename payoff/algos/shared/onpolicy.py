@@ -25,7 +25,8 @@ from payoff.envs.make import EnvConfig
 from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.ray_backend import RayConfig, RayRunner
+from payoff.rollout.ray_pool import RayConfig
+from payoff.rollout.ray_runner import RayRunner
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
 from payoff.track.checkpoint import load_state
 
@@ -66,7 +67,7 @@ class OnPolicyConfig:
     backend: where rollouts are collected: 'local' (in this process, the default) or
         'ray' (Ray actor workers owning the envs; needs payoff[distributed]).
     ray: address / num_workers / overlap / stale / ... of the Ray backend; see
-        payoff.rollout.ray_backend.RayConfig and docs/scaling.md.
+        payoff.rollout.ray_pool.RayConfig and docs/scaling.md.
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
