@@ -127,22 +127,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 f"--k must be positive integers separated by commas (e.g. 1,8), got {args.k!r}"
             )
         options["k"] = [int(part) for part in parts]
-    accepted = inspect.signature(algorithm.evaluate).parameters
+    # Each kind has its own evaluate: agents -> episode statistics (EvalResult), language
+    # models -> accuracy and pass@k (LMEvalResult), others their own (reward models: pairs).
+    evaluate = getattr(algorithm, "evaluate", None)
+    if evaluate is None:
+        raise ConfigError(f"{args.run!r} is a {algorithm.name} run, which has no evaluation")
+    accepted = inspect.signature(evaluate).parameters
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     for name in options:
         if name not in accepted and not open_ended:
             raise ConfigError(
                 f"--{name} applies to language-model runs; {args.run!r} is a {algorithm.name} run"
             )
-    result = (
-        algorithm.evaluate(args.episodes, **options)
-        if options
-        else algorithm.evaluate(args.episodes)
-    )
-    if args.json:
-        print(json.dumps(result.to_dict()))
+    result = evaluate(args.episodes, **options) if options else evaluate(args.episodes)
+    if isinstance(result, dict):  # metrics by name (agent_grpo)
+        data, line = result, ", ".join(f"{k} {v:.3f}" for k, v in result.items())
     else:
-        print(result.line())
+        data, line = result.to_dict(), result.line()
+    print(json.dumps(data) if args.json else line)
     return 0
 
 
@@ -153,10 +155,17 @@ def _cmd_play(args: argparse.Namespace) -> int:
         play_run(args.run, human_first=not args.second)
         return 0
     from payoff import train
+    from payoff.algos.base import Agent
 
     _, algorithm = train.load(args.run)
     if not args.gif:
         raise PayoffError("pass --gif PATH to render episodes, or --human to play a board-game run")
+    if not isinstance(algorithm, Agent):
+        raise PayoffError(
+            f"--gif renders an agent's episodes in its environment; {args.run!r} is a "
+            f"{algorithm.name} run, which has no rendered episodes (evaluate it with: payoff eval "
+            f"{args.run})"
+        )
     _positive("--episodes", args.episodes)
     with _writing(f"the GIF {args.gif!r}", "pass --gif with a path you can write to"):
         path = algorithm.record_gif(args.gif, episodes=args.episodes)

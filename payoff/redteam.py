@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from payoff.algos import get_algorithm
+from payoff.algos.base import Agent
 from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.make import EnvConfig, make_env
@@ -124,6 +125,11 @@ def redteam(
     options = dict(spec.optimizer)
     algo = str(options.pop("algo", "ppo"))
     cls = get_algorithm(algo)
+    if not issubclass(cls, Agent):
+        raise ConfigError(
+            f"the red-team optimizer must act in the env, so it must be an agent algorithm "
+            f"(ppo, dqn, ...); {algo!r} is not"
+        )
     config: Any = from_dict(
         cls.config_class,
         {**options, "env": to_dict(spec.env), "total_steps": spec.budget, "seed": spec.seed},

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Algorithm, config_from_run
+from payoff.algos.base import Agent, Algorithm, config_from_run
 from payoff.core.config import apply_overrides, from_dict, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.monitor.detectors import build_monitors
@@ -152,12 +152,13 @@ def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
 
 
 def write_media(run: Run, algorithm: Algorithm) -> None:
-    """Pictures, an episode GIF where the env renders, and the HTML report."""
+    """Pictures, an episode GIF of an agent whose env renders, and the HTML report."""
     draw_figures(run, algorithm)
-    try:
-        algorithm.record_gif(run.media / "episode.gif")
-    except (PayoffError, NotImplementedError, ImportError, AttributeError):
-        pass  # the env does not render to rgb_array; the report simply has no GIF
+    if isinstance(algorithm, Agent):
+        try:
+            algorithm.record_gif(run.media / "episode.gif")
+        except (PayoffError, NotImplementedError, ImportError, AttributeError):
+            pass  # the env does not render to rgb_array; the report simply has no GIF
     write_report(run)
 
 

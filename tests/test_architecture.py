@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from payoff.algos import available_algorithms
+from payoff.algos import available_algorithms, get_algorithm
+from payoff.algos.base import Agent, Algorithm
+from payoff.algos.shared.lm import LMAlgorithm
 from payoff.report.figures import COMPARISONS, FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,3 +35,25 @@ def test_figures_are_registered_under_real_algorithm_names() -> None:
     """A renamed algorithm must not silently lose its pictures."""
     unknown = sorted((set(FIGURES) | set(COMPARISONS)) - set(available_algorithms()))
     assert not unknown, f"report.figures names algorithms that do not exist: {unknown}"
+
+
+def test_agents_and_language_models_have_their_own_interfaces() -> None:
+    """Agents predict, evaluate on episodes and render GIFs; language models evaluate on
+    task splits and render nothing. The base holds only what both share."""
+    agents = {
+        "a2c",
+        "alphazero",
+        "bc",
+        "dagger",
+        "dqn",
+        "ippo",
+        "ppo",
+        "ppo_lagrangian",
+        "qlearning",
+        "reinforce",
+    }
+    found = {name for name in available_algorithms() if issubclass(get_algorithm(name), Agent)}
+    assert found == agents
+    for method in ("predict", "evaluate", "record_gif"):
+        assert not hasattr(Algorithm, method), method
+    assert not hasattr(LMAlgorithm, "record_gif")

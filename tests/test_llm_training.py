@@ -186,6 +186,11 @@ def test_eval_cli_reports_pass_at_k(tmp_path, fresh_model_dir, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["split"] == "ood" and result["problems"] == 6
     assert 0.0 <= result["pass@1"] <= result["pass@4"] <= 1.0
+    # a language model acts in no environment: no GIF, one line saying so
+    assert main(["play", str(run.path), "--gif", str(tmp_path / "x.gif")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a grpo run, which has no rendered episodes" in err, err
+    assert not (tmp_path / "x.gif").exists()
 
 
 @pytest.mark.slow

@@ -395,7 +395,7 @@ class AgentGRPO(Algorithm):
             metrics[f"eval/tool_calls_{kind}"] = part["tool_calls"]
         return metrics, episodes
 
-    def evaluate(self, episodes: int = 0, seed: int | None = None) -> dict[str, float]:  # type: ignore[override]
+    def evaluate(self, episodes: int = 0, seed: int | None = None) -> dict[str, float]:
         tasks = self.eval_tasks
         if episodes or seed is not None:
             rng = np.random.default_rng(self.config.seed + 1_000_003 if seed is None else seed)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -175,7 +175,7 @@ class AlphaZeroConfig:
             make_player(baseline, game)
 
 
-class AlphaZero(Algorithm):
+class AlphaZero(Agent):
     """AlphaZero-style self-play with MCTS and gated network replacement."""
 
     name = "alphazero"

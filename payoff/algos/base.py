@@ -1,15 +1,25 @@
-"""What every algorithm shares: config handling, logging, save/load and exact resume.
+"""What every algorithm shares (config handling, logging, save/load and exact resume), and
+the interface of agents.
 
-An algorithm module defines a config dataclass and a subclass of `Algorithm` that
-implements `learn`, `predict`, `state_dict` and `load_state_dict`. The learning math stays in
-the algorithm's own module; this file only carries the plumbing around it.
+An algorithm module defines a config dataclass and a subclass of `Algorithm` that implements
+`learn`, `state_dict` and `load_state_dict`. Two kinds of trainable thing build on it:
+
+- `Agent`: acts in an environment. `predict(observation)` gives an action; `evaluate`
+  plays fresh episodes and returns their statistics (`EvalResult`); `record_gif` renders
+  some. Q-learning, DQN, the on-policy family, imitation, AlphaZero and IPPO are agents.
+- `LMAlgorithm` (`payoff.algos.shared.lm`): a language model. It generates completions;
+  `evaluate` returns greedy accuracy and pass@k on a task split (`LMEvalResult`); it
+  exports the model.
+
+The learning math stays in the algorithm's own module; this file only carries the plumbing
+around it.
 """
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from payoff.algos.loop import LoopState
 from payoff.core.config import from_dict, to_dict
@@ -110,9 +120,6 @@ class Algorithm:
     def learn(self, total: int | None = None) -> Algorithm:
         raise NotImplementedError
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        raise NotImplementedError
-
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly (model, optimizer, RNGs, counters)."""
         raise NotImplementedError
@@ -155,51 +162,6 @@ class Algorithm:
     def _payload_state(self) -> dict[str, Any]:
         return {"config": to_dict(self.config), "spaces": self.spaces(), "state": self.state_dict()}
 
-    # ---- evaluation in the loop, for agents scored by their episode return ---------------
-    def evaluate_returns(self) -> None:
-        """Periodic evaluation on fresh episodes (config.eval_episodes); the run counts as
-        solved once the mean return reaches config.stop_at_return."""
-        config = self.config
-        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
-        self.evals.append((self.step, result.mean_return))
-        self.log(
-            self.step,
-            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-        )
-        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
-            self.solved_at = self.step
-
-    def finish_returns(self, **summary: Any) -> None:
-        """Final evaluation (config.final_eval_episodes), logged and written to summary.json."""
-        result = self.evaluate(self.config.final_eval_episodes)
-        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
-        if self.run is not None:
-            self.run.write_summary(
-                final_eval=result.to_dict(),
-                steps=self.step,
-                train_seconds=round(self.train_seconds, 2),
-                solved_at_step=self.solved_at,
-                **summary,
-            )
-
-    # ---- evaluation and media ---------------------------------------------------------
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """Deterministic-policy evaluation on fresh episodes."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
-        return evaluate_policy(
-            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
-        )
-
-    def record_gif(
-        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
-    ) -> Path:
-        """Render episodes of the deterministic policy to a GIF."""
-        seed = self.config.seed + 2_000_000 if seed is None else seed
-        frames = record_frames(
-            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
-        )
-        return write_gif(frames, path, fps=fps)
-
     # ---- save / load / resume ---------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.
@@ -207,7 +169,7 @@ class Algorithm:
         return save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
 
     @classmethod
-    def load(cls, path: str | Path, env: Any = None) -> Algorithm:
+    def load(cls, path: str | Path, env: Any = None) -> Self:
         """Load from a file written by `save`, a checkpoint, or a run directory.
 
         env: optionally a different env id/config; its spaces must match the checkpoint's.
@@ -229,7 +191,7 @@ class Algorithm:
         env: Any = None,
         run: Run | None = None,
         source: str | Path | None = None,
-    ) -> Algorithm:
+    ) -> Self:
         """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors."""
         where = f"checkpoint {str(source)!r}" if source is not None else "the checkpoint"
         for part in ("config", "state"):
@@ -265,7 +227,7 @@ class Algorithm:
         return algorithm
 
     @classmethod
-    def from_run(cls, run: Run) -> Algorithm:
+    def from_run(cls, run: Run) -> Self:
         """Rebuild the algorithm of a run from its latest checkpoint, ready to continue."""
         payload, elapsed = run.load_checkpoint(cls.name)
         algorithm = cls._from_payload(payload, run=run, source=run.checkpoint_path())
@@ -284,6 +246,59 @@ class Algorithm:
     def progress_step(self) -> int:
         """The step counter metrics are logged against (used to trim metrics on resume)."""
         raise NotImplementedError
+
+
+class Agent(Algorithm):
+    """An algorithm whose product acts in an environment: `predict` an action for an
+    observation, `evaluate` on fresh episodes (episode statistics), `record_gif`."""
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """The action for one observation (or actions for a batch of them)."""
+        raise NotImplementedError
+
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """Deterministic-policy evaluation on fresh episodes."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        return evaluate_policy(
+            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        )
+
+    def record_gif(
+        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
+    ) -> Path:
+        """Render episodes of the deterministic policy to a GIF."""
+        seed = self.config.seed + 2_000_000 if seed is None else seed
+        frames = record_frames(
+            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        )
+        return write_gif(frames, path, fps=fps)
+
+    # ---- evaluation in the loop: scored by the episode return ----------------------------
+    def evaluate_returns(self) -> None:
+        """Periodic evaluation on fresh episodes (config.eval_episodes); the run counts as
+        solved once the mean return reaches config.stop_at_return."""
+        config = self.config
+        result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
+        self.evals.append((self.step, result.mean_return))
+        self.log(
+            self.step,
+            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
+        )
+        if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
+            self.solved_at = self.step
+
+    def finish_returns(self, **summary: Any) -> None:
+        """Final evaluation (config.final_eval_episodes), logged and written to summary.json."""
+        result = self.evaluate(self.config.final_eval_episodes)
+        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+        if self.run is not None:
+            self.run.write_summary(
+                final_eval=result.to_dict(),
+                steps=self.step,
+                train_seconds=round(self.train_seconds, 2),
+                solved_at_step=self.solved_at,
+                **summary,
+            )
 
 
 def config_from_run(run_config: dict[str, Any]) -> dict[str, Any]:

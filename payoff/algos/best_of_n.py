@@ -33,7 +33,7 @@ from payoff.algos.reward_model import (
     styled_task,
     train_proxy,
 )
-from payoff.algos.shared.lm import LMAlgorithm, columns_of, correctness_spec
+from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of, correctness_spec
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
@@ -229,7 +229,9 @@ class BestOfN(LMAlgorithm):
             )
         self.final_line = line
 
-    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> Any:  # type: ignore[override]
+    def evaluate(self, *args: Any, **kwargs: Any) -> LMEvalResult:
+        """Not this run's measure: its model is the untrained base, and best-of-N's result
+        is the sweep over N, in its metrics and summary."""
         raise ConfigError("a best-of-N run is its own evaluation: see its metrics and summary")
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:

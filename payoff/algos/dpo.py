@@ -335,9 +335,6 @@ class DPO(LMAlgorithm):
         scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
         return float(np.mean(scores))
 
-    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> DPOEval:  # type: ignore[override]
-        return self.evaluate_pairs()
-
     def _log_eval(self) -> DPOEval:
         result = self.evaluate_pairs()
         metrics = {

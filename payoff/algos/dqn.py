@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop, crossed
 from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import ConfigError, EnvError
@@ -122,7 +122,7 @@ class DQNConfig:
             )
 
 
-class DQN(Algorithm):
+class DQN(Agent):
     """DQN / double DQN with replay and target-network switches."""
 
     name = "dqn"

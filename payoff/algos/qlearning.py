@@ -19,7 +19,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
@@ -67,7 +67,7 @@ class QLearningConfig:
     plateau_tolerance: float = 0.05
 
 
-class QLearning(Algorithm):
+class QLearning(Agent):
     """Tabular Q-learning (or SARSA with method='sarsa')."""
 
     name = "qlearning"

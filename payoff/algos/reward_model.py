@@ -328,7 +328,7 @@ class RewardModel(Algorithm):
         )
         return result
 
-    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> PairEval:  # type: ignore[override]
+    def evaluate(self, episodes: int = 0, seed: int | None = None) -> PairEval:
         """Pairwise accuracy on the held-out pairs (the first `episodes` of them; 0 = all)."""
         rows = self.test_rows[:episodes] if episodes else self.test_rows
         return evaluate_pairs(self.scorer, rows)

@@ -20,6 +20,7 @@ train/kl_coef and PPO's diagnostics (approx_kl, clip_fraction, value loss).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.advantages import gae
-from payoff.algos.shared.lm import LMAlgorithm, columns_of
+from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
@@ -405,8 +406,19 @@ class RLHFPPO(LMAlgorithm):
                 base_model=self.base_model_path,
             )
 
-    def evaluate(self, episodes: int = 0, seed: int | None = None, **_: Any) -> Any:  # type: ignore[override]
-        return super().evaluate(episodes or self.config.task.eval_size, seed, split="test", k=())
+    def evaluate(
+        self,
+        episodes: int = 0,
+        seed: int | None = None,
+        split: str = "test",
+        k: Sequence[int] = (),
+        temperature: float = 1.0,
+    ) -> LMEvalResult:
+        """Greedy accuracy on `episodes` held-out problems (0: config.task.eval_size); no
+        pass@k unless `k` asks for it."""
+        return super().evaluate(
+            episodes or self.config.task.eval_size, seed, split=split, k=k, temperature=temperature
+        )
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

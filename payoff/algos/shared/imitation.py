@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Agent
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig, make_env
@@ -118,7 +118,7 @@ def fit_normalizer(actor: Actor, observations: np.ndarray) -> None:
 
 
 def expert_from_run(path: str | Path) -> Expert:
-    """The trained policy of a payoff run directory (any algorithm) as an expert."""
+    """The trained policy of a payoff run directory (any agent algorithm) as an expert."""
     from payoff.algos import get_algorithm
     from payoff.core.errors import RunError
     from payoff.track.run import Run
@@ -128,6 +128,11 @@ def expert_from_run(path: str | Path) -> Expert:
     if not algo:
         raise RunError(f"{str(path)!r} has no 'algo' in its config.yaml; cannot load its policy")
     cls = get_algorithm(str(algo))
+    if not issubclass(cls, Agent):
+        raise ConfigError(
+            f"expert {str(path)!r} is a {cls.name} run, which does not act in an environment; "
+            "an expert run must be an agent's (ppo, dqn, bc, ...)"
+        )
     payload, _ = run.load_checkpoint(cls.name)
     algorithm = cls._from_payload(payload)
     actor = getattr(algorithm, "actor", None)
@@ -138,7 +143,7 @@ def expert_from_run(path: str | Path) -> Expert:
     )
 
 
-class ImitationAlgorithm(Algorithm):
+class ImitationAlgorithm(Agent):
     """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
 
     config: ImitationConfig

@@ -134,8 +134,9 @@ def evaluate_lm(
 
 
 class LMAlgorithm(Algorithm):
-    """Plumbing shared by the language-model algorithms: the model stack, eval on task splits,
-    predict, HF export."""
+    """A trainable language model: the model stack, generation (`predict`), evaluation on
+    task splits (greedy accuracy and pass@k), HF export. It acts in no environment, so it
+    has no episodes to render."""
 
     model: Any
     tokenizer: Any
@@ -170,7 +171,7 @@ class LMAlgorithm(Algorithm):
     def stop_strings(self) -> list[str]:
         return []
 
-    def evaluate(  # type: ignore[override]
+    def evaluate(
         self,
         episodes: int = 200,
         seed: int | None = None,
@@ -206,11 +207,6 @@ class LMAlgorithm(Algorithm):
             LocalSampler(self.model, self.tokenizer).generate(prompts, sampling).completions
         )
         return completions[0] if isinstance(observation, str) else completions
-
-    def record_gif(
-        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
-    ):
-        raise NotImplementedError("language-model runs have no rendered episodes; use payoff eval")
 
     def save_model(self, path: str | Path) -> Path:
         """Write the model in Hugging Face format (loads with AutoModelForCausalLM.from_pretrained)."""

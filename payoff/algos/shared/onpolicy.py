@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.optim import FlatAdam, FlatParameters
@@ -118,7 +118,7 @@ class FlatRollout:
     returns: torch.Tensor  # [B] advantages + old values: the critic's targets
 
 
-class OnPolicyAlgorithm(Algorithm):
+class OnPolicyAlgorithm(Agent):
     """Vector-env rollouts into preallocated storage, then the subclass's `update`."""
 
     config: OnPolicyConfig
