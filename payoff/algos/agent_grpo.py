@@ -430,13 +430,10 @@ class AgentGRPO(Algorithm):
     def learn(self, total: int | None = None) -> AgentGRPO:
         """Train until `total` rollout batches (default: config.steps)."""
         c = self.config
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             c.steps if total is None else total,
             desc=f"agent_grpo {c.task.name}",
-            log_every=c.log_every,
-            eval_every=c.eval_every,
-            checkpoint_every=c.checkpoint_every,
             eval_at_end=True,
             eval_at_start=True,
         ).run()

@@ -285,12 +285,12 @@ class AlphaZero(Agent):
                 self.log(0, iteration=0, **self._evaluate_league())
                 self.checkpoint()
             # The final matches (finish) still use the workers, so they close afterwards.
-            finished = TrainLoop(
+            finished = TrainLoop.from_config(
                 self,
                 self._total,
                 desc=f"alphazero {config.game}",
                 unit="it",
-                checkpoint_every=config.checkpoint_every,
+                eval_every=0,  # league matches are part of an iteration's record (log_training)
             ).run()
         finally:
             self.pool.close(abort=not finished)

@@ -93,13 +93,11 @@ class BC(ImitationAlgorithm):
                 labels=self.labels,
                 **({"train/demo_return": self.demo_return} if self.demo_return is not None else {}),
             )
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc=f"bc {config.env.id}",
             unit="epoch",
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
         ).run()
         return self
 

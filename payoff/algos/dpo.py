@@ -247,13 +247,10 @@ class DPO(LMAlgorithm):
         """
         config = self.config
         total = config.steps if total is None else total
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc=f"dpo ({config.loss})",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
             eval_at_end=True,
             eval_at_start=config.eval_every > 0,
         ).run()

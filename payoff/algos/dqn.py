@@ -325,13 +325,10 @@ class DQN(Agent):
         config = self.config
         total = config.total_steps if total is None else total
         self._horizon = max(total, config.total_steps)
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc=f"dqn {config.env.id}",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
         ).run()
         return self
 

@@ -430,13 +430,10 @@ class GRPO(LMAlgorithm):
     def learn(self, total: int | None = None) -> GRPO:
         """Train until `total` rollout batches (default: config.steps)."""
         config = self.config
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             config.steps if total is None else total,
             desc=f"grpo {config.task.name}",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
             eval_at_end=True,
             eval_at_start=self.run is not None,  # where RL starts from, on the run's curve
         ).run()

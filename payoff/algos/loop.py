@@ -114,6 +114,16 @@ class TrainLoop:
     eval_at_end: bool = False
     eval_at_start: bool = False
 
+    @classmethod
+    def from_config(cls, algorithm: Any, total: int, desc: str, **options: Any) -> TrainLoop:
+        """The loop on the intervals the algorithm's config declares under the shared names
+        (log_every, eval_every, checkpoint_every; one it lacks keeps the default)."""
+        config = algorithm.config
+        for key in ("log_every", "eval_every", "checkpoint_every"):
+            if hasattr(config, key):
+                options.setdefault(key, getattr(config, key))
+        return cls(algorithm, total, desc, **options)
+
     def run(self) -> bool:
         """Train; True when it ran to the end (or was solved), False when a signal stopped it."""
         algorithm, state = self.algorithm, self.algorithm.state

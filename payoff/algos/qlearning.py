@@ -137,14 +137,11 @@ class QLearning(Agent):
         config = self.config
         self._total = config.total_episodes if total is None else total
         self._started, self._start_step = time.time(), self.env_steps
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             self._total,
             desc=f"{self.name} {config.env.id}",
             unit="ep",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
         ).run()
         return self
 

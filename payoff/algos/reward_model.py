@@ -280,13 +280,10 @@ class RewardModel(Algorithm):
         total = config.steps if total is None else total
         for member in self.members:
             member.train()
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc="reward model",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
             eval_at_end=True,
         ).run()
         return self

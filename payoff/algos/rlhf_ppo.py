@@ -235,13 +235,10 @@ class RLHFPPO(LMAlgorithm):
     def learn(self, total: int | None = None) -> RLHFPPO:
         """Train until `total` rollout batches (default: config.steps)."""
         config = self.config
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             config.steps if total is None else total,
             desc="rlhf-ppo",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
             eval_at_end=True,
             eval_at_start=True,
         ).run()

@@ -153,13 +153,10 @@ class SFT(LMAlgorithm):
         config = self.config
         total = config.steps if total is None else total
         self.model.train()
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc=f"sft {config.task.name}",
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
             eval_at_end=True,
         ).run()
         return self

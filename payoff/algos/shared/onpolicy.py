@@ -356,12 +356,10 @@ class OnPolicyAlgorithm(Agent):
         config = self.config
         total = config.total_steps if total is None else total
         self._horizon = max(total, config.total_steps)
-        TrainLoop(
+        TrainLoop.from_config(
             self,
             total,
             desc=f"{self.name} {config.env.id}",
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
         ).run()
         return self
 
