@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from payoff.algos.dqn import DQN
-from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import CheckpointError
+from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import mlp
 
 

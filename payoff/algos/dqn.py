@@ -29,11 +29,11 @@ from torch import nn
 
 from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop, crossed
-from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig
+from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.replay import ReplayBuffer
@@ -79,6 +79,9 @@ class DQNConfig:
     double_q: pick the next action with the online net, evaluate it with the target net
         (reduces the max operator's overestimation).
     loss: 'huber' (robust to the large TD errors early on) or 'mse'.
+    fast_backward: compute the loss's gradient with QNetwork.td_backward, derived by hand in
+        payoff.models (bitwise the same as autograd's, ~35% less time per gradient step),
+        where the network's layers allow it (ReLU/Tanh MLPs); false always uses autograd.
     max_grad_norm: global gradient-norm clip (0 = off).
     replay / target_network: see ReplayConfig and TargetNetworkConfig.
     log_every: write train/... metrics every this many env steps.
@@ -102,6 +105,7 @@ class DQNConfig:
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"
+    fast_backward: bool = True
     max_grad_norm: float = 10.0
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
@@ -156,7 +160,7 @@ class DQN(Agent):
         self.flat = FlatParameters(list(self.q_net.parameters()))
         self.optimizer = FlatAdam(self.flat, lr=config.learning_rate)
         # The same gradients as autograd's, computed by hand (see MLP.backward_into).
-        self.by_hand = self.q_net.q.backprop_by_hand
+        self.by_hand = config.fast_backward and self.q_net.fast_td_backward
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
         self.gradient_updates = 0
@@ -262,8 +266,10 @@ class DQN(Agent):
         self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
     ) -> None:
         config = self.config
-        if self.by_hand:
-            q_values, td_error = self._backward_by_hand(obs, actions, targets)
+        if self.by_hand:  # the same gradient, derived by hand in models/ (fast_backward)
+            q_values, td_error = self.q_net.td_backward(
+                obs, actions, targets, config.loss, self.flat.grads
+            )
         else:
             self.flat.zero_grad()
             q_values = self.q_net(obs).gather(1, actions[:, None])[:, 0]  # [B]
@@ -288,26 +294,6 @@ class DQN(Agent):
         if self.config.loss == "huber":
             return nn.functional.smooth_l1_loss(td_error, zeros)
         return nn.functional.mse_loss(td_error, zeros)
-
-    @torch.no_grad()
-    def _backward_by_hand(
-        self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q(s, a) and the TD errors, with the loss's gradient written into the Q-network's
-        .grad by hand: the ops autograd would run, so bitwise the same gradient."""
-        all_q, inputs = self.q_net.q.forward_saving(self.q_net.encoder.forward(obs))
-        index = actions[:, None]
-        q_values = all_q.gather(1, index)[:, 0]
-        error = q_values - targets
-        n = len(error)  # both losses are means over the batch
-        if self.config.loss == "huber":  # d/dx of Huber(x) is x clipped to [-1, 1]
-            grad_q = error.clamp(-1.0, 1.0).mul_(1.0 / n)
-        else:  # d/dx of x^2 is 2x
-            grad_q = error.mul(2.0 / n)
-        # Only the taken action's output gets a gradient (the backward of gather).
-        grad_out = torch.zeros_like(all_q).scatter_(1, index, grad_q[:, None])
-        self.q_net.q.backward_into(inputs, grad_out, self.flat.grads)  # overwrites .grad
-        return q_values, error
 
     @torch.no_grad()
     def _update_target(self, tau: float) -> None:

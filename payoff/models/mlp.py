@@ -423,6 +423,41 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q.forward(self.encoder.forward(obs))  # [B, A]
 
+    @property
+    def fast_td_backward(self) -> bool:
+        """Whether `td_backward` can run: the Q-network's layers are ones it derives by hand."""
+        return self.q.backprop_by_hand
+
+    @torch.no_grad()
+    def td_backward(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        targets: torch.Tensor,
+        loss: str,
+        grads: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fast path of `loss(Q(s, a) - y).backward()` for a TD loss averaged over the batch.
+
+        Writes the gradient into `grads` (the flat gradient buffer the parameters' .grad
+        views) with the ops autograd would run, in its order, so it is bitwise the same
+        gradient (tests/test_deeprl_fast_paths.py); returns Q(s, a) [B] and the TD errors [B].
+        loss: 'huber' (smooth L1, beta 1) or 'mse'.
+        """
+        all_q, inputs = self.q.forward_saving(self.encoder.forward(obs))  # [B, A]
+        index = actions[:, None]
+        q_values = all_q.gather(1, index)[:, 0]
+        error = q_values - targets
+        n = len(error)
+        if loss == "huber":  # d/dx of Huber(x) is x clipped to [-1, 1]
+            grad_q = error.clamp(-1.0, 1.0).mul_(1.0 / n)
+        else:  # d/dx of x^2 is 2x
+            grad_q = error.mul(2.0 / n)
+        # Only the taken action's output gets a gradient (the backward of gather).
+        grad_out = torch.zeros_like(all_q).scatter_(1, index, grad_q[:, None])
+        self.q.backward_into(inputs, grad_out, grads)  # overwrites the gradient
+        return q_values, error
+
 
 # ---- saving a policy on its own --------------------------------------------------------
 def save_policy(path: str | Path, actor: Actor, critic: Critic | None = None) -> Path:

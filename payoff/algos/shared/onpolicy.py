@@ -17,11 +17,11 @@ import torch
 from payoff.algos.base import Agent
 from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.advantages import gae
-from payoff.algos.shared.optim import FlatAdam, FlatParameters
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig
+from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
