@@ -177,3 +177,25 @@ def test_save_and_load_policy_roundtrip(tmp_path):
     obs = torch.randn(7, 4)
     assert torch.equal(actor(obs), actor2(obs))
     assert critic2 is not None and torch.equal(critic(obs), critic2(obs))
+
+
+def test_ppo_target_kl_stops_the_epochs_early():
+    """One minibatch per epoch: the first epoch's KL is 0 (the policy has not moved), the
+    second's is positive, so a tiny target_kl stops after two optimizer steps, not ten."""
+    from payoff.algos.ppo import PPO
+
+    settings = dict(
+        env="CartPole-v1",
+        num_envs=4,
+        num_steps=32,
+        minibatch_size=128,
+        epochs=10,
+        total_steps=128,
+        eval_every=0,
+        final_eval_episodes=1,
+        seed=0,
+    )
+    plain = PPO(**settings).learn()
+    assert plain.optimizer.steps == 10 * plain.updates
+    early = PPO(**settings, target_kl=1e-12).learn()
+    assert early.optimizer.steps == 2 * early.updates

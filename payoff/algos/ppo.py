@@ -143,7 +143,8 @@ class PPO(OnPolicyAlgorithm):
                         ]
                     )
                 )
-            if config.target_kl is not None and float(stats[-1][3]) > config.target_kl:
+            approx_kl = surrogate.approx_kl  # of the epoch's last minibatch, as in CleanRL
+            if config.target_kl is not None and float(approx_kl) > config.target_kl:
                 break
 
         pg, v, ent, kl, clipfrac = torch.stack(stats).mean(0).tolist()
