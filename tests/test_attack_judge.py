@@ -27,15 +27,9 @@ import pytest
 
 from payoff.monitor.judge_addressing import JudgeAddressing, judge_addressing_signals
 from payoff.rewards.base import RewardMix, RewardSpec
-from payoff.rewards.judge import (
-    Judge,
-    JudgeAbandoned,
-    JudgeError,
-    OpenAIChatClient,
-    parse_preference,
-    parse_score,
-    wrap,
-)
+from payoff.rewards.chat_clients import JudgeAbandoned, JudgeError, OpenAIChatClient
+from payoff.rewards.judge import Judge
+from payoff.rewards.judge_format import parse_preference, parse_score, wrap
 from payoff.rewards.relative_judge import llm_relative_judge
 
 PRINCIPLES = ["Be correct.", "Be brief."]

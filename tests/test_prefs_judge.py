@@ -13,13 +13,8 @@ pytest.importorskip("transformers", reason="the llm extra is not installed")
 
 from payoff.core.errors import ConfigError
 from payoff.models.lm import ModelConfig, load_lm
-from payoff.rewards.judge import (
-    Judge,
-    JudgeError,
-    LocalChatClient,
-    OpenAIChatClient,
-    load_constitution,
-)
+from payoff.rewards.chat_clients import JudgeError, LocalChatClient, OpenAIChatClient
+from payoff.rewards.judge import Judge, load_constitution
 
 
 class ChatServer(ThreadingHTTPServer):

@@ -4,13 +4,12 @@ In the spirit of ART's RULER: a judge sees the task and all G trajectories at on
 scores each; because only the ranking within the group matters to GRPO, the scores are then
 normalized within the group (z-score, min-max or rank), which removes the judge's own
 offset and scale. The judge is any callable `(task, transcripts) -> scores`: a local
-heuristic, or an LLM through payoff.rewards.judge's chat clients (`llm_relative_judge`),
+heuristic, or an LLM through payoff.rewards.chat_clients (`llm_relative_judge`),
 which delimits the trajectories as data and reads only a stated `SCORES: [...]` line.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -19,15 +18,8 @@ from typing import Any
 import torch
 
 from payoff.core.errors import ConfigError
-from payoff.rewards.judge import (
-    DATA_NOT_INSTRUCTIONS,
-    ChatClient,
-    JudgeError,
-    UnusableReply,
-    ask,
-    nonce,
-    wrap,
-)
+from payoff.rewards.chat_clients import ChatClient, JudgeError, UnusableReply, ask
+from payoff.rewards.judge_format import DATA_NOT_INSTRUCTIONS, nonce, parse_group_scores, wrap
 
 GroupJudge = Callable[[dict[str, Any], Sequence[str]], Sequence[float]]
 NORMALIZATIONS = ("zscore", "minmax", "rank")
@@ -91,40 +83,6 @@ def answer_judge(task: dict[str, Any], transcripts: Sequence[str]) -> list[float
         answers = re.findall(r"<answer>(.*?)</answer>", text, re.S)
         right = bool(answers) and answers[-1].strip() == expected
         scores.append(float(right) - 0.01 * len(text) / 100)
-    return scores
-
-
-_SCORES_LINE = re.compile(r"^[\s*_`#>]*scores[\s*_`]*[:=]\s*(\[.*\])[\s*_`.]*$", re.I)
-
-
-def parse_group_scores(reply: str, count: int, scale: int) -> list[int] | None:
-    """The last `SCORES: [n1, ..., nG]` line (or a whole-reply `{"scores": [...]}`), each n an
-    integer in 0..scale; None for anything else (no such line, wrong length, out of range)."""
-    raw: Any = None
-    for line in reversed(reply.splitlines()):
-        match = _SCORES_LINE.match(line)
-        if match:
-            try:
-                raw = json.loads(match.group(1))
-            except ValueError:
-                return None
-            break
-    else:
-        text = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip())
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        raw = data.get("scores") if isinstance(data, dict) else None
-    if not isinstance(raw, list) or len(raw) != count:
-        return None
-    scores = []
-    for value in raw:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        if not float(value).is_integer() or not 0 <= value <= scale:
-            return None
-        scores.append(int(value))
     return scores
 
 
