@@ -115,25 +115,45 @@ def install_audit_hook(result_fd):
     sys.addaudithook(hook)
 
 
+class NotPlainData(ValueError):
+    """A value that is not typed plain data as `encode` writes it."""
+
+
 def decode(node, depth=0):
-    """Inverse of `encode` (in `check`: the values come from another process's output)."""
+    """Inverse of `encode`, strict: anything `encode` cannot have written is refused.
+
+    The parent decodes sandbox 1's values with this (they may have been forged), and so
+    does `check` for the values the parent forwards.
+    """
     if depth > MAX_DEPTH:
-        raise ValueError("nested too deeply")
-    if node is None or isinstance(node, (bool, int, float, str)):
+        raise NotPlainData("nested too deeply")
+    if node is None or type(node) in (bool, int, float, str):
         return node
+    if type(node) is not dict or len(node) != 1:
+        raise NotPlainData("unexpected " + type(node).__name__)
     ((kind, body),) = node.items()
-    if kind == "int":
+    if kind == "int" and type(body) is str:
         return int(body)
-    if kind in ("list", "tuple", "set", "frozenset"):
+    if kind in ("list", "tuple", "set", "frozenset") and type(body) is list:
         items = [decode(v, depth + 1) for v in body]
-        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-    if kind == "dict":
-        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
-    if kind == "bytes":
-        return base64.b64decode(body)
-    if kind == "complex":
-        return complex(body[0], body[1])
-    raise ValueError(kind)
+        try:
+            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+        except TypeError as err:  # an unhashable item in a set
+            raise NotPlainData(str(err)) from None
+    if kind == "dict" and type(body) is list:
+        try:
+            return {
+                decode(pair[0], depth + 1): decode(pair[1], depth + 1)
+                for pair in body
+                if type(pair) is list and len(pair) == 2
+            }
+        except TypeError as err:
+            raise NotPlainData(str(err)) from None
+    if kind == "bytes" and type(body) is str:
+        return base64.b64decode(body, validate=True)
+    if kind == "complex" and type(body) is list and len(body) == 2:
+        return complex(float(body[0]), float(body[1]))
+    raise NotPlainData("unknown value kind " + repr(kind))
 
 
 def record(request, result_fd):

@@ -26,18 +26,17 @@ of it reaches the verdict, which is only ever "these values equal those".
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from payoff.sandbox.isolation import ChildOutput, Limits, check_available, run_child
+from payoff.sandbox.child import decode
+from payoff.sandbox.isolation import Limits, check_available, run_child
 
 SITE_FUNCTION = "__payoff_site__"
 BUILTIN_NAMES = frozenset(dir(builtins))
-MAX_DEPTH = 64
 
 
 @dataclass
@@ -219,43 +218,6 @@ def plan_tests(tests: str) -> TestPlan:
 
 
 # ---- the values that come back ------------------------------------------------------------
-class NotPlainData(ValueError):
-    pass
-
-
-def decode_value(node: Any, depth: int = 0) -> Any:
-    """Typed JSON from the sandbox back into plain Python values; anything else is refused."""
-    if depth > MAX_DEPTH:
-        raise NotPlainData("nested too deeply")
-    if node is None or type(node) in (bool, int, float, str):
-        return node
-    if type(node) is not dict or len(node) != 1:
-        raise NotPlainData(f"unexpected {type(node).__name__}")
-    ((kind, body),) = node.items()
-    if kind == "int" and type(body) is str:
-        return int(body)
-    if kind in ("list", "tuple", "set", "frozenset") and type(body) is list:
-        items = [decode_value(v, depth + 1) for v in body]
-        try:
-            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-        except TypeError as err:  # an unhashable item in a set
-            raise NotPlainData(str(err)) from None
-    if kind == "dict" and type(body) is list:
-        try:
-            return {
-                decode_value(pair[0], depth + 1): decode_value(pair[1], depth + 1)
-                for pair in body
-                if type(pair) is list and len(pair) == 2
-            }
-        except TypeError as err:
-            raise NotPlainData(str(err)) from None
-    if kind == "bytes" and type(body) is str:
-        return base64.b64decode(body, validate=True)
-    if kind == "complex" and type(body) is list and len(body) == 2:
-        return complex(float(body[0]), float(body[1]))
-    raise NotPlainData(f"unknown value kind {kind!r}")
-
-
 def _passes(check: Check, value: Any) -> bool:
     if check.op == "==":
         return bool(value == check.expected)
@@ -269,24 +231,6 @@ def _passes(check: Check, value: Any) -> bool:
 
 
 # ---- running ----------------------------------------------------------------------------------
-def _ended(output: ChildOutput, mode: str) -> SandboxResult | None:
-    """A result for runs that ended without a verdict of their own: timeout, crash, blocked."""
-    blocked = [r["blocked"] for r in output.records if isinstance(r.get("blocked"), str)]
-    base = {
-        "blocked": blocked,
-        "discarded_bytes": output.discarded_bytes,
-        "isolated": output.isolated,
-    }
-    if output.timed_out:
-        return SandboxResult(False, "timeout", "ran past its time limit", **base)
-    for record in output.records:
-        if "program_raised" in record:
-            detail = f"{record['program_raised']}: {record.get('message', '')}"
-            outcome = "blocked" if blocked else "crash"
-            return SandboxResult(False, outcome, detail, **base)
-    return None
-
-
 def run_tests(
     solution: str,
     tests: str,
@@ -304,21 +248,26 @@ def run_tests(
     output = run_child(
         {"mode": "record", "program": solution, "script": plan.record_script}, limits, mode
     )
-    ended = _ended(output, mode)
-    if ended is not None:
-        return ended
     blocked = [r["blocked"] for r in output.records if isinstance(r.get("blocked"), str)]
     meta = {
         "blocked": blocked,
         "discarded_bytes": output.discarded_bytes,
         "isolated": output.isolated,
     }
+
+    def failed(outcome: str, detail: str) -> SandboxResult:
+        """A failure; one that followed a refused operation is reported as 'blocked'."""
+        return SandboxResult(False, "blocked" if blocked else outcome, detail, **meta)
+
+    if output.timed_out:
+        return SandboxResult(False, "timeout", "ran past its time limit", **meta)
     values: dict[int, list[dict]] = {}
     for record in output.records:
+        if "program_raised" in record:
+            return failed("crash", f"{record['program_raised']}: {record.get('message', '')}")
         site = record.get("site")
         if type(site) is int and 0 <= site < len(plan.sites):
             values.setdefault(site, []).append(record)
-    failed = "blocked" if blocked else "fail"
 
     if plan.checks is not None:
         positions: Counter[int] = Counter()
@@ -328,35 +277,23 @@ def run_tests(
             positions[check.site] += 1
             call = plan.sites[check.site]
             if entry is None:
-                return SandboxResult(
-                    False,
-                    "blocked" if blocked else "crash",
-                    f"{call} produced no value (the run ended early)",
-                    **meta,
-                )
+                return failed("crash", f"{call} produced no value (the run ended early)")
             if "raised" in entry:
-                return SandboxResult(
-                    False,
-                    "blocked" if blocked else "crash",
-                    f"{call} raised {entry['raised']}: {entry.get('message', '')}",
-                    **meta,
-                )
-            try:
-                value = decode_value(entry.get("value"))
-            except (NotPlainData, ValueError, TypeError) as err:
-                return SandboxResult(
-                    False, failed, f"{call} returned no plain data ({err})", **meta
+                return failed(
+                    "crash", f"{call} raised {entry['raised']}: {entry.get('message', '')}"
                 )
             if "unencodable" in entry:
-                return SandboxResult(
-                    False,
-                    failed,
+                return failed(
+                    "fail",
                     f"{call} returned a {entry['unencodable']} object; only plain data "
                     "(None, bool, numbers, str, bytes, lists, tuples, sets, dicts) is compared",
-                    **meta,
                 )
+            try:
+                value = decode(entry.get("value"))
+            except (ValueError, TypeError, RecursionError) as err:
+                return failed("fail", f"{call} returned no plain data ({err})")
             if not _passes(check, value):
-                return SandboxResult(False, failed, f"{call} returned {value!r}", **meta)
+                return failed("fail", f"{call} returned {value!r}")
         return SandboxResult(True, "pass", **meta)
 
     # The general case: the test script itself decides, in a process without the candidate.
@@ -379,11 +316,11 @@ def run_tests(
     results = [r for r in verdict.records if "passed" in r]
     if results and results[-1]["passed"] is True:
         return SandboxResult(True, "pass", **meta)
-    detail = "the tests did not finish"
-    if results:
-        detail = f"{results[-1].get('raised', '')}: {results[-1].get('message', '')}"
-    outcome = "fail" if results and results[-1].get("raised") == "AssertionError" else "crash"
-    return SandboxResult(False, "blocked" if blocked else outcome, detail.strip(), **meta)
+    if not results:
+        return failed("crash", "the tests did not finish")
+    last = results[-1]
+    detail = f"{last.get('raised', '')}: {last.get('message', '')}".strip()
+    return failed("fail" if last.get("raised") == "AssertionError" else "crash", detail)
 
 
 @dataclass
