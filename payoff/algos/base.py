@@ -39,6 +39,19 @@ RUN_KEYS = (
 )  # keys of config.yaml that are not algorithm config
 
 
+class _LoopCounter:
+    """An attribute of an algorithm that is the field of the same name in its LoopState."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, algorithm: Any, owner: type | None = None) -> Any:
+        return self if algorithm is None else getattr(algorithm.state, self.name)
+
+    def __set__(self, algorithm: Any, value: Any) -> None:
+        setattr(algorithm.state, self.name, value)
+
+
 class Algorithm:
     """Base of payoff's algorithms: `Algo(env=..., **config).learn()`, `.save()`, `Algo.load()`."""
 
@@ -65,53 +78,12 @@ class Algorithm:
         self.setup()
 
     # ---- the loop's counters, under the names algorithms and users read ------------------
-    @property
-    def step(self) -> int:
-        return self.state.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.state.step = value
-
-    @property
-    def updates(self) -> int:
-        return self.state.updates
-
-    @updates.setter
-    def updates(self, value: int) -> None:
-        self.state.updates = value
-
-    @property
-    def evals(self) -> list[Any]:
-        return self.state.evals
-
-    @evals.setter
-    def evals(self, value: list[Any]) -> None:
-        self.state.evals = value
-
-    @property
-    def solved_at(self) -> int | None:
-        return self.state.solved_at
-
-    @solved_at.setter
-    def solved_at(self, value: int | None) -> None:
-        self.state.solved_at = value
-
-    @property
-    def recent_returns(self) -> list[float]:
-        return self.state.recent_returns
-
-    @recent_returns.setter
-    def recent_returns(self, value: list[float]) -> None:
-        self.state.recent_returns = value
-
-    @property
-    def train_seconds(self) -> float:
-        return self.state.train_seconds
-
-    @train_seconds.setter
-    def train_seconds(self, value: float) -> None:
-        self.state.train_seconds = value
+    step = _LoopCounter()
+    updates = _LoopCounter()
+    evals = _LoopCounter()
+    solved_at = _LoopCounter()
+    recent_returns = _LoopCounter()
+    train_seconds = _LoopCounter()
 
     # ---- to implement -----------------------------------------------------------------
     def setup(self) -> None:
