@@ -253,7 +253,6 @@ class AgentGRPO(Algorithm):
         )
         self.step = 0
         self.episodes_seen = 0
-        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def progress_step(self) -> int:
         return self.step
@@ -478,9 +477,6 @@ class AgentGRPO(Algorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"success": self._record["train/success"]}
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def finish(self) -> None:
         """Export the model and write the summary (first and last held-out success)."""

@@ -73,6 +73,7 @@ class Algorithm:
         self.history: list[dict[str, Any]] = []
         self.interrupted = False  # set by learn() when Ctrl-C stopped it early
         self.state = LoopState()  # step, updates, evals, ...: the loop's counters (algos/loop.py)
+        self._record: dict[str, Any] = {}  # metrics of the last iteration, until they are logged
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
         self.alarms: list[Alarm] = []
         self.setup()
@@ -91,6 +92,11 @@ class Algorithm:
 
     def learn(self, total: int | None = None) -> Algorithm:
         raise NotImplementedError
+
+    def log_training(self) -> None:
+        """What the loop calls every log_every steps: by default, the metrics the last
+        iteration kept in self._record."""
+        self.log(self.step, **self._record)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly (model, optimizer, RNGs, counters)."""

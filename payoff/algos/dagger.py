@@ -80,7 +80,6 @@ class DAgger(ImitationAlgorithm):
 
     def setup(self) -> None:
         super().setup()
-        self._record: dict[str, Any] = {}
         self.rounds_log: list[dict[str, Any]] = []
 
     @property

@@ -233,7 +233,6 @@ class DPO(LMAlgorithm):
                 reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
             )
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
-        self._record: dict[str, float] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
@@ -282,9 +281,6 @@ class DPO(LMAlgorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"loss": self._record["train/loss"]}
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def evaluate_now(self) -> None:
         self._log_eval()

@@ -290,7 +290,6 @@ class GRPO(LMAlgorithm):
         self.step = 0
         self.samples_seen = 0
         self._reported_unisolated = False
-        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def stop_strings(self) -> list[str]:
         return self.config.stop
@@ -505,9 +504,6 @@ class GRPO(LMAlgorithm):
             "acc": self._record["train/accuracy"],
             "len": self._record["train/completion_length"],
         }
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def evaluate_now(self) -> None:
         result = self.evaluate(self.config.task.eval_size, split="test", k=())

@@ -241,7 +241,6 @@ class RewardModel(Algorithm):
             [(r["chosen"], r["rejected"]) for r in self.train_rows],
         )
         self.scorer = RewardModelScorer(self.members)
-        self._record: dict[str, float] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
@@ -304,9 +303,6 @@ class RewardModel(Algorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"loss": self._record["train/loss"]}
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def evaluate_now(self) -> None:
         self._log_eval()

@@ -205,7 +205,6 @@ class RLHFPPO(LMAlgorithm):
         )
         self.score_stats = RunningStd()
         self.step = 0
-        self._record: dict[str, Any] = {}  # the last step's metrics, until logged
 
     def progress_step(self) -> int:
         return self.step
@@ -314,9 +313,6 @@ class RLHFPPO(LMAlgorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"rm": self._record["reward/proxy"], "kl": self._record["train/kl"]}
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def update(
         self,

@@ -113,7 +113,6 @@ class SFT(LMAlgorithm):
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.best_accuracy = 0.0
-        self._record: dict[str, Any] = {}  # the last step's train/... metrics
 
     def progress_step(self) -> int:
         return self.step
@@ -188,9 +187,6 @@ class SFT(LMAlgorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"loss": self._record["train/loss"]}
-
-    def log_training(self) -> None:
-        self.log(self.step, **self._record)
 
     def evaluate_now(self) -> None:
         """Held-out accuracy; with stop_at_accuracy, stop once the training problems are answered."""
