@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,6 +25,7 @@ from payoff.envs.games.arena import MatchResult, play_match
 from payoff.models.game_nets import PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, SearchStats, select_action
 from payoff.rollout.network_players import Match, PlayerSpec, build_player, network_evaluator
+from payoff.track.interrupt import ignore_ctrl_c_in_worker
 
 # One finished self-play game: (planes, visit distribution pi, player to move, root value q
 # for that player) per ply, and the winner (0, 1, or DRAW).
@@ -85,9 +85,7 @@ def _worker_context() -> multiprocessing.context.BaseContext:
 
 def _worker_start(game: Any, net: PolicyValueNet, mcts: MCTSConfig, temperature_moves: int) -> None:
     """Runs once in each new worker process."""
-    # Ctrl-C reaches the whole process group: the main process finishes the iteration and
-    # stops the workers itself, so a worker must not die mid-game.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_ctrl_c_in_worker()
     torch.set_num_threads(1)
     net.eval()
     _WORKER.update(game=game, net=net, mcts=mcts, temperature_moves=temperature_moves)

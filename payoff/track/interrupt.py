@@ -27,6 +27,13 @@ def exit_status(default: int = signal.SIGINT) -> int:
     return 128 + int(_last_signal if _last_signal is not None else default)
 
 
+def ignore_ctrl_c_in_worker() -> None:
+    """For a worker process of a training loop: Ctrl-C reaches the whole process group, and
+    the main process finishes its iteration and stops the workers itself, so a worker must
+    not die mid-task."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class GracefulInterrupt:
     """Within this context the first stop signal sets `requested`; a second one interrupts at once.
 
