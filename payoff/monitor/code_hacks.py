@@ -44,7 +44,6 @@ def naive_visible_pass(
     """
     with tempfile.TemporaryDirectory(prefix="payoff-naive-") as workdir:
         work = Path(workdir)
-        os.chmod(work, 0o777)  # the sandbox's unprivileged uid writes here
         (work / "solution.py").write_text(solution)
         (work / TEST_FILE).write_text(visible_tests)
         digest = hashlib.sha256(visible_tests.encode()).hexdigest()
