@@ -11,13 +11,17 @@ from tqdm import tqdm
 
 
 class Progress:
-    """Thin tqdm wrapper; silent when PAYOFF_PROGRESS=0 (tests) ."""
+    """Thin tqdm wrapper; silent when PAYOFF_PROGRESS=0 (tests).
+
+    The count never passes `total`: a last rollout that overshoots it (8 envs x 128 steps past
+    a total of 20,000) would otherwise make tqdm drop the total, the bar and the ETA.
+    """
 
     def __init__(self, total: int, initial: int = 0, desc: str = "train", unit: str = "step"):
         enabled = os.environ.get("PAYOFF_PROGRESS", "1") != "0"
         self._bar = tqdm(
             total=total,
-            initial=initial,
+            initial=min(initial, total),
             desc=desc,
             unit=unit,
             unit_scale=True,
@@ -29,7 +33,8 @@ class Progress:
         self._last_postfix = 0.0
 
     def update(self, n: int, **postfix: Any) -> None:
-        self._bar.update(n)
+        """Advance by `n` (clamped to what is left of the total), maybe refreshing the postfix."""
+        self._bar.update(max(0, min(n, self._bar.total - self._bar.n)))
         now = time.time()
         if postfix and now - self._last_postfix > 0.5:
             self._last_postfix = now
