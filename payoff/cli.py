@@ -1,5 +1,8 @@
 """`payoff train | eval | play | plot | report | recipes`.
 
+Overrides (`key=value`) may come anywhere after the recipe, before or after the flags:
+`payoff train cartpole-ppo --seed 3 num_envs=32 --no-media clip.end=0`.
+
 Every PayoffError, and every file that cannot be read or written, is printed as one line
 (`error: ...`) with exit status 2. A training run stopped by Ctrl-C, SIGTERM or SIGHUP keeps a
 checkpoint and exits with the shell's status for that signal: 130, 143 or 129.
@@ -224,10 +227,23 @@ def _cmd_redteam(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed package's version (importlib.metadata), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("payoff")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        import payoff
+
+        return str(getattr(payoff, "__version__", "unknown"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="payoff", description="Reinforcement learning by trial and error, end to end."
     )
+    parser.add_argument("--version", action="version", version=f"payoff {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -324,9 +340,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; `key=value` overrides may follow the flags as well as precede them.
+
+    argparse ends a positional list at the first flag, so `--seed 1 total_steps=5` leaves
+    `total_steps=5` unrecognized; those tokens are appended to the overrides, in their order.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    flags = [token for token in extra if token.startswith("-")]
+    if flags or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except PayoffError as err:

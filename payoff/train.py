@@ -45,6 +45,7 @@ def resolve(
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
+    resolved["overrides"] = list(all_overrides)  # what the run changed from the recipe (reports)
     if label:
         resolved["label"] = label
     if monitors:
