@@ -391,7 +391,7 @@ def test_classic_control_resume_is_exact_with_env_state_as_data(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # an exact resume does not warn
         resumed = PPO.load(path)
-    resumed.learn(total=768)
+    resumed.learn()  # the rest of total_steps
     expected = _train_metrics(straight.history)
     got = _train_metrics(first.history) + _train_metrics(resumed.history)
     assert len(expected) == len(got) > 2
@@ -436,5 +436,5 @@ def test_an_env_that_cannot_be_saved_resumes_at_an_episode_boundary_and_says_so(
     assert any(
         e["kind"] == "resume_not_exact" and "OpaqueEnv.engine" in e["message"] for e in events
     )
-    resumed.learn(total=256)  # and it goes on from fresh episodes
+    resumed.learn()  # and it goes on from fresh episodes
     assert resumed.step >= 256

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Algorithm, RunKeys
 from payoff.algos.grpo import Aggregation, grpo_loss
 from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import train_on_episodes
@@ -78,8 +78,9 @@ class DemoSFTConfig:
 
 
 @dataclass
-class AgentGRPOConfig:
-    """GRPO over whole multi-turn, tool-using episodes.
+class AgentGRPOConfig(RunKeys):
+    """GRPO over whole multi-turn, tool-using episodes. Shared keys (seed, threads,
+    log/eval/checkpoint intervals in rollout batches): payoff.algos.base.RunKeys.
 
     model: the policy (model.path = a local Hugging Face folder; empty = tiny Llama after `sft`).
     sft: demonstration SFT that teaches the tiny model the tool-call format first.
@@ -111,13 +112,11 @@ class AgentGRPOConfig:
         held-out tasks.
     chat_template: render episodes with the tokenizer's chat template (Hugging Face models,
         tools listed in it) instead of the tiny model's plain format.
-    threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     sft: DemoSFTConfig = field(default_factory=DemoSFTConfig)
     task: AgentTaskConfig = field(default_factory=AgentTaskConfig)
-    seed: int = 0
     steps: int = 40
     tasks_per_step: int = 16
     group_size: int = 4
@@ -144,7 +143,6 @@ class AgentGRPOConfig:
     eval_every: int = 10
     checkpoint_every: int = 20
     chat_template: bool = False
-    threads: int = 1
 
     def validate(self) -> None:
         self.task.validate()
@@ -426,17 +424,16 @@ class AgentGRPO(Algorithm):
             (self.run.path / "trajectories.md").write_text(text + "\n")
 
     # ---- learning ---------------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> AgentGRPO:
-        """Train until `total` rollout batches (default: config.steps)."""
+    def train_until(self, total: int) -> None:
+        """Train until `total` rollout batches."""
         c = self.config
         TrainLoop.from_config(
             self,
-            c.steps if total is None else total,
+            total,
             desc=f"agent_grpo {c.task.name}",
             eval_at_end=True,
             eval_at_start=True,
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One step: G episodes of each task, rewards, advantages, update."""

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, RunKeys
 from payoff.algos.loop import TrainLoop
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -73,8 +73,9 @@ from payoff.rollout.selfplay import SelfPlayPool, self_play_games
 
 
 @dataclass
-class AlphaZeroConfig:
-    """AlphaZero-lite on a two-player board game.
+class AlphaZeroConfig(RunKeys):
+    """AlphaZero-lite on a two-player board game. Shared keys (seed, threads, log_every,
+    eval_every, checkpoint_every, counted in iterations): payoff.algos.base.RunKeys.
 
     game: a registered game name ('tictactoe', 'connect4'; see payoff.envs.games).
     iterations: self-play -> train -> gate cycles.
@@ -113,7 +114,6 @@ class AlphaZeroConfig:
     baselines: fixed opponents ('random', 'greedy', 'minimax', 'alphabeta-<depth>'); the
         last one is the "target" used by `payoff eval`.
     final_eval_games: games against each baseline at the end (alternating colours).
-    threads: torch intra-op threads (1 is fastest for these small nets on shared CPUs).
     workers: processes that play an iteration's self-play games (split as evenly as
         possible); 1 plays them in this process. Each worker is a separate process with one
         torch thread that is started once (the pool lives until learn() returns), gets the
@@ -131,7 +131,6 @@ class AlphaZeroConfig:
     """
 
     game: str = "tictactoe"
-    seed: int = 0
     iterations: int = 20
     games_per_iteration: int = 64
     mcts: MCTSConfig = field(
@@ -158,7 +157,6 @@ class AlphaZeroConfig:
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
     final_eval_games: int = 100
     checkpoint_every: int = 1
-    threads: int = 1
     workers: int = 1
     train_threads: int = 0
 
@@ -178,6 +176,7 @@ class AlphaZeroConfig:
 class AlphaZero(Agent):
     """AlphaZero-style self-play with MCTS and gated network replacement."""
 
+    total_key = "iterations"
     name = "alphazero"
     config_class = AlphaZeroConfig
     config: AlphaZeroConfig
@@ -273,10 +272,10 @@ class AlphaZero(Agent):
         """Self-play iterations done: the loop's step counter for AlphaZero."""
         return self.state.step
 
-    def learn(self, total: int | None = None) -> AlphaZero:
-        """Run until `total` iterations (default config.iterations) have been done."""
+    def train_until(self, total: int) -> None:
+        """Run until `total` iterations have been done."""
         config = self.config
-        self._total = config.iterations if total is None else total
+        self._total = total
         finished = False
         try:
             if not self.results and config.eval_games:
@@ -294,7 +293,6 @@ class AlphaZero(Agent):
             ).run()
         finally:
             self.pool.close(abort=not finished)
-        return self
 
     def iterate(self) -> None:
         """Self-play a batch of games, train on the replay, gate the candidate."""

@@ -18,12 +18,14 @@ around it.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState
 from payoff.core.config import from_dict, to_dict
 from payoff.core.errors import CheckpointError, ConfigError
+from payoff.envs.make import EnvConfig
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.track.checkpoint import save_state
@@ -36,7 +38,69 @@ RUN_KEYS = (
     "algo",
     "label",
     "monitors",
+    "overrides",
 )  # keys of config.yaml that are not algorithm config
+
+
+@dataclass
+class RunKeys:
+    """The keys every algorithm's config shares, declared here once (their ranges are in
+    payoff.core.config.RANGES). A config class inherits them and redeclares only a key
+    whose default differs.
+
+    seed: seeds Python, NumPy and torch, and through them the envs, the data and the
+        evaluation episodes.
+    threads: torch CPU threads. Small networks run fastest on 1 on a 2-core machine (more
+        threads fight over the cores); algorithms without torch (Q-learning) ignore it.
+    log_every / eval_every / checkpoint_every: the loop's intervals, in the algorithm's own
+        unit (env steps, episodes, optimizer steps, iterations); eval_every 0 = never.
+    """
+
+    seed: int = 0
+    threads: int = 1
+    log_every: int = 1
+    eval_every: int = 0
+    checkpoint_every: int = 1_000
+
+
+@dataclass
+class AgentKeys(RunKeys):
+    """RunKeys plus what every agent's config has.
+
+    env: the environment (env.id, env.kwargs; see payoff.envs.make.EnvConfig).
+    eval_episodes: episodes of each periodic evaluation (deterministic policy).
+    final_eval_episodes: episodes of the final evaluation (summary.json).
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    eval_episodes: int = 20
+    final_eval_episodes: int = 50
+
+
+@dataclass
+class VectorAgentKeys(AgentKeys):
+    """AgentKeys plus what the deep-RL agents trained on vectorized envs share (DQN and
+    the on-policy family: PPO, A2C, REINFORCE).
+
+    total_steps: training length in env steps, summed over envs.
+    num_envs: envs stepped together.
+    vectorization: 'auto' (payoff's batched NumPy env where one exists, else sync),
+        'batched', 'sync' (in-process, fastest for cheap envs) or 'async' (subprocesses).
+    gamma: discount.
+    max_grad_norm: clip the global gradient norm to this (0 turns clipping off).
+    stop_at_return: stop early once a periodic evaluation averages at least this
+        (e.g. 475 on CartPole-v1); null trains for total_steps.
+    check_finite: stop with an error naming the env and step when an observation or
+        reward is NaN or infinite (false skips the check).
+    """
+
+    total_steps: int = 100_000
+    num_envs: int = 8
+    vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
+    gamma: float = 0.99
+    max_grad_norm: float = 0.5
+    stop_at_return: float | None = None
+    check_finite: bool = True
 
 
 class _LoopCounter:
@@ -57,10 +121,12 @@ class Algorithm:
 
     name: ClassVar[str]
     config_class: ClassVar[type]
+    total_key: ClassVar[str] = "steps"  # the config key of the training length
 
     def __init__(
         self, env: Any = None, *, config: Any = None, run: Run | None = None, **kwargs: Any
     ):
+        data_given = config is None
         if config is None:
             data = dict(kwargs)
             if env is not None:
@@ -69,6 +135,9 @@ class Algorithm:
         elif env is not None or kwargs:
             raise ConfigError("pass either config=... or env/keyword settings, not both")
         self.config = config
+        # Whether the training length was chosen (a recipe, a saved config or the keyword);
+        # when it was not, learn(n) plans n steps instead of the default length.
+        self._length_was_set = not data_given or self.total_key in kwargs
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.interrupted = False  # set by learn() when Ctrl-C stopped it early
@@ -86,11 +155,37 @@ class Algorithm:
     recent_returns = _LoopCounter()
     train_seconds = _LoopCounter()
 
+    # ---- training ---------------------------------------------------------------------
+    def learn(self, total: int | None = None) -> Self:
+        """Train `total` more steps (env steps, episodes, optimizer steps: the unit of the
+        config key named by `total_key`), or, with no argument, until that key's value (a
+        resumed run finishes its planned length). Returns the algorithm.
+
+        Like Stable-Baselines3's `learn(total_timesteps)`, each call adds training; unlike
+        it, the counters go on (a second `learn(10_000)` ends at step 20,000). Schedules
+        (learning rate, epsilon, clip) span the planned length: the config key when you set
+        it, else the steps this call trains to, so `PPO("CartPole-v1").learn(10_000)`
+        anneals over those 10,000 steps rather than over the default length.
+        """
+        key = self.total_key
+        if total is not None:
+            if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+                raise ConfigError(f"learn() takes a number of steps >= 0, got {total!r}")
+            target = self.state.step + total
+            planned = getattr(self.config, key) if self._length_was_set else 0
+            setattr(self.config, key, max(target, planned, 1))
+            self._length_was_set = True
+        else:
+            target = getattr(self.config, key)
+        self.train_until(target)
+        return self
+
     # ---- to implement -----------------------------------------------------------------
     def setup(self) -> None:
         """Build envs, tables or networks from self.config."""
 
-    def learn(self, total: int | None = None) -> Algorithm:
+    def train_until(self, total: int) -> None:
+        """Run the loop until the step counter reaches `total` (in the unit of total_key)."""
         raise NotImplementedError
 
     def log_training(self) -> None:

@@ -42,6 +42,7 @@ class BCConfig(ImitationConfig):
 class BC(ImitationAlgorithm):
     """Behavior cloning from expert demonstrations."""
 
+    total_key = "epochs"
     name = "bc"
     config_class = BCConfig
     config: BCConfig
@@ -82,10 +83,9 @@ class BC(ImitationAlgorithm):
         self.add_data(observations, actions)
         fit_normalizer(self.actor, self.data_obs)
 
-    def learn(self, total: int | None = None) -> BC:
-        """Fit for `total` epochs (default config.epochs) on the demonstrations."""
+    def train_until(self, total: int) -> None:
+        """Fit for `total` epochs on the demonstrations."""
         config = self.config
-        total = config.epochs if total is None else total
         if self.labels == 0:
             self.gather()
             self.log(
@@ -99,7 +99,6 @@ class BC(ImitationAlgorithm):
             desc=f"bc {config.env.id}",
             unit="epoch",
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One pass over the demonstrations."""

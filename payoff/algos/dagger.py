@@ -39,6 +39,7 @@ class DAggerConfig(ImitationConfig):
     epochs_per_round: passes over the aggregated dataset after each round.
     num_envs: envs stepped together while collecting (batched where the env supports it).
     eval_every: evaluate every this many rounds (0: only at the end).
+    checkpoint_every: write checkpoints/latest.safetensors every this many rounds.
     """
 
     rounds: int = 8
@@ -47,6 +48,7 @@ class DAggerConfig(ImitationConfig):
     epochs_per_round: int = 100
     num_envs: int = 4
     eval_every: int = 0
+    checkpoint_every: int = 1
 
     def validate(self) -> None:
         super().validate()
@@ -74,6 +76,7 @@ def labels_for_round(config: DAggerConfig, round_index: int) -> int:
 class DAgger(ImitationAlgorithm):
     """Dataset Aggregation: learner-driven rollouts relabelled by the expert."""
 
+    total_key = "rounds"
     name = "dagger"
     config_class = DAggerConfig
     config: DAggerConfig
@@ -90,19 +93,15 @@ class DAgger(ImitationAlgorithm):
     def progress_step(self) -> int:
         return self.round
 
-    def learn(self, total: int | None = None) -> DAgger:
-        """Run rounds until `total` (default config.rounds) are done."""
+    def train_until(self, total: int) -> None:
+        """Run rounds until `total` are done."""
         config = self.config
-        total = config.rounds if total is None else total
         self._envs = make_envs(config.env, config.num_envs)
         try:
-            # Every round is logged (with its evaluation, when due) and checkpointed.
-            TrainLoop(
-                self, total, desc=f"dagger {config.env.id}", unit="round", checkpoint_every=1
-            ).run()
+            # Every round is logged, with its evaluation when due (log_training).
+            TrainLoop.from_config(self, total, desc=f"dagger {config.env.id}", unit="round").run()
         finally:
             self._envs.close()
-        return self
 
     def iterate(self) -> None:
         """One round: learner-driven rollouts labelled by the expert, then refit."""

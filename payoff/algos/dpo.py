@@ -27,14 +27,14 @@ import torch
 
 from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import preference_base, small_base, styled_task
-from payoff.algos.shared.lm import LMAlgorithm, columns_of
+from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.preference import dpo_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, ModelConfig
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     completion_logprobs,
@@ -51,8 +51,11 @@ def gold_prefs() -> PreferenceDataConfig:
 
 
 @dataclass
-class DPOConfig:
-    """DPO (or IPO) on preference pairs.
+class DPOConfig(LMKeys):
+    """DPO (or IPO) on preference pairs. Shared keys (seed, threads, steps, learning_rate,
+    weight_decay, max_grad_norm, log/eval/checkpoint intervals in optimizer steps; eval_every
+    0 = no evaluation during training, a run still gets its final one):
+    payoff.algos.shared.lm.LMKeys.
 
     model: the policy to tune; the reference is a frozen copy of it. model.path = a local
         Hugging Face folder (your SFT model); empty = payoff's tiny Llama SFT-trained on
@@ -64,39 +67,28 @@ class DPOConfig:
         wants larger betas (0.1-1).
     loss: 'sigmoid' (DPO) or 'ipo'. DPO keeps pushing the margin up on separable data (it
         can drive both likelihoods down); IPO stops at its target margin.
-    steps / batch_size: optimizer steps and pairs per step.
-    learning_rate / max_grad_norm / weight_decay: AdamW; DPO wants a small lr (1e-6..1e-5 for
-        real models; the tiny model tolerates 1e-4).
+    batch_size: pairs per optimizer step.
+    learning_rate: DPO wants a small one (1e-6..1e-5 for real models; the tiny model
+        tolerates 1e-4).
     max_new_tokens: completion length for the gold evaluation.
-    eval_every / log_every / checkpoint_every: in steps (eval_every 0 = no evaluation
-        during training; a run still gets its final one).
-    threads: torch CPU threads.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     preferences: PreferenceDataConfig = field(default_factory=gold_prefs)
-    seed: int = 0
     beta: float = 0.1
     loss: Literal["sigmoid", "ipo"] = "sigmoid"
     steps: int = 100
     batch_size: int = 32
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
     max_new_tokens: int = 24
     log_every: int = 5
     eval_every: int = 25
     checkpoint_every: int = 50
-    threads: int = 1
 
     def validate(self) -> None:
+        # beta >= 0 is core.config's range; here it divides (IPO's margin 1 / (2 beta)).
         if self.beta <= 0:
             raise ConfigError(f"config key 'beta' must be > 0, got {self.beta}")
-        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
 
 
 def encode_completions(
@@ -238,14 +230,13 @@ class DPO(LMAlgorithm):
         return self.step
 
     # ---- learning ---------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> DPO:
-        """Train until `total` steps (default: config.steps).
+    def train_until(self, total: int) -> None:
+        """Train until `total` steps.
 
         A fresh run evaluates once before the first step: the starting point (margin 0, the
         policy's own preferences).
         """
         config = self.config
-        total = config.steps if total is None else total
         TrainLoop.from_config(
             self,
             total,
@@ -253,7 +244,6 @@ class DPO(LMAlgorithm):
             eval_at_end=True,
             eval_at_start=config.eval_every > 0,
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One optimizer step on a batch of training pairs against the cached reference."""

@@ -27,12 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.loop import TrainLoop, crossed
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.make import EnvConfig
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork
 from payoff.rollout.evaluate import EvalResult
@@ -61,18 +60,17 @@ class TargetNetworkConfig:
 
 
 @dataclass
-class DQNConfig:
-    """DQN on vectorized envs with a Discrete action space.
+class DQNConfig(VectorAgentKeys):
+    """DQN on vectorized envs with a Discrete action space. The shared keys (env, seed,
+    threads, total_steps, num_envs, vectorization, gamma, max_grad_norm, eval_every,
+    eval_episodes, final_eval_episodes, stop_at_return, checkpoint_every, check_finite)
+    are payoff.algos.base.VectorAgentKeys; the greedy policy is evaluated.
 
-    env / seed / num_envs / vectorization / threads / check_finite: as for PPO
-        (payoff.algos.shared.onpolicy.OnPolicyConfig).
-    total_steps: training length in env steps (summed over envs).
     learning_rate: Adam step size.
     batch_size: transitions per gradient step.
     learning_starts: env steps of random-ish play before the first update.
     train_every / gradient_steps: after every `train_every` env steps do this many updates.
         Their ratio is the replay ratio; more updates learn more per sample but cost time.
-    gamma: discount.
     epsilon: exploration rate, a schedule over training (fraction = share of training
         spent decaying it).
     hidden / activation: Q-network MLP.
@@ -82,41 +80,29 @@ class DQNConfig:
     fast_backward: compute the loss's gradient with QNetwork.td_backward, derived by hand in
         payoff.models (bitwise the same as autograd's, ~35% less time per gradient step),
         where the network's layers allow it (ReLU/Tanh MLPs); false always uses autograd.
-    max_grad_norm: global gradient-norm clip (0 = off).
     replay / target_network: see ReplayConfig and TargetNetworkConfig.
     log_every: write train/... metrics every this many env steps.
-    eval_every / eval_episodes / final_eval_episodes / stop_at_return / checkpoint_every:
-        as for PPO; the greedy policy is evaluated.
     """
 
-    env: EnvConfig = field(default_factory=EnvConfig)
-    seed: int = 0
     total_steps: int = 50_000
     num_envs: int = 4
-    vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
+    max_grad_norm: float = 10.0
     learning_rate: float = 1e-3
     batch_size: int = 64
     learning_starts: int = 1_000
     train_every: int = 64
     gradient_steps: int = 16
-    gamma: float = 0.99
     epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.05, fraction=0.2))
     hidden: list[int] = field(default_factory=lambda: [128, 128])
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"
     fast_backward: bool = True
-    max_grad_norm: float = 10.0
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
     log_every: int = 1_000
     eval_every: int = 5_000
-    eval_episodes: int = 20
-    final_eval_episodes: int = 50
-    stop_at_return: float | None = None
     checkpoint_every: int = 50_000
-    check_finite: bool = True
-    threads: int = 1
 
     def validate(self) -> None:
         # Ranges of single keys (counts > 0, tau in (0, 1], ...) are checked by core.config.
@@ -129,6 +115,7 @@ class DQNConfig:
 class DQN(Agent):
     """DQN / double DQN with replay and target-network switches."""
 
+    total_key = "total_steps"
     name = "dqn"
     config_class = DQNConfig
     config: DQNConfig
@@ -164,7 +151,6 @@ class DQN(Agent):
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
         self.gradient_updates = 0
-        self._horizon = config.total_steps  # what the epsilon schedule spans
         self._epsilon = config.epsilon(0.0)
         # Each gradient step's Q(s, a) and TD errors, kept until the next log.
         self._q_values: list[torch.Tensor] = []
@@ -302,27 +288,20 @@ class DQN(Agent):
             return
         torch._foreach_lerp_(list(self.target_net.parameters()), self.flat.params, tau)
 
-    def learn(self, total: int | None = None) -> DQN:
-        """Train until `total` env steps (default: config.total_steps).
-
-        The epsilon schedule spans max(total, config.total_steps), so stopping early and
-        resuming later follows the same schedule as one uninterrupted run.
-        """
+    def train_until(self, total: int) -> None:
+        """Train until `total` env steps; the epsilon schedule spans config.total_steps."""
         config = self.config
-        total = config.total_steps if total is None else total
-        self._horizon = max(total, config.total_steps)
         TrainLoop.from_config(
             self,
             total,
             desc=f"dqn {config.env.id}",
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One vector step of epsilon-greedy play into the buffer; every train_every, learn."""
         config = self.config
         before = self.step
-        self._epsilon = config.epsilon(self.step / self._horizon)
+        self._epsilon = config.epsilon(self.step / config.total_steps)
         obs = self.runner.obs
         actions = self._explore(obs, self._epsilon)
         next_obs, rewards, terminated, truncated, valid = self.runner.step(actions)

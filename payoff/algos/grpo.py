@@ -29,12 +29,11 @@ from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k3
-from payoff.algos.shared.lm import LMAlgorithm, columns_of
+from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
-from payoff.envs.tasks import TaskConfig
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, ModelConfig
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -47,14 +46,15 @@ Aggregation = Literal["sequence", "token", "dr_grpo"]
 
 
 @dataclass
-class GRPOConfig:
-    """GRPO with verifiable rewards.
+class GRPOConfig(LMKeys):
+    """GRPO with verifiable rewards. Shared keys (seed, threads, task, steps, learning_rate,
+    weight_decay, max_grad_norm, log/eval/checkpoint intervals in rollout batches):
+    payoff.algos.shared.lm.LMKeys.
 
     model: the policy. model.path = a local Hugging Face folder; empty = payoff's tiny
         Llama pretrained on this task by SFT first (`base` says how; cached on disk).
     base: pretraining settings for that tiny base model (ignored when model.path is set).
         Its length decides where RL starts: stopping early leaves room for RL to help.
-    task: problems and held-out splits (task.name, task.options, or task.name=jsonl).
     rewards: reward functions and weights; empty = the task's own verifier (math for
         arithmetic, code for python, ...). Each is logged alone as reward/<label>.
     steps: rollout batches (each followed by updates_per_batch passes of optimizer steps).
@@ -67,7 +67,7 @@ class GRPOConfig:
     minibatch_size: completions per optimizer step (0 = the whole batch, one step per pass).
         A multiple of group_size shuffles whole groups and runs each prompt once per group
         (faster); any other divisor of the batch shuffles single completions.
-    learning_rate / max_grad_norm / weight_decay: AdamW; RL wants a smaller lr than SFT.
+    learning_rate: RL wants a smaller lr than SFT.
     warmup_steps: optimizer steps of linear lr warmup. Adam's first steps move every weight
         by about lr whatever the gradient's size, which on noisy RL gradients can wreck a
         small model in one step; warming up avoids that.
@@ -91,7 +91,6 @@ class GRPOConfig:
         logits / temperature, the same distribution the samples came from.
     eval_every / eval_size: greedy held-out accuracy during training (test split).
     final_eval_k: pass@k measured at the end (e.g. [1, 8]); sampled at temperature 1.
-    threads: torch CPU threads (1 is fastest for the tiny model on a busy 2-core machine).
     backend: where completions are sampled: 'local' (this process, the default) or 'ray'
         (Ray actors with a copy of the model each; needs payoff[distributed]). Workers load
         the starting model from its folder, which every node must be able to read.
@@ -100,20 +99,14 @@ class GRPOConfig:
         local bit for bit only when ray.cpus_per_worker equals threads.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseModelConfig = field(default_factory=BaseModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
     rewards: list[RewardSpec] = field(default_factory=list)
-    seed: int = 0
-    steps: int = 200
     prompts_per_step: int = 16
     group_size: int = 8
     updates_per_batch: int = 1
     minibatch_size: int = 0
     learning_rate: float = 2e-4
     warmup_steps: int = 10
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     beta: float = 0.0
@@ -128,19 +121,14 @@ class GRPOConfig:
     eval_every: int = 25
     checkpoint_every: int = 50
     final_eval_k: list[int] = field(default_factory=lambda: [1, 8])
-    threads: int = 1
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
 
     def validate(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(
-                f"config key 'group_size' must be >= 2 (the group mean is the baseline; with one "
-                f"completion per prompt every advantage is 0), got {self.group_size}"
-            )
-        for name in ("steps", "prompts_per_step", "updates_per_batch", "log_every", "eval_every"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        # Ranges of single keys (group_size >= 2, beta >= 0, clip_eps > 0, ...) are checked
+        # by core.config.
+        if self.eval_every <= 0:
+            raise ConfigError(f"config key 'eval_every' must be > 0, got {self.eval_every}")
         batch = self.prompts_per_step * self.group_size
         if self.minibatch_size < 0 or self.minibatch_size > batch:
             raise ConfigError(
@@ -151,10 +139,6 @@ class GRPOConfig:
             raise ConfigError(
                 f"minibatch_size {self.minibatch_size} does not divide the {batch} completions of a "
                 f"step; {batch % self.minibatch_size} would be dropped. Pick a divisor of {batch}"
-            )
-        if self.beta < 0 or self.clip_eps <= 0:
-            raise ConfigError(
-                f"need beta >= 0 and clip_eps > 0, got {self.beta} and {self.clip_eps}"
             )
         SamplingConfig(self.temperature, self.top_p, self.max_new_tokens, self.stop).validate()
         if self.temperature == 0:
@@ -426,17 +410,16 @@ class GRPO(LMAlgorithm):
         return {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
 
     # ---- the loop -------------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> GRPO:
-        """Train until `total` rollout batches (default: config.steps)."""
+    def train_until(self, total: int) -> None:
+        """Train until `total` rollout batches."""
         config = self.config
         TrainLoop.from_config(
             self,
-            config.steps if total is None else total,
+            total,
             desc=f"grpo {config.task.name}",
             eval_at_end=True,
             eval_at_start=self.run is not None,  # where RL starts from, on the run's curve
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One step: rollout, score, group advantages, update; keeps the step's record."""

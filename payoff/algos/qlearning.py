@@ -19,7 +19,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, AgentKeys
 from payoff.algos.loop import TrainLoop
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
@@ -32,8 +32,9 @@ def _frozenlake() -> EnvConfig:
 
 
 @dataclass
-class QLearningConfig:
-    """Tabular Q-learning / SARSA.
+class QLearningConfig(AgentKeys):
+    """Tabular Q-learning / SARSA. Shared keys (seed, log_every, eval_every, eval_episodes,
+    final_eval_episodes, checkpoint_every): payoff.algos.base.AgentKeys, counted in episodes.
 
     env: a Gymnasium env with Discrete observation and action spaces.
     method: 'q_learning' (off-policy, max over next actions) or 'sarsa' (on-policy).
@@ -43,14 +44,11 @@ class QLearningConfig:
     learning_rate: alpha, scheduled over training (a decaying alpha averages out the
         slippery-ice noise; a constant one keeps the table jittering).
     epsilon: exploration rate, scheduled over training.
-    eval_every / eval_episodes: greedy-policy evaluation during training (episodes).
-    final_eval_episodes: evaluation episodes at the end of training.
     plateau_tolerance: the run reports the first evaluation within this much of the best
         success rate (or return) it reached: "episodes until it stopped improving".
     """
 
     env: EnvConfig = field(default_factory=_frozenlake)
-    seed: int = 0
     method: Literal["q_learning", "sarsa"] = "q_learning"
     total_episodes: int = 20_000
     gamma: float = 0.99
@@ -70,6 +68,7 @@ class QLearningConfig:
 class QLearning(Agent):
     """Tabular Q-learning (or SARSA with method='sarsa')."""
 
+    total_key = "total_episodes"
     name = "qlearning"
     config_class = QLearningConfig
     config: QLearningConfig
@@ -96,7 +95,6 @@ class QLearning(Agent):
         )  # [S, A]
         self.env_steps = 0  # metrics are logged against env steps; the loop counts episodes
         self._fraction = 0.0
-        self._total = config.total_episodes
         self.evals: list[
             tuple[int, float, float | None]
         ] = []  # (episode, mean return, success rate)
@@ -132,25 +130,23 @@ class QLearning(Agent):
         """Episodes played: the loop's step counter for tabular methods."""
         return self.state.step
 
-    def learn(self, total: int | None = None) -> QLearning:
-        """Train until `total` episodes (default: config.total_episodes) have been played."""
+    def train_until(self, total: int) -> None:
+        """Train until `total` episodes have been played."""
         config = self.config
-        self._total = config.total_episodes if total is None else total
         self._started, self._start_step = time.time(), self.env_steps
         TrainLoop.from_config(
             self,
-            self._total,
+            total,
             desc=f"{self.name} {config.env.id}",
             unit="ep",
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One episode, updating Q after every step (Q-learning or SARSA target)."""
         config = self.config
         sarsa = config.method == "sarsa"
         q, env = self.q, self.env
-        self._fraction = self.episode / self._total
+        self._fraction = self.episode / config.total_episodes
         alpha, epsilon = config.learning_rate(self._fraction), config.epsilon(self._fraction)
         state, _ = env.reset()
         action = self._explore(state, epsilon)

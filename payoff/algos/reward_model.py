@@ -24,8 +24,8 @@ import torch
 from payoff.algos.base import Algorithm
 from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
+from payoff.algos.shared.lm import LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
-from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
@@ -65,8 +65,10 @@ def preference_base(task: TaskConfig, base: BaseModelConfig) -> Callable[[], Pat
 
 
 @dataclass
-class RewardModelConfig:
-    """Bradley-Terry reward model(s) on preference pairs.
+class RewardModelConfig(LMKeys):
+    """Bradley-Terry reward model(s) on preference pairs. Shared keys (seed, threads, steps
+    per member, learning_rate, weight_decay, max_grad_norm, log/eval/checkpoint intervals in
+    optimizer steps; eval_every 0 = no evaluation during training): payoff.algos.shared.lm.LMKeys.
 
     model: the backbone. model.path = a local Hugging Face folder (usually the SFT policy);
         empty = payoff's tiny Llama SFT-trained on `task` first (`base` says how; cached).
@@ -76,37 +78,21 @@ class RewardModelConfig:
     preferences: where pairs come from (JSONL, or synthetic with a biased rater).
     ensemble: K members; > 1 reports their disagreement. Each trains on its own bootstrap
         resample (sampling pairs with replacement) with its own head seed.
-    steps / batch_size: optimizer steps (per member) and pairs per step.
-    learning_rate / weight_decay / max_grad_norm: AdamW. The whole backbone trains; on a
-        pretrained model keep the lr small (1e-5) or the RM forgets how to read.
-    eval_every / log_every / checkpoint_every: in steps (eval_every 0 = no evaluation during
-        training; a run still gets its final one).
-    threads: torch CPU threads (1 is fastest for the tiny model on a busy machine).
+    batch_size: pairs per optimizer step.
+    learning_rate: the whole backbone trains; on a pretrained model keep it small (1e-5) or
+        the RM forgets how to read.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     preferences: PreferenceDataConfig = field(default_factory=PreferenceDataConfig)
-    seed: int = 0
     ensemble: int = 1
     bootstrap: bool = True
-    steps: int = 200
     batch_size: int = 64
     learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
     log_every: int = 10
     eval_every: int = 50
     checkpoint_every: int = 100
-    threads: int = 1
-
-    def validate(self) -> None:
-        for name in ("ensemble", "steps", "batch_size", "log_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
 
 
 Group = tuple[list[int], list[list[int]]]  # (prompt ids, [ids of each completion + EOS])
@@ -273,10 +259,9 @@ class RewardModel(Algorithm):
         optimizer.step()
         return loss.item(), float((chosen > rejected).float().mean())
 
-    def learn(self, total: int | None = None) -> RewardModel:
-        """Train every member until `total` steps (default: config.steps)."""
+    def train_until(self, total: int) -> None:
+        """Train every member until `total` steps."""
         config = self.config
-        total = config.steps if total is None else total
         for member in self.members:
             member.train()
         TrainLoop.from_config(
@@ -285,7 +270,6 @@ class RewardModel(Algorithm):
             desc="reward model",
             eval_at_end=True,
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One Bradley-Terry step of every member."""

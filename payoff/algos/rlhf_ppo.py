@@ -36,14 +36,14 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.advantages import gae
-from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of
+from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, LMKeys, columns_of
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, ModelConfig
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -53,8 +53,10 @@ from payoff.rollout.generation import LocalSampler, SamplingConfig
 
 
 @dataclass
-class RLHFPPOConfig:
+class RLHFPPOConfig(LMKeys):
     """PPO against a learned reward model with a per-token KL penalty to the SFT reference.
+    Shared keys (seed, threads, steps, weight_decay, max_grad_norm, log/eval/checkpoint
+    intervals in rollout batches): payoff.algos.shared.lm.LMKeys.
 
     model: the SFT policy (model.path; empty = the tiny SFT base model for `task`). The
         frozen reference and the critic's backbone start from the same weights.
@@ -74,12 +76,11 @@ class RLHFPPOConfig:
         makes kl_coef mean the same thing for any RM).
     gamma / lam: GAE over completion tokens (gamma 1: no discount inside one answer).
     clip / value_clip / value_coef: PPO's ratio clip, the value clip and the value-loss weight.
-    learning_rate / critic_learning_rate / max_grad_norm: AdamW for policy and critic.
+    learning_rate / critic_learning_rate: AdamW for policy and critic.
     temperature / max_new_tokens: sampling; the loss uses the same temperature.
     eval_every: greedy gold score on held-out prompts, in steps.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     reward_model: str = ""
@@ -87,7 +88,6 @@ class RLHFPPOConfig:
     proxy_preferences: PreferenceDataConfig = field(default_factory=proxy_preferences)
     proxy_steps: int = 300
     proxy_learning_rate: float = 2e-3
-    seed: int = 0
     steps: int = 40
     prompts_per_step: int = 64
     ppo_epochs: int = 2
@@ -103,13 +103,12 @@ class RLHFPPOConfig:
     value_coef: float = 0.5
     learning_rate: float = 2e-4
     critic_learning_rate: float = 1e-3
-    max_grad_norm: float = 1.0
+    weight_decay: float = 0.01
     temperature: float = 1.0
     max_new_tokens: int = 24
     log_every: int = 1
     eval_every: int = 10
     checkpoint_every: int = 20
-    threads: int = 1
 
     def validate(self) -> None:
         if self.reward_model and self.rewards:
@@ -118,27 +117,15 @@ class RLHFPPOConfig:
                 "runs/<run>/reward_model) and 'rewards' (reward functions); with neither, a proxy "
                 f"is trained here. Got reward_model={self.reward_model!r}, rewards={self.rewards}"
             )
-        for name in (
-            "steps",
-            "prompts_per_step",
-            "ppo_epochs",
-            "minibatch_size",
-            "log_every",
-            "eval_every",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        # Ranges of single keys (counts > 0, kl_coef >= 0, ...) are checked by core.config.
+        if self.eval_every <= 0 or self.minibatch_size <= 0:
+            raise ConfigError(
+                f"config keys 'eval_every' and 'minibatch_size' must be > 0, got "
+                f"{self.eval_every} and {self.minibatch_size}"
+            )
         if self.prompts_per_step % self.minibatch_size:
             raise ConfigError(
                 f"minibatch_size {self.minibatch_size} does not divide prompts_per_step {self.prompts_per_step}"
-            )
-        if self.kl_coef < 0 or (self.kl_target is not None and self.kl_target <= 0):
-            raise ConfigError(
-                f"need kl_coef >= 0 and kl_target > 0 (or null), got {self.kl_coef}, {self.kl_target}"
-            )
-        if self.temperature <= 0:
-            raise ConfigError(
-                f"config key 'temperature' must be > 0 for PPO sampling, got {self.temperature}"
             )
 
 
@@ -198,8 +185,10 @@ class RLHFPPO(LMAlgorithm):
         # A reward model or judge can be talked to: watch for completions that try.
         self.judge_addressing = JudgeAddressing() if is_model_scored(self.reward_model) else None
         self.sampler = LocalSampler(self.model, self.tokenizer)
-        self.optimizer = adamw(self.model.parameters(), config.learning_rate)
-        self.critic_optimizer = adamw(self.critic.parameters(), config.critic_learning_rate)
+        self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
+        self.critic_optimizer = adamw(
+            self.critic.parameters(), config.critic_learning_rate, config.weight_decay
+        )
         self.kl_controller = AdaptiveKLController(
             config.kl_coef, config.kl_target, config.kl_horizon
         )
@@ -231,17 +220,16 @@ class RLHFPPO(LMAlgorithm):
         return self.critic.token_values(ids, mask)[:, -width - 1 : -1]
 
     # ---- one step ---------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> RLHFPPO:
-        """Train until `total` rollout batches (default: config.steps)."""
+    def train_until(self, total: int) -> None:
+        """Train until `total` rollout batches."""
         config = self.config
         TrainLoop.from_config(
             self,
-            config.steps if total is None else total,
+            total,
             desc="rlhf-ppo",
             eval_at_end=True,
             eval_at_start=True,
         ).run()
-        return self
 
     def iterate(self) -> None:
         """One step: rollout, reward with the KL penalty, token-level GAE, PPO update."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from payoff.algos.loop import TrainLoop
-from payoff.algos.shared.lm import LMAlgorithm
+from payoff.algos.shared.lm import LMAlgorithm, LMKeys
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
@@ -37,18 +37,16 @@ from payoff.rollout.episodes import Episode, pack_episodes
 
 
 @dataclass
-class SFTConfig:
-    """Supervised fine-tuning on prompt/answer pairs.
+class SFTConfig(LMKeys):
+    """Supervised fine-tuning on prompt/answer pairs. Shared keys (model, task, seed,
+    threads, steps, learning_rate, weight_decay, max_grad_norm, log/eval/checkpoint
+    intervals in optimizer steps): payoff.algos.shared.lm.LMKeys.
 
-    model: which LM (model.path = a local Hugging Face folder; empty = fresh tiny Llama).
-    task: where the pairs come from (a generator, or task.name=jsonl with task.data=file).
-    steps / batch_size: optimizer steps and rows per step.
-    learning_rate / weight_decay / warmup_steps: AdamW with linear warmup, then constant.
-        1e-3 suits the tiny model from scratch; fine-tuning a pretrained model wants ~1e-5.
+    batch_size: rows per optimizer step.
+    warmup_steps: linear learning-rate warmup, then constant.
     loss_on: 'completion' masks the prompt out of the loss (the usual SFT); 'all' is plain
         language modelling of the whole text. On random-digit prompts 'all' spends capacity
         predicting unpredictable digits and learns the answers more slowly.
-    max_grad_norm: gradient clipping.
     answer_noise: fraction of training rows whose answer is swapped for another row's answer
         (wrong, but plausible-looking): a stand-in for noisy pretraining text. A model trained
         this way knows the right answer but spreads probability over wrong ones, which is the
@@ -60,40 +58,24 @@ class SFTConfig:
         step on every kind of CPU (the float rounding of its kernels differs); stopping at an
         accuracy instead of a step count gives RL the same starting point everywhere.
     max_new_tokens: completion length for evaluation.
-    eval_every / log_every / checkpoint_every: in optimizer steps.
-    threads: torch CPU threads. 1 is fastest for small models on a shared or 2-core machine
-        (more threads fight over the cores); 0 leaves torch's default.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    seed: int = 0
     steps: int = 300
     batch_size: int = 128
     learning_rate: float = 1e-3
-    weight_decay: float = 0.0
     warmup_steps: int = 20
     loss_on: Literal["completion", "all"] = "completion"
-    max_grad_norm: float = 1.0
     answer_noise: float = 0.0
     stop_at_accuracy: float | None = None
     max_new_tokens: int = 8
     log_every: int = 10
     eval_every: int = 100
     checkpoint_every: int = 100
-    threads: int = 1
 
     def validate(self) -> None:
-        for name in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}")
-        if not 0.0 <= self.answer_noise < 1.0:
-            raise ConfigError(
-                f"config key 'answer_noise' must be in [0, 1), got {self.answer_noise}"
-            )
-        if self.stop_at_accuracy is not None and not 0.0 < self.stop_at_accuracy <= 1.0:
+        # Ranges of single keys (steps > 0, answer_noise in [0, 1), ...) are checked by
+        # core.config; an accuracy of 0 would stop before training.
+        if self.stop_at_accuracy is not None and self.stop_at_accuracy <= 0.0:
             raise ConfigError(
                 f"config key 'stop_at_accuracy' must be in (0, 1] or null, "
                 f"got {self.stop_at_accuracy}"
@@ -147,10 +129,9 @@ class SFT(LMAlgorithm):
         }
 
     # ---- learning ---------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> SFT:
-        """Train until `total` optimizer steps (default: config.steps), or stop_at_accuracy."""
+    def train_until(self, total: int) -> None:
+        """Train until `total` optimizer steps, or stop_at_accuracy."""
         config = self.config
-        total = config.steps if total is None else total
         self.model.train()
         TrainLoop.from_config(
             self,
@@ -158,7 +139,6 @@ class SFT(LMAlgorithm):
             desc=f"sft {config.task.name}",
             eval_at_end=True,
         ).run()
-        return self
 
     @property
     def stopped_at(self) -> int | None:

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, AgentKeys
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig, make_env
@@ -37,11 +37,12 @@ def _kart() -> EnvConfig:
 
 
 @dataclass
-class ImitationConfig:
-    """Keys behavior cloning and DAgger share.
+class ImitationConfig(AgentKeys):
+    """Keys behavior cloning and DAgger share, beyond payoff.algos.base.AgentKeys (seed,
+    threads, log/eval/checkpoint intervals in epochs or rounds, eval_episodes,
+    final_eval_episodes).
 
     env: any Gymnasium env with Box observations and Discrete or Box actions.
-    seed: seeds torch, numpy, the expert rollouts and the evaluation episodes.
     expert: who labels states: 'kart' (scripted KartTrack driver), 'cartpole' (scripted
         balancer), 'keyboard' (you, in a pygame window), or a path to a payoff run
         directory or a policy file (any trained payoff policy).
@@ -56,10 +57,8 @@ class ImitationConfig:
         states where it does vary look extreme to the network (that is part of why
         behavior cloning is brittle).
     learning_rate / batch_size: Adam step size and minibatch size of the supervised fit.
-    eval_episodes: episodes per periodic evaluation; final_eval_episodes at the end.
     eval_tracks: for KartTrack, the track specs evaluated at the end (completion rate on
         each is reported: training family vs held-out family).
-    threads: torch CPU threads (small MLPs are fastest on 1).
     export_policy: also write the trained actor to this file at the end (the run always
         has it as policy.safetensors), e.g. for a later `algo: ppo` with `init_from: <that file>`.
     value_prefit_steps: when > 0, also fit a critic (PPO's Critic, same hidden/activation)
@@ -70,7 +69,6 @@ class ImitationConfig:
     """
 
     env: EnvConfig = field(default_factory=_kart)
-    seed: int = 0
     expert: str = "kart"
     label_budget: int = 2000
     loss: Literal["mse", "nll"] = "mse"
@@ -83,7 +81,6 @@ class ImitationConfig:
     eval_episodes: int = 50
     final_eval_episodes: int = 100
     eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
-    threads: int = 1
     export_policy: str | None = None
     value_prefit_steps: int = 0
     value_gamma: float = 0.99

@@ -11,13 +11,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm
+from payoff.algos.base import Algorithm, RunKeys
 from payoff.core.errors import ConfigError
-from payoff.envs.tasks import Row, Task, make_task
+from payoff.envs.tasks import Row, Task, TaskConfig, make_task
 from payoff.models.base_model import start_lm
 from payoff.models.lm import ModelConfig, save_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+
+@dataclass
+class LMKeys(RunKeys):
+    """RunKeys plus what the language-model trainers share (SFT, GRPO, DPO, the reward
+    model, PPO-RLHF); the intervals count optimizer steps (GRPO, PPO-RLHF: rollout batches).
+
+    model: the model trained. model.path = a local Hugging Face folder; empty = payoff's
+        tiny Llama (see payoff.models.lm.ModelConfig: dtype, LoRA, ...).
+    task: problems, prompts and held-out splits (task.name and task.options, or your own
+        data with task.name=jsonl and task.data=FILE; see payoff.envs.tasks.TaskConfig).
+    steps: training length (optimizer steps, or rollout batches for the RL trainers).
+    learning_rate / weight_decay: AdamW. 1e-3 suits the tiny model from scratch; a
+        pretrained model wants ~1e-5.
+    max_grad_norm: clip the global gradient norm to this (0 = off).
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    steps: int = 200
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:

@@ -14,13 +14,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.advantages import gae
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
-from payoff.envs.make import EnvConfig
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
@@ -32,32 +31,19 @@ from payoff.track.checkpoint import load_state
 
 
 @dataclass
-class OnPolicyConfig:
-    """Keys every on-policy algorithm (PPO, A2C, REINFORCE) shares.
+class OnPolicyConfig(VectorAgentKeys):
+    """Keys every on-policy algorithm (PPO, A2C, REINFORCE) shares, beyond VectorAgentKeys
+    (env, seed, threads, total_steps, num_envs, vectorization, gamma, max_grad_norm,
+    eval_every, eval_episodes, final_eval_episodes, stop_at_return, checkpoint_every,
+    check_finite; see payoff.algos.base). Intervals count env steps; the deterministic
+    policy is evaluated, and evaluation steps are not counted as training steps.
 
-    env: any Gymnasium id with Box or Discrete observations; Discrete or Box actions.
-    seed: seeds torch, numpy and the envs (env i gets seed + i).
-    total_steps: training length in env steps (summed over envs; the reset steps of
-        NEXT_STEP autoreset are not counted).
-    num_envs / num_steps: each update learns from num_envs x num_steps steps.
-    vectorization: 'auto' (payoff's batched NumPy env where one exists, else sync),
-        'batched', 'sync' (in-process, fastest for cheap envs) or 'async' (subprocesses).
-    gamma: discount.
+    num_steps: each update learns from num_envs x num_steps steps.
     learning_rate: Adam step size, a schedule over training ({start, end, fraction, kind}).
     hidden / activation: MLP widths and nonlinearity of actor and critic (separate nets).
     normalize_obs: keep running mean/std of observations and standardize them (stored in
         the actor, so saved policies carry it). Helps envs with badly scaled observations.
-    max_grad_norm: clip the global gradient norm to this (0 turns clipping off).
     log_std_init: initial log-std of the Gaussian policy (continuous actions only).
-    eval_every / eval_episodes: deterministic evaluation every this many env steps
-        (0 turns periodic evaluation off). Not counted as training steps.
-    final_eval_episodes: deterministic evaluation episodes at the end.
-    stop_at_return: stop early once a periodic evaluation averages at least this
-        (e.g. 475 on CartPole-v1); null trains for total_steps.
-    checkpoint_every: write checkpoints/latest.safetensors every this many env steps.
-    check_finite: stop with an error naming the env and step when an observation or
-        reward is NaN/inf. Costs ~1 microsecond per step; false skips it.
-    threads: torch CPU threads. Small MLPs run fastest on 1 thread (measured on 2 cores).
     init_from: start from the actor (and critic, if saved) in a policy file written by
         payoff.models.save_policy (e.g. after behavior cloning), or a saved PPO / A2C /
         REINFORCE model. Its spaces must match the env's.
@@ -70,26 +56,14 @@ class OnPolicyConfig:
         payoff.rollout.ray_pool.RayConfig and docs/scaling.md.
     """
 
-    env: EnvConfig = field(default_factory=EnvConfig)
-    seed: int = 0
-    total_steps: int = 100_000
-    num_envs: int = 8
     num_steps: int = 128
-    vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
-    gamma: float = 0.99
     learning_rate: Schedule = field(default_factory=lambda: Schedule(start=3e-4, end=3e-4))
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     normalize_obs: bool = False
-    max_grad_norm: float = 0.5
     log_std_init: float = 0.0
     eval_every: int = 25_000
-    eval_episodes: int = 20
-    final_eval_episodes: int = 50
-    stop_at_return: float | None = None
     checkpoint_every: int = 100_000
-    check_finite: bool = True
-    threads: int = 1
     init_from: str | None = None
     episode_info: list[str] = field(default_factory=list)
     backend: Literal["local", "ray"] = "local"
@@ -121,6 +95,7 @@ class FlatRollout:
 class OnPolicyAlgorithm(Agent):
     """Vector-env rollouts into preallocated storage, then the subclass's `update`."""
 
+    total_key = "total_steps"
     config: OnPolicyConfig
     uses_critic = True  # REINFORCE without a baseline sets this False
 
@@ -186,7 +161,6 @@ class OnPolicyAlgorithm(Agent):
             torch.long if not act_shape else torch.float32,
             info_keys=tuple(config.episode_info),
         )
-        self._horizon = config.total_steps  # what schedules span; learn() may extend it
         self._metrics: dict[str, float] = {}  # the last update's, until they are logged
 
     def _make_optimizer(self) -> None:
@@ -347,26 +321,19 @@ class OnPolicyAlgorithm(Agent):
         """One learning step from a full rollout; returns train/... metrics."""
         raise NotImplementedError
 
-    def learn(self, total: int | None = None) -> OnPolicyAlgorithm:
-        """Train until `total` env steps (default: config.total_steps).
-
-        Schedules span max(total, config.total_steps), so stopping early and resuming
-        later follows the same schedule as one uninterrupted run.
-        """
+    def train_until(self, total: int) -> None:
+        """Train until `total` env steps; schedules span config.total_steps."""
         config = self.config
-        total = config.total_steps if total is None else total
-        self._horizon = max(total, config.total_steps)
         TrainLoop.from_config(
             self,
             total,
             desc=f"{self.name} {config.env.id}",
         ).run()
-        return self
 
     def iterate(self) -> None:
         """Collect one rollout of num_envs x num_steps, then the subclass's update."""
         started, before = time.perf_counter(), self.step
-        fraction = self.step / self._horizon
+        fraction = self.step / self.config.total_steps
         self.optimizer.lr = self.config.learning_rate(fraction)
         value_fn = self._values if self.critic is not None else None
         self.runner.collect(self._policy_step, self.storage, value_fn)
