@@ -261,7 +261,6 @@ class RewardModel(Algorithm):
 
     def train_until(self, total: int) -> None:
         """Train every member until `total` steps."""
-        config = self.config
         for member in self.members:
             member.train()
         TrainLoop.from_config(

@@ -222,7 +222,6 @@ class RLHFPPO(LMAlgorithm):
     # ---- one step ---------------------------------------------------------------------
     def train_until(self, total: int) -> None:
         """Train until `total` rollout batches."""
-        config = self.config
         TrainLoop.from_config(
             self,
             total,
