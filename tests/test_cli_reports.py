@@ -7,7 +7,10 @@ import pytest
 import yaml
 
 from payoff.cli import main, parse_args
+from payoff.report.page import curve_panels, write_report
+from payoff.report.plots import final_point, point_count
 from payoff.track.progress import Progress
+from payoff.track.run import Run
 
 SHORT_Q = ["total_episodes=300", "eval_every=100", "eval_episodes=20", "final_eval_episodes=20"]
 
@@ -78,3 +81,65 @@ def test_progress_overshoot_keeps_the_total(monkeypatch, capsys):
     progress.close()
     assert progress._bar.n == 20_000 and progress._bar.total == 20_000
     assert "20.0k/20.0k" in bar and "100%" in bar
+
+
+def test_report_of_a_real_run_names_recipe_overrides_and_results(tmp_path):
+    out = tmp_path / "runs"
+    assert main(["train", "frozenlake-q", "--seed", "1", *SHORT_Q, "--out", str(out)]) == 0
+    page = (only_run(out) / "media" / "report.html").read_text()
+    assert "<b>Recipe <code>frozenlake-q</code></b>: Tabular Q-learning" in page
+    assert "<b>Overrides:</b> <code>total_episodes=300</code>" in page and "seed=1" in page
+    assert "<h3>Final evaluation</h3>\n<table><tr><th>mean_return</th>" in page
+    assert "{'mean_return'" not in page and "mean_return:" not in page  # no raw dict
+    assert "<img src='curves.png'" in page and "learning_curve" not in page
+
+
+def fake_run(tmp_path: Path, records: list[dict], summary: dict | None = None) -> Run:
+    config = {
+        "recipe": "cartpole-ppo",
+        "description": "solves in ~0.5 s",
+        "algo": "ppo",
+        "overrides": ["total_steps=300"],
+        "env": {"id": "CartPole-v1"},
+        "seed": 0,
+    }
+    run = Run.create(tmp_path, "fake", config)
+    for record in records:
+        run.log(**record)
+    run.close()
+    if summary:
+        run.write_summary(**summary)
+    return run
+
+
+def test_report_has_no_panel_for_a_one_point_metric(tmp_path):
+    returns = [{"step": s, "train/return": r} for s, r in ((100, 10.0), (200, 20.0), (300, 30.0))]
+    run = fake_run(tmp_path, [*returns, {"step": 300, "eval/mean_return": 25.0}])
+    assert curve_panels(run) == ["train/return"]
+    page = write_report(run).read_text()
+    assert "<h3>Metrics logged once</h3>" in page
+    assert "<code>eval/mean_return</code></th><td>25 <span class='note'>at step 300" in page
+    assert "Overrides:</b> <code>total_steps=300</code>" in page
+    assert (run.media / "curves.png").is_file()
+
+
+def test_report_draws_a_repeated_curve_once_and_the_final_evaluation_on_it(tmp_path):
+    evals = [
+        {"step": s, "eval/success_rate": v, "eval/mean_return": v}
+        for s, v in ((100, 0.1), (200, 0.3))
+    ]
+    final = {"step": 300, "final/success_rate": 0.5, "final/mean_return": 0.5}
+    run = fake_run(tmp_path, [*evals, final], {"final_eval": {"mean_return": 0.5}})
+    assert curve_panels(run) == ["eval/success_rate"]  # its mean return is the same curve
+    assert final_point(run, "eval/success_rate") == (300.0, 0.5)
+    assert final_point(run, "train/return") is None
+
+
+def test_final_point_falls_back_to_the_summary(tmp_path):
+    run = fake_run(
+        tmp_path,
+        [{"step": 0, "eval/accuracy": 0.4}, {"step": 5, "eval/accuracy": 0.5}],
+        {"final_eval": {"accuracy": 0.6, "examples": []}, "finished_step": 6},
+    )
+    assert final_point(run, "eval/accuracy") == (6.0, 0.6)
+    assert point_count(run, "eval/accuracy") == 3

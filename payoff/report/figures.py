@@ -4,7 +4,10 @@
 `COMPARISONS[algo]` draws the comparison pictures of an experiment whose members include
 `algo`. Curves come from the run's metrics.jsonl and events; what only the trained model
 knows (a Q-table, a policy to replay, a league's match results) comes from the algorithm
-object. An algorithm without an entry has no pictures beyond the report's learning curves.
+object. An algorithm without an entry has no pictures beyond the report's learning curves,
+which `payoff.report.page` draws for every run (train/return and the evaluations of deep-RL
+runs: a figure of its own here would show the same curves twice). `CURVES_IN_FIGURES[algo]`
+names the metrics an algorithm's figures already draw, so that the page leaves them out.
 """
 
 from __future__ import annotations
@@ -17,24 +20,13 @@ from payoff.report.elo import plot_elo, plot_league
 from payoff.report.imitation import comparison_figures, cross_track_figures
 from payoff.report.lm import plot_agent_training, plot_lm_training
 from payoff.report.overoptimization import plot_overoptimization, run_alarms
-from payoff.report.plots import plot_curves, plot_q_table
+from payoff.report.plots import plot_q_table
 from payoff.rollout.elo import league_markdown
 from payoff.rollout.league import league_rows
 from payoff.track.run import Run
 
 Figures = Callable[[Run, Any], list[Path]]  # (run, trained algorithm) -> files written
 Comparison = Callable[[list[Run], list[str], Path], list[Path]]  # (runs, labels, media)
-
-
-def learning_curve(run: Run, algorithm: Any) -> list[Path]:
-    """Training return, and the periodic evaluation's return when there was one."""
-    path = run.media / "learning_curve.png"
-    evaluated = any("eval/mean_return" in record for record in run.records())
-    metrics = ["train/return"] + (["eval/mean_return"] if evaluated else [])
-    plot_curves(
-        [run], path, metrics=metrics, title=f"{algorithm.name} on {algorithm.config.env.id}"
-    )
-    return [path]
 
 
 def q_table(run: Run, algorithm: Any) -> list[Path]:
@@ -92,12 +84,6 @@ def agent_training(run: Run, algorithm: Any) -> list[Path]:
 
 FIGURES: dict[str, Figures] = {
     "qlearning": q_table,
-    "reinforce": learning_curve,
-    "a2c": learning_curve,
-    "ppo": learning_curve,
-    "ppo_lagrangian": learning_curve,
-    "ippo": learning_curve,
-    "dqn": learning_curve,
     "bc": cross_track_figures,
     "dagger": cross_track_figures,
     "alphazero": elo_league,
@@ -105,6 +91,11 @@ FIGURES: dict[str, Figures] = {
     "agent_grpo": agent_training,
     "best_of_n": best_of_n_overoptimization,
     "rlhf_ppo": rlhf_overoptimization,
+}
+
+CURVES_IN_FIGURES: dict[str, tuple[str, ...]] = {
+    "grpo": ("train/accuracy", "eval/accuracy", "train/completion_length"),
+    "agent_grpo": ("eval/success",),
 }
 
 COMPARISONS: dict[str, Comparison] = {

@@ -1,103 +1,323 @@
-"""One HTML page per run: config, learning curves, final evaluation, pictures, GIFs, events."""
+"""One HTML page per run: what was run (the recipe and the overrides), results, learning
+curves, pictures, sample completions or trajectories, GIFs, events and the config."""
 
 from __future__ import annotations
 
 import html
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import yaml
 
 from payoff.core.io import atomic_write_text
-from payoff.report.plots import default_metrics, plot_curves
+from payoff.report.figures import CURVES_IN_FIGURES
+from payoff.report.plots import (
+    default_metrics,
+    final_point,
+    is_number,
+    plot_curves,
+    point_count,
+    series,
+)
 from payoff.track.run import Run
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; padding-bottom: .2em; }
+h3 { font-size: 1em; margin-bottom: .3em; }
 pre { background: #f6f6f6; padding: .8em; overflow-x: auto; font-size: .85em; }
-table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+table { border-collapse: collapse; margin-bottom: .8em; }
+td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
+th { background: #fafafa; font-weight: 600; }
+code { background: #f2f2f2; padding: 0 .25em; } td pre { margin: 0; padding: .2em; }
 img { max-width: 100%; margin: .5em 0; }
+.note { color: #555; } .ok { color: #070; } .bad { color: #b00; }
 .sev-critical { color: #b00; font-weight: bold; } .sev-warning { color: #b60; }
 """
 
+# The curves a reader looks at first, best first; the page draws up to two of them.
+CURVE_METRICS = (
+    "eval/success_rate",
+    "eval/mean_return",
+    "eval/accuracy",
+    "train/return",
+    "train/success_rate",
+    "train/accuracy",
+    "train/reward",
+)
+MAX_PANELS = 2
+# summary.json keys shown as sentences above the tables, not as rows
+NOTE_KEYS = ("headline", "final_line", "plateau_note")
+HIDDEN_KEYS = ("finished", "final_eval", *NOTE_KEYS)  # `finished` is always true here
+SHOWN_EXAMPLES = 5  # sample completions
+SHOWN_TRAJECTORIES = 3  # agent episodes from trajectories.md
+
 
 def write_report(run: Run) -> Path:
-    """Write media/report.html for `run` (drawing the learning curves first)."""
+    """Write media/report.html for `run` (drawing its learning curves first)."""
     media = run.media
     media.mkdir(exist_ok=True)
-    records = run.records()
-    curve_metrics = [
-        m
-        for m in ("eval/success_rate", "eval/mean_return", "train/return")
-        if any(m in r for r in records)
-    ]
-    curve_metrics = curve_metrics[:2] or default_metrics([run])
-    if records and curve_metrics:
-        plot_curves([run], media / "curves.png", metrics=curve_metrics, title=run.name)
     config = run.config
     summary = run.summary()
+    records = run.records()
+    panels = curve_panels(run)
+    curves = media / "curves.png"
+    if panels:
+        plot_curves([run], curves, metrics=panels, title=_curves_title(run.name, config))
+    else:
+        curves.unlink(missing_ok=True)  # left by an earlier report of this run
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>payoff run {html.escape(run.name)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{html.escape(run.name)}</h1>",
-        f"<p>{html.escape(str(config.get('description', '')))}</p>",
+        f"<title>payoff run {_esc(run.name)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{_esc(run.name)}</h1>",
+        *_what_ran(config),
+        *(f"<p>{_esc(summary[key])}</p>" for key in NOTE_KEYS if summary.get(key)),
     ]
-    if summary:
-        parts.append("<h2>Final evaluation</h2>")
-        parts.append(_summary_table(summary))
-    pictures = sorted(p for p in media.glob("*.png"))
+    parts += _results(summary, records)
+    pictures = sorted(media.glob("*.png"))
     if pictures:
         parts.append("<h2>Curves and pictures</h2>")
-        parts.extend(
-            f"<div><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></div>"
-            for p in pictures
-        )
+        if any(final_point(run, metric) for metric in panels):
+            parts.append(
+                "<p class='note'>The star on an evaluation curve is the final evaluation "
+                "(more episodes than the periodic ones).</p>"
+            )
+        parts.extend(_image(p) for p in pictures)
+    parts += _examples(summary)
+    parts += _trajectories(run.path / "trajectories.md")
     gifs = sorted(media.glob("*.gif"))
     if gifs:
         parts.append("<h2>Episodes</h2>")
-        parts.extend(
-            f"<div><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></div>"
-            for p in gifs
-        )
-    for extra in ("trajectories.md",):  # per-algorithm text artifacts (agent episodes)
-        if (run.path / extra).is_file():
-            parts.append(
-                f"<p><a href='../{extra}'>{extra}</a>: episodes rendered as conversations</p>"
-            )
-    events = run.events()
-    if events:
-        parts.append(
-            "<h2>Events</h2><table><tr><th>step</th><th>kind</th><th>severity</th><th>message</th></tr>"
-        )
-        for record in events:
-            event = record["event"]
-            severity = html.escape(str(event.get("severity", "")))
-            parts.append(
-                f"<tr><td>{record['step']}</td><td>{html.escape(str(event.get('kind')))}</td>"
-                f"<td class='sev-{severity}'>{severity}</td><td>{html.escape(str(event.get('message')))}</td></tr>"
-            )
-        parts.append("</table>")
+        parts.extend(_image(p) for p in gifs)
+    parts += _events(run.events())
     parts.append("<h2>Config</h2>")
-    parts.append(f"<pre>{html.escape(yaml.safe_dump(config, sort_keys=False))}</pre>")
-    parts.append(f"<p>Run directory: <code>{html.escape(str(run.path))}</code></p></body></html>")
+    parts.append(f"<pre>{_esc(yaml.safe_dump(config, sort_keys=False))}</pre>")
+    parts.append(f"<p>Run directory: <code>{_esc(run.path)}</code></p></body></html>")
     path = media / "report.html"
     atomic_write_text(path, "\n".join(parts))
     return path
 
 
-def _summary_table(summary: dict) -> str:
+def curve_panels(run: Run) -> list[str]:
+    """The metrics the page draws as curves: the headline metrics with at least two points
+    (a one-point metric is a row of the results table instead), none that the algorithm's own
+    figures already draw, and none that repeats another curve point for point (FrozenLake's
+    success rate is its mean return)."""
+    records = run.records()
+    logged = {key for record in records for key in record}
+    shown = list(CURVES_IN_FIGURES.get(str(run.config.get("algo")), ()))
+    candidates = [m for m in CURVE_METRICS if m in logged] or default_metrics([run])
+    panels: list[str] = []
+    for metric in candidates:
+        if len(panels) == MAX_PANELS:
+            break
+        if metric in shown or point_count(run, metric) < 2:
+            continue
+        if any(_same_curve(run, metric, other) for other in shown):
+            continue
+        panels.append(metric)
+        shown.append(metric)
+    return panels
+
+
+def _same_curve(run: Run, metric: str, other: str) -> bool:
+    (xs, ys), (other_xs, other_ys) = series(run, metric), series(run, other)
+    return (
+        np.array_equal(xs, other_xs)
+        and np.array_equal(ys, other_ys)
+        and final_point(run, metric) == final_point(run, other)
+    )
+
+
+def _curves_title(name: str, config: dict[str, Any]) -> str:
+    """'cartpole-ppo: ppo on CartPole-v1, seed 1' (what ran, not the directory's name)."""
+    recipe, algo = config.get("recipe"), config.get("algo")
+    if not recipe or not algo:
+        return name
+    env = config.get("env")
+    title = f"{recipe}: {algo}" + (f" on {env['id']}" if isinstance(env, dict) else "")
+    return title + (f", seed {config['seed']}" if "seed" in config else "")
+
+
+def _what_ran(config: dict[str, Any]) -> list[str]:
+    """The recipe with its own description, and the overrides this run was started with: the
+    description is the recipe's (its "solves in ~0.5 s"), not a claim about this run."""
+    recipe = config.get("recipe")
+    description = config.get("description", "")
+    if not recipe:
+        return [f"<p>{_esc(description)}</p>"] if description else []
+    lines = [
+        f"<p><b>Recipe <code>{_esc(recipe)}</code></b>"
+        + (f": {_esc(description)}" if description else "")
+        + "</p>"
+    ]
+    if "overrides" not in config:  # a run from before config.yaml kept them
+        return lines
+    overrides = [str(o) for o in config["overrides"] or []]
+    if overrides:
+        codes = " ".join(f"<code>{_esc(o)}</code>" for o in overrides)
+        lines.append(
+            f"<p><b>Overrides:</b> {codes} <span class='note'>(this run differs from the recipe "
+            "as shipped; its description is about the recipe)</span></p>"
+        )
+    else:
+        lines.append("<p><b>Overrides:</b> none (the recipe as shipped)</p>")
+    return lines
+
+
+def _results(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """Tables: the final evaluation, the run's other headline numbers, metrics logged once."""
+    parts: list[str] = []
+    final = summary.get("final_eval")
+    if isinstance(final, dict):
+        rows = _final_rows(final)
+        if rows:
+            parts += ["<h3>Final evaluation</h3>", _table(rows)]
+    other = [
+        (key, value)
+        for key, value in summary.items()
+        if key not in HIDDEN_KEYS
+        and not (key == "finished_step" and value == summary.get("steps"))  # said once
+    ]
+    if other:
+        parts += ["<h3>Run</h3>", _table([(_label(k), _cell(v)) for k, v in other])]
+    once = _logged_once(records)
+    if once:
+        rows = [
+            (f"<code>{_esc(m)}</code>", f"{_cell(v)} <span class='note'>at step {s}</span>")
+            for m, v, s in once
+        ]
+        parts += ["<h3>Metrics logged once</h3>", _table(rows)]
+    return ["<h2>Results</h2>", *parts] if parts else []
+
+
+def _final_rows(final: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per final-evaluation number; mean and std of the return as `mean ± std`."""
     rows = []
-    for key, value in summary.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = json.dumps(value)[:300]
-        rows.append(f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(_fmt(value))}</td></tr>")
-    return "<table>" + "".join(rows) + "</table>"
+    for key, value in final.items():
+        if value is None or key in ("examples", "pass_at", "std_return"):  # pass_at: pass@k rows
+            continue
+        if key == "mean_return" and isinstance(final.get("std_return"), int | float):
+            rows.append((_label(key), f"{_fmt(value)} ± {_fmt(final['std_return'])}"))
+            continue
+        rows.append((_label(key), _cell(value)))
+    return rows
+
+
+def _logged_once(records: list[dict[str, Any]]) -> list[tuple[str, Any, int]]:
+    """(metric, value, step) of each metric with a single numeric point (no curve to draw);
+    final/* are left out: they are the final evaluation's table."""
+    seen: dict[str, list[tuple[Any, int]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if "/" in key and not key.startswith("final/") and is_number(value):
+                seen.setdefault(key, []).append((value, record["step"]))
+    return [(key, *points[0]) for key, points in seen.items() if len(points) == 1]
+
+
+def _examples(summary: dict[str, Any]) -> list[str]:
+    """A few of the final evaluation's completions (language-model runs keep them there)."""
+    final = summary.get("final_eval")
+    examples = final.get("examples") if isinstance(final, dict) else None
+    if not isinstance(examples, list) or not examples:
+        return []
+    examples = [e for e in examples if isinstance(e, dict)][:SHOWN_EXAMPLES]
+    columns = list(dict.fromkeys(key for example in examples for key in example))
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    rows = "".join(
+        "<tr>" + "".join(_example_cell(c, e.get(c)) for c in columns) + "</tr>" for e in examples
+    )
+    return [
+        "<h2>Sample completions</h2>",
+        "<p class='note'>From the final evaluation (greedy decoding).</p>",
+        f"<table><tr>{head}</tr>{rows}</table>",
+    ]
+
+
+def _example_cell(column: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"<td class='{'ok' if value else 'bad'}'>{'yes' if value else 'no'}</td>"
+    if isinstance(value, str):
+        return f"<td><pre>{_esc(value)}</pre></td>"
+    return f"<td>{_cell(value)}</td>"
+
+
+def _trajectories(path: Path) -> list[str]:
+    """The first few episodes of an agent's trajectories.md (its held-out episodes)."""
+    if not path.is_file():
+        return []
+    title, *episodes = path.read_text().split("\n### ")
+    shown = "\n### ".join([title, *episodes[:SHOWN_TRAJECTORIES]]).strip()
+    more = len(episodes) - SHOWN_TRAJECTORIES
+    rest = f" ({more} more in it)" if more > 0 else ""
+    return [
+        "<h2>Trajectories</h2>",
+        f"<p class='note'>Held-out episodes as conversations, from "
+        f"<a href='../trajectories.md'>trajectories.md</a>{rest}.</p>",
+        f"<pre>{_esc(shown)}</pre>",
+    ]
+
+
+def _events(events: list[dict[str, Any]]) -> list[str]:
+    if not events:
+        return []
+    parts = [
+        "<h2>Events</h2><table><tr><th>step</th><th>kind</th><th>severity</th><th>message</th></tr>"
+    ]
+    for record in events:
+        event = record["event"]
+        severity = _esc(event.get("severity", ""))
+        parts.append(
+            f"<tr><td>{record['step']}</td><td>{_esc(event.get('kind'))}</td>"
+            f"<td class='sev-{severity}'>{severity}</td><td>{_esc(event.get('message'))}</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    """Rows of (already escaped) header and cell HTML."""
+    return "<table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _cell(value: Any) -> str:
+    """A summary value as HTML: numbers right-aligned, mappings and lists of records as tables."""
+    if isinstance(value, dict):
+        return _table([(_label(k), _cell(v)) for k, v in value.items()])
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        columns = list(dict.fromkeys(key for row in value for key in row))
+        head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns) + "</tr>"
+            for row in value
+        )
+        return f"<table><tr>{head}</tr>{body}</table>"
+    if isinstance(value, list):
+        text = json.dumps(value)
+        return f"<code>{_esc(text if len(text) <= 300 else text[:300] + ' …')}</code>"
+    return _esc(_fmt(value))
+
+
+def _label(key: object) -> str:
+    """A summary key as written (`mean_return`, as `payoff eval --json` prints it)."""
+    return _esc(key)
+
+
+def _image(path: Path) -> str:
+    return f"<div><img src='{_esc(path.name)}' alt='{_esc(path.stem)}'></div>"
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value))
 
 
 def _fmt(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -43,10 +43,41 @@ def series(run: Run, metric: str, x: str = "step") -> tuple[np.ndarray, np.ndarr
     xs, ys = [], []
     for record in run.records():
         value = record.get(metric)
-        if isinstance(value, int | float) and not isinstance(value, bool) and x in record:
+        if is_number(value) and x in record:
             xs.append(record[x])
             ys.append(value)
     return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+
+
+def final_point(run: Run, metric: str, x: str = "step") -> tuple[float, float] | None:
+    """Where the final evaluation puts an `eval/...` metric: (x, value), or None.
+
+    The final evaluation (more episodes than a periodic one) is logged as `final/<name>` at
+    the last step; runs that only wrote it to summary.json (language models) are read there.
+    """
+    if not metric.startswith("eval/"):
+        return None
+    name = metric.removeprefix("eval/")
+    for record in reversed(run.records()):
+        value = record.get(f"final/{name}")
+        if is_number(value) and x in record:
+            return float(record[x]), float(value)
+    summary = run.summary()
+    final = summary.get("final_eval") or {}
+    value = final.get(name, final.get(metric))  # agents keep the eval/ prefix there
+    if is_number(value) and x == "step" and is_number(summary.get("finished_step")):
+        return float(summary["finished_step"]), float(value)
+    return None
+
+
+def point_count(run: Run, metric: str, x: str = "step") -> int:
+    """How many points a curve of `metric` has (the final evaluation's included)."""
+    return len(series(run, metric, x)[0]) + (final_point(run, metric, x) is not None)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """A metric value that can be drawn (True/False and None are not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def default_metrics(runs: Sequence[Run]) -> list[str]:
@@ -86,26 +117,56 @@ def plot_curves(
     metrics = list(metrics) if metrics else default_metrics(runs)
     if not metrics:
         raise RunError("the runs share no numeric metric to plot; pass --metric")
-    fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False, sharex=True
+    )
     groups: dict[str, list[Run]] = defaultdict(list)
     for i, run in enumerate(runs):
         groups[labels[i] if labels else _group_label(run)].append(run)
     for ax, metric in zip(axes[0], metrics, strict=True):
+        final_labelled = False
         for color_index, (label, members) in enumerate(groups.items()):
             color = f"C{color_index % 10}"
             curves = [series(run, metric, x) for run in members]
             curves = [(xs, ys) for xs, ys in curves if len(xs)]
-            if not curves:
-                continue
             if len(curves) == 1:
-                ax.plot(curves[0][0], curves[0][1], color=color, label=label)
+                xs, ys = curves[0]
+                ax.plot(xs, ys, color=color, label=label, marker="o" if len(xs) == 1 else None)
+            elif curves:
+                grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
+                stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
+                ax.plot(
+                    grid,
+                    stacked.mean(0),
+                    color=color,
+                    label=f"{label} (mean of {len(curves)} seeds)",
+                )
+                ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
+            finals = [p for p in (final_point(run, metric, x) for run in members) if p]
+            if not finals:
                 continue
-            grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
-            stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
-            ax.plot(
-                grid, stacked.mean(0), color=color, label=f"{label} (mean of {len(curves)} seeds)"
+            if len(members) == 1 and len(curves) == 1 and finals[0][0] > curves[0][0][-1]:
+                # join the curve to a final point logged after its last periodic evaluation
+                ax.plot(
+                    [curves[0][0][-1], finals[0][0]],
+                    [curves[0][1][-1], finals[0][1]],
+                    color=color,
+                    linestyle=":",
+                )
+            ax.scatter(
+                [p[0] for p in finals],
+                [p[1] for p in finals],
+                color=color,
+                marker="*",
+                s=140,
+                zorder=3,
+                edgecolors="black",
+                linewidths=0.5,
+                label=None
+                if final_labelled
+                else "final evaluation" + (" (each seed)" if len(finals) > 1 else ""),
             )
-            ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
+            final_labelled = True
         if mark_alarms:
             _mark_alarms(ax, runs, x)
         ax.set_xlabel(x)
