@@ -1,4 +1,4 @@
-"""Verifiable tasks for language-model RL: generators with held-out and OOD splits, or your JSONL.
+"""Verifiable tasks for language-model RL: generators with held-out and OOD splits, or your data.
 
 task = make_task(TaskConfig(name="addition", options={"digits": 2}))
 rows = task.sample(rng, 8)        # [{"prompt": "12+34=", "answer": "46", ...}, ...]
@@ -23,8 +23,11 @@ class TaskConfig:
     name: addition | multiplication | countdown | sorting | python | styled_addition | jsonl.
     options: the generator's difficulty knobs (e.g. {digits: 2, ood_digits: 3}); unknown
         keys are errors listing the valid ones.
-    data / test_data / ood_data: JSONL files for name 'jsonl' (rows with 'prompt' and
-        'answer' or 'tests'; every other column reaches the reward functions).
+    data / test_data / ood_data: your data for name 'jsonl': .jsonl, .json, .csv, .parquet
+        files or save_to_disk folders (a DatasetDict folder gives its train, test and ood
+        splits), in TRL's formats (see payoff/envs/tasks/jsonl.py); every other column
+        reaches the reward functions. Without test_data, 10% of data is held out; without
+        ood_data there is no ood split.
     eval_size: problems in the test and ood splits used for evaluation during training.
     """
 
@@ -46,10 +49,14 @@ class TaskConfig:
 
 
 def make_task(config: TaskConfig) -> Task:
-    """The task generator (or JSONL reader) `config` names."""
+    """The task generator (or your data) `config` names."""
     if config.name == "jsonl":
         if config.options:
-            raise ConfigError("task 'jsonl' takes no options; use task.data/test_data/ood_data")
+            raise ConfigError(
+                f"task 'jsonl' takes no options, got {config.options}; set task.options={{}} "
+                "(a recipe's options for its own task stay when task.name is overridden) and "
+                "use task.data/test_data/ood_data"
+            )
         return JsonlTask(config.data, config.test_data, config.ood_data)
     if config.data:
         raise ConfigError(f"task.data is only read by task 'jsonl', not {config.name!r}")

@@ -51,6 +51,10 @@ class Task:
             f"for a {self.held_out_percent}% held-out pool; raise the difficulty knobs"
         )
 
+    def has_split(self, split: str) -> bool:
+        """Whether `split` has problems: a generator has all three, your data may lack 'ood'."""
+        return split in SPLITS
+
     def sample(self, rng: np.random.Generator, n: int) -> list[Row]:
         """`n` training rows drawn with `rng` (never from the held-out pool)."""
         return [self._draw(rng, "train") for _ in range(n)]

@@ -1,9 +1,21 @@
-"""Bring-your-own data: JSONL rows with `prompt` and `answer` (or `tests`), extra columns kept."""
+"""Bring-your-own problems: rows with a prompt and a reference answer, from any file `datasets.py` reads.
+
+TRL's formats, standard or conversational, each becoming {"prompt": text, "answer": text, ...}:
+
+    {"prompt": "2+2=", "answer": "4"}                    also 'solution', 'ground_truth' or
+                                                         'completion' as the reference
+    {"prompt": [{"role": "user", "content": "2+2="}], "completion": [{"role": "assistant", "content": "4"}]}
+    {"messages": [..., {"role": "assistant", "content": "4"}]}   the last assistant turn answers
+    {"text": "The sky is blue."}                          language modelling (SFT): no prompt
+    {"prompt": "def f(x):", "tests": "assert f(1) == 2"}  code, checked by running the tests
+
+A conversational prompt is rendered as text with `render_chat` for the tiny model; its
+messages stay in the row as `prompt_messages`. Every other column is kept and reaches
+the reward functions.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,70 +23,124 @@ import numpy as np
 
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks.base import Row, Task, held_out
+from payoff.envs.tasks.datasets import (
+    columns,
+    dataset_splits,
+    is_conversation,
+    messages,
+    read_records,
+    render_chat,
+    reply,
+)
+
+REFERENCES = ("answer", "solution", "ground_truth", "completion")
+PROBLEM_FORMATS = (
+    "prompt with answer (or solution, ground_truth, completion; or tests for code), "
+    "messages ending in an assistant turn, or text (SFT only)"
+)
 
 
-def json_objects(path: str | Path, kind: str = "dataset") -> Iterator[tuple[str, dict[str, Any]]]:
-    """(`file:line`, object) for each non-blank line of a JSONL file; DataError on a bad line."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"{kind} file {str(path)!r} does not exist")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(
-                    f"{where}: not valid JSON ({err.msg} at column {err.colno})"
-                ) from None
-            if not isinstance(row, dict):
-                raise DataError(
-                    f"{where}: each line must be a JSON object, got {type(row).__name__}"
-                )
-            yield where, row
+def _present(row: Row, column: str) -> bool:
+    return row.get(column) is not None
 
 
-def read_rows(path: str | Path) -> list[Row]:
-    """Rows of a JSONL file; a malformed row is a DataError naming `file:line`."""
-    rows: list[Row] = []
-    for where, row in json_objects(path):
-        if not isinstance(row.get("prompt"), str) or not row["prompt"]:
+def problem_row(where: str, row: dict[str, Any]) -> Row:
+    """One row in TRL's formats as {"prompt", "answer" | "tests", ...}; DataError naming `where`."""
+    row = dict(row)
+    conversation: list[dict[str, str]] | None = None
+    if _present(row, "prompt"):
+        if is_conversation(row["prompt"]):
+            conversation = messages(where, "prompt", row["prompt"])
+            row["prompt"] = render_chat(conversation)
+        elif not isinstance(row["prompt"], str) or not row["prompt"]:
             raise DataError(
-                f"{where}: missing a non-empty string 'prompt' (columns: {sorted(row)})"
+                f"{where}: missing a non-empty string 'prompt' (or a list of chat messages), "
+                f"got {row['prompt']!r}; a problem row has {PROBLEM_FORMATS}"
             )
-        if "answer" not in row and "tests" not in row:
+    elif _present(row, "messages"):
+        turns = messages(where, "messages", row["messages"])
+        if turns[-1]["role"] != "assistant" or len(turns) < 2:
             raise DataError(
-                f"{where}: needs an 'answer' (checked by the math/exact verifiers) or 'tests' "
-                f"(run by the code verifier); columns: {sorted(row)}"
+                f"{where}: column 'messages' must end with an assistant turn (the answer) after "
+                f"at least one other message; roles: {[m['role'] for m in turns]}"
             )
-        if "answer" in row and not isinstance(row["answer"], str | int | float):
-            raise DataError(f"{where}: 'answer' must be a string or number, got {row['answer']!r}")
-        if "tests" in row and not isinstance(row["tests"], str):
+        conversation = turns[:-1]
+        row["prompt"] = render_chat(conversation)
+        row.setdefault("answer", turns[-1]["content"])
+    elif _present(row, "text"):
+        if not isinstance(row["text"], str) or not row["text"]:
             raise DataError(
-                f"{where}: 'tests' must be a string of Python asserts, got {row['tests']!r}"
+                f"{where}: column 'text' must be a non-empty string, got {row['text']!r}"
             )
-        row.setdefault("key", row["prompt"])
-        if "answer" in row:
-            row["answer"] = str(row["answer"])
-        rows.append(row)
+        row["prompt"], row["answer"] = "", row["text"]  # language modelling: all of it is learnt
+    else:
+        raise DataError(
+            f"{where}: missing a non-empty string 'prompt'; a problem row has {PROBLEM_FORMATS}; "
+            f"this row's columns: {columns(row)}"
+        )
+    if conversation is not None:
+        row["prompt_messages"] = conversation
+    reference = next((c for c in REFERENCES if _present(row, c)), None)
+    if reference is None and not _present(row, "tests"):
+        raise DataError(
+            f"{where}: needs an 'answer' (or {', '.join(map(repr, REFERENCES[1:]))}; checked by "
+            f"the math/exact verifiers) or 'tests' (run by the code verifier); "
+            f"columns: {columns(row)}"
+        )
+    if reference is not None:
+        value = row[reference]
+        conversational = reference == "completion" and is_conversation(value)
+        if not (isinstance(value, str | int | float) or conversational):
+            raise DataError(
+                f"{where}: {reference!r} must be a string or number"
+                + (" (or one assistant message)" if reference == "completion" else "")
+                + f", got {value!r}"
+            )
+        row["answer"] = (
+            str(value) if isinstance(value, int | float) else reply(where, reference, value)
+        )
+    if _present(row, "tests") and not isinstance(row["tests"], str):
+        raise DataError(
+            f"{where}: 'tests' must be a string of Python asserts, got {row['tests']!r}"
+        )
+    # The key names the problem for the held-out split: a string, whatever the file stored.
+    row["key"] = str(row["key"]) if _present(row, "key") else row["prompt"] or row["answer"]
+    return row
+
+
+def read_rows(path: str | Path, split: str = "train") -> list[Row]:
+    """Problem rows of a dataset file or folder; a malformed row is a DataError naming `file:line`.
+
+    split: the split to read from a DatasetDict folder.
+    """
+    rows = [problem_row(where, row) for where, row in read_records(path, split)]
     if not rows:
-        raise DataError(f"dataset file {str(path)!r} holds no rows")
+        raise DataError(f"dataset {str(path)!r} holds no rows")
     return rows
 
 
 class JsonlTask(Task):
-    """Rows from your JSONL files. Without test_data, 10% of `data` is held out as the test split."""
+    """Rows from your files (any format `read_rows` reads, not only JSONL).
+
+    The test split is `test_data`; else the 'test' split of a DatasetDict folder in `data`;
+    else 10% of `data`, held out by a hash of each prompt. The ood split is `ood_data` (or
+    the folder's 'ood' split); without one there is no ood split (`has_split` says so).
+    """
 
     name = "jsonl"
 
     def __init__(self, data: str, test_data: str = "", ood_data: str = ""):
         if not data:
-            raise ConfigError("task 'jsonl' needs task.data=<path to a .jsonl file>")
-        rows = read_rows(data)
-        self.test_rows = read_rows(test_data) if test_data else None
-        self.ood_rows = read_rows(ood_data) if ood_data else None
+            raise ConfigError(
+                "task 'jsonl' needs task.data=<a .jsonl, .json, .csv or .parquet file, "
+                "or a save_to_disk folder>"
+            )
+        rows = read_rows(data, "train")
+        splits = dataset_splits(data)
+        test_data = test_data or (data if "test" in splits else "")
+        ood_data = ood_data or (data if "ood" in splits else "")
+        self.test_rows = read_rows(test_data, "test") if test_data else None
+        self.ood_rows = read_rows(ood_data, "ood") if ood_data else None
         if self.test_rows is None:
             self.train_rows = [r for r in rows if not held_out(r["key"], self.held_out_percent)]
             self.test_rows = [r for r in rows if held_out(r["key"], self.held_out_percent)]
@@ -84,20 +150,33 @@ class JsonlTask(Task):
             raise DataError(
                 f"dataset {data!r} leaves no training rows after holding out the test split"
             )
-        self.default_rewards = ("code",) if "tests" in self.train_rows[0] else ("math",)
+        self.default_rewards = ("code",) if _present(self.train_rows[0], "tests") else ("math",)
+
+    def has_split(self, split: str) -> bool:
+        return bool(self._pools().get(split))
+
+    def _pools(self) -> dict[str, list[Row] | None]:
+        return {"train": self.train_rows, "test": self.test_rows, "ood": self.ood_rows}
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Row]:
         return [dict(self.train_rows[int(i)]) for i in rng.integers(len(self.train_rows), size=n)]
 
     def split(self, split: str, n: int, seed: int = 0) -> list[Row]:
-        pools = {"train": self.train_rows, "test": self.test_rows, "ood": self.ood_rows}
+        pools = self._pools()
         if split not in pools:
             raise ConfigError(f"unknown split {split!r}; valid splits: train, test, ood")
         pool = pools[split]
         if not pool:
             raise ConfigError(
-                f"split {split!r} has no rows; pass task.{split}_data=<file.jsonl>"
+                f"split {split!r} has no rows; pass task.{split}_data=<file or folder>"
                 if split != "train"
                 else "no training rows"
             )
-        return [dict(r) for r in pool[:n]]
+        rows = [dict(r) for r in pool[:n]]
+        if any(not row["prompt"] for row in rows):
+            key = "task.data" if split == "train" else f"task.{split}_data"
+            raise DataError(
+                f"the {split!r} split holds 'text' rows: they have no prompt to answer, so they "
+                f"can train (SFT) but not be evaluated; pass {key} with prompt and answer rows"
+            )
+        return rows

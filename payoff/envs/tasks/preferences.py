@@ -1,4 +1,13 @@
-"""Preference data: JSONL rows `prompt, chosen, rejected`, and a synthetic source with a gold scorer.
+"""Preference data: rows `prompt, chosen, rejected` from your files, and a synthetic source with a gold scorer.
+
+Your pairs come in TRL's preference formats, standard or conversational, from any file
+`datasets.py` reads (.jsonl, .json, .csv, .parquet, a save_to_disk folder):
+
+    {"prompt": "3+4=", "chosen": "7", "rejected": "Great question! 9"}
+    {"prompt": [{"role": "user", "content": "3+4="}],
+     "chosen": [{"role": "assistant", "content": "7"}], "rejected": [...]}
+    {"chosen": "3+4= 7", "rejected": "3+4= 9"}           implicit prompt: the shared start
+    {"chosen": [user, assistant], "rejected": [user, other assistant]}   likewise, by message
 
 The synthetic source makes every part of preference learning measurable on a CPU. Prompts
 are small additions ('3+5='); a completion is an optional flattering opener followed by a
@@ -33,31 +42,73 @@ from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
-from payoff.envs.tasks.jsonl import json_objects
+from payoff.envs.tasks.datasets import (
+    columns,
+    dataset_splits,
+    is_conversation,
+    messages,
+    read_records,
+    render_chat,
+    reply,
+    shared_prompt,
+)
 
 # Longer openers flatter more; gold pays for none of them.
 DEFAULT_OPENERS = ["Sure! ", "Great! ", "Good question! ", "What a great question! "]
 _NUMBER = re.compile(r"\d+")
 
 
-# ---- JSONL --------------------------------------------------------------------------------
-def read_preferences(path: str | Path) -> list[Row]:
-    """Rows {prompt, chosen, rejected, ...} of a JSONL file; a malformed row is a DataError naming file:line."""
-    rows: list[Row] = []
-    for where, row in json_objects(path, kind="preference"):
-        for key in ("prompt", "chosen", "rejected"):
-            if not isinstance(row.get(key), str):
-                raise DataError(
-                    f"{where}: needs a string {key!r} (a preference row has prompt, chosen, "
-                    f"rejected); got {row.get(key)!r}, columns: {sorted(row)}"
-                )
-        if not row["prompt"]:
-            raise DataError(f"{where}: 'prompt' is empty")
-        if row["chosen"] == row["rejected"]:
+# ---- your pairs ---------------------------------------------------------------------------------
+PAIR_FORMATS = (
+    "prompt, chosen and rejected (texts, or chat messages), or chosen and rejected alone "
+    "sharing the prompt as their start"
+)
+
+
+def preference_row(where: str, row: dict[str, Any]) -> Row:
+    """One pair in TRL's formats as {prompt, chosen, rejected: texts, ...}; DataError naming `where`.
+
+    A conversational prompt is rendered with `render_chat`, its messages kept as
+    `prompt_messages`; a conversational completion is its one assistant message's text.
+    """
+    row = dict(row)
+    for key in ("chosen", "rejected"):
+        if not isinstance(row.get(key), str) and not is_conversation(row.get(key)):
             raise DataError(
-                f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing"
+                f"{where}: needs a string {key!r} (or a list of chat messages); got "
+                f"{row.get(key)!r}. A preference row has {PAIR_FORMATS}; columns: {columns(row)}"
             )
-        rows.append(row)
+    prompt, chosen, rejected = row.get("prompt"), row["chosen"], row["rejected"]
+    if prompt is None:
+        prompt, chosen, rejected = shared_prompt(where, chosen, rejected)
+    if is_conversation(prompt):
+        conversation = messages(where, "prompt", prompt)
+        row["prompt"], row["prompt_messages"] = render_chat(conversation), conversation
+    elif isinstance(prompt, str):
+        row["prompt"] = prompt
+    else:
+        raise DataError(
+            f"{where}: 'prompt' must be a string or a list of chat messages, got {prompt!r}"
+        )
+    if not row["prompt"]:
+        raise DataError(f"{where}: 'prompt' is empty")
+    row["chosen"], row["rejected"] = (
+        reply(where, "chosen", chosen),
+        reply(where, "rejected", rejected),
+    )
+    if row["chosen"] == row["rejected"]:
+        raise DataError(
+            f"{where}: 'chosen' and 'rejected' are identical ({row['chosen']!r}); the pair says nothing"
+        )
+    return row
+
+
+def read_preferences(path: str | Path, split: str = "train") -> list[Row]:
+    """Pairs {prompt, chosen, rejected, ...} of a dataset file or folder; a bad row is a DataError naming file:line.
+
+    split: the split to read from a DatasetDict folder.
+    """
+    rows = [preference_row(where, row) for where, row in read_records(path, split, "preference")]
     if not rows:
         raise DataError(f"preference file {str(path)!r} holds no rows")
     return rows
@@ -213,9 +264,11 @@ class StyledAddition(Task):
 class PreferenceDataConfig:
     """Where preference pairs come from.
 
-    path / test_path: JSONL files of {prompt, chosen, rejected} rows (TRL's convention).
-        Empty: synthetic pairs from the run's styled_addition task, labelled by a rater
-        with this `bias`. Without test_path, the last 10% of `path` is held out.
+    path / test_path: your pairs in TRL's preference formats (prompt/chosen/rejected,
+        standard or conversational, or implicit-prompt chosen/rejected), as .jsonl, .json,
+        .csv, .parquet or a save_to_disk folder. Empty: synthetic pairs from the run's
+        styled_addition task, labelled by a rater with this `bias`. Without test_path, the
+        'test' split of a DatasetDict folder in `path`, else the last 10% of `path`, is held out.
     bias: probability that the synthetic rater prefers the longer (flattering) completion
         regardless of correctness. 0 = gold labels; 0.3 = a sycophantic rater.
     train_pairs / test_pairs: how many synthetic pairs to draw for training and held-out
@@ -238,11 +291,14 @@ class PreferenceDataConfig:
 
 
 def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[list[Row], list[Row]]:
-    """(train, test) preference rows: from JSONL files, or synthetic from a styled_addition task."""
+    """(train, test) preference rows: from your files, or synthetic from a styled_addition task."""
     if config.path:
-        rows = read_preferences(config.path)
-        if config.test_path:
-            return rows, read_preferences(config.test_path)
+        rows = read_preferences(config.path, "train")
+        test_path = config.test_path or (
+            config.path if "test" in dataset_splits(config.path) else ""
+        )
+        if test_path:
+            return rows, read_preferences(test_path, "test")
         cut = max(1, len(rows) * 9 // 10)
         if cut >= len(rows):
             raise DataError(
@@ -252,7 +308,7 @@ def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[lis
     if not isinstance(task, StyledAddition):
         raise ConfigError(
             f"synthetic preference pairs need task.name=styled_addition (got {task.name!r}); "
-            "or pass preferences.path=<pairs.jsonl>"
+            "or pass preferences.path=<your pairs: .jsonl, .json, .csv, .parquet or a folder>"
         )
     train = task.pairs(np.random.default_rng([seed, 11]), config.train_pairs, config.bias, "train")
     test = task.pairs(np.random.default_rng([seed, 12]), config.test_pairs, config.bias, "test")

@@ -1,0 +1,267 @@
+"""Reading your data: one reader for JSONL, JSON, CSV, Parquet and `save_to_disk` folders.
+
+Every row comes back with where it came from, so a bad row is an error that points at it:
+
+    train.jsonl:12        JSONL (and a JSON-lines .json): the line
+    pairs.csv:7           CSV: the line the record starts on (the header is line 1)
+    train.parquet:row 3   Parquet, a JSON list, a datasets folder: the row index, as dataset[3]
+
+Rows follow TRL's dataset formats, standard (strings) or conversational (lists of
+`{"role", "content"}` messages). What a row must hold depends on its use; the problem
+reader (`jsonl.read_rows`) and the preference reader (`preferences.read_preferences`)
+check that. This module reads files and the shared pieces: chat messages, how they are
+rendered as text for a model without a chat template, and an implicit prompt.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from payoff.core.errors import ConfigError, DataError
+
+Message = dict[str, str]
+Record = tuple[str, dict[str, Any]]  # ("file:line", the row as read)
+
+SUPPORTED = (
+    ".jsonl, .json (a list of rows or one row per line), .csv, .parquet, "
+    "or a folder written by datasets' save_to_disk"
+)
+_EXTRA = "pip install 'payoff[llm]'"
+
+
+# ---- files ------------------------------------------------------------------------------------
+def read_records(path: str | Path, split: str = "train", kind: str = "dataset") -> list[Record]:
+    """(`where`, row) for every row of a dataset file or folder.
+
+    split: which split of a DatasetDict folder to read (a plain dataset folder or a file
+        has just one, and `split` is ignored).
+    kind: how the error for a missing file names it ('dataset', 'preference').
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return _folder_records(path, split)
+    if not path.exists():
+        raise DataError(f"{kind} file {str(path)!r} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return list(_json_lines(path, path.read_text(encoding="utf-8")))
+    if suffix == ".json":
+        return _json_records(path)
+    if suffix == ".csv":
+        return _csv_records(path)
+    if suffix == ".parquet":
+        return _parquet_records(path)
+    if suffix == ".arrow":
+        folder = path.parent
+        hint = (
+            f"pass the folder that holds it: {str(folder)!r}"
+            if (folder / "state.json").is_file()
+            else "pass the folder that Dataset.save_to_disk wrote"
+        )
+        raise DataError(
+            f"{str(path)!r} is one shard of a datasets folder, not a dataset by itself; {hint}"
+        )
+    raise DataError(
+        f"{str(path)!r}: unsupported file type {suffix or '(no extension)'!r}; "
+        f"supported: {SUPPORTED}"
+    )
+
+
+def dataset_splits(path: str | Path) -> list[str]:
+    """The split names of a DatasetDict folder (save_to_disk of a DatasetDict); [] otherwise."""
+    index = Path(path).expanduser() / "dataset_dict.json"
+    if not index.is_file():
+        return []
+    return list(json.loads(index.read_text(encoding="utf-8")).get("splits", []))
+
+
+def _object(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: each row must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _json_lines(path: Path, text: str) -> Iterator[Record]:
+    # split('\n'), not splitlines(): JSON strings may hold U+2028 and other line separators.
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(value, dict):
+            raise DataError(f"{where}: each line must be a JSON object, got {type(value).__name__}")
+        yield where, value
+
+
+def _json_records(path: Path) -> list[Record]:
+    # As Hugging Face's json loader: a list of row objects, or JSON lines.
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        return list(_json_lines(path, text))
+    if isinstance(document, list):
+        return [
+            (f"{path}:row {i}", _object(f"{path}:row {i}", row)) for i, row in enumerate(document)
+        ]
+    if isinstance(document, dict):
+        wrapped = [key for key, value in document.items() if _holds_rows(value)]
+        if wrapped:
+            raise DataError(
+                f"{path}: a .json dataset is a list of row objects or one object per line; "
+                f"this is one object whose {wrapped[0]!r} holds the rows. Save that list "
+                "itself (or one row per line)"
+            )
+        return [(f"{path}:1", document)]
+    raise DataError(
+        f"{path}: a .json dataset is a list of row objects or one object per line, "
+        f"got {type(document).__name__}"
+    )
+
+
+def _holds_rows(value: Any) -> bool:
+    # A list of objects that are not chat messages: rows wrapped in a key, e.g. {"data": [...]}.
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and "role" not in item for item in value)
+    )
+
+
+def _csv_records(path: Path) -> list[Record]:
+    records: list[Record] = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        start = 2  # the header is line 1
+        for row in reader:
+            where = f"{path}:{start}"
+            start = reader.line_num + 1  # a quoted cell may span lines
+            if None in row:
+                raise DataError(
+                    f"{where}: more cells than the header has columns ({reader.fieldnames})"
+                )
+            # An empty cell is a missing value, as pandas and datasets read it.
+            records.append((where, {k: (v if v != "" else None) for k, v in row.items()}))
+    return records
+
+
+def _parquet_records(path: Path) -> list[Record]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(f"reading .parquet files needs pyarrow: {_EXTRA}") from None
+    rows = pq.read_table(path).to_pylist()
+    return [(f"{path}:row {i}", row) for i, row in enumerate(rows)]
+
+
+def _folder_records(folder: Path, split: str) -> list[Record]:
+    splits = dataset_splits(folder)
+    if splits:
+        if split not in splits:
+            raise DataError(
+                f"{str(folder)!r} is a DatasetDict without a {split!r} split; its splits: "
+                f"{', '.join(splits)}"
+            )
+        folder = folder / split
+    if not (folder / "state.json").is_file():
+        raise DataError(
+            f"{str(folder)!r} is a folder but not one that datasets' save_to_disk wrote "
+            f"(no state.json or dataset_dict.json); supported: {SUPPORTED}"
+        )
+    try:
+        from datasets import load_from_disk
+    except ImportError:
+        raise ConfigError(f"reading a save_to_disk folder needs datasets: {_EXTRA}") from None
+    rows = load_from_disk(str(folder)).to_list()
+    return [(f"{folder}:row {i}", row) for i, row in enumerate(rows)]
+
+
+def columns(row: dict[str, Any]) -> list[str]:
+    """The columns a row has values in (a CSV or Parquet row holds None where a value is missing)."""
+    return sorted(key for key, value in row.items() if value is not None)
+
+
+# ---- conversations ----------------------------------------------------------------------------
+def is_conversation(value: Any) -> bool:
+    """Whether a column holds chat messages (a list), as opposed to plain text."""
+    return isinstance(value, list)
+
+
+def messages(where: str, column: str, value: Any) -> list[Message]:
+    """The chat messages in `column`, checked: a non-empty list of {'role', 'content'} strings."""
+    if not isinstance(value, list) or not value:
+        raise DataError(
+            f"{where}: column {column!r} must be a non-empty list of chat messages "
+            f"{{'role': ..., 'content': ...}}, got {value!r}"
+        )
+    for i, message in enumerate(value):
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise DataError(
+                f"{where}: column {column!r}, message {i}: needs string 'role' and 'content', "
+                f"got {message!r}"
+            )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def render_chat(conversation: list[Message]) -> str:
+    """Chat messages as plain text for a model without a chat template, ready for its reply.
+
+    [{"role": "user", "content": "2+2="}]  ->  "user: 2+2=\\nassistant: "
+    """
+    return "".join(f"{m['role']}: {m['content']}\n" for m in conversation) + "assistant: "
+
+
+def reply(where: str, column: str, value: Any) -> str:
+    """The text of a completion column: a string, or one assistant message."""
+    if isinstance(value, str):
+        return value
+    turns = messages(where, column, value)
+    if len(turns) != 1 or turns[0]["role"] != "assistant":
+        raise DataError(
+            f"{where}: column {column!r} must be a string or one assistant message, got "
+            f"{len(turns)} message(s) with roles {[m['role'] for m in turns]}"
+        )
+    return turns[0]["content"]
+
+
+def shared_prompt(where: str, chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+    """(prompt, chosen, rejected) from an implicit-prompt pair: the start both share is the prompt.
+
+    Texts split at the first differing character, a space before it going to the
+    completions (as TRL's extract_prompt); conversations split at the first differing message.
+    """
+    if is_conversation(chosen) != is_conversation(rejected):
+        raise DataError(
+            f"{where}: 'chosen' and 'rejected' must both be texts or both conversations"
+        )
+    if is_conversation(chosen):
+        chosen = messages(where, "chosen", chosen)
+        rejected = messages(where, "rejected", rejected)
+    if chosen == rejected:
+        raise DataError(
+            f"{where}: 'chosen' and 'rejected' are identical ({chosen!r}); the pair says nothing"
+        )
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if isinstance(chosen, str) and shared and chosen[shared - 1] == " ":
+        shared -= 1
+    if shared == 0 or shared == min(len(chosen), len(rejected)):
+        raise DataError(
+            f"{where}: without a 'prompt' column, 'chosen' and 'rejected' must start with the "
+            f"same prompt and then differ; "
+            + ("they share no start" if shared == 0 else "one is the start of the other")
+            + ". Add a 'prompt' column"
+        )
+    return chosen[:shared], chosen[shared:], rejected[shared:]
