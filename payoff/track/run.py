@@ -1,10 +1,12 @@
-"""A run directory: config.yaml, metrics.jsonl, TensorBoard events, checkpoints/ and media/.
+"""A run directory: config.yaml, metrics.jsonl, tracker logs, checkpoints/ and media/.
 
     runs/<YYYYmmdd-HHMMSS>-<recipe>/
       config.yaml      the fully resolved config
       metrics.jsonl    one JSON object per log step ({"step", "time", ...}); events carry "event"
       summary.json     final evaluation and headline numbers, for reports and scripts
-      events.*         TensorBoard events when tensorboard is installed
+      events.*         TensorBoard events when tensorboard is installed (the default logger)
+      wandb/           the W&B run, when the wandb logger is on (payoff.track.loggers)
+      trackers.json    the loggers asked for and their tracker run ids, to resume into
       checkpoints/     latest.safetensors (+ best.safetensors): data, never a pickle
                        (payoff.track.checkpoint); enough to resume exactly
       media/           plots, GIFs, report.html
@@ -19,6 +21,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ import yaml
 from payoff.core.errors import CheckpointError, RunError
 from payoff.core.io import atomic_write_text
 from payoff.track.checkpoint import load_state, save_state
+from payoff.track.loggers import Loggers, check_installed, choose_loggers
 
 CHECKPOINT_FORMAT = 2  # 1 was a torch.save pickle (payoff 0.1), refused on load
 CHECKPOINT_SUFFIX = ".safetensors"
@@ -42,22 +46,37 @@ def _jsonable(value: Any) -> Any:
 
 
 class Run:
-    """One training run on disk. Create with `Run.create`, reopen with `Run.open`."""
+    """One training run on disk. Create with `Run.create`, reopen with `Run.open`.
 
-    def __init__(self, path: str | Path):
+    `loggers` names where metrics go besides metrics.jsonl ("tensorboard", "wandb",
+    "mlflow"; a list or "a,b"); None means $PAYOFF_LOGGERS, else what the run recorded, else
+    TensorBoard. See payoff.track.loggers.
+    """
+
+    def __init__(self, path: str | Path, loggers: Sequence[str] | str | None = None):
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
         self.media = self.path / "media"
         self._metrics_file: io.TextIOWrapper | None = None
-        self._tb: Any = None
-        self._tb_tried = False
+        self._loggers = Loggers(self.path, lambda: self.config, loggers)
         self._start = time.time()
         self._time_offset = 0.0
 
     # ---- creation and opening --------------------------------------------------------
     @classmethod
-    def create(cls, out_dir: str | Path, name: str, config: dict[str, Any]) -> Run:
-        """Make a fresh run directory `out_dir/<timestamp>-<name>` (never reusing one)."""
+    def create(
+        cls,
+        out_dir: str | Path,
+        name: str,
+        config: dict[str, Any],
+        loggers: Sequence[str] | str | None = None,
+    ) -> Run:
+        """Make a fresh run directory `out_dir/<timestamp>-<name>` (never reusing one).
+
+        Unknown loggers, or ones whose package is missing, are refused before the directory
+        is made.
+        """
+        check_installed(choose_loggers(loggers))
         out_dir = Path(out_dir)
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,21 +103,22 @@ class Run:
                 raise RunError(
                     f"cannot create run directory {str(path)!r}: {err.strerror}"
                 ) from None
-        run = cls(path)
+        run = cls(path, loggers)
         run.checkpoints.mkdir()
         run.media.mkdir()
         atomic_write_text(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        run._loggers.record_choice()
         return run
 
     @classmethod
-    def open(cls, path: str | Path) -> Run:
+    def open(cls, path: str | Path, loggers: Sequence[str] | str | None = None) -> Run:
         """Open an existing run directory (for resume, eval, play, report)."""
         path = Path(path)
         if not path.is_dir():
             raise RunError(f"run directory {str(path)!r} does not exist")
         if not (path / "config.yaml").is_file():
             raise RunError(f"{str(path)!r} is not a payoff run: it has no config.yaml")
-        run = cls(path)
+        run = cls(path, loggers)
         run.checkpoints.mkdir(exist_ok=True)
         run.media.mkdir(exist_ok=True)
         return run
@@ -116,19 +136,19 @@ class Run:
 
     # ---- metrics ----------------------------------------------------------------------
     def log(self, step: int, **metrics: Any) -> None:
-        """Append one metrics record; also to TensorBoard when it is installed."""
+        """Append one metrics record; its numbers also go to the run's loggers."""
         record = {"step": int(step), "time": round(self.elapsed(), 3)}
         record.update({k: _jsonable(v) for k, v in metrics.items()})
         self._write_record(record)
-        tb = self._tensorboard()
-        if tb is not None:
-            for key, value in record.items():
-                if (
-                    key not in ("step", "time")
-                    and isinstance(value, int | float)
-                    and not isinstance(value, bool)
-                ):
-                    tb.add_scalar(key, value, int(step))
+        scalars = {
+            key: value
+            for key, value in record.items()
+            if key not in ("step", "time")
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+        }
+        if scalars:
+            self._loggers.log(int(step), scalars)
 
     def event(
         self, step: int, kind: str, message: str, severity: str = "warning", **evidence: Any
@@ -146,31 +166,17 @@ class Run:
         if self._metrics_file is not None:
             self._metrics_file.flush()
             os.fsync(self._metrics_file.fileno())
-        if self._tb is not None:
-            self._tb.flush()
+        self._loggers.flush()
 
     def close(self) -> None:
         self.flush()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        self._loggers.close()
 
     def elapsed(self) -> float:
         return self._time_offset + time.time() - self._start
-
-    def _tensorboard(self) -> Any:
-        if not self._tb_tried:
-            self._tb_tried = True
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(self.path))
-            except Exception:  # tensorboard is an optional extra
-                self._tb = None
-        return self._tb
 
     def records(self) -> list[dict[str, Any]]:
         """All metric records (not events) in order."""
