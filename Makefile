@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,tensorboard,box2d,imitation,llm,multiagent,distributed
+EXTRAS ?= dev,tensorboard,box2d,imitation,llm,multiagent,distributed,wandb,mlflow
 
 .PHONY: install demo test test-fast test-expensive lint bench clean
 
