@@ -58,7 +58,8 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from payoff import train
+    # from the module by name: `payoff.train` is also the package's front-door function
+    from payoff.train import finished_step, resume, train
 
     if args.resume:
         if args.recipe or args.overrides:
@@ -67,7 +68,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             )
         from payoff.track.run import Run
 
-        step = train.finished_step(Run.open(args.resume))
+        step = finished_step(Run.open(args.resume))
         if step is not None:
             print(f"run {args.resume} already finished at step {step}; nothing to resume")
             return 0
@@ -76,16 +77,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "--resume continues a run in place, so the run must be writable "
             "(copy it somewhere writable and resume the copy)",
         ):
-            run = train.resume(args.resume, media=not args.no_media)
+            run = resume(args.resume, media=not args.no_media)
     else:
         if not args.recipe:
             raise PayoffError(
                 "name a recipe (see `payoff recipes`) or a YAML file, or pass --resume RUN"
             )
-        run = train.train(
+        run = train(
             args.recipe, args.overrides, seed=args.seed, out=args.out, media=not args.no_media
         )
-    if train.finished_step(run) is None:
+    if finished_step(run) is None:
         from payoff.track.interrupt import exit_status
 
         if run.checkpoint_path().exists():
@@ -116,10 +117,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from payoff import train
+    from payoff.train import load
 
     _positive("--episodes", args.episodes)
-    _, algorithm = train.load(args.run)
+    _, algorithm = load(args.run)
     options = {}
     if args.split is not None:
         options["split"] = args.split
@@ -157,10 +158,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
         play_run(args.run, human_first=not args.second)
         return 0
-    from payoff import train
     from payoff.algos.base import Agent
+    from payoff.train import load
 
-    _, algorithm = train.load(args.run)
+    _, algorithm = load(args.run)
     if not args.gif:
         raise PayoffError("pass --gif PATH to render episodes, or --human to play a board-game run")
     if not isinstance(algorithm, Agent):
@@ -188,9 +189,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from payoff import train
     from payoff.report.page import write_report
     from payoff.track.run import Run
+    from payoff.train import load, write_media
 
     writing = functools.partial(  # a fresh context manager for each use
         _writing,
@@ -201,9 +202,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     with writing():
         run = Run.open(args.run)  # makes media/ when it is missing
     if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
-        _, algorithm = train.load(args.run)
+        _, algorithm = load(args.run)
         with writing():
-            train.write_media(run, algorithm)
+            write_media(run, algorithm)
         path = run.media / "report.html"
     else:
         with writing():
