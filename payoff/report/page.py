@@ -153,17 +153,17 @@ def _what_ran(config: dict[str, Any]) -> list[str]:
         + (f": {_esc(description)}" if description else "")
         + "</p>"
     ]
-    if "overrides" not in config:  # a run from before config.yaml kept them
-        return lines
-    overrides = [str(o) for o in config["overrides"] or []]
-    if overrides:
+    if "overrides" in config:  # absent in runs from before config.yaml kept them
+        overrides = [str(o) for o in config["overrides"] or []]
         codes = " ".join(f"<code>{_esc(o)}</code>" for o in overrides)
         lines.append(
             f"<p><b>Overrides:</b> {codes} <span class='note'>(this run differs from the recipe "
             "as shipped; its description is about the recipe)</span></p>"
+            if overrides
+            else "<p><b>Overrides:</b> none (the recipe as shipped)</p>"
         )
-    else:
-        lines.append("<p><b>Overrides:</b> none (the recipe as shipped)</p>")
+    if config.get("recipe_note"):  # e.g. the recipe's env-specific settings were left out
+        lines.append(f"<p class='note'><b>Note:</b> {_esc(config['recipe_note'])}</p>")
     return lines
 
 
