@@ -352,8 +352,9 @@ def fresh_model_dir(tmp_path_factory):
 def _own_data(tmp_path) -> tuple[str, str]:
     rng = np.random.default_rng(0)
     problems = [(int(a), int(b)) for a, b in rng.integers(0, 50, size=(40, 2))]
+    # the docs' example: conversations in Parquet to train on, prompt/completion ones in JSONL to test
     train = write_parquet(
-        [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in problems[:30]],
+        [{"messages": user(f"{a}+{b}=") + assistant(str(a + b))} for a, b in problems[:30]],
         tmp_path / "train",
     )
     test = write_jsonl(
@@ -403,7 +404,7 @@ def test_the_documented_own_data_grpo_command_trains_on_a_train_and_a_test_file(
     assert summary["ood_accuracy"] is None and (run.path / "model" / "model.safetensors").is_file()
 
 
-def test_own_data_grpo_trains_from_parquet_and_conversational_jsonl(tmp_path, fresh_model_dir):
+def test_own_data_grpo_trains_on_conversations_from_parquet_and_jsonl(tmp_path, fresh_model_dir):
     from payoff.train import train
 
     data, test_data = _own_data(tmp_path)
