@@ -5,6 +5,7 @@ The CLI, the demo and experiment recipes all go through these functions.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +42,15 @@ def resolve(
     label = data.pop("label", None)
     monitors = data.pop("monitors", None)
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
+    data, note = _retarget(name, str(algo), data, all_overrides)
     data = apply_overrides(data, all_overrides)
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
     resolved["overrides"] = list(all_overrides)  # what the run changed from the recipe (reports)
+    if note:
+        resolved["recipe_note"] = note
+        print(f"note: {note}", file=sys.stderr)
     if label:
         resolved["label"] = label
     if monitors:
@@ -53,6 +58,34 @@ def resolve(
         resolved["monitors"] = monitors
     resolved.update(to_dict(config))
     return cls, config, resolved
+
+
+def _retarget(
+    name: str, algo: str, data: dict[str, Any], overrides: list[str]
+) -> tuple[dict[str, Any], str | None]:
+    """A recipe's settings were tuned for its env. When the overrides point it at another env,
+    leave those settings out (the algorithm's general defaults apply instead, and any setting
+    the overrides name is still set) and say so: a CartPole schedule on Acrobot fails quietly.
+    """
+    recipe_env = data.get("env")
+    if not isinstance(recipe_env, dict):
+        return data, None
+    env_overrides = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "env"]
+    target = apply_overrides({"env": recipe_env}, env_overrides)["env"]
+    before = recipe_env.get("entry_point") or recipe_env.get("id")
+    after = target.get("entry_point") or target.get("id") if isinstance(target, dict) else target
+    if not env_overrides or before == after:
+        return data, None
+    named = {o.split("=", 1)[0].strip().split(".")[0] for o in overrides}
+    dropped = [k for k in data if k != "env" and k not in named]
+    if not dropped:
+        return data, None
+    note = (
+        f"recipe {name!r} was tuned for {before}; on {after} its settings for that env "
+        f"({', '.join(dropped)}) are left out and {algo}'s defaults apply. Name any of them "
+        f"as key=value to keep it."
+    )
+    return {k: v for k, v in data.items() if k not in dropped}, note
 
 
 def train(
@@ -72,6 +105,8 @@ def train(
         resolved["label"] = label
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
     run = Run.create(out, resolved["recipe"], resolved)
+    if "recipe_note" in resolved:
+        run.event(0, "recipe_retargeted", resolved["recipe_note"], severity="info")
     algorithm.run = run
     algorithm.attach_monitors(build_monitors(resolved.get("monitors")))
     return _learn_and_finish(algorithm, run, media)

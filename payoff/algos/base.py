@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState
-from payoff.core.config import from_dict, to_dict
+from payoff.core.config import fields_of, from_dict, to_dict
 from payoff.core.errors import CheckpointError, ConfigError
-from payoff.envs.make import EnvConfig
+from payoff.envs.make import EnvConfig, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.track.checkpoint import save_state
@@ -39,6 +39,7 @@ RUN_KEYS = (
     "label",
     "monitors",
     "overrides",
+    "recipe_note",
 )  # keys of config.yaml that are not algorithm config
 
 
@@ -130,7 +131,10 @@ class Algorithm:
         if config is None:
             data = dict(kwargs)
             if env is not None:
-                data["env"] = {"id": env} if isinstance(env, str) else env
+                data["env"] = env_config_of(env)
+                vector = getattr(data["env"], "vector", None)
+                if vector is not None and "num_envs" in fields_of(self.config_class):
+                    data.setdefault("num_envs", vector.num_envs)
             config = from_dict(self.config_class, data)
         elif env is not None or kwargs:
             raise ConfigError("pass either config=... or env/keyword settings, not both")
@@ -275,7 +279,7 @@ class Algorithm:
                 )
         config_data = dict(payload["config"])
         if env is not None:
-            config_data["env"] = {"id": env} if isinstance(env, str) else env
+            config_data["env"] = env_config_of(env)
         try:
             config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:

@@ -9,6 +9,7 @@ its own declares its range in its metadata instead: `field(default=0.5, metadata
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
@@ -51,6 +52,10 @@ class Range:
             f"{')' if self.high_open else ']'}"
         )
 
+
+# Field metadata of a key that holds a Python object (an env factory): never read from YAML
+# or key=value, never written to config.yaml.
+PYTHON_ONLY = {"python_only": True}
 
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
@@ -219,6 +224,11 @@ RANGES: dict[str, Range] = {
 }
 
 
+def fields_of(cls: type) -> list[str]:
+    """The key names of a config dataclass."""
+    return [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+
+
 def field_range(field: dataclasses.Field[Any]) -> Range | None:
     """The range a config field must lie in: its own metadata, else `RANGES` by name."""
     if "range" in field.metadata:
@@ -305,7 +315,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of `data` with each `key=value` override set (dotted keys create nesting)."""
-    import copy
 
     result = copy.deepcopy(data)
     for text in overrides:
@@ -364,6 +373,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
+        from_number = getattr(tp, "from_number", None)
+        if (
+            from_number is not None
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+        ):
+            return from_number(value)  # `learning_rate: 1e-3` is a constant schedule
         if not isinstance(value, dict):
             raise ConfigError(
                 f"config key {key!r} must be a mapping of {tp.__name__} fields, got {value!r}"
@@ -421,6 +437,11 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
+        if key in fields and fields[key].metadata.get("python_only"):
+            raise ConfigError(
+                f"config key {prefix + str(key)!r} is set from Python only (e.g. PPO(env=my_env)), "
+                f"not from a recipe, YAML or key=value"
+            )
         if key not in fields:
             raise ConfigError(
                 f"unknown config key {prefix + str(key)!r}.{suggest(str(key), fields)} "
@@ -439,8 +460,23 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """A dataclass config as plain nested dicts/lists, ready for YAML."""
-    return typing.cast(dict[str, Any], dataclasses.asdict(config))
+    """A dataclass config as plain nested dicts/lists, ready for YAML (Python-only fields,
+    such as an env factory, are left out)."""
+    return typing.cast(dict[str, Any], _plain(config))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not f.metadata.get("python_only")
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return copy.deepcopy(value)
 
 
 def save_yaml(data: dict[str, Any], path: str | Path) -> None:

@@ -20,6 +20,11 @@ class Schedule:
     fraction: float = 1.0
     kind: Literal["linear", "exponential", "constant"] = "linear"
 
+    @classmethod
+    def from_number(cls, value: float) -> Schedule:
+        """A constant schedule: where a config takes a schedule, a plain number means this."""
+        return cls(start=float(value), end=float(value))
+
     def validate(self) -> None:
         from payoff.core.errors import ConfigError
 

@@ -2,24 +2,72 @@
 
 from __future__ import annotations
 
+import copy
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
+from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import EnvError, suggest
+
+
+@dataclass
+class WrapperSpec:
+    """One wrapper around the env, applied in list order (the first is innermost).
+
+    name: a class of `gymnasium.wrappers` ('NormalizeObservation', 'TimeLimit',
+        'FlattenObservation', 'RecordEpisodeStatistics', ...) or 'module:Class' for your own.
+    kwargs: its arguments besides the env.
+    """
+
+    name: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class EnvConfig:
     """Which environment to train on.
 
-    id: any registered Gymnasium id ('CartPole-v1', 'FrozenLake-v1', 'payoff/...').
-    kwargs: passed to `gymnasium.make` (e.g. {map_name: 8x8, is_slippery: true}).
+    id: a registered Gymnasium id ('CartPole-v1', 'FrozenLake-v1', 'payoff/...'), or
+        'module:EnvId-v0' (Gymnasium's convention: the module is imported first, so its
+        `gymnasium.register` calls run). With entry_point set, only a label (by default
+        the entry point itself).
+    kwargs: passed to `gymnasium.make` or to the entry point (e.g. {map_name: 8x8}).
+    entry_point: 'module:Class' (or a function) that builds the env from kwargs, without
+        registering it. The module is imported from the Python path or the working folder.
+    max_episode_steps: cut episodes at this length (Gymnasium's TimeLimit); null keeps the
+        registration's limit (none for an entry point).
+    wrappers: wrappers to apply, e.g. [{name: NormalizeObservation}].
+    factory / vector: set from Python only (`PPO(env=my_env)` with a gym.Env instance, a
+        vector env or a function returning an env); not written to config.yaml.
     """
 
     id: str = "CartPole-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    entry_point: str = ""
+    max_episode_steps: int | None = None
+    wrappers: list[WrapperSpec] = field(default_factory=list)
+    factory: Callable[..., gym.Env] | None = field(
+        default=None, repr=False, compare=False, metadata=PYTHON_ONLY
+    )
+    vector: gym.vector.VectorEnv | None = field(
+        default=None, repr=False, compare=False, metadata=PYTHON_ONLY
+    )
+
+    def validate(self) -> None:
+        if self.entry_point and self.id == "CartPole-v1":  # the default id: label it by the class
+            self.id = self.entry_point
+
+    @property
+    def custom(self) -> bool:
+        """Built by the user's code (factory or entry point), not by `gymnasium.make`."""
+        return self.factory is not None or bool(self.entry_point)
 
 
 def register_payoff_envs() -> None:
@@ -32,31 +80,203 @@ def known_env_ids() -> list[str]:
     return sorted(gym.registry.keys())
 
 
+def import_object(spec: str, key: str) -> Any:
+    """'module:name' -> the object, importing the module (from sys.path or the working folder).
+
+    A missing module or name is one EnvError naming the config `key` and the value.
+    """
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise EnvError(f"{key} {spec!r} must look like 'module:Name' (e.g. my_envs:GridEnv)")
+    module = import_module(module_name, key, spec)
+    found: Any = module
+    for part in name.split("."):
+        if not hasattr(found, part):
+            public = [n for n in dir(module) if not n.startswith("_")]
+            raise EnvError(
+                f"{key} {spec!r}: module {module_name!r} has no {name!r}.{suggest(part, public)}"
+            )
+        found = getattr(found, part)
+    return found
+
+
+def import_module(module_name: str, key: str, value: str) -> Any:
+    """Import a user module named by a config value; the working folder counts as importable
+    (the CLI's own folder is what Python puts on sys.path, not the user's)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+            raise EnvError(f"{key} {value!r}: importing {module_name!r} failed: {err}") from None
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise EnvError(
+            f"{key} {value!r}: no module named {err.name!r} (looked in the Python path and the "
+            f"working folder {os.getcwd()}); run from the folder that holds it or install it"
+        ) from None
+
+
 def check_env_id(env_id: str) -> None:
-    """Raise EnvError naming close matches when `env_id` is not registered."""
+    """Raise EnvError naming close matches when `env_id` is not registered. An id
+    'module:EnvId' imports the module first (its import registers the env)."""
     register_payoff_envs()
+    if ":" in env_id:
+        module_name, _, bare = env_id.partition(":")
+        import_module(module_name, "env.id", env_id)
+        if bare not in gym.registry:
+            hint = suggest(bare, list(gym.registry.keys()))
+            raise EnvError(
+                f"env.id {env_id!r}: importing {module_name!r} did not register {bare!r}.{hint}"
+            )
+        return
     if env_id not in gym.registry:
         ids = known_env_ids()
         plain = [i for i in ids if "/" not in i]
         hint = suggest(env_id, ids) or f" Known ids include: {', '.join(plain[:12])}, ..."
-        raise EnvError(f"unknown environment id {env_id!r}.{hint}")
+        raise EnvError(
+            f"unknown environment id {env_id!r}.{hint} Your own env: env.id=module:EnvId-v0 "
+            f"(the module registers it) or env.entry_point=module:Class"
+        )
+
+
+def check_env(config: EnvConfig) -> None:
+    """Fail early, with one clear error, on an env the config cannot build."""
+    if config.factory is not None:
+        return
+    if config.entry_point:
+        import_object(config.entry_point, "env.entry_point")
+    else:
+        check_env_id(config.id)
+    for wrapper in config.wrappers:
+        wrapper_class(wrapper.name)
+
+
+def wrapper_class(name: str) -> Any:
+    """A `gymnasium.wrappers` class by name, or 'module:Class'."""
+    if ":" in name:
+        return import_object(name, "env.wrappers name")
+    import gymnasium.wrappers as wrappers
+
+    if not name or not hasattr(wrappers, name):
+        valid = [n for n in getattr(wrappers, "__all__", dir(wrappers)) if n[:1].isupper()]
+        raise EnvError(
+            f"unknown wrapper {name!r}.{suggest(name, valid)} Use a gymnasium.wrappers class "
+            f"({', '.join(valid[:8])}, ...) or 'module:Class'"
+        )
+    return getattr(wrappers, name)
 
 
 def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
-    """`gymnasium.make` with payoff's envs registered and one clear error for a bad id."""
+    """Build the env a config names (gymnasium.make, an entry point or a factory), wrapped
+    as it says, with one clear error for a bad id or bad arguments."""
     config = EnvConfig(id=env) if isinstance(env, str) else env
-    check_env_id(config.id)
     options = {**config.kwargs, **kwargs}
     if render_mode is not None:
         options["render_mode"] = render_mode
     try:
-        return gym.make(config.id, disable_env_checker=True, **options)
+        if config.factory is not None:
+            made = _call_factory(config.factory, render_mode)
+        elif config.entry_point:
+            made = import_object(config.entry_point, "env.entry_point")(**options)
+            if not isinstance(made, gym.Env):
+                raise EnvError(
+                    f"env.entry_point {config.entry_point!r} returned {type(made).__name__}, "
+                    f"not a gymnasium.Env"
+                )
+        else:
+            check_env_id(config.id)
+            made = gym.make(config.id, disable_env_checker=True, **options)
     except TypeError as err:
         raise EnvError(
             f"environment {config.id!r} rejected its arguments {options}: {err}"
         ) from None
     except gym.error.Error as err:
         raise EnvError(f"cannot create environment {config.id!r}: {err}") from None
+    if config.max_episode_steps is not None:
+        made = gym.wrappers.TimeLimit(made, config.max_episode_steps)
+    for wrapper in config.wrappers:
+        try:
+            made = wrapper_class(wrapper.name)(made, **wrapper.kwargs)
+        except TypeError as err:
+            raise EnvError(f"wrapper {wrapper.name!r} rejected {wrapper.kwargs}: {err}") from None
+    return made
+
+
+def _call_factory(factory: Callable[..., gym.Env], render_mode: str | None) -> gym.Env:
+    """Call a user's env factory, passing render_mode where it takes one."""
+    if render_mode is not None:
+        try:
+            parameters = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            parameters = {}  # type: ignore[assignment]
+        if "render_mode" in parameters:
+            return factory(render_mode=render_mode)
+    made = factory()
+    if not isinstance(made, gym.Env):
+        raise EnvError(f"the env factory returned {type(made).__name__}, not a gymnasium.Env")
+    return made
+
+
+def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
+    """What `Algo(env=...)` accepts, as config: an id string, a mapping of EnvConfig keys, an
+    EnvConfig, a gymnasium.Env instance, a vector env, or a function that returns an env.
+
+    An instance is used as it is for the first env the algorithm makes; further copies
+    (more num_envs, evaluation episodes) are deep copies of it, taken before training.
+    """
+    if isinstance(env, str):
+        return {"id": env}
+    if isinstance(env, EnvConfig | dict):
+        return env
+    if isinstance(env, gym.vector.VectorEnv):
+        makers = getattr(env, "env_fns", None)
+        if not makers:
+            raise EnvError(
+                f"a {type(env).__name__} without env_fns cannot make evaluation envs; pass a "
+                f"function that returns one env (payoff vectorizes it) or a SyncVectorEnv"
+            )
+        return EnvConfig(id=_label(makers[0]), factory=makers[0], vector=env)
+    if isinstance(env, gym.Env):
+        return EnvConfig(id=_label(env), factory=_instance_factory(env))
+    if callable(env):
+        return EnvConfig(id=_label(env), factory=env)
+    raise EnvError(
+        f"env must be an id, a gymnasium.Env, a vector env or a function returning an env, "
+        f"got {type(env).__name__}"
+    )
+
+
+def _label(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return str(spec.id)
+    target = env if callable(env) and not isinstance(env, gym.Env) else type(env)
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def _instance_factory(env: gym.Env) -> Callable[[], gym.Env]:
+    try:
+        template = copy.deepcopy(env)
+    except Exception as err:
+        template, reason = None, f"{type(err).__name__}: {err}"
+    handed = False
+
+    def make() -> gym.Env:
+        nonlocal handed
+        if not handed:
+            handed = True
+            return env
+        if template is None:
+            raise EnvError(
+                f"this {type(env).__name__} instance cannot be copied ({reason}), and the "
+                f"algorithm needs more than one env (num_envs > 1 or evaluation); pass a function "
+                f"that returns a new env instead, e.g. env=lambda: {type(env).__name__}(...)"
+            )
+        return copy.deepcopy(template)
+
+    return make
 
 
 def is_success(env_id: str, info: dict[str, Any], final_reward: float) -> bool | None:

@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.envs.make import EnvConfig, check_env_id
+from payoff.envs.make import EnvConfig, check_env
 from payoff.rollout.experts import Expert
 
 Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
@@ -23,9 +23,9 @@ Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
 def make_envs(env: EnvConfig, num_envs: int) -> gym.vector.VectorEnv:
     """`num_envs` copies of env: its own batched vector env where it registers one
     (payoff/KartTrack-v0 does), else payoff's default vector env."""
-    check_env_id(env.id)
-    spec = gym.spec(env.id)
-    if spec.vector_entry_point is not None:
+    check_env(env)
+    plain = not (env.custom or env.wrappers or env.max_episode_steps or ":" in env.id)
+    if plain and env.vector is None and gym.spec(env.id).vector_entry_point is not None:
         return gym.make_vec(
             env.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **env.kwargs
         )

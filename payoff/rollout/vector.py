@@ -9,6 +9,7 @@ such steps invalid, so learners never train on the action the env ignored.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from payoff.core.errors import ConfigError, EnvError
-from payoff.envs.make import EnvConfig, check_env_id, make_env
+from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
@@ -42,8 +43,14 @@ def make_vector_env(
     env: EnvConfig, num_envs: int, vectorization: Vectorization = "auto"
 ) -> gym.vector.VectorEnv:
     """`num_envs` copies of `env` behind one batched step() (NEXT_STEP autoreset)."""
-    check_env_id(env.id)
-    batched = batched_id(env)
+    if env.vector is not None:
+        if env.vector.num_envs != num_envs:
+            raise ConfigError(
+                f"the vector env passed holds {env.vector.num_envs} envs, but num_envs is {num_envs}"
+            )
+        return env.vector
+    check_env(env)
+    batched = None if env.custom or env.wrappers or env.max_episode_steps else batched_id(env)
     if vectorization == "batched" and batched is None:
         raise ConfigError(
             f"vectorization 'batched' needs an env payoff implements as a batched NumPy env "
@@ -297,7 +304,8 @@ def evaluate_batched(
     Same episodes and seeds as `payoff.rollout.evaluate.evaluate_policy`, but with one batched
     forward pass per step instead of one per env.
     """
-    envs = make_vector_env(env, episodes, vectorization)
+    # fresh envs for evaluation, never the vector env a user passed in for training
+    envs = make_vector_env(dataclasses.replace(env, vector=None), episodes, vectorization)
     try:
         obs, _ = envs.reset(seed=seed)
         returns = np.zeros(episodes)
