@@ -13,7 +13,7 @@ from typing import Any
 
 from payoff.algos import get_algorithm
 from payoff.algos.base import Agent, Algorithm, config_from_run
-from payoff.core.config import apply_overrides, from_dict, to_dict
+from payoff.core.config import apply_overrides, from_dict, parse_override, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.monitor.detectors import build_monitors
 from payoff.recipes import load_recipe
@@ -43,6 +43,7 @@ def resolve(
     monitors = data.pop("monitors", None)
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
+    data = _without_other_task_options(data, all_overrides)
     data = apply_overrides(data, all_overrides)
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
@@ -86,6 +87,16 @@ def _retarget(
         f"as key=value to keep it."
     )
     return {k: v for k, v in data.items() if k not in dropped}, note
+
+
+def _without_other_task_options(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """The recipe less its task.options when an override names another task: those options
+    are the recipe's task's knobs (a jsonl task takes none)."""
+    task = data.get("task")
+    names = [value for keys, value in map(parse_override, overrides) if keys == ["task", "name"]]
+    if not isinstance(task, dict) or not names or names[-1] == task.get("name"):
+        return data
+    return {**data, "task": {k: v for k, v in task.items() if k != "options"}}
 
 
 def train(

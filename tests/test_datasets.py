@@ -379,13 +379,6 @@ TINY = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ConfigError, DataError),
-    reason="needs two edits outside envs/: train.resolve must drop the recipe's task.options when "
-    "task.name is overridden, and GRPO.finish must skip the ood evaluation when "
-    "task.has_split('ood') is False; remove this marker once they are in",
-)
 def test_the_documented_own_data_grpo_command_trains_on_a_train_and_a_test_file(
     tmp_path, fresh_model_dir
 ):

@@ -183,3 +183,86 @@ def test_vector_env_without_env_fns_is_refused():
     assert np.isfinite(
         payoff.PPO(gym.make("CartPole-v1"), **TINY).learn(128).evaluate(2).mean_return
     )
+
+
+# ---- your own reward functions, from Python -------------------------------------------
+
+
+def digits(prompts, completions, **kwargs):
+    """Share of characters that are digits: a smooth reward the tiny model can move."""
+    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+
+def test_reward_callables_from_python_train_and_stay_out_of_yaml(tmp_path):
+    from payoff.algos.grpo import GRPO
+    from payoff.models.lm import ModelConfig, load_lm, save_lm
+
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    model_dir = str(save_lm(model, tokenizer, tmp_path / "model"))
+    grpo = GRPO(
+        model={"path": model_dir},
+        rewards=[digits, {"name": "math", "weight": 0.5}],
+        prompts_per_step=4,
+        group_size=4,
+        max_new_tokens=4,
+        eval_every=2,
+        final_eval_k=[1],
+        task={"eval_size": 4},
+    ).learn(2)
+    spec = grpo.config.rewards[0]
+    assert spec.function is digits and spec.name.endswith(":digits") and spec.key == "digits"
+    assert to_dict(grpo.config)["rewards"][0] == {
+        "name": spec.name,
+        "weight": 1.0,
+        "on_error": 0.0,
+        "timeout": 60.0,
+        "options": {},
+        "label": "",
+    }
+    logged = [r for r in grpo.history if "reward/digits" in r]
+    assert len(logged) == 2 and all(0.0 <= r["reward/digits"] <= 1.0 for r in logged)
+
+
+def _mix(fn, **options):
+    from payoff.rewards.base import RewardMix, RewardSpec
+
+    return RewardMix([RewardSpec.from_value(fn)], **options)
+
+
+def test_wrong_length_or_type_stops_with_the_function_named():
+    from payoff.rewards.base import RewardFunctionError
+
+    def one_score(prompts, completions, **kwargs):
+        return [1.0]
+
+    def a_float(prompts, completions, **kwargs):
+        return 0.5
+
+    with pytest.raises(
+        RewardFunctionError, match="'one_score' returned 1 scores for 3 completions"
+    ):
+        _mix(one_score)(["a", "b", "c"], ["1", "2", "3"])
+    with pytest.raises(RewardFunctionError, match="'a_float' returned float"):
+        _mix(a_float)(["a", "b"], ["1", "2"])
+
+
+def test_a_raising_function_is_shown_once_and_stops_when_it_always_fails(capsys):
+    from payoff.rewards.base import RewardFunctionError
+
+    def picky(prompts, completions, **kwargs):
+        if any(c == "bad" for c in completions):
+            raise ValueError("cannot score 'bad'")
+        return [1.0] * len(completions)
+
+    mix = _mix(picky, max_failed_batches=2)
+    result = mix(["p1", "p2"], ["ok", "bad"])
+    assert result.scores["picky"] == [1.0, 0.0] and result.errors["picky"] == 1
+    shown = capsys.readouterr().err
+    assert "reward function 'picky' raised ValueError: cannot score 'bad'" in shown
+    assert "'p2'" in shown and "'bad'" in shown
+    mix(["p1"], ["bad"])
+    assert capsys.readouterr().err == ""  # shown once; later errors go to the metrics
+    mix(["p1"], ["ok"])  # a good batch resets the count
+    mix(["p1"], ["bad"])
+    with pytest.raises(RewardFunctionError, match="'picky' failed on every row of 2 batches"):
+        mix(["p1", "p2"], ["bad", "bad"])

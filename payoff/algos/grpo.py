@@ -501,7 +501,11 @@ class GRPO(LMAlgorithm):
         self.sampler.close()
         config = self.config
         result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
-        ood = self.evaluate(config.task.eval_size, split="ood", k=())
+        ood = (  # own data may come without an out-of-distribution split
+            self.evaluate(config.task.eval_size, split="ood", k=())
+            if self.task.has_split("ood")
+            else None
+        )
         start = next((r for r in self.history if "eval/accuracy" in r), None)
         self.export_model()
         if self.run is not None:
@@ -509,7 +513,7 @@ class GRPO(LMAlgorithm):
                 final_eval=result.to_dict(),
                 final_line=result.line(),
                 start_accuracy=start["eval/accuracy"] if start else None,
-                ood_accuracy=ood.accuracy,
+                ood_accuracy=ood.accuracy if ood is not None else None,
                 steps=self.step,
                 samples=self.samples_seen,
                 seconds=round(self.run.elapsed(), 1),

@@ -373,13 +373,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
-        from_number = getattr(tp, "from_number", None)
-        if (
-            from_number is not None
-            and isinstance(value, int | float)
-            and not isinstance(value, bool)
-        ):
-            return from_number(value)  # `learning_rate: 1e-3` is a constant schedule
+        from_value = getattr(tp, "from_value", None)
+        if from_value is not None and not isinstance(value, dict):
+            made = from_value(value)  # a Schedule from a number, a RewardSpec from a function
+            if made is not None:
+                return made
         if not isinstance(value, dict):
             raise ConfigError(
                 f"config key {key!r} must be a mapping of {tp.__name__} fields, got {value!r}"

@@ -21,9 +21,11 @@ class Schedule:
     kind: Literal["linear", "exponential", "constant"] = "linear"
 
     @classmethod
-    def from_number(cls, value: float) -> Schedule:
+    def from_value(cls, value: object) -> Schedule | None:
         """A constant schedule: where a config takes a schedule, a plain number means this."""
-        return cls(start=float(value), end=float(value))
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return cls(start=float(value), end=float(value))
+        return None
 
     def validate(self) -> None:
         from payoff.core.errors import ConfigError

@@ -8,8 +8,11 @@ means "does not apply to this row": it is skipped, not counted as zero.
 
 `RewardMix` calls each function, weights and sums the scores, and keeps the run going when
 a function misbehaves: one that raises is retried row by row to find the offending sample
-(logged as an event), one that hangs past its timeout is abandoned; either way those rows
-get the configured `on_error` score and the error count shows in the metrics.
+(logged as an event, and shown on the console the first time), one that hangs past its
+timeout is abandoned; either way those rows get the configured `on_error` score and the
+error count shows in the metrics. What cannot be a passing fault stops the run with one
+error naming the function: a return value of the wrong length or type (a bug, not a bad
+sample), or a function that failed on every row of `max_failed_batches` batches in a row.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ import importlib.util
 import inspect
 import math
 import queue
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from payoff.core.errors import ConfigError, suggest
+from payoff.core.config import PYTHON_ONLY
+from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
 
@@ -51,6 +56,8 @@ class RewardSpec:
     options: keyword arguments for a built-in that takes them (code: timeout, memory_mb, workers,
         sandbox).
     label: the name used in metrics (default: the function name).
+    function: set from Python only: `GRPO(rewards=[my_reward, {"name": "math"}])` makes a
+        spec of each callable (name = its import path, for the record in config.yaml).
     """
 
     name: str = "math"
@@ -59,14 +66,33 @@ class RewardSpec:
     timeout: float = 60.0
     options: dict[str, Any] = field(default_factory=dict)
     label: str = ""
+    function: RewardFn | None = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
 
     @property
     def key(self) -> str:
-        return self.label or self.name.rsplit(":", 1)[-1]
+        return self.label or self.name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+
+    @classmethod
+    def from_value(cls, value: object) -> RewardSpec | None:
+        """A spec from a Python callable (its function is used as it is) or a name string."""
+        if isinstance(value, str):
+            return cls(name=value)
+        if callable(value):
+            module = getattr(value, "__module__", None) or "python"
+            name = getattr(value, "__qualname__", None) or type(value).__qualname__
+            return cls(name=f"{module}:{name}", function=value)
+        return None
+
+
+class RewardFunctionError(PayoffError):
+    """A reward function that cannot be trusted to score: a bug in its return value, or one
+    that failed on every row batch after batch. Training stops instead of learning from zeros."""
 
 
 def resolve_reward(spec: RewardSpec) -> RewardFn:
     """The callable a spec names; clear errors for unknown names and bad import paths."""
+    if spec.function is not None:
+        return spec.function
     if spec.name in BUILTIN:
         try:
             return BUILTIN[spec.name](**spec.options)
@@ -151,6 +177,7 @@ class RewardMix:
         self,
         specs: Sequence[RewardSpec],
         on_event: Callable[..., None] | None = None,
+        max_failed_batches: int = 3,
     ):
         if not specs:
             raise ConfigError("at least one reward function is needed (config key 'rewards')")
@@ -163,6 +190,9 @@ class RewardMix:
         self.functions = [resolve_reward(s) for s in self.specs]
         self.on_event = on_event or (lambda *a, **k: None)
         self.error_totals = {s.key: 0 for s in self.specs}
+        self.max_failed_batches = max_failed_batches
+        self._failed_batches = {s.key: 0 for s in self.specs}  # in a row, every row failing
+        self._shown: set[str] = set()  # functions whose first error was shown on the console
         self._worker: _RewardWorker | None = None
 
     def __call__(
@@ -185,6 +215,7 @@ class RewardMix:
         errors: dict[str, int] = {}
         for spec, fn in zip(self.specs, self.functions, strict=True):
             values, error_count = self._score(spec, fn, available, n)
+            self._count_failed_batch(spec, error_count, n)
             scores[spec.key], errors[spec.key] = values, error_count
             self.error_totals[spec.key] = self.error_totals.get(spec.key, 0) + error_count
             for i, value in enumerate(values):
@@ -198,6 +229,8 @@ class RewardMix:
     ) -> tuple[list[float | None], int]:
         kwargs = _call_arguments(fn, available, spec.key)
         outcome = self._timed_call(spec, fn, kwargs, n)
+        if isinstance(outcome, RewardFunctionError):
+            raise outcome
         if not isinstance(outcome, BaseException):
             return outcome, 0
         if isinstance(outcome, TimeoutError):
@@ -216,6 +249,8 @@ class RewardMix:
         for i in range(n):
             row = {k: v[i : i + 1] for k, v in kwargs.items()}
             result = self._timed_call(spec, fn, row, 1)
+            if isinstance(result, RewardFunctionError):
+                raise result
             if isinstance(result, BaseException):
                 errors += 1
                 first_error = first_error or (i, result)
@@ -224,6 +259,16 @@ class RewardMix:
                 values.append(result[0])
         if first_error is not None:
             i, err = first_error
+            if spec.key not in self._shown:
+                self._shown.add(spec.key)
+                print(
+                    f"payoff: reward function {spec.key!r} raised {type(err).__name__}: {err}\n"
+                    f"  on prompt {str(available['prompts'][i])[:200]!r}\n"
+                    f"  completion {str(available['completions'][i])[:200]!r}\n"
+                    f"  ({errors} of {n} rows in this batch; those score {spec.on_error}; later "
+                    f"errors are counted in the metrics, reward_errors/{spec.key})",
+                    file=sys.stderr,
+                )
             self.on_event(
                 "reward_error",
                 f"reward function {spec.key!r} raised {type(err).__name__}: {err} on {errors} of {n} samples; "
@@ -233,6 +278,17 @@ class RewardMix:
                 completion=str(available["completions"][i])[:500],
             )
         return values, errors
+
+    def _count_failed_batch(self, spec: RewardSpec, errors: int, n: int) -> None:
+        """Stop the run when a function has failed on every row of several batches in a row."""
+        self._failed_batches[spec.key] = self._failed_batches[spec.key] + 1 if errors == n else 0
+        if self._failed_batches[spec.key] >= self.max_failed_batches:
+            raise RewardFunctionError(
+                f"reward function {spec.key!r} failed on every row of {self.max_failed_batches} "
+                f"batches in a row ({self.error_totals[spec.key] + errors} errors so far); the "
+                f"run stops rather than train on {spec.on_error} for every sample. The first "
+                f"error was shown above and is in metrics.jsonl as a reward_error event."
+            )
 
     def _timed_call(
         self, spec: RewardSpec, fn: RewardFn, kwargs: dict[str, Any], n: int
@@ -294,15 +350,16 @@ class _RewardWorker:
 
 def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseException:
     """Validate a reward function's return value: n numbers or None."""
-    try:
-        values = list(raw)
-    except TypeError:
-        return TypeError(
-            f"reward function {key!r} returned {type(raw).__name__}, not a list of floats"
+    if isinstance(raw, str | bytes | dict) or not hasattr(raw, "__len__"):
+        return RewardFunctionError(
+            f"reward function {key!r} returned {type(raw).__name__}, not a list with one score "
+            f"(float or None) per completion"
         )
+    values = list(raw)
     if len(values) != n:
-        return ValueError(
-            f"reward function {key!r} returned {len(values)} scores for {n} completions"
+        return RewardFunctionError(
+            f"reward function {key!r} returned {len(values)} scores for {n} completions; it "
+            f"must return one score (float or None) per completion, in order"
         )
     out: list[float | None] = []
     for value in values:
