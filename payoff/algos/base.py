@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState
 from payoff.core.config import fields_of, from_dict, to_dict
+from payoff.core.device import check_device_name
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.envs.make import EnvConfig, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
@@ -55,10 +56,15 @@ class RunKeys:
         threads fight over the cores); algorithms without torch (Q-learning) ignore it.
     log_every / eval_every / checkpoint_every: the loop's intervals, in the algorithm's own
         unit (env steps, episodes, optimizer steps, iterations); eval_every 0 = never.
+    device: where networks train: auto | cpu | cuda | cuda:N | mps (payoff.core.device;
+        auto = a GPU when torch sees one). Agents default to cpu: their small networks
+        train faster there than on a GPU; the language-model trainers default to auto.
+        Envs always step on the CPU.
     """
 
     seed: int = 0
     threads: int = 1
+    device: str = field(default="cpu", metadata={"check": check_device_name})
     log_every: int = 1
     eval_every: int = 0
     checkpoint_every: int = 1_000

@@ -246,6 +246,9 @@ def check_ranges(config: Any, prefix: str = "") -> None:
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         key = prefix + field.name
+        check = field.metadata.get("check")
+        if check is not None:
+            check(value)  # a key whose valid values are not a range (e.g. device names)
         valid = field_range(field)
         if isinstance(value, Schedule):
             if valid is not None:

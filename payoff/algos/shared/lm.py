@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm, RunKeys
+from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
 from payoff.models.base_model import start_lm
@@ -37,6 +38,7 @@ class LMKeys(RunKeys):
 
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    device: str = field(default="auto", metadata={"check": check_device_name})
     steps: int = 200
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
