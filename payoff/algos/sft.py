@@ -28,7 +28,7 @@ from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
-from payoff.envs.tasks import Row, TaskConfig
+from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
 from payoff.models.lm import ModelConfig
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
@@ -235,7 +235,8 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         log_every=base.steps,
         checkpoint_every=base.steps,
     )
-    path = cache_folder("base-models", task.name, to_dict(config))
+    key = {**to_dict(config), "rows": data_fingerprint(task)}  # rows passed from Python
+    path = cache_folder("base-models", task.name, key if key["rows"] else to_dict(config))
     if (path / "config.json").is_file():
         print(f"base model: {path} (cached)", file=sys.stderr)
         return path

@@ -7,12 +7,16 @@ test = task.split("test", 200)    # fixed, disjoint from training
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.tasks import arithmetic, preferences, puzzles, python_functions  # noqa: F401  (registers)
 from payoff.envs.tasks.base import SPLITS, TASKS, Row, Task, held_out
+from payoff.envs.tasks.datasets import read_records
 from payoff.envs.tasks.jsonl import JsonlTask, read_rows
 
 
@@ -29,6 +33,9 @@ class TaskConfig:
         reaches the reward functions. Without test_data, 10% of data is held out; without
         ood_data there is no ood split.
     eval_size: problems in the test and ood splits used for evaluation during training.
+    dataset / test_dataset: set from Python only: rows as a list of dicts, a datasets.Dataset
+        or a DatasetDict, e.g. `GRPO(task=my_rows)` or `SFT(task=hf_dataset)` (a task given as
+        rows is task 'jsonl' on them). Not written to config.yaml.
     """
 
     name: str = "addition"
@@ -37,6 +44,15 @@ class TaskConfig:
     test_data: str = ""
     ood_data: str = ""
     eval_size: int = 200
+    dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
+    test_dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
+
+    @classmethod
+    def from_value(cls, value: object) -> TaskConfig | None:
+        """`task=<rows>` from Python: a list of dicts, a datasets.Dataset or a DatasetDict."""
+        if isinstance(value, list | tuple) or hasattr(value, "column_names"):
+            return cls(name="jsonl", dataset=value)
+        return None
 
     def validate(self) -> None:
         valid = [*TASKS, "jsonl"]
@@ -48,6 +64,16 @@ class TaskConfig:
             raise ConfigError(f"config key 'task.eval_size' must be > 0, got {self.eval_size}")
 
 
+def data_fingerprint(config: TaskConfig) -> str | None:
+    """A digest of the rows passed from Python (None when the config's keys name all the data),
+    so that whatever is cached per task config (a pretrained base model) tells datasets apart."""
+    given = [d for d in (config.dataset, config.test_dataset) if d is not None]
+    if not given:
+        return None
+    rows = [[row for _, row in read_records(d, "train")] for d in given]
+    return hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def make_task(config: TaskConfig) -> Task:
     """The task generator (or your data) `config` names."""
     if config.name == "jsonl":
@@ -57,7 +83,9 @@ def make_task(config: TaskConfig) -> Task:
                 "(a recipe's options for its own task stay when task.name is overridden) and "
                 "use task.data/test_data/ood_data"
             )
-        return JsonlTask(config.data, config.test_data, config.ood_data)
+        data = config.dataset if config.dataset is not None else config.data
+        test = config.test_dataset if config.test_dataset is not None else config.test_data
+        return JsonlTask(data, test, config.ood_data)
     if config.data:
         raise ConfigError(f"task.data is only read by task 'jsonl', not {config.name!r}")
     return TASKS[config.name](**config.options)
@@ -70,6 +98,7 @@ __all__ = [
     "Row",
     "Task",
     "TaskConfig",
+    "data_fingerprint",
     "held_out",
     "make_task",
     "read_rows",

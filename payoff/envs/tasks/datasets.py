@@ -33,14 +33,18 @@ SUPPORTED = (
 _EXTRA = "pip install 'payoff[llm]'"
 
 
-# ---- files ------------------------------------------------------------------------------------
-def read_records(path: str | Path, split: str = "train", kind: str = "dataset") -> list[Record]:
-    """(`where`, row) for every row of a dataset file or folder.
+# ---- files and in-memory datasets ---------------------------------------------------------------
+def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list[Record]:
+    """(`where`, row) for every row of a dataset file or folder, or of a dataset passed from
+    Python: a list of dicts, a Hugging Face `Dataset`, or a `DatasetDict` (rows are named
+    'rows[3]' in errors).
 
-    split: which split of a DatasetDict folder to read (a plain dataset folder or a file
-        has just one, and `split` is ignored).
+    split: which split of a DatasetDict (folder or object) to read (a plain dataset or a
+        file has just one, and `split` is ignored).
     kind: how the error for a missing file names it ('dataset', 'preference').
     """
+    if not isinstance(path, str | Path):
+        return _object_records(path, split, kind)
     path = Path(path).expanduser()
     if path.is_dir():
         return _folder_records(path, split)
@@ -71,8 +75,10 @@ def read_records(path: str | Path, split: str = "train", kind: str = "dataset") 
     )
 
 
-def dataset_splits(path: str | Path) -> list[str]:
-    """The split names of a DatasetDict folder (save_to_disk of a DatasetDict); [] otherwise."""
+def dataset_splits(path: Any) -> list[str]:
+    """The split names of a DatasetDict (a save_to_disk folder or the object); [] otherwise."""
+    if not isinstance(path, str | Path):
+        return [str(k) for k in path] if _is_dataset_dict(path) else []
     index = Path(path).expanduser() / "dataset_dict.json"
     if not index.is_file():
         return []
@@ -159,6 +165,29 @@ def _parquet_records(path: Path) -> list[Record]:
         raise ConfigError(f"reading .parquet files needs pyarrow: {_EXTRA}") from None
     rows = pq.read_table(path).to_pylist()
     return [(f"{path}:row {i}", row) for i, row in enumerate(rows)]
+
+
+def _is_dataset_dict(value: Any) -> bool:
+    return hasattr(value, "keys") and hasattr(value, "column_names") and isinstance(value, dict)
+
+
+def _object_records(data: Any, split: str, kind: str) -> list[Record]:
+    """Rows of a list of dicts, a datasets.Dataset or a DatasetDict passed from Python."""
+    if _is_dataset_dict(data):
+        if split not in data:
+            raise DataError(
+                f"the DatasetDict passed has no {split!r} split; its splits: "
+                f"{', '.join(map(str, data.keys()))}"
+            )
+        data = data[split]
+    if hasattr(data, "to_list") and hasattr(data, "column_names"):  # a datasets.Dataset
+        data = data.to_list()
+    if isinstance(data, dict) or not isinstance(data, list | tuple):
+        raise DataError(
+            f"a {kind} passed from Python must be a list of dicts, a datasets.Dataset or a "
+            f"DatasetDict, or a path ({SUPPORTED}); got {type(data).__name__}"
+        )
+    return [(f"rows[{i}]", _object(f"rows[{i}]", row)) for i, row in enumerate(data)]
 
 
 def _folder_records(folder: Path, split: str) -> list[Record]:

@@ -108,15 +108,26 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
     return row
 
 
-def read_rows(path: str | Path, split: str = "train") -> list[Row]:
+def read_rows(path: Any, split: str = "train") -> list[Row]:
     """Problem rows of a dataset file or folder; a malformed row is a DataError naming `file:line`.
 
     split: the split to read from a DatasetDict folder.
     """
     rows = [problem_row(where, row) for where, row in read_records(path, split)]
     if not rows:
-        raise DataError(f"dataset {str(path)!r} holds no rows")
+        raise DataError(f"dataset {_name(path)} holds no rows")
     return rows
+
+
+def _given(data: Any) -> Any:
+    """The data if any was given (a path, or rows from Python), else None."""
+    if data is None or (isinstance(data, str | Path) and not str(data)):
+        return None
+    return data
+
+
+def _name(data: Any) -> str:
+    return repr(str(data)) if isinstance(data, str | Path) else f"({type(data).__name__})"
 
 
 class JsonlTask(Task):
@@ -129,18 +140,18 @@ class JsonlTask(Task):
 
     name = "jsonl"
 
-    def __init__(self, data: str, test_data: str = "", ood_data: str = ""):
-        if not data:
+    def __init__(self, data: Any, test_data: Any = "", ood_data: Any = ""):
+        if data is None or (isinstance(data, str) and not data):
             raise ConfigError(
                 "task 'jsonl' needs task.data=<a .jsonl, .json, .csv or .parquet file, "
                 "or a save_to_disk folder>"
             )
         rows = read_rows(data, "train")
         splits = dataset_splits(data)
-        test_data = test_data or (data if "test" in splits else "")
-        ood_data = ood_data or (data if "ood" in splits else "")
-        self.test_rows = read_rows(test_data, "test") if test_data else None
-        self.ood_rows = read_rows(ood_data, "ood") if ood_data else None
+        test_data = _given(test_data) or (data if "test" in splits else "")
+        ood_data = _given(ood_data) or (data if "ood" in splits else "")
+        self.test_rows = read_rows(test_data, "test") if _given(test_data) else None
+        self.ood_rows = read_rows(ood_data, "ood") if _given(ood_data) else None
         if self.test_rows is None:
             self.train_rows = [r for r in rows if not held_out(r["key"], self.held_out_percent)]
             self.test_rows = [r for r in rows if held_out(r["key"], self.held_out_percent)]
@@ -148,7 +159,7 @@ class JsonlTask(Task):
             self.train_rows = rows
         if not self.train_rows:
             raise DataError(
-                f"dataset {data!r} leaves no training rows after holding out the test split"
+                f"dataset {_name(data)} leaves no training rows after holding out the test split"
             )
         self.default_rewards = ("code",) if _present(self.train_rows[0], "tests") else ("math",)
 
