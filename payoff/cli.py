@@ -84,7 +84,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 "name a recipe (see `payoff recipes`) or a YAML file, or pass --resume RUN"
             )
         run = train(
-            args.recipe, args.overrides, seed=args.seed, out=args.out, media=not args.no_media
+            args.recipe,
+            args.overrides,
+            seed=args.seed,
+            out=args.out,
+            media=not args.no_media,
+            loggers=args.track,
         )
     if finished_step(run) is None:
         from payoff.track.interrupt import exit_status
@@ -273,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue RUN from its latest checkpoint")
     p.add_argument(
         "--no-media", action="store_true", help="skip pictures, GIF and report at the end"
+    )
+    p.add_argument(
+        "--track",
+        metavar="LOGGERS",
+        default=None,
+        help="metric loggers, comma-separated: tensorboard, wandb, mlflow or none "
+        "(default: $PAYOFF_LOGGERS, else tensorboard; see docs/tracking.md)",
     )
     p.set_defaults(func=_cmd_train)
 

@@ -106,16 +106,21 @@ def train(
     out: str | Path = "runs",
     media: bool = True,
     label: str | None = None,
+    loggers: list[str] | str | None = None,
 ) -> Run:
-    """Train a recipe into a new run directory; returns the run."""
+    """Train a recipe into a new run directory; returns the run.
+
+    loggers: metric loggers besides metrics.jsonl ('tensorboard', 'wandb', 'mlflow', or
+        'none'); None = $PAYOFF_LOGGERS, else TensorBoard (docs/tracking.md).
+    """
     _, data = load_recipe(recipe)
     if data.get("kind") == "experiment":
-        return train_experiment(recipe, overrides, out=out, media=media)
+        return train_experiment(recipe, overrides, out=out, media=media, loggers=loggers)
     cls, config, resolved = resolve(recipe, overrides, seed)
     if label:
         resolved["label"] = label
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
-    run = Run.create(out, resolved["recipe"], resolved)
+    run = Run.create(out, resolved["recipe"], resolved, loggers=loggers)
     if "recipe_note" in resolved:
         run.event(0, "recipe_retargeted", resolved["recipe_note"], severity="info")
     algorithm.run = run
@@ -233,6 +238,7 @@ def train_experiment(
     overrides: list[str] | tuple[str, ...] = (),
     out: str | Path = "runs",
     media: bool = False,
+    loggers: list[str] | str | None = None,
 ) -> Run:
     """Run every member of an experiment recipe, then draw the comparison figure."""
     name, data = load_recipe(recipe)
@@ -247,7 +253,7 @@ def train_experiment(
         "overrides": list(overrides),
         **to_dict(experiment),
     }
-    run = Run.create(out, name, resolved)
+    run = Run.create(out, name, resolved, loggers=loggers)
     member_runs, labels = [], []
     started = time.time()
     for member in experiment.members:
@@ -259,6 +265,7 @@ def train_experiment(
                 out=run.path / "members",
                 media=media,
                 label=member.label or member.recipe,
+                loggers=loggers,
             )
             member_runs.append(member_run)
             labels.append(member.label or member.recipe)

@@ -219,3 +219,17 @@ def test_a_failing_logger_warns_once_and_training_goes_on(no_tracker_env, monkey
         "keeps every record"
     )
     assert run.summary()["finished"] and final_value(run, "final/success_rate") is not None
+
+
+def test_cli_track_flag_chooses_the_loggers(no_tracker_env, tmp_path, capsys):
+    from payoff.cli import main
+
+    out = tmp_path / "runs"
+    assert (
+        main(["train", "frozenlake-q", *SHORT, "--track", "none", "--out", str(out), "--no-media"])
+        == 0
+    )
+    (run,) = out.iterdir()
+    assert not list(run.glob("events.out.tfevents.*"))  # not even TensorBoard
+    assert main(["train", "frozenlake-q", "--track", "wandbb", "--out", str(out)]) != 0
+    assert "unknown logger 'wandbb' in loggers" in capsys.readouterr().err
