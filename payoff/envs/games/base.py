@@ -131,3 +131,38 @@ def state_from_planes(planes: np.ndarray, shape: tuple[int, int]) -> GameState:
     board[mine] = to_play + 1
     board[theirs] = 2 - to_play
     return GameState(board=board, to_play=to_play, moves=int(mine.sum() + theirs.sum()))
+
+
+class StoneGame:
+    """What tic-tac-toe and Connect Four share: a flat board of stones (0 empty, 1 and 2 the
+    players), a win made by a line through the last stone, PettingZoo's planes encoding.
+
+    A game sets `shape` and `lines_through` (for each cell, the lines of cells through it)
+    and turns an action into a cell in its own `play`, then calls `place`.
+    """
+
+    shape: tuple[int, int]
+    lines_through: list[np.ndarray]
+
+    def place(self, state: GameState, cell: int) -> GameState:
+        """The position after the player to move puts a stone on the empty `cell`."""
+        board = state.board.copy()
+        stone = state.to_play + 1
+        board[cell] = stone
+        moves = state.moves + 1
+        winner = None
+        if (board[self.lines_through[cell]] == stone).all(axis=1).any():
+            winner = state.to_play
+        elif moves == board.size:
+            winner = DRAW
+        return GameState(board=board, to_play=1 - state.to_play, winner=winner, moves=moves)
+
+    def outcome(self, state: GameState) -> float | None:
+        return outcome_for_mover(state)
+
+    def encode(self, state: GameState) -> np.ndarray:
+        return encode_planes(state, self.shape)
+
+    def encode_batch(self, states: list[GameState]) -> np.ndarray:
+        """`encode` for many positions at once (one NumPy pass): [N, 2, rows, cols]."""
+        return encode_planes_batch(states, self.shape)

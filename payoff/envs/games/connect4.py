@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from payoff.envs.games.base import (
-    DRAW,
-    GameState,
-    IllegalMoveError,
-    encode_planes,
-    encode_planes_batch,
-    outcome_for_mover,
-)
+from payoff.envs.games.base import GameState, IllegalMoveError, StoneGame
 
 ROWS, COLS = 6, 7
 
@@ -32,12 +25,13 @@ WINDOWS = _windows()  # [69, 4]
 WINDOWS_THROUGH = [np.array([w for w in WINDOWS if cell in w]) for cell in range(ROWS * COLS)]
 
 
-class ConnectFour:
+class ConnectFour(StoneGame):
     """6x7 Connect Four; action = column 0..6, the stone drops to the lowest free row."""
 
     name = "connect4"
     num_actions = COLS
     shape = (ROWS, COLS)
+    lines_through = WINDOWS_THROUGH
 
     def initial_state(self) -> GameState:
         return GameState(board=np.zeros(ROWS * COLS, dtype=np.int8))
@@ -56,28 +50,8 @@ class ConnectFour:
             raise IllegalMoveError(
                 f"column {column} is full or off the board; legal moves: {legal}"
             )
-        board = state.board.copy()
-        row = ROWS - 1 - int(np.count_nonzero(board[column::COLS]))  # stones fill from the bottom
-        cell = row * COLS + column
-        stone = state.to_play + 1
-        board[cell] = stone
-        moves = state.moves + 1
-        winner = None
-        if (board[WINDOWS_THROUGH[cell]] == stone).all(axis=1).any():
-            winner = state.to_play
-        elif moves == ROWS * COLS:
-            winner = DRAW
-        return GameState(board=board, to_play=1 - state.to_play, winner=winner, moves=moves)
-
-    def outcome(self, state: GameState) -> float | None:
-        return outcome_for_mover(state)
-
-    def encode(self, state: GameState) -> np.ndarray:
-        return encode_planes(state, self.shape)
-
-    def encode_batch(self, states: list[GameState]) -> np.ndarray:
-        """`encode` for many positions at once (one NumPy pass): [N, 2, rows, cols]."""
-        return encode_planes_batch(states, self.shape)
+        row = ROWS - 1 - int(np.count_nonzero(state.board[column::COLS]))  # fills from the bottom
+        return self.place(state, row * COLS + column)
 
     def symmetries(
         self, planes: np.ndarray, policy: np.ndarray

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from payoff.envs.games.base import (
-    DRAW,
-    GameState,
-    IllegalMoveError,
-    encode_planes,
-    encode_planes_batch,
-    outcome_for_mover,
-)
+from payoff.envs.games.base import GameState, IllegalMoveError, StoneGame
 
 # The eight lines of three, as flat cell indices.
 LINES = np.array(
@@ -21,7 +14,7 @@ LINES = np.array(
 LINES_THROUGH = [np.array([line for line in LINES if cell in line]) for cell in range(9)]
 
 
-class TicTacToe:
+class TicTacToe(StoneGame):
     """3x3 tic-tac-toe; action = flat cell index 0..8.
 
     PettingZoo numbers cells column by column (0 1 2 down the first column); the rules are
@@ -31,6 +24,7 @@ class TicTacToe:
     name = "tictactoe"
     num_actions = 9
     shape = (3, 3)
+    lines_through = LINES_THROUGH
 
     def initial_state(self) -> GameState:
         return GameState(board=np.zeros(9, dtype=np.int8))
@@ -47,26 +41,7 @@ class TicTacToe:
         if not 0 <= action < 9 or state.board[action] != 0:
             legal = np.flatnonzero(state.board == 0).tolist()
             raise IllegalMoveError(f"cell {action} is not free; legal moves: {legal}")
-        board = state.board.copy()
-        stone = state.to_play + 1
-        board[action] = stone
-        moves = state.moves + 1
-        winner = None
-        if (board[LINES_THROUGH[action]] == stone).all(axis=1).any():
-            winner = state.to_play
-        elif moves == 9:
-            winner = DRAW
-        return GameState(board=board, to_play=1 - state.to_play, winner=winner, moves=moves)
-
-    def outcome(self, state: GameState) -> float | None:
-        return outcome_for_mover(state)
-
-    def encode(self, state: GameState) -> np.ndarray:
-        return encode_planes(state, self.shape)
-
-    def encode_batch(self, states: list[GameState]) -> np.ndarray:
-        """`encode` for many positions at once (one NumPy pass): [N, 2, rows, cols]."""
-        return encode_planes_batch(states, self.shape)
+        return self.place(state, action)
 
     def symmetries(
         self, planes: np.ndarray, policy: np.ndarray
