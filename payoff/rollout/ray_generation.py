@@ -41,17 +41,9 @@ import torch
 
 from payoff.core.errors import ConfigError, RunError
 from payoff.models.lm import ModelConfig
+from payoff.rollout import ray_pool
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
-from payoff.rollout.ray_pool import (
-    RayConfig,
-    connect,
-    gather_restarting,
-    import_ray,
-    kill_workers,
-    retire_worker,
-    split_ranges,
-    wait_until_ready,
-)
+from payoff.rollout.ray_pool import RayConfig
 
 
 def validate_generation_config(config: RayConfig) -> None:
@@ -142,7 +134,7 @@ class RaySampler:
         validate_generation_config(config)
         if group_size <= 0:
             raise ConfigError(f"group_size must be > 0, got {group_size}")
-        import_ray()  # fail at setup, not at the first step, when Ray is missing
+        ray_pool.import_ray()  # fail at setup, not at the first step, when Ray is missing
         self.config, self.model_config, self.model = config, model_config, model
         self.pad_token_id, self.seed = pad_token_id, seed
         self.group_size, self.batch_size = group_size, batch_size
@@ -159,7 +151,7 @@ class RaySampler:
 
     # ---- workers --------------------------------------------------------------------------
     def _spawn(self) -> Any:
-        ray = connect(self.config)
+        ray = ray_pool.connect(self.config)
         remote = ray.remote(num_cpus=self.config.cpus_per_worker)(GenerationWorker)
         return remote.remote(self.model_config, self.seed, self.threads, self.batch_size)
 
@@ -169,11 +161,11 @@ class RaySampler:
             return
         started = time.perf_counter()
         self.workers = [self._spawn() for _ in range(self.config.num_workers)]
-        wait_until_ready(self.workers, self.config, "generation workers", self.close)
+        ray_pool.wait_until_ready(self.workers, self.config, "generation workers", self.close)
         self.startup_seconds = time.perf_counter() - started
 
     def _restart(self, k: int, error: Exception) -> None:
-        retire_worker(
+        ray_pool.retire_worker(
             self.workers,
             k,
             self.counters["worker_restarts"],
@@ -186,7 +178,7 @@ class RaySampler:
 
     def close(self) -> None:
         """Stop the workers (Ray stays up; a later generate starts new ones)."""
-        kill_workers(self.workers)
+        ray_pool.kill_workers(self.workers)
         self.workers = []
 
     # ---- weights --------------------------------------------------------------------------
@@ -201,7 +193,7 @@ class RaySampler:
         fingerprint = tuple(p._version for p in params.values())
         if self._weights is None or self._updated or fingerprint != self._fingerprint:
             self._updated = False
-            ray = connect(self.config)
+            ray = ray_pool.connect(self.config)
             self.version += 1
             self._weights = ray.put({n: p.detach() for n, p in params.items()})
             self._fingerprint = fingerprint
@@ -217,7 +209,7 @@ class RaySampler:
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """[start, stop) row ranges per worker, cut at group boundaries (empty ones dropped)."""
         groups = -(-rows // self.group_size)
-        bounds = split_ranges(groups, self.config.num_workers)
+        bounds = ray_pool.split_ranges(groups, self.config.num_workers)
         ranges = [(a * self.group_size, min(b * self.group_size, rows)) for a, b in bounds]
         return [(a, b) for a, b in ranges if b > a]
 
@@ -251,7 +243,7 @@ class RaySampler:
             )
 
         futures = {k: submit(k) for k in range(len(shards))}
-        results = gather_restarting(futures, self.config, self._restart, submit)
+        results = ray_pool.gather_restarting(futures, self.config, self._restart, submit)
         parts = [results[k][0] for k in range(len(shards))]
         if shared:  # the learner's stream continues where the worker left it
             state = results[0][1]
