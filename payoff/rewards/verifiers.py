@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -53,6 +53,18 @@ def answers_match(completion: str, reference: Any) -> bool:
     return extract_answer(completion).strip() == str(reference).strip()
 
 
+def _score_answers(
+    completions: Sequence[str], answer: Sequence[Any] | None, match: Callable[[str, Any], bool]
+) -> list[float | None]:
+    """1.0 / 0.0 per completion as `match(completion, reference)`; None where no reference."""
+    if answer is None:
+        return [None] * len(completions)
+    return [
+        None if ref is None else float(match(c, ref))
+        for c, ref in zip(completions, answer, strict=True)
+    ]
+
+
 def math_reward(
     prompts: Sequence[Any],
     completions: Sequence[str],
@@ -60,12 +72,7 @@ def math_reward(
     **_: Any,
 ) -> list[float | None]:
     """1.0 when the final answer equals the `answer` column numerically, else 0.0."""
-    if answer is None:
-        return [None] * len(completions)
-    return [
-        None if ref is None else float(answers_match(c, ref))
-        for c, ref in zip(completions, answer, strict=True)
-    ]
+    return _score_answers(completions, answer, answers_match)
 
 
 def exact_reward(
@@ -75,14 +82,9 @@ def exact_reward(
     **_: Any,
 ) -> list[float | None]:
     """1.0 when the final answer equals the `answer` column as text (whitespace-normalised)."""
-    if answer is None:
-        return [None] * len(completions)
-    return [
-        None
-        if ref is None
-        else float(" ".join(extract_answer(c).split()) == " ".join(str(ref).split()))
-        for c, ref in zip(completions, answer, strict=True)
-    ]
+    return _score_answers(
+        completions, answer, lambda c, ref: extract_answer(c).split() == str(ref).split()
+    )
 
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) -> list[float]:
