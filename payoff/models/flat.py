@@ -23,11 +23,21 @@ class FlatParameters:
     Rules that keep the views alive: zero gradients with `zero_grad()` (never
     `set_to_none`), and change weights in place (`load_state_dict`, `copy_`), never by
     assigning `.data` or `.grad`.
+
+    Device: the buffer is made on the device the parameters are on, so move the model
+    first (`model.to(device)`) and flatten it after; `.to()` on a flattened model would
+    give its parameters new tensors that are no longer views of the buffer.
     """
 
     def __init__(self, params: list[nn.Parameter]):
         if not params:
             raise ValueError("FlatParameters needs at least one parameter")
+        devices = {p.device for p in params}
+        if len(devices) > 1:
+            raise ValueError(
+                f"FlatParameters puts all parameters in one buffer on one device, but they are "
+                f"on {sorted(map(str, devices))}; move the model with .to(device) first"
+            )
         self.params = params
         self.leaf = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
         self.leaf.grad = torch.zeros_like(self.leaf)
@@ -71,7 +81,8 @@ class FlatAdam:
     without its per-call machinery. Alone, a step takes 26 us here against 35 us for
     torch's fused Adam on the same tensor (64-64 Q-network); inside DQN's training loop
     the gap is 44 us per gradient step (310 against 354 us, the whole step). No weight
-    decay or amsgrad. `lr` may be changed between steps (schedules).
+    decay or amsgrad. `lr` may be changed between steps (schedules). The moments live on
+    the buffer's device; `load_state_dict` copies saved (CPU) moments onto it.
     """
 
     def __init__(

@@ -10,6 +10,10 @@ parts of payoff (behavior cloning, DAgger) can train an actor and hand it to PPO
 
 Observations are flattened (Box) or one-hot encoded (Discrete). An optional running
 observation normalizer lives inside the actor, so a saved actor carries its statistics.
+
+Devices: a network lives where `.to(device)` put it (the CPU by default). `predict` takes
+and returns NumPy on any device, `to_env` hands NumPy to the envs, and saved files always
+hold CPU tensors (`load_policy(path, device=...)` puts them back on a device).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, EnvError
 from payoff.track.checkpoint import load_state, save_state
 
@@ -34,6 +39,11 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "ge
 
 
 # ---- building blocks -----------------------------------------------------------------
+def as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """`tensor` as a NumPy array; one copy to the CPU first when it lives on an accelerator."""
+    return tensor.numpy() if tensor.is_cpu else tensor.cpu().numpy()
+
+
 def obs_dim(space: gym.Space) -> int:
     """Input width of a network for observations from `space`."""
     if isinstance(space, gym.spaces.Box):
@@ -63,7 +73,9 @@ class MLP(nn.Sequential):
     # For a network this small, autograd's bookkeeping (graph nodes, saved tensors, strided
     # gradient accumulation) costs more than the arithmetic: DQN's 4-128-128-2 step at
     # batch 128 takes 400 us through autograd and 240 us by hand. These two methods do the
-    # same ops as autograd, in the same order, so the gradients are bitwise equal (tested).
+    # same ops as autograd, in the same order, so the gradients are bitwise equal (tested
+    # on the CPU; the ops exist on every device, but payoff uses them on the CPU only, where
+    # the bookkeeping they save is the cost).
     @property
     def backprop_by_hand(self) -> bool:
         """True when every layer is a Linear with bias, ReLU or Tanh (what `backward_into`
@@ -162,7 +174,7 @@ class ObsNormalizer(nn.Module):
         """Merge a batch [B, dim] into the running statistics (parallel-variance formula)."""
         if not self.enabled:
             return
-        batch = batch.to(torch.float64).reshape(-1, self.mean.shape[0])
+        batch = batch.to(self.mean.device, torch.float64).reshape(-1, self.mean.shape[0])
         b_mean, b_var, b_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
         delta = b_mean - self.mean
         total = self.count + b_count
@@ -238,13 +250,19 @@ class Actor(nn.Module):
         raise NotImplementedError
 
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
-        """Network actions -> what env.step accepts (clipped to Box bounds)."""
-        return actions.numpy()
+        """Network actions (on any device) -> what env.step accepts: NumPy, clipped to Box
+        bounds."""
+        return as_numpy(actions)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the actor's weights are."""
+        return next(self.parameters()).device
 
     @torch.no_grad()
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations (numpy in, numpy out)."""
-        tensor = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        """Actions for a batch of observations (numpy in, numpy out, whatever the device)."""
+        tensor = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
         actions = self.mode(tensor) if deterministic else self.sample(tensor)[0]
         return self.to_env(actions)
 
@@ -355,7 +373,7 @@ class GaussianActor(Actor):
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
         clipped = torch.maximum(torch.minimum(actions, self.high), self.low)
         shape = tuple(self.action_space.shape or ())
-        return clipped.reshape(actions.shape[0], *shape).numpy()
+        return as_numpy(clipped.reshape(actions.shape[0], *shape))
 
     def spec(self) -> dict[str, Any]:
         return {**super().spec(), "log_std_init": float(self.log_std.detach().mean())}
@@ -435,14 +453,15 @@ class QNetwork(nn.Module):
         actions: torch.Tensor,
         targets: torch.Tensor,
         loss: str,
-        grads: torch.Tensor,
+        grads: list[torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The fast path of `loss(Q(s, a) - y).backward()` for a TD loss averaged over the batch.
 
-        Writes the gradient into `grads` (the flat gradient buffer the parameters' .grad
-        views) with the ops autograd would run, in its order, so it is bitwise the same
-        gradient (tests/test_deeprl_fast_paths.py); returns Q(s, a) [B] and the TD errors [B].
-        loss: 'huber' (smooth L1, beta 1) or 'mse'.
+        Writes the gradient into `grads` (one tensor per parameter: the .grad views into
+        FlatParameters' buffer) with the ops autograd would run, in its order, so it is bitwise the same
+        gradient (tests/test_deeprl_fast_paths.py, on the CPU); returns Q(s, a) [B] and the
+        TD errors [B]. loss: 'huber' (smooth L1, beta 1) or 'mse'. The ops run on any device,
+        but DQN calls this on the CPU only: elsewhere its gradients are autograd's.
         """
         all_q, inputs = self.q.forward_saving(self.encoder.forward(obs))  # [B, A]
         index = actions[:, None]
@@ -479,14 +498,23 @@ def save_policy(path: str | Path, actor: Actor, critic: Critic | None = None) ->
     return save_state(path, payload)
 
 
-def load_policy(path: str | Path) -> tuple[Actor, Critic | None]:
-    """Rebuild the actor (and critic, if saved) written by `save_policy`."""
+def load_policy(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Actor, Critic | None]:
+    """Rebuild the actor (and critic, if saved) written by `save_policy`, on `device`
+    (a torch.device, or a config spelling: auto, cpu, cuda, cuda:N, mps)."""
     payload = load_state(path, "policy file")
     if not is_policy_payload(payload):
         raise CheckpointError(
             f"{str(path)!r} is not a payoff policy file (written by payoff.models.save_policy)"
         )
-    return policy_from_payload(payload, path)
+    actor, critic = policy_from_payload(payload, path)
+    target = resolve_device(device) if isinstance(device, str) else device
+    if target.type != "cpu":  # files hold CPU tensors: a CPU load needs no copy
+        actor.to(target)
+        if critic is not None:
+            critic.to(target)
+    return actor, critic
 
 
 def is_policy_payload(payload: Any) -> bool:
