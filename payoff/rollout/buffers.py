@@ -54,6 +54,22 @@ class RolloutStorage:
             info={key: torch.zeros(shape) for key in info_keys},
         )
 
+    def to(self, device: torch.device) -> RolloutStorage:
+        """A copy of every field on `device` (the runner fills the CPU copy through NumPy
+        views; learners on an accelerator update from this one)."""
+        return RolloutStorage(
+            obs=self.obs.to(device),
+            actions=self.actions.to(device),
+            logprobs=self.logprobs.to(device),
+            values=self.values.to(device),
+            rewards=self.rewards.to(device),
+            terminated=self.terminated.to(device),
+            truncated=self.truncated.to(device),
+            valid=self.valid.to(device),
+            next_values=self.next_values.to(device),
+            info={key: values.to(device) for key, values in self.info.items()},
+        )
+
     @property
     def num_steps(self) -> int:
         return int(self.rewards.shape[0])

@@ -5,6 +5,8 @@
 - `PlayerSpec` / `build_player`: a player described by plain data (a baseline's name and
   seed, or a network's weights, simulations and seed), so that a match plays the same games
   in whichever process rebuilds its players.
+
+A network evaluates on the device it is on; the search and its arrays stay on the CPU.
 """
 
 from __future__ import annotations
@@ -19,13 +21,20 @@ import torch
 from payoff.envs.games.base import GameState
 from payoff.envs.games.players import Player, make_player
 from payoff.models.game_nets import PolicyValueNet
+from payoff.models.mlp import as_numpy
 from payoff.rollout.mcts import Evaluator, MCTSConfig, MCTSPlayer
 
 
 def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
-    """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask."""
+    """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask.
+
+    The positions go to `net`'s device (its device when this is called) in one copy, and the
+    priors and values come back as NumPy.
+    """
 
     encode_batch = getattr(game, "encode_batch", None)  # optional fast path of a Game
+    device = next(net.parameters()).device
+    to_device = None if device.type == "cpu" else device
 
     def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
         if encode_batch is not None:
@@ -33,10 +42,12 @@ def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
         else:
             planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
         legal = torch.from_numpy(np.stack([game.legal_mask(s) for s in states]))
+        if to_device is not None:
+            planes, legal = planes.to(to_device), legal.to(to_device)
         with torch.inference_mode():
             logits, values = net(planes)
             priors = torch.softmax(logits.masked_fill(~legal, -1e9), dim=-1)
-        return priors.numpy(), values.numpy()
+        return as_numpy(priors), as_numpy(values)
 
     return evaluate
 
@@ -63,9 +74,9 @@ def network_player(
 
 
 def network_weights(net: PolicyValueNet) -> dict[str, np.ndarray]:
-    """`net`'s weights as plain arrays, to send to another process."""
+    """`net`'s weights as plain CPU arrays, to send to another process."""
     # Plain arrays: torch tensors would travel through shared-memory file handles.
-    return {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    return {k: as_numpy(v.detach()).copy() for k, v in net.state_dict().items()}
 
 
 @dataclass
@@ -84,7 +95,8 @@ Match = tuple[PlayerSpec, PlayerSpec, int]
 
 
 def build_player(spec: PlayerSpec, game: Any, net: PolicyValueNet, mcts: MCTSConfig) -> Player:
-    """The player `spec` describes; a network player gets its own copy of `net`'s shape."""
+    """The player `spec` describes; a network player gets its own copy of `net`'s shape
+    (on `net`'s device)."""
     if spec.weights is None:
         return make_player(spec.name, game, spec.seed)
     own = copy.deepcopy(net)

@@ -20,6 +20,16 @@ class TransitionBatch:
     next_obs: torch.Tensor
     terminated: torch.Tensor
 
+    def to(self, device: torch.device) -> TransitionBatch:
+        """The batch on `device`: one copy per field (the buffer itself is NumPy, on the CPU)."""
+        return TransitionBatch(
+            obs=self.obs.to(device),
+            actions=self.actions.to(device),
+            rewards=self.rewards.to(device),
+            next_obs=self.next_obs.to(device),
+            terminated=self.terminated.to(device),
+        )
+
 
 class ReplayBuffer:
     """Fixed-capacity storage; the oldest transitions are overwritten first.

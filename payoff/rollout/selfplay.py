@@ -6,10 +6,16 @@ network batch; each ply is stored with the search's visit distribution pi and ro
 `SelfPlayPool` shares games and matches out to worker processes: each worker starts once,
 gets the network's weights with every job, and draws from its own RNG seeded by
 (seed, iteration, worker), so runs are reproducible for a given number of workers.
+
+Workers run their network on the CPU whatever the trainer's device: they get a CPU copy of
+the network when they start and NumPy weights with every job (one torch thread each,
+which suits the small batches a worker's share of the games gives). With one process,
+games and matches run in this process on the network's own device.
 """
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import time
@@ -124,7 +130,8 @@ class SelfPlayPool:
     processes: 1 plays matches in this process (and self-play stays with the caller, on its
         own RNG); more starts that many workers with one torch thread each, which live
         until close().
-    net: the network whose shape the workers copy; its weights travel with every job.
+    net: the network whose shape the workers copy (onto the CPU); its weights travel with
+        every job.
     Traps: each worker searches only its share of the games, so network batches shrink;
     more workers than free cores only adds start-up and switching.
     """
@@ -190,11 +197,14 @@ class SelfPlayPool:
         Every worker function returns (result, (pid, cpu seconds)); the CPU is counted here.
         """
         if self._executor is None:
+            # Workers get a CPU copy: a network on a GPU would make each of them open CUDA.
+            on_cpu = all(p.is_cpu for p in self.net.parameters())
+            net = self.net if on_cpu else copy.deepcopy(self.net).to("cpu")
             self._executor = ProcessPoolExecutor(
                 max_workers=self.processes,
                 mp_context=_worker_context(),
                 initializer=_worker_start,
-                initargs=(self.game, self.net, self.mcts, self.temperature_moves),
+                initargs=(self.game, net, self.mcts, self.temperature_moves),
             )
         futures = [self._executor.submit(*job) for job in jobs]
         results = []
