@@ -87,6 +87,7 @@ class IPPO(PPO):
             episodes * self.n_agents,
             seed,
             "batched",
+            device=self.device,
         )
         self.actor.train()
         return result

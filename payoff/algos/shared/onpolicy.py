@@ -3,6 +3,11 @@
 Each algorithm module supplies its config (a subclass of `OnPolicyConfig`) and `update()`,
 the loss math. The loop here is: collect a [num_steps, num_envs] rollout -> update ->
 log -> evaluate -> checkpoint, until total_steps env steps.
+
+Devices (config key `device`): actor, critic and the flat optimizer buffer live on it. The
+rollout storage stays on the CPU, where the envs write it; each step's observations go to
+the device once and the actions come back once, and `update` gets one copy of the whole
+rollout on the device. On the CPU none of these copies happen.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.advantages import gae
+from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
@@ -103,6 +109,13 @@ class OnPolicyAlgorithm(Agent):
     def setup(self) -> None:
         config = self.config
         torch.set_num_threads(config.threads)
+        self.device = resolve_device(config.device)
+        self.on_cpu = self.device.type == "cpu"
+        if config.backend == "ray" and not self.on_cpu:
+            raise ConfigError(
+                f"backend 'ray' sends the actor and critic to CPU worker processes, so it trains "
+                f"on the CPU only; device {config.device!r} is {self.device} here: set device=cpu"
+            )
         self.rng = seed_everything(config.seed)
         if config.backend == "ray":  # the envs live in the Ray workers; one here for spaces
             self.envs = make_vector_env(config.env, 1, "sync")
@@ -114,6 +127,7 @@ class OnPolicyAlgorithm(Agent):
                 seed=config.seed,
                 check_finite=config.check_finite,
                 info_keys=tuple(config.episode_info),
+                device=self.device,
             )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
@@ -135,6 +149,10 @@ class OnPolicyAlgorithm(Agent):
             if self.uses_critic
             else None
         )
+        # On the device before the optimizer flattens the weights into one buffer there.
+        self.actor.to(self.device)
+        if self.critic is not None:
+            self.critic.to(self.device)
         if config.init_from:
             self._init_from_file(config.init_from)
         if config.backend == "ray":
@@ -246,6 +264,8 @@ class OnPolicyAlgorithm(Agent):
     def _policy_step(self, obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
         # No values: the runner evaluates the critic on the whole rollout in one pass.
         actions, logprobs = self.actor.sample(obs)
+        if not self.on_cpu:  # the storage and the envs are on the CPU
+            actions, logprobs = actions.cpu(), logprobs.cpu()
         return actions, self.actor.to_env(actions), logprobs
 
     @torch.no_grad()
@@ -275,6 +295,7 @@ class OnPolicyAlgorithm(Agent):
             episodes,
             seed,
             vectorization,
+            device=self.device,
         )
         self.actor.train()
         return result
@@ -338,7 +359,9 @@ class OnPolicyAlgorithm(Agent):
         value_fn = self._values if self.critic is not None else None
         self.runner.collect(self._policy_step, self.storage, value_fn)
         self.step = self.runner.env_steps
-        self._metrics = self.update(self.storage, fraction)
+        # The runner filled the CPU storage; the update learns from one copy on the device.
+        storage = self.storage if self.on_cpu else self.storage.to(self.device)
+        self._metrics = self.update(storage, fraction)
         if self.actor.normalizer.enabled:
             self.actor.normalizer.update(self.storage.obs[self.storage.valid])
         self._metrics["train/learning_rate"] = self.config.learning_rate(fraction)
