@@ -14,6 +14,10 @@ the target still bootstraps from s' there.
 Ablations: `replay.enabled=false` learns from the latest transitions only (correlated,
 forgetful); `target_network.enabled=false` bootstraps from the network being trained
 (a moving target). `payoff train dqn-ablation` plots all four.
+
+Devices (config key `device`): the Q-networks and the flat optimizer buffer live on it; the
+replay buffer is NumPy on the CPU. Each vector step's observations go to the device once,
+each `train_every` block's minibatches once, and the greedy actions come back as NumPy.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from torch import nn
 
 from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.loop import TrainLoop, crossed
+from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import QNetwork
+from payoff.models.mlp import QNetwork, as_numpy
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.replay import ReplayBuffer
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
@@ -80,6 +85,8 @@ class DQNConfig(VectorAgentKeys):
     fast_backward: compute the loss's gradient with QNetwork.td_backward, derived by hand in
         payoff.models (bitwise the same as autograd's, ~35% less time per gradient step),
         where the network's layers allow it (ReLU/Tanh MLPs); false always uses autograd.
+        CPU only: off the CPU the gradient is autograd's (the hand-derived path is tested
+        against autograd on the CPU, and what it saves is per-op overhead there).
     replay / target_network: see ReplayConfig and TargetNetworkConfig.
     log_every: write train/... metrics every this many env steps.
     """
@@ -123,6 +130,8 @@ class DQN(Agent):
     def setup(self) -> None:
         config = self.config
         torch.set_num_threads(config.threads)
+        self.device = resolve_device(config.device)
+        self.on_cpu = self.device.type == "cpu"
         self.rng = seed_everything(config.seed)
         self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
         self.observation_space = self.envs.single_observation_space
@@ -140,14 +149,14 @@ class DQN(Agent):
         )
         self.q_net = QNetwork(
             self.observation_space, self.action_space, config.hidden, config.activation
-        )
+        ).to(self.device)  # before the optimizer flattens the weights into one buffer there
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         # All weights in one tensor and all gradients in another: zeroing, clipping and
         # the Adam step are one op each instead of one per layer.
         self.flat = FlatParameters(list(self.q_net.parameters()))
         self.optimizer = FlatAdam(self.flat, lr=config.learning_rate)
         # The same gradients as autograd's, computed by hand (see MLP.backward_into).
-        self.by_hand = config.fast_backward and self.q_net.fast_td_backward
+        self.by_hand = config.fast_backward and self.q_net.fast_td_backward and self.on_cpu
         capacity = config.replay.size if config.replay.enabled else config.batch_size
         self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
         self.gradient_updates = 0
@@ -166,12 +175,18 @@ class DQN(Agent):
         return self.step
 
     # ---- acting -----------------------------------------------------------------------
+    def _tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """Observations as a float32 tensor on the device (no copy on the CPU)."""
+        tensor = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        return tensor if self.on_cpu else tensor.to(self.device)
+
     @torch.no_grad()
     def _greedy(self, obs: torch.Tensor) -> np.ndarray:
-        return self.q_net(obs).argmax(-1).numpy()
+        """argmax_a Q(s, a) for observations on the device, as NumPy."""
+        return as_numpy(self.q_net(obs).argmax(-1))
 
     def _explore(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        actions = self._greedy(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+        actions = self._greedy(self._tensor(obs))
         explore = self.rng.random(len(actions)) < epsilon
         if explore.any():
             actions[explore] = self.rng.integers(0, self.num_actions, size=int(explore.sum()))
@@ -181,7 +196,7 @@ class DQN(Agent):
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.shape == tuple(self.observation_space.shape or ())
         if deterministic:
-            actions = self._greedy(torch.from_numpy(obs[None] if single else obs))
+            actions = self._greedy(self._tensor(obs[None] if single else obs))
         else:
             actions = self._explore(obs[None] if single else obs, self.config.epsilon.end)
         return int(actions[0]) if single else actions
@@ -189,7 +204,9 @@ class DQN(Agent):
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """Greedy policy on `episodes` fresh episodes of the real env, batched."""
         seed = self.config.seed + 1_000_000 if seed is None else seed
-        return evaluate_batched(self.config.env, self._greedy, episodes, seed, "sync")
+        return evaluate_batched(
+            self.config.env, self._greedy, episodes, seed, "sync", device=self.device
+        )
 
     # ---- learning ---------------------------------------------------------------------
     def _train(self, steps: int) -> None:
@@ -204,6 +221,8 @@ class DQN(Agent):
         else:  # the same latest transitions for every step
             size = min(config.batch_size, len(self.buffer))
             batches = self.buffer.latest(size, repeat=steps)
+        if not self.on_cpu:  # one copy of all these steps' minibatches
+            batches = batches.to(self.device)
         fixed_target = config.target_network.enabled and not config.double_q
         done = 0
         while done < steps:
