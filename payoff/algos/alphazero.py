@@ -22,6 +22,12 @@ payoff.rollout.selfplay, network players in payoff.rollout.network_players, the 
 matches in payoff.rollout.league, the replay in payoff.rollout.replay; this module keeps
 the config, the loss and update, the gate and the loop.
 
+Devices (config key `device`): the network trains there, and the searches in this process
+(self-play with workers 1, the gate, predict, matches) evaluate their leaf batches there,
+one copy each way per batch. Self-play worker processes (workers > 1) always run a CPU
+copy of the network: their weights travel as NumPy arrays. The tree search itself is
+Python on the CPU whatever the device.
+
 Python API:
     agent = AlphaZero(game="tictactoe", iterations=10).learn()
     agent.predict(pettingzoo_observation)        # {'observation', 'action_mask'} -> move
@@ -42,6 +48,7 @@ import torch.nn.functional as F
 
 from payoff.algos.base import Agent, RunKeys
 from payoff.algos.loop import TrainLoop
+from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.games import DRAW, GameState, make_game
@@ -184,9 +191,11 @@ class AlphaZero(Agent):
     def setup(self) -> None:
         config = self.config
         torch.set_num_threads(config.threads)
+        self.device = resolve_device(config.device)
         self.rng = seed_everything(config.seed)
         self.game = make_game(config.game)
         self.net = PolicyValueNet(self.game.shape, self.game.num_actions, config.net)
+        self.net.to(self.device)
         self.best = copy.deepcopy(self.net)
         self.net.eval()
         self.best.eval()
@@ -380,6 +389,9 @@ class AlphaZero(Agent):
         steps = config.train_steps if self.replay.size >= config.batch_size else 0
         for _ in range(steps):
             planes, target_pi, target_z = self.replay.sample(config.batch_size, self.rng)
+            if self.device.type != "cpu":
+                planes = planes.to(self.device)
+                target_pi, target_z = target_pi.to(self.device), target_z.to(self.device)
             logits, values = self.net(planes)
             log_probs = F.log_softmax(logits, dim=-1)
             policy_loss = -(target_pi * log_probs).sum(dim=-1).mean()  # cross-entropy to pi
@@ -463,7 +475,10 @@ class AlphaZero(Agent):
         results = self.pool.play_matches(matches)
         self.results.extend(as_result(result) for result in results)
         metrics = league_metrics(config.baselines, results)
-        self.snapshots[name] = {k: v.clone() for k, v in self.best.state_dict().items()}
+        # Snapshots are CPU copies (they are sent to workers as arrays and checkpointed).
+        self.snapshots[name] = {
+            k: v.to("cpu", copy=True) for k, v in self.best.state_dict().items()
+        }
         self.last_evaluated = name
         rows = league_rows(self.results, config.baselines)
         elo = next(row.rating for row in rows if row.player == name)

@@ -21,7 +21,7 @@ import numpy as np
 
 from payoff.algos.base import Agent, AgentKeys
 from payoff.algos.loop import TrainLoop
-from payoff.core.errors import EnvError
+from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, is_success, make_env
@@ -46,6 +46,8 @@ class QLearningConfig(AgentKeys):
     epsilon: exploration rate, scheduled over training.
     plateau_tolerance: the run reports the first evaluation within this much of the best
         success rate (or return) it reached: "episodes until it stopped improving".
+    device: cpu or auto (the table is a NumPy array on the CPU: there is no network to
+        move); naming an accelerator is an error.
     """
 
     env: EnvConfig = field(default_factory=_frozenlake)
@@ -63,6 +65,14 @@ class QLearningConfig(AgentKeys):
     final_eval_episodes: int = 1000
     checkpoint_every: int = 2000
     plateau_tolerance: float = 0.05
+
+    def validate(self) -> None:
+        if self.device not in ("cpu", "auto"):
+            raise ConfigError(
+                f"Q-learning is tabular: its Q-table is a NumPy array on the CPU, with no "
+                f"network to put on a device; device must be cpu or auto, got {self.device!r}. "
+                f"DQN (algo: dqn) learns a Q-network, which can go on a device."
+            )
 
 
 class QLearning(Agent):

@@ -7,6 +7,10 @@ Losses (one value per batch):
     Discrete actions:  cross-entropy  -log pi(a_expert | s)
     Box actions, 'mse': || mean(s) - a_expert ||^2            (the deterministic action)
     Box actions, 'nll': -log N(a_expert; mean(s), std)         (also learns the std)
+
+Devices (config key `device`): the actor (and a prefitted critic) train on it. The dataset
+stays in NumPy on the CPU and goes to the device once per epoch; experts and envs act on
+the CPU, and the learner's actions come back as NumPy (`Actor.predict`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Agent, AgentKeys
+from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.make import EnvConfig, make_env
@@ -148,6 +153,7 @@ class ImitationAlgorithm(Agent):
     def setup(self) -> None:
         config = self.config
         torch.set_num_threads(config.threads)
+        self.device = resolve_device(config.device)
         self.rng = seed_everything(config.seed)
         probe = make_env(config.env)
         self.observation_space, self.action_space = probe.observation_space, probe.action_space
@@ -165,7 +171,7 @@ class ImitationAlgorithm(Agent):
             activation=config.activation,
             normalize_obs=config.normalize_obs,
             log_std_init=config.log_std_init,
-        )
+        ).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         obs_shape = tuple(self.observation_space.shape or ())
@@ -214,9 +220,9 @@ class ImitationAlgorithm(Agent):
     def fit_epoch(self) -> float:
         """One pass over the aggregated dataset in shuffled minibatches; mean loss."""
         started = time.time()
-        obs = torch.as_tensor(self.data_obs)
-        actions = torch.as_tensor(self.data_act)
-        order = torch.randperm(len(obs))
+        obs = torch.as_tensor(self.data_obs, device=self.device)  # [N, obs_dim]
+        actions = torch.as_tensor(self.data_act, device=self.device)
+        order = torch.randperm(len(obs))  # on the CPU: the same order on any device
         total, batches = 0.0, 0
         for start in range(0, len(obs), self.config.batch_size):
             idx = order[start : start + self.config.batch_size]
@@ -320,11 +326,12 @@ class ImitationAlgorithm(Agent):
             config.hidden,
             config.activation,
             normalizer=self.actor.normalizer,
-        )
+        ).to(self.device)
         if len(returns) == 0:
             return critic
         optimizer = torch.optim.Adam(critic.value.parameters(), lr=1e-3)
-        obs, targets = torch.as_tensor(observations), torch.as_tensor(returns, dtype=torch.float32)
+        obs = torch.as_tensor(observations, device=self.device)
+        targets = torch.as_tensor(returns, dtype=torch.float32, device=self.device)
         loss = torch.zeros(())
         for _ in range(epochs):
             order = torch.randperm(len(obs))
