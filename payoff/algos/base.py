@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState
 from payoff.core.config import fields_of, from_dict, to_dict
-from payoff.core.device import check_device_name
+from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.envs.make import EnvConfig, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
@@ -252,16 +252,19 @@ class Algorithm:
         return save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
 
     @classmethod
-    def load(cls, path: str | Path, env: Any = None) -> Self:
+    def load(cls, path: str | Path, env: Any = None, device: str | None = None) -> Self:
         """Load from a file written by `save`, a checkpoint, or a run directory.
 
         env: optionally a different env id/config; its spaces must match the checkpoint's.
+        device: where the networks go (auto, cpu, cuda, cuda:N, mps); None keeps the saved
+            config's device, or the CPU (with a warning) when this machine lacks it. Files
+            hold CPU tensors, so a model trained on a GPU loads on a CPU-only machine.
         """
         path = Path(path)
         if path.is_dir():
             path = Run.open(path).checkpoint_path("latest")
         payload, _ = load_checkpoint_file(path, cls.name)
-        algorithm = cls._from_payload(payload, env=env, source=path)
+        algorithm = cls._from_payload(payload, env=env, source=path, device=device)
         note = algorithm.restore_note()
         if note:
             warnings.warn(note, RuntimeWarning, stacklevel=2)
@@ -274,8 +277,10 @@ class Algorithm:
         env: Any = None,
         run: Run | None = None,
         source: str | Path | None = None,
+        device: str | None = None,
     ) -> Self:
-        """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors."""
+        """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors.
+        `device` replaces the saved config's (see `load`)."""
         where = f"checkpoint {str(source)!r}" if source is not None else "the checkpoint"
         for part in ("config", "state"):
             if not isinstance(payload.get(part), dict):
@@ -286,6 +291,17 @@ class Algorithm:
         config_data = dict(payload["config"])
         if env is not None:
             config_data["env"] = env_config_of(env)
+        if device is not None:
+            config_data["device"] = device
+        elif not _device_here(config_data.get("device")):
+            warnings.warn(
+                f"{where} was trained on device {config_data['device']!r}, which this machine "
+                f"does not have (torch sees: {', '.join(available_devices())}); loading it on "
+                f"the CPU (pass device=... to choose)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            config_data["device"] = "cpu"
         try:
             config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:
@@ -382,6 +398,20 @@ class Agent(Algorithm):
                 solved_at_step=self.solved_at,
                 **summary,
             )
+
+
+def _device_here(name: Any) -> bool:
+    """Whether a saved config's device (or its absence) can be used on this machine; a
+    malformed name counts as usable here: the config check names it."""
+    try:
+        check_device_name(name)
+    except (ConfigError, TypeError):
+        return True
+    try:
+        resolve_device(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def config_from_run(run_config: dict[str, Any]) -> dict[str, Any]:
