@@ -51,7 +51,6 @@ def resolve(
     resolved["overrides"] = list(all_overrides)  # what the run changed from the recipe (reports)
     if note:
         resolved["recipe_note"] = note
-        print(f"note: {note}", file=sys.stderr)
     if label:
         resolved["label"] = label
     if monitors:
@@ -121,7 +120,8 @@ def train(
         resolved["label"] = label
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
     run = Run.create(out, resolved["recipe"], resolved, loggers=loggers)
-    if "recipe_note" in resolved:
+    if "recipe_note" in resolved:  # said once the config has proved buildable
+        print(f"note: {resolved['recipe_note']}", file=sys.stderr)
         run.event(0, "recipe_retargeted", resolved["recipe_note"], severity="info")
     algorithm.run = run
     algorithm.attach_monitors(build_monitors(resolved.get("monitors")))
