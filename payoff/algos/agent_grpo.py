@@ -36,12 +36,14 @@ from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import group_advantages
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
+from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
 from payoff.models.base_model import save_cached_model, start_lm
-from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.models.chat import has_chat_template, uses_chat_template
+from payoff.models.lm import ModelConfig, cpu_state, load_lm, save_lm
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
@@ -111,7 +113,12 @@ class AgentGRPOConfig(RunKeys):
     eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
         held-out tasks.
     chat_template: render episodes with the tokenizer's chat template (Hugging Face models,
-        tools listed in it) instead of the tiny model's plain format.
+        tools listed in it) instead of the tiny model's plain format. null (default) follows
+        model.chat_template (auto: the template when the tokenizer has one; the tiny model
+        has none, so it keeps the plain format); true insists on the template (an error when
+        the tokenizer has none); false is the plain format.
+    device: auto | cpu | cuda | cuda:N | mps (payoff.core.device); auto = a GPU when torch
+        sees one. The model trains there; the text envs run on the CPU.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -142,7 +149,8 @@ class AgentGRPOConfig(RunKeys):
     log_every: int = 1
     eval_every: int = 10
     checkpoint_every: int = 20
-    chat_template: bool = False
+    chat_template: bool | None = None
+    device: str = field(default="auto", metadata={"check": check_device_name})
 
     def validate(self) -> None:
         self.task.validate()
@@ -207,7 +215,9 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
         file=sys.stderr,
     )
     sft = config.sft
-    model, tokenizer = load_lm(ModelConfig(tiny=sft.tiny), seed=sft.seed)
+    model, tokenizer = load_lm(
+        ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
+    )
     task = make_agent_task(config.task)
     rng = np.random.default_rng(sft.seed)
     demos = [
@@ -229,12 +239,16 @@ class AgentGRPO(Algorithm):
         config = self.config
         config.validate()
         self.task = make_agent_task(config.task)
-        model_config, self.rng, self.model, self.tokenizer = start_lm(
-            config.model, config.seed, config.threads, lambda: build_agent_base(config)
+        model_config, self.rng, self.model, self.tokenizer, self.device = start_lm(
+            config.model,
+            config.seed,
+            config.threads,
+            lambda: build_agent_base(config),
+            config.device,
         )
         self.base_model_path = model_config.path
         self.format: Format = PlainFormat()
-        if config.chat_template:
+        if self.uses_chat_template():
             tools = [t.spec() for t in self.task.make_env().tools.values()]
             self.format = ChatTemplateFormat(self.tokenizer, tools)
         self.sampler = LocalSampler(self.model, self.tokenizer)
@@ -251,6 +265,19 @@ class AgentGRPO(Algorithm):
         )
         self.step = 0
         self.episodes_seen = 0
+
+    def uses_chat_template(self) -> bool:
+        """chat_template true/false, or (null) model.chat_template's choice for this tokenizer."""
+        wanted = self.config.chat_template
+        if wanted is None:
+            return uses_chat_template(self.tokenizer, self.config.model.chat_template)
+        if wanted and not has_chat_template(self.tokenizer):
+            raise ConfigError(
+                "config key 'chat_template' is true but the model's tokenizer has no chat "
+                f"template (model.path={self.config.model.path!r}); set chat_template: false "
+                "for the plain format, or leave it null to use a template only when there is one"
+            )
+        return wanted
 
     def progress_step(self) -> int:
         return self.step
@@ -326,11 +353,11 @@ class AgentGRPO(Algorithm):
                     rows.append(e), row_adv.append(a), row_turn.append(k)
             else:
                 rows.append(e), row_adv.append(adv[0] if adv else 0.0), row_turn.append(-1)
-        packed = pack_episodes(rows, self.tokenizer.pad_token_id)
+        packed = pack_episodes(rows, self.tokenizer.pad_token_id, self.device)
         mask = packed.model_mask[:, 1:]
-        turns = torch.tensor(row_turn)[:, None]
+        turns = torch.tensor(row_turn, device=self.device)[:, None]
         mask = torch.where(turns >= 0, mask * (packed.turn_index[:, 1:] == turns), mask)
-        adv = torch.tensor(row_adv, dtype=torch.float32)
+        adv = torch.tensor(row_adv, dtype=torch.float32, device=self.device)
         input_ids, attention = packed.input_ids, packed.attention_mask
         # The loss divides by every row and token; rows with advantage 0 add nothing to it
         # or its gradient (there is no KL term), so they need no forward or backward.
@@ -495,7 +522,7 @@ class AgentGRPO(Algorithm):
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "model": cpu_state(self.model),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "loop": self.state.state_dict(),

@@ -34,6 +34,7 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of, correctness_spec
+from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
@@ -69,10 +70,16 @@ def best_of_n(
     n: int,
     sampling: SamplingConfig,
     generator: torch.Generator | None = None,
+    model_prompts: Sequence[str] | None = None,
 ) -> list[str]:
-    """For each prompt, the completion `scorer` rates highest among `n` samples."""
+    """For each prompt, the completion `scorer` rates highest among `n` samples.
+
+    model_prompts: the prompts as the model reads them (through a chat template), when
+    they differ from what the scorer reads.
+    """
     repeated = [p for p in prompts for _ in range(n)]
-    completions = sampler.generate(repeated, sampling, generator).completions
+    shown = repeated if model_prompts is None else [p for p in model_prompts for _ in range(n)]
+    completions = sampler.generate(shown, sampling, generator).completions
     scores = np.asarray(scorer(repeated, completions), float).reshape(len(prompts), n)
     return [completions[i * n + int(j)] for i, j in enumerate(scores.argmax(1))]
 
@@ -91,6 +98,8 @@ class BestOfNConfig:
     ns: the N values of the sweep (each <= max(ns) = samples drawn per prompt).
     prompts: held-out prompts to sample for.
     temperature / max_new_tokens: sampling.
+    seed / threads / device: as every LM trainer's (payoff.algos.shared.lm.LMKeys); device
+        auto = a GPU when torch sees one. The policy and the reward model live there.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -106,6 +115,7 @@ class BestOfNConfig:
     temperature: float = 1.0
     max_new_tokens: int = 24
     threads: int = 1
+    device: str = field(default="auto", metadata={"check": check_device_name})
 
     def validate(self) -> None:
         if not self.ns or min(self.ns) < 1:
@@ -126,7 +136,7 @@ class BestOfN(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        self.model_config = self.setup_lm(preference_base(config.task, config.base))
+        self.model_config = self.setup_lm(preference_base(config.task, config.base, config.device))
         self.gold = RewardMix([correctness_spec(self.task)])
         self.scorer: RewardModelScorer | None = None
         self.proxy_eval: dict[str, Any] = {}
@@ -140,7 +150,7 @@ class BestOfN(LMAlgorithm):
         if self.scorer is None:
             config = self.config
             if config.reward_model:
-                self.scorer = RewardModelScorer.from_path(config.reward_model)
+                self.scorer = RewardModelScorer.from_path(config.reward_model, self.device)
             else:
                 self.scorer, result = train_proxy(self.model_config, config)
                 self.proxy_eval = result.to_dict()
@@ -165,12 +175,12 @@ class BestOfN(LMAlgorithm):
         rows = self.task.split("test", config.prompts)
         n_max = max(config.ns)
         repeated = [row for row in rows for _ in range(n_max)]
-        prompts = [r["prompt"] for r in repeated]
+        prompts = [r["prompt"] for r in repeated]  # what the scorers read
         sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
         generator = torch.Generator().manual_seed(config.seed)
         completions = (
             LocalSampler(self.model, self.tokenizer)
-            .generate(prompts, sampling, generator)
+            .generate([self.prompt_text(r) for r in repeated], sampling, generator)
             .completions
         )
         shape = (len(rows), n_max)
@@ -244,6 +254,7 @@ class BestOfN(LMAlgorithm):
             prompts,
             max(self.config.ns),
             sampling,
+            model_prompts=[self.prompt_text({"prompt": p}) for p in prompts],
         )
         return picks[0] if isinstance(observation, str) else picks
 

@@ -34,7 +34,7 @@ from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference
+from payoff.models.lm import FrozenReference, cpu_state
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     completion_logprobs,
@@ -119,7 +119,7 @@ def summed_completion_logprobs(
         tokenizer, prompts, completions
     )
     out = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    return (out.logprobs * completion_mask).sum(-1)
+    return (out.logprobs * completion_mask.to(out.logprobs.device)).sum(-1)
 
 
 PairTokens = tuple[list[int], list[list[int]]]  # (prompt ids, [chosen + EOS, rejected + EOS])
@@ -210,8 +210,11 @@ class DPO(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        self.setup_lm(preference_base(config.task, config.base))
-        self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
+        self.setup_lm(preference_base(config.task, config.base, config.device))
+        train_rows, test_rows = load_pairs(config.preferences, self.task, config.seed)
+        # The pairs as the model reads them: through the chat template when on.
+        self.train_rows = [self.templated(r) for r in train_rows]
+        self.test_rows = [self.templated(r) for r in test_rows]
         # Tokenized once; each step packs its pairs (one prompt pass per pair, no padding).
         self.packed = packable(self.model)
         self.train_pairs = encode_pairs(self.tokenizer, self.train_rows)
@@ -225,6 +228,18 @@ class DPO(LMAlgorithm):
                 reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
             )
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
+
+    def templated(self, row: Row) -> Row:
+        """A pair with its prompt and both answers as the model reads them (the chat
+        template's rendering when on: each answer is the assistant's turn); else `row`."""
+        if not self.chat_template:
+            return row
+        return {
+            **row,
+            "prompt": self.prompt_text(row),
+            "chosen": self.completion_text(row, row["chosen"]),
+            "rejected": self.completion_text(row, row["rejected"]),
+        }
 
     def progress_step(self) -> int:
         return self.step
@@ -312,7 +327,7 @@ class DPO(LMAlgorithm):
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         completions = (
             LocalSampler(self.model, self.tokenizer)
-            .generate([r["prompt"] for r in rows], sampling)
+            .generate([self.prompt_text(r) for r in rows], sampling)
             .completions
         )
         scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
@@ -346,12 +361,12 @@ class DPO(LMAlgorithm):
     def state_dict(self) -> dict[str, Any]:
         # The cached reference log-probs are rebuilt from the unchanged reference on load.
         return {
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "model": cpu_state(self.model),
             "optimizer": self.optimizer.state_dict(),
             "loop": self.state.state_dict(),
             "rng": rng_state(self.rng),
-            "ref_train": self.ref_train.clone(),
-            "ref_test": self.ref_test.clone(),
+            "ref_train": self.ref_train.to("cpu", copy=True),
+            "ref_test": self.ref_test.to("cpu", copy=True),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -359,7 +374,8 @@ class DPO(LMAlgorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.state.load_state_dict(state["loop"])
         set_rng_state(state["rng"], self.rng)
-        self.ref_train, self.ref_test = state["ref_train"], state["ref_test"]
+        self.ref_train = state["ref_train"].to(self.device)
+        self.ref_test = state["ref_test"].to(self.device)
 
 
 ALGORITHM = DPO

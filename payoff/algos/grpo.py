@@ -33,7 +33,7 @@ from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference
+from payoff.models.lm import FrozenReference, cpu_state
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -246,7 +246,7 @@ class GRPO(LMAlgorithm):
     def setup(self) -> None:
         config = self.config
         model_config = self.setup_lm(
-            lambda: build_base_model(config.task, config.base, config.max_new_tokens)
+            lambda: build_base_model(config.task, config.base, config.max_new_tokens, config.device)
         )
         self.generator = torch.Generator().manual_seed(config.seed)
         # The frozen reference for the KL term; with beta = 0 there is none to keep.
@@ -294,7 +294,9 @@ class GRPO(LMAlgorithm):
         sampling = SamplingConfig(
             config.temperature, config.top_p, config.max_new_tokens, config.stop
         )
-        return rows, self.sampler.generate([r["prompt"] for r in rows], sampling, self.generator)
+        # The model reads the prompt through its chat template (when on); rewards get the row's.
+        prompts = [self.prompt_text(r) for r in rows]
+        return rows, self.sampler.generate(prompts, sampling, self.generator)
 
     def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
         """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
@@ -310,9 +312,12 @@ class GRPO(LMAlgorithm):
         )
 
     def update(self, generation: Generation, advantages: torch.Tensor) -> dict[str, float]:
-        """4. updates_per_batch passes of minibatch steps on the GRPO loss."""
+        """4. updates_per_batch passes of minibatch steps on the GRPO loss.
+
+        `advantages` [B] stay on the CPU with the shuffling; each minibatch's go to the model.
+        """
         config = self.config
-        g = generation
+        g = generation.to(self.device)  # a Ray sampler's generations arrive on the CPU
         batch = g.prompt_ids.shape[0]
         minibatch = config.minibatch_size or batch
         on_policy = config.updates_per_batch == 1 and minibatch == batch
@@ -372,7 +377,7 @@ class GRPO(LMAlgorithm):
                     parts = grpo_loss(
                         out.logprobs,
                         old,
-                        advantages[index],
+                        advantages[index].to(self.device),
                         mask,
                         ref_logprobs[index] if ref_logprobs is not None else None,
                         beta=config.beta,
@@ -524,7 +529,7 @@ class GRPO(LMAlgorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "model": cpu_state(self.model),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "loop": self.state.state_dict(),

@@ -26,11 +26,12 @@ from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.lm import LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
+from payoff.core.device import resolve_device
 from payoff.core.seeding import rng_state, seed_everything, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
-from payoff.models.lm import ModelConfig
+from payoff.models.lm import ModelConfig, cpu_state
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     pack_shared_prompts,
@@ -55,13 +56,16 @@ def small_base() -> BaseModelConfig:
     )
 
 
-def preference_base(task: TaskConfig, base: BaseModelConfig) -> Callable[[], Path]:
+def preference_base(
+    task: TaskConfig, base: BaseModelConfig, device: str = "auto"
+) -> Callable[[], Path]:
     """What builds (or finds) the tiny SFT base model of a preference run given no model.path.
 
     Every preference algorithm asks for the same base (same settings, same 24-token
     evaluation), so the reward model, DPO, best-of-N and PPO-RLHF share one cached SFT model.
+    device: where it trains if it is not cached yet (the run's device key).
     """
-    return lambda: build_base_model(task, base, max_new_tokens=24)
+    return lambda: build_base_model(task, base, max_new_tokens=24, device=device)
 
 
 @dataclass
@@ -132,8 +136,8 @@ def score_packed(model: ScalarHeadModel, groups: Sequence[Group]) -> torch.Tenso
     pack = pack_shared_prompts(
         [p for p, _ in groups], [c for _, c in groups], model.tokenizer.pad_token_id
     )
-    hidden = packed_last_hidden(model.body(), pack, model.head.weight.dtype)
-    return model.head(hidden).squeeze(-1).float()
+    hidden = packed_last_hidden(model.body(), pack)
+    return model.head(hidden.to(model.head.weight.dtype)).squeeze(-1).float()
 
 
 @dataclass
@@ -201,12 +205,16 @@ class RewardModel(Algorithm):
         config = self.config
         self.task = make_task(config.task)
         set_threads(config.threads)
-        model_config = resolve_model(config.model, preference_base(config.task, config.base))
+        self.device = resolve_device(config.device)  # before a base model is built there
+        model_config = resolve_model(
+            config.model, preference_base(config.task, config.base, config.device)
+        )
         self.base_model_path = model_config.path
         self.rng = seed_everything(config.seed)  # after the base model, as start_lm does
         self.train_rows, self.test_rows = load_pairs(config.preferences, self.task, config.seed)
         self.members: list[ScalarHeadModel] = [
-            build_scalar_model(model_config, seed=config.seed + k) for k in range(config.ensemble)
+            build_scalar_model(model_config, seed=config.seed + k, device=self.device)
+            for k in range(config.ensemble)
         ]
         self.optimizers = [
             adamw(m.parameters(), config.learning_rate, config.weight_decay) for m in self.members
@@ -337,7 +345,7 @@ class RewardModel(Algorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "members": [{k: v.clone() for k, v in m.state_dict().items()} for m in self.members],
+            "members": [cpu_state(m) for m in self.members],
             "optimizers": [o.state_dict() for o in self.optimizers],
             "loop": self.state.state_dict(),
             "rng": rng_state(self.rng),
@@ -365,6 +373,7 @@ class ProxySettings(Protocol):
     proxy_steps: int
     proxy_learning_rate: float
     seed: int
+    device: str
 
 
 def train_proxy(model: ModelConfig, settings: ProxySettings) -> tuple[RewardModelScorer, PairEval]:
@@ -376,6 +385,7 @@ def train_proxy(model: ModelConfig, settings: ProxySettings) -> tuple[RewardMode
             task=settings.task,
             preferences=settings.proxy_preferences,
             seed=settings.seed,
+            device=settings.device,
             steps=steps,
             learning_rate=settings.proxy_learning_rate,
             eval_every=0,

@@ -43,7 +43,7 @@ from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference
+from payoff.models.lm import FrozenReference, cpu_state
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -169,14 +169,14 @@ class RLHFPPO(LMAlgorithm):
 
     def setup(self) -> None:
         config = self.config
-        model_config = self.setup_lm(preference_base(config.task, config.base))
+        model_config = self.setup_lm(preference_base(config.task, config.base, config.device))
         self.generator = torch.Generator().manual_seed(config.seed)
         self.reference = FrozenReference(self.model)
-        self.critic = build_scalar_model(model_config, seed=config.seed + 1)
+        self.critic = build_scalar_model(model_config, seed=config.seed + 1, device=self.device)
         self.proxy_eval: dict[str, Any] = {}
         self.reward_model: Any
         if config.reward_model:
-            self.reward_model = RewardModelScorer.from_path(config.reward_model)
+            self.reward_model = RewardModelScorer.from_path(config.reward_model, self.device)
         elif config.rewards:
             self.reward_model = RewardMix(config.rewards)
         else:  # the over-optimization setting: a proxy fit to biased labels, trained here
@@ -236,10 +236,10 @@ class RLHFPPO(LMAlgorithm):
         started = time.time()
         # 1. rollout
         rows = self.task.sample(self.rng, config.prompts_per_step)
-        prompts = [r["prompt"] for r in rows]
+        prompts = [r["prompt"] for r in rows]  # what the reward model and the verifier read
         sampling = SamplingConfig(config.temperature, 1.0, config.max_new_tokens)
-        g = self.sampler.generate(prompts, sampling, self.generator)
-        mask = g.completion_mask.float()  # [B, T]
+        g = self.sampler.generate([self.prompt_text(r) for r in rows], sampling, self.generator)
+        mask = g.completion_mask.float()  # [B, T], on the model's device
         # 2. reward: RM score on the last token, KL penalty on every token
         scores = self.score(prompts, g.completions, rows)
         gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
@@ -260,15 +260,17 @@ class RLHFPPO(LMAlgorithm):
         kl_tokens = (old_logprobs - ref_logprobs) * mask  # k1 per token: the InstructGPT penalty
         rewards = -self.kl_controller.coef * kl_tokens
         last = (g.completion_mask.sum(1) - 1).clamp(min=0)
-        rewards[torch.arange(len(rows)), last] += torch.as_tensor(
-            scores / max(scale, 1e-8), dtype=rewards.dtype
+        every_row = torch.arange(len(rows), device=self.device)
+        rewards[every_row, last] += torch.as_tensor(
+            scores / max(scale, 1e-8), dtype=rewards.dtype, device=self.device
         )
         # 3. token-level GAE, time first: a completion ends at its last token
         dones = torch.zeros_like(mask)
-        dones[torch.arange(len(rows)), last] = 1.0
+        dones[every_row, last] = 1.0
         dones = torch.maximum(dones, 1.0 - mask)
+        no_bootstrap = torch.zeros(len(rows), device=self.device)
         advantages, returns = gae(
-            rewards.T, old_values.T, torch.zeros(len(rows)), dones.T, config.gamma, config.lam
+            rewards.T, old_values.T, no_bootstrap, dones.T, config.gamma, config.lam
         )
         advantages, returns = advantages.T, returns.T
         valid = mask.bool()
@@ -363,7 +365,9 @@ class RLHFPPO(LMAlgorithm):
         rows = self.task.split("test", self.config.task.eval_size)
         prompts = [r["prompt"] for r in rows]
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        completions = self.sampler.generate(prompts, sampling).completions
+        completions = self.sampler.generate(
+            [self.prompt_text(r) for r in rows], sampling
+        ).completions
         proxy = float(np.mean(self.score(prompts, completions, rows)))
         gold = float(np.mean(self.verifier(prompts, completions, **columns_of(rows)).total))
         return proxy, gold
@@ -403,8 +407,8 @@ class RLHFPPO(LMAlgorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
-            "critic": {k: v.clone() for k, v in self.critic.state_dict().items()},
+            "model": cpu_state(self.model),
+            "critic": cpu_state(self.critic),
             "optimizer": self.optimizer.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "kl_coef": self.kl_controller.coef,

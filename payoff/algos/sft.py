@@ -30,7 +30,7 @@ from payoff.core.errors import ConfigError
 from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
-from payoff.models.lm import ModelConfig
+from payoff.models.lm import ModelConfig, cpu_state, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.rollout.episodes import Episode, pack_episodes
@@ -101,7 +101,8 @@ class SFT(LMAlgorithm):
 
     # ---- data -------------------------------------------------------------------------
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
-        """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`."""
+        """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`, on
+        the model's device."""
         tokenizer = self.tokenizer
         targets = [r["answer"] for r in rows]
         if self.config.answer_noise > 0:
@@ -110,8 +111,14 @@ class SFT(LMAlgorithm):
             targets = [
                 targets[d] if n else t for t, n, d in zip(targets, noisy, donors, strict=True)
             ]
-        prompts = tokenizer([r["prompt"] for r in rows], add_special_tokens=False)["input_ids"]
-        answers = tokenizer(targets, add_special_tokens=False)["input_ids"]
+        # Through the chat template when on: the answer is the assistant's turn.
+        prompts = tokenizer([self.prompt_text(r) for r in rows], add_special_tokens=False)[
+            "input_ids"
+        ]
+        answers = tokenizer(
+            [self.completion_text(r, t) for r, t in zip(rows, targets, strict=True)],
+            add_special_tokens=False,
+        )["input_ids"]
         sequences, labels = [], []
         for prompt, answer in zip(prompts, answers, strict=True):
             answer = [*answer, tokenizer.eos_token_id]  # the model must learn to stop
@@ -120,12 +127,13 @@ class SFT(LMAlgorithm):
             labels.append(masked + answer)
         width = max(len(s) for s in sequences)
         pad = tokenizer.pad_token_id
+        on = {"device": self.device}
         return {
-            "input_ids": torch.tensor([s + [pad] * (width - len(s)) for s in sequences]),
+            "input_ids": torch.tensor([s + [pad] * (width - len(s)) for s in sequences], **on),
             "attention_mask": torch.tensor(
-                [[1] * len(s) + [0] * (width - len(s)) for s in sequences]
+                [[1] * len(s) + [0] * (width - len(s)) for s in sequences], **on
             ),
-            "labels": torch.tensor([s + [-100] * (width - len(s)) for s in labels]),
+            "labels": torch.tensor([s + [-100] * (width - len(s)) for s in labels], **on),
         }
 
     # ---- learning ---------------------------------------------------------------------
@@ -150,7 +158,7 @@ class SFT(LMAlgorithm):
         config = self.config
         started = time.time()
         batch = self.batch(self.task.sample(self.rng, config.batch_size))
-        loss = self.model(**batch).loss
+        loss = self.model(**batch, use_cache=False).loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -200,7 +208,7 @@ class SFT(LMAlgorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "model": cpu_state(self.model),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "loop": self.state.state_dict(),
@@ -218,9 +226,16 @@ class SFT(LMAlgorithm):
 
 
 # ---- the base model that RL starts from -------------------------------------------------
-def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: int = 8) -> Path:
-    """Path of a Hugging Face folder with the pretrained tiny base model, training it if not cached."""
+def build_base_model(
+    task: TaskConfig, base: BaseModelConfig, max_new_tokens: int = 8, device: str = "auto"
+) -> Path:
+    """Path of a Hugging Face folder with the pretrained tiny base model, training it if not cached.
+
+    device: where it trains when it is not cached (the RL run's own device key). Not part of
+    the cache key: the same settings make the same model wherever they ran.
+    """
     config = SFTConfig(
+        device=device,
         model=ModelConfig(tiny=base.tiny),
         task=task,
         seed=base.seed,
@@ -235,8 +250,9 @@ def build_base_model(task: TaskConfig, base: BaseModelConfig, max_new_tokens: in
         log_every=base.steps,
         checkpoint_every=base.steps,
     )
-    key = {**to_dict(config), "rows": data_fingerprint(task)}  # rows passed from Python
-    path = cache_folder("base-models", task.name, key if key["rows"] else to_dict(config))
+    settings = {k: v for k, v in to_dict(config).items() if k != "device"}
+    key = {**settings, "rows": data_fingerprint(task)}  # rows passed from Python
+    path = cache_folder("base-models", task.name, key if key["rows"] else settings)
     if (path / "config.json").is_file():
         print(f"base model: {path} (cached)", file=sys.stderr)
         return path
@@ -278,7 +294,9 @@ def train_on_episodes(
         for group in optimizer.param_groups:
             group["lr"] = scheduled_lr(step, learning_rate, warmup_steps=20, total_steps=steps)
         picks = rng.integers(0, len(episodes), batch_size)
-        batch = pack_episodes([episodes[i] for i in picks], tokenizer.pad_token_id)
+        batch = pack_episodes(
+            [episodes[i] for i in picks], tokenizer.pad_token_id, model_device(model)
+        )
         logprobs = sequence_logprobs(model, batch.input_ids, batch.attention_mask)  # [B, L-1]
         mask = batch.model_mask[:, 1:].float()
         loss = -(logprobs * mask).sum() / mask.sum()

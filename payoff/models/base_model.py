@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from payoff.core.cache import building_folder, publish_folder
+from payoff.core.device import resolve_device
 from payoff.core.seeding import seed_everything
 from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.tiny_lm import TinyLMConfig
@@ -84,6 +85,7 @@ class LMStart(NamedTuple):
     rng: np.random.Generator  # the trainer's own draws
     model: Any
     tokenizer: Any
+    device: torch.device  # where the model is
 
 
 def start_lm(
@@ -91,15 +93,19 @@ def start_lm(
     seed: int,
     threads: int,
     build_base: Callable[[], Path] | None = None,
+    device: str = "cpu",
 ) -> LMStart:
-    """Threads, the model's folder, the seeded random streams, then the model and tokenizer.
+    """Threads, the device, the model's folder, the seeded random streams, then the model
+    and tokenizer (on the device: auto | cpu | cuda | cuda:N | mps, see payoff.core.device).
 
     The order is the point: building the base model is itself a seeded training run, so
     every stream is seeded after it, and a run draws the same numbers whether its base
-    model was just built or found in the cache.
+    model was just built or found in the cache. The device is resolved first, so a device
+    that is not there stops the run before any base model is built.
     """
     set_threads(threads)
+    where = resolve_device(device)
     model = resolve_model(model, build_base)
     rng = seed_everything(seed)
-    language_model, tokenizer = load_lm(model, seed=seed)
-    return LMStart(model, rng, language_model, tokenizer)
+    language_model, tokenizer = load_lm(model, seed=seed, device=where)
+    return LMStart(model, rng, language_model, tokenizer, where)

@@ -1,9 +1,11 @@
 """Language models from a local folder (any Hugging Face causal LM) or payoff's tiny built-in one.
 
-`load_lm(config)` returns `(model, tokenizer)`; `save_lm` writes the Hugging Face format
-(config.json, model.safetensors, tokenizer.json) so plain
-`AutoModelForCausalLM.from_pretrained(folder)` loads what payoff trained. Nothing here
-touches the network: a path must be a folder on disk.
+`load_lm(config, device=...)` returns `(model, tokenizer)` with the model on that device;
+`save_lm` writes the Hugging Face format (config.json, model.safetensors, tokenizer.json) so
+plain `AutoModelForCausalLM.from_pretrained(folder)` loads what payoff trained (a LoRA run
+also writes its adapter alone, in peft's format, under adapter/). Nothing here touches the
+network: a path must be a folder on disk, and it loads as data: safetensors weights only,
+and none of the folder's own Python code unless `trust_remote_code` says so.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import torch
 
 from payoff.core.errors import ConfigError
 from payoff.models.tiny_lm import TinyLMConfig, create_tiny_lm
+from payoff.models.transformers_compat import enable_checkpointing, quiet_peft_wrap
 
 
 @dataclass
@@ -28,9 +33,25 @@ class ModelConfig:
         initialised (`tiny` sets its shape) -- or, for RL algorithms, the base model their
         `base_recipe` builds.
     tiny: shape of the built-in model (ignored when `path` is set).
-    dtype: 'float32' (CPU default), 'bfloat16' or 'float16' (GPU).
+    dtype: the weights' dtype: 'float32' (CPU default), 'bfloat16' or 'float16' (halves the
+        weights' memory on a GPU; on a CPU they are slow, and float16 can overflow).
+    autocast: mixed precision on a CUDA device: the decoder's forward passes run under
+        torch.autocast in bfloat16 while the weights, the output logits and the optimizer
+        stay in `dtype` (keep float32). The usual way to train a model that fits in float32
+        faster; with half-precision weights it only casts what is left in float32 (LoRA
+        adapters, which peft keeps in float32). Ignored on CPU and MPS.
+    gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+        instead of keeping them (transformers' activation checkpointing, non-reentrant):
+        memory for long sequences at ~30% more compute; the gradients are the same. Training
+        forward passes then run without the key/value cache (GRPO's shared-prompt pass too).
+    chat_template: 'auto' renders prompts (and SFT/DPO examples) with the tokenizer's chat
+        template when it has one (payoff.models.chat); 'none' feeds the rows' plain text.
+        payoff's tiny model has no template, so 'auto' changes nothing for it.
+    trust_remote_code: let transformers run Python code shipped in the model folder (custom
+        architectures). Off: a model loads as data only.
     lora_rank: 0 trains every weight; > 0 trains LoRA adapters of this rank instead (peft),
-        which is what fits a multi-billion-parameter model in memory. Saved models are merged.
+        which is what fits a multi-billion-parameter model in memory. Saved models are
+        merged; the adapter alone is saved beside them (MODEL/adapter/, peft's format).
     lora_alpha / lora_dropout / lora_targets: the usual peft LoRA settings; lora_targets are
         module names (default: attention and MLP projections of Llama-style models).
     """
@@ -38,6 +59,10 @@ class ModelConfig:
     path: str = ""
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
     dtype: str = "float32"
+    autocast: bool = False
+    gradient_checkpointing: bool = False
+    chat_template: Literal["auto", "none"] = "auto"
+    trust_remote_code: bool = False
     lora_rank: int = 0
     lora_alpha: int = 16
     lora_dropout: float = 0.0
@@ -70,13 +95,11 @@ def quiet_transformers() -> None:
     logging.set_verbosity_error()
 
 
-def _torch_dtype(name: str):
-    import torch
-
+def _torch_dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
     """A tokenizer from a local folder, with a pad token and left padding for generation."""
     from transformers import AutoTokenizer
 
@@ -84,7 +107,9 @@ def load_tokenizer(path: str | Path):
     if not folder.is_dir():
         raise ConfigError(f"model path {str(path)!r} is not a folder on disk")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(folder), local_files_only=True, trust_remote_code=trust_remote_code
+        )
     except Exception as err:  # transformers raises many types; the user needs one line
         raise ConfigError(
             f"cannot load a tokenizer from {str(folder)!r}: {type(err).__name__}: {str(err).splitlines()[0]} "
@@ -97,20 +122,57 @@ def load_tokenizer(path: str | Path):
     return tokenizer
 
 
-def load_lm(config: ModelConfig, seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer) for `config`: from `config.path`, or a fresh tiny Llama."""
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+
+
+def check_safetensors(folder: Path) -> None:
+    """A ConfigError when `folder` holds pickled weights and no safetensors: unpickling a
+    file can run any code in it, so payoff loads model weights from safetensors only."""
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
+    if pickled:
+        raise ConfigError(
+            f"model folder {str(folder)!r} holds pickled PyTorch weights ({', '.join(pickled[:3])}) "
+            "and no *.safetensors; payoff loads safetensors only (unpickling can run code). "
+            'Convert once, from a model you trust: python -c "from transformers import '
+            "AutoModelForCausalLM as M, AutoTokenizer as T; p='IN'; o='OUT'; "
+            'M.from_pretrained(p).save_pretrained(o); T.from_pretrained(p).save_pretrained(o)" '
+            "(see docs/llm-rl.md, 'Device, precision and chat templates')"
+        )
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of a model's weights (its first parameter's)."""
+    return next(model.parameters()).device
+
+
+def load_lm(
+    config: ModelConfig, seed: int = 0, device: torch.device | str | None = None
+) -> tuple[Any, Any]:
+    """(model, tokenizer) for `config`: from `config.path`, or a fresh tiny Llama.
+
+    device: where the model goes (default: the CPU); a resolved torch device or name, see
+        payoff.core.device.resolve_device for the `device` key. Autocast (config.autocast)
+        applies on CUDA only.
+    """
     from transformers import AutoModelForCausalLM
 
     from payoff.models.tokenizer import build_char_tokenizer
 
     quiet_transformers()
+    device = torch.device("cpu" if device is None else device)
     if config.path:
-        tokenizer = load_tokenizer(config.path)
+        folder = Path(config.path).expanduser()
+        tokenizer = load_tokenizer(folder, config.trust_remote_code)
+        check_safetensors(folder)
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                str(Path(config.path).expanduser()),
+                str(folder),
                 dtype=_torch_dtype(config.dtype),
                 local_files_only=True,
+                use_safetensors=True,
+                trust_remote_code=config.trust_remote_code,
             )
         except Exception as err:
             raise ConfigError(
@@ -119,9 +181,36 @@ def load_lm(config: ModelConfig, seed: int = 0) -> tuple[Any, Any]:
     else:
         tokenizer = build_char_tokenizer()
         model = create_tiny_lm(config.tiny, tokenizer, seed=seed).to(_torch_dtype(config.dtype))
+    model = model.to(device)
+    if config.autocast and device.type == "cuda":
+        autocast_decoder(model, device.type, torch.bfloat16)
+    if config.gradient_checkpointing:
+        enable_checkpointing(model)
     if config.lora_rank > 0:
         model = add_lora(model, config)
     return model, tokenizer
+
+
+def autocast_decoder(model: Any, device_type: str, dtype: torch.dtype) -> None:
+    """Run `model`'s decoder (the transformer body) under torch.autocast(device_type, dtype).
+
+    Forward hooks enter and leave the autocast context around each call of the decoder, so
+    every way in (generation, log-probs, a reward model's body) gets it, a deepcopy (the
+    frozen reference) keeps it, and the LM head still computes float32 logits.
+    """
+    decoder = model.get_decoder()
+    entered: list[torch.autocast] = []
+
+    def enter(module: Any, args: Any) -> None:
+        context = torch.autocast(device_type, dtype=dtype)
+        context.__enter__()
+        entered.append(context)
+
+    def leave(module: Any, args: Any, output: Any) -> None:
+        entered.pop().__exit__(None, None, None)
+
+    decoder.register_forward_pre_hook(enter)
+    decoder.register_forward_hook(leave, always_call=True)
 
 
 def add_lora(model, config: ModelConfig):
@@ -146,7 +235,7 @@ def add_lora(model, config: ModelConfig):
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    return quiet_peft_wrap(get_peft_model, model, lora)
 
 
 def is_lora(model: Any) -> bool:
@@ -187,22 +276,36 @@ class FrozenReference:
             self._model.train(was_training)
 
     def state_dict(self) -> dict[str, Any] | None:
-        """The copy's weights (None when shared: the policy's state holds them)."""
+        """The copy's weights on the CPU (None when shared: the policy's state holds them)."""
         if self.shares_weights:
             return None
-        return {k: v.clone() for k, v in self._model.state_dict().items()}
+        return cpu_state(self._model)
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is not None and not self.shares_weights:
             self._model.load_state_dict(state)
 
 
+def cpu_state(module: Any) -> dict[str, torch.Tensor]:
+    """A module's state_dict copied to the CPU: what a checkpoint holds, whatever the device."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+ADAPTER_FOLDER = "adapter"
+
+
 def save_lm(model, tokenizer, path: str | Path) -> Path:
-    """Save in Hugging Face format (safetensors); LoRA adapters are merged into a copy first."""
+    """Save in Hugging Face format (safetensors); LoRA adapters are merged into a copy first.
+
+    A LoRA model also writes its adapter alone under path/adapter/ (adapter_config.json and
+    adapter_model.safetensors): `peft.PeftModel.from_pretrained(base, path / "adapter")`
+    puts it back on the base model it was trained from.
+    """
     quiet_transformers()
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "merge_and_unload"):
+        model.save_pretrained(str(path / ADAPTER_FOLDER), safe_serialization=True)
         model = copy.deepcopy(model).merge_and_unload()
     model.save_pretrained(str(path), safe_serialization=True)
     tokenizer.save_pretrained(str(path))

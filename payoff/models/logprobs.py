@@ -6,6 +6,9 @@
 - `pack_shared_prompts` + `packed_completion_logprobs`: groups packed into rows without
   padding, each prompt once (DPO's pairs, a reward model's pairs).
 - `prompt_pass`: the prompts' forward pass whose key/value cache sampling and scoring share.
+
+Token tensors may live anywhere: each function moves its inputs to the model's device and
+returns results there. Training forward passes ask for no key/value cache (`use_cache=False`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from payoff.models.transformers_compat import cache_kwargs, is_checkpointing, output_cache
 
 
 def gather_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -56,7 +61,14 @@ def completion_logprobs(
     prompt (GRPO's G samples, DPO's chosen/rejected pair): each prompt is then run once and
     its key/value cache shared by its group, which saves the prompt's compute G - 1 times
     in the forward and in the backward (gradients from all G completions meet in the cache).
+    With gradient checkpointing on (model.gradient_checkpointing) a training pass keeps no
+    cache, so each row then runs its prompt itself.
     """
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+    completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
+    if group_size > 1 and is_checkpointing(model):
+        group_size = 1
     if group_size > 1:
         logits = _shared_prompt_logits(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size
@@ -71,6 +83,7 @@ def completion_logprobs(
             attention_mask=attention,
             position_ids=positions,
             logits_to_keep=length + 1,
+            use_cache=False,
         ).logits[:, :-1]  # [B, T, V]
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
@@ -117,7 +130,7 @@ def prompt_pass(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    cache, logits = output_cache(out), out.logits[:, -1]
     if group > 1:
         cache.batch_repeat_interleave(group)
         logits = logits.repeat_interleave(group, 0)
@@ -161,8 +174,8 @@ def _shared_prompt_logits(
         input_ids=completion_ids[:, :-1],  # the last token predicts nothing we score
         attention_mask=torch.cat([prompt_mask, completion_mask[:, :-1]], 1),
         position_ids=positions[:, -1:] + steps,
-        past_key_values=cache,
         use_cache=True,
+        **cache_kwargs(model, cache),
     ).logits
     return torch.cat([first, rest], 1)
 
@@ -229,9 +242,19 @@ class SharedPromptPack:
 
     def attention_mask(self, dtype: torch.dtype) -> torch.Tensor:
         """The 4D additive mask [R, 1, L, L] (0 = attend) that eager and SDPA attention both take."""
-        mask = torch.zeros(self.allowed.shape, dtype=dtype)
+        mask = torch.zeros(self.allowed.shape, dtype=dtype, device=self.allowed.device)
         mask.masked_fill_(~self.allowed, torch.finfo(dtype).min)
         return mask[:, None]
+
+    def to(self, device: torch.device) -> SharedPromptPack:
+        """The same pack with its tensors on `device` (itself when they are there already)."""
+        if self.input_ids.device == device:
+            return self
+        moved = {
+            name: value.to(device) if isinstance(value, torch.Tensor) else value
+            for name, value in vars(self).items()
+        }
+        return SharedPromptPack(**moved)
 
 
 def pack_shared_prompts(
@@ -344,32 +367,37 @@ def packed_completion_logprobs(model, pack: SharedPromptPack) -> torch.Tensor:
     with gradients; the prompt runs once per group and no padding is computed.
     """
     _check_packable(model)
-    dtype = next(model.parameters()).dtype
+    weight = next(model.parameters())
     if pack.prompt_free:
         raise ValueError("a completion without a prompt has no logits for its first token")
+    pack = pack.to(weight.device)
     logits = model(
         input_ids=pack.input_ids,
-        attention_mask=pack.attention_mask(dtype),
+        attention_mask=pack.attention_mask(weight.dtype),
         position_ids=pack.position_ids,
+        use_cache=False,
     ).logits  # [R, L, V]
     token_logprobs = gather_token_logprobs(
         logits[pack.token_row, pack.source_col], pack.input_ids[pack.token_row, pack.token_col]
     )  # [K]
-    return torch.zeros(pack.completions, dtype=token_logprobs.dtype).index_add(
-        0, pack.owner, token_logprobs
-    )
+    return torch.zeros(
+        pack.completions, dtype=token_logprobs.dtype, device=token_logprobs.device
+    ).index_add(0, pack.owner, token_logprobs)
 
 
-def packed_last_hidden(body, pack: SharedPromptPack, dtype: torch.dtype) -> torch.Tensor:
+def packed_last_hidden(body, pack: SharedPromptPack) -> torch.Tensor:
     """Final hidden state [N, H] at each completion's last token, from a transformer `body`.
 
     `body` is a causal LM's decoder (`model.get_decoder()`): what a reward model's scalar
     head reads. Equal to running each prompt + completion on its own.
     """
+    weight = next(body.parameters())
+    pack = pack.to(weight.device)
     hidden = body(
         input_ids=pack.input_ids,
-        attention_mask=pack.attention_mask(dtype),
+        attention_mask=pack.attention_mask(weight.dtype),
         position_ids=pack.position_ids,
+        use_cache=False,
     ).last_hidden_state  # [R, L, H]
     return hidden[pack.last_row, pack.last_col]
 

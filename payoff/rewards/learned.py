@@ -8,6 +8,9 @@ score is read from one column. Saved as a folder: the backbone in Hugging Face f
 same tokenizer comes along) plus `value_head.safetensors`. `RewardModelScorer` wraps one or more of
 them in the `(prompts, completions, **columns) -> list[float]` contract, averaging an
 ensemble and keeping its members' spread.
+
+The backbone and head live on one device (`build_scalar_model(..., device=...)`); the head
+stays float32 whatever the backbone's dtype, and scores without gradients come back on the CPU.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import CheckpointError, ConfigError
-from payoff.models.lm import ModelConfig, load_lm, save_lm
+from payoff.models.lm import ModelConfig, load_lm, model_device, save_lm
 from payoff.track.checkpoint import load_state, save_state
 
 
@@ -40,12 +43,21 @@ class ScalarHeadModel(nn.Module):
     def body(self) -> nn.Module:
         return self.language_model.get_decoder()
 
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Final hidden states [B, L, H] of left-padded sequences."""
+        """Final hidden states [B, L, H] of left-padded sequences, in the head's dtype."""
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        return self.body()(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions
+        hidden = self.body()(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            use_cache=False,
         ).last_hidden_state
+        return hidden.to(self.head.weight.dtype)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """One score per left-padded sequence: [B, L] -> [B]."""
@@ -64,9 +76,12 @@ class ScalarHeadModel(nn.Module):
         ]
         width = max(len(row) for row in ids)
         pad = tok.pad_token_id
+        on = {"device": self.device}
         return {
-            "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in ids]),
-            "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids]),
+            "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in ids], **on),
+            "attention_mask": torch.tensor(
+                [[0] * (width - len(r)) + [1] * len(r) for r in ids], **on
+            ),
         }
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
@@ -77,11 +92,11 @@ class ScalarHeadModel(nn.Module):
     def score_batched(
         self, prompts: Sequence[str], completions: Sequence[str], batch_size: int = 256
     ) -> torch.Tensor:
-        """Scores [B] without gradients, `batch_size` rows at a time."""
+        """Scores [B] without gradients, `batch_size` rows at a time, on the CPU."""
         was_training = self.training
         self.eval()
         parts = [
-            self.score(prompts[i : i + batch_size], completions[i : i + batch_size])
+            self.score(prompts[i : i + batch_size], completions[i : i + batch_size]).cpu()
             for i in range(0, len(prompts), batch_size)
         ]
         self.train(was_training)
@@ -95,26 +110,33 @@ class ScalarHeadModel(nn.Module):
         return folder
 
 
-def build_scalar_model(model: ModelConfig, seed: int = 0) -> ScalarHeadModel:
-    """A fresh head on the LM that `model` names (the head is seeded by `seed`)."""
-    language_model, tokenizer = load_lm(model, seed=seed)
+def build_scalar_model(
+    model: ModelConfig, seed: int = 0, device: torch.device | str | None = None
+) -> ScalarHeadModel:
+    """A fresh head on the LM that `model` names (the head is seeded by `seed`), on `device`."""
+    language_model, tokenizer = load_lm(model, seed=seed, device=device)
     state = torch.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return ScalarHeadModel(language_model, tokenizer)
+        scalar = ScalarHeadModel(language_model, tokenizer)
     finally:
         torch.set_rng_state(state)
+    scalar.head.to(model_device(language_model))
+    return scalar
 
 
-def load_reward_model(path: str | Path) -> ScalarHeadModel:
-    """A reward model saved by `ScalarHeadModel.save`."""
+def load_reward_model(
+    path: str | Path, device: torch.device | str | None = None
+) -> ScalarHeadModel:
+    """A reward model saved by `ScalarHeadModel.save`, on `device` (default: the CPU)."""
     folder = Path(path).expanduser()
     if not (folder / "value_head.safetensors").is_file():
         raise ConfigError(
             f"{str(folder)!r} is not a reward model folder (no value_head.safetensors); train one with "
             "`payoff train prefs-reward-model` and pass RUN/reward_model/member_0"
         )
-    model = ScalarHeadModel(*load_lm(ModelConfig(path=str(folder))))
+    model = ScalarHeadModel(*load_lm(ModelConfig(path=str(folder)), device=device))
+    model.head.to(model_device(model.language_model))
     head = load_state(folder / "value_head.safetensors", what="reward model head")
     try:
         model.head.load_state_dict(head)
@@ -151,8 +173,11 @@ class RewardModelScorer:
         self.last_members: torch.Tensor | None = None
 
     @classmethod
-    def from_path(cls, path: str | Path) -> RewardModelScorer:
-        return cls([load_reward_model(p) for p in reward_model_paths(path)])
+    def from_path(
+        cls, path: str | Path, device: torch.device | str | None = None
+    ) -> RewardModelScorer:
+        """Every member under `path` (see reward_model_paths), each on `device`."""
+        return cls([load_reward_model(p, device) for p in reward_model_paths(path)])
 
     def members(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
         """Every member's scores: [K, B]."""

@@ -182,17 +182,23 @@ class PackedEpisodes:
     turn_index: torch.Tensor  # [B, L] model turn of each token, -1 for context and padding
 
 
-def pack_episodes(episodes: Sequence[Episode], pad_id: int) -> PackedEpisodes:
+def pack_episodes(
+    episodes: Sequence[Episode], pad_id: int, device: torch.device | str | None = None
+) -> PackedEpisodes:
+    """The episodes' tokens right-padded into tensors on `device` (default: the CPU)."""
     width = max(len(e.token_ids()) for e in episodes)
 
     def pad(values: list[int], fill: int) -> list[int]:
         return values + [fill] * (width - len(values))
 
+    def tensor(rows: list[list[int]]) -> torch.Tensor:
+        return torch.tensor(rows, device=device)
+
     return PackedEpisodes(
-        input_ids=torch.tensor([pad(e.token_ids(), pad_id) for e in episodes]),
-        attention_mask=torch.tensor([pad([1] * len(e.token_ids()), 0) for e in episodes]),
-        model_mask=torch.tensor([pad(e.model_mask(), 0) for e in episodes]),
-        turn_index=torch.tensor([pad(e.turn_index(), -1) for e in episodes]),
+        input_ids=tensor([pad(e.token_ids(), pad_id) for e in episodes]),
+        attention_mask=tensor([pad([1] * len(e.token_ids()), 0) for e in episodes]),
+        model_mask=tensor([pad(e.model_mask(), 0) for e in episodes]),
+        turn_index=tensor([pad(e.turn_index(), -1) for e in episodes]),
     )
 
 

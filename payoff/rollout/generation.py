@@ -22,6 +22,7 @@ import torch
 
 from payoff.core.errors import ConfigError
 from payoff.models.logprobs import prompt_pass
+from payoff.models.transformers_compat import cache_kwargs, output_cache
 
 
 @dataclass
@@ -54,8 +55,10 @@ class SamplingConfig:
 
 @dataclass
 class Generation:
-    """A batch of prompts and their sampled completions (all tensors on CPU).
+    """A batch of prompts and their sampled completions.
 
+    The tensors are on the device of the model that sampled them (`to` moves them: a
+    learner calls `generation.to(its device)`, which costs nothing when they are there).
     Prompts are left-padded, completions right-padded, so `cat([prompt_ids, completion_ids])`
     is each row's real text with padding only at the two ends.
     """
@@ -72,6 +75,21 @@ class Generation:
     def lengths(self) -> torch.Tensor:
         """Completion length of each row in tokens, [B]."""
         return self.completion_mask.sum(-1)
+
+    def to(self, device: torch.device | str) -> Generation:
+        """The same generation with its tensors on `device` (itself when they are there)."""
+        device = torch.device(device)
+        if self.prompt_ids.device == device:
+            return self
+        return Generation(
+            prompt_ids=self.prompt_ids.to(device),
+            prompt_mask=self.prompt_mask.to(device),
+            completion_ids=self.completion_ids.to(device),
+            completion_mask=self.completion_mask.to(device),
+            logprobs=self.logprobs.to(device),
+            completions=self.completions,
+            truncated=self.truncated.to(device),
+        )
 
 
 class Sampler(Protocol):
@@ -97,7 +115,12 @@ class Sampler(Protocol):
 def sample_next(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from [B, V] logits; returns (tokens [B], their logprobs [B])."""
+    """One token per row from [B, V] logits; returns (tokens [B], their logprobs [B]).
+
+    A `generator` on another device than the logits (the trainers' seeded CPU generator
+    with a model on a GPU) draws on its own device, so a seed gives the same tokens there
+    as on the CPU when the probabilities agree.
+    """
     if temperature == 0:
         tokens = logits.argmax(-1)
         logprobs = torch.log_softmax(logits.float(), -1).gather(-1, tokens[:, None])[:, 0]
@@ -112,7 +135,11 @@ def sample_next(
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         probs = probs / probs.sum(-1, keepdim=True)
         logprobs_all = probs.log()
-    tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    if generator is not None and generator.device != probs.device:
+        tokens = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+        tokens = tokens.to(probs.device)[:, 0]
+    else:
+        tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
     return tokens, logprobs_all.gather(-1, tokens[:, None])[:, 0]
 
 
@@ -199,10 +226,10 @@ class LocalSampler:
                 input_ids=tokens[:, None],
                 attention_mask=attention,
                 position_ids=next_position,
-                past_key_values=cache,
                 use_cache=True,
+                **cache_kwargs(model, cache),
             )
-            cache, logits = out.past_key_values, out.logits[:, -1]
+            cache, logits = output_cache(out), out.logits[:, -1]
             next_position = next_position + 1
 
         model.train(was_training)
@@ -214,13 +241,13 @@ class LocalSampler:
             skip_special_tokens=True,
         )
         return Generation(
-            prompt_ids=prompt_ids.cpu(),
-            prompt_mask=prompt_mask.cpu(),
-            completion_ids=completion_ids.cpu(),
-            completion_mask=completion_mask.cpu(),
-            logprobs=torch.stack(logprobs_out, 1).cpu(),
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            logprobs=torch.stack(logprobs_out, 1),
             completions=[_cut_at_stop(t, sampling.stop) for t in texts],
-            truncated=(~ended).cpu(),
+            truncated=~ended,
         )
 
 
@@ -251,7 +278,7 @@ def _pad_to(x: torch.Tensor, width: int, value: float, left: bool) -> torch.Tens
     extra = width - x.shape[1]
     if extra == 0:
         return x
-    filler = torch.full((x.shape[0], extra), value, dtype=x.dtype)
+    filler = torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device)
     return torch.cat([filler, x] if left else [x, filler], 1)
 
 

@@ -16,6 +16,7 @@ from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
 from payoff.models.base_model import start_lm
+from payoff.models.chat import completion_text, prompt_text, uses_chat_template
 from payoff.models.lm import ModelConfig, save_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
@@ -27,13 +28,17 @@ class LMKeys(RunKeys):
     model, PPO-RLHF); the intervals count optimizer steps (GRPO, PPO-RLHF: rollout batches).
 
     model: the model trained. model.path = a local Hugging Face folder; empty = payoff's
-        tiny Llama (see payoff.models.lm.ModelConfig: dtype, LoRA, ...).
+        tiny Llama (see payoff.models.lm.ModelConfig: dtype, autocast, gradient
+        checkpointing, chat_template, LoRA, ...).
     task: problems, prompts and held-out splits (task.name and task.options, or your own
         data with task.name=jsonl and task.data=FILE; see payoff.envs.tasks.TaskConfig).
     steps: training length (optimizer steps, or rollout batches for the RL trainers).
     learning_rate / weight_decay: AdamW. 1e-3 suits the tiny model from scratch; a
         pretrained model wants ~1e-5.
     max_grad_norm: clip the global gradient norm to this (0 = off).
+    device: auto | cpu | cuda | cuda:N | mps (payoff.core.device); auto = a GPU when torch
+        sees one. The model, its reference, critic and reward model live there; metrics come
+        back as Python numbers and checkpoints hold CPU tensors, so a run resumes on any device.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -110,14 +115,20 @@ def evaluate_lm(
     temperature: float = 1.0,
     seed: int = 0,
     examples: int = 5,
+    chat_template: bool = False,
 ) -> LMEvalResult:
-    """Greedy accuracy, and pass@k for each k from max(k) samples per problem."""
+    """Greedy accuracy, and pass@k for each k from max(k) samples per problem.
+
+    chat_template: the model reads each row's prompt through the tokenizer's chat template
+    (payoff.models.chat); the verifier always gets the row's own prompt.
+    """
     if not rows:
         raise ConfigError("no problems to evaluate on")
     sampler = LocalSampler(model, tokenizer)
     prompts = [row["prompt"] for row in rows]
     greedy = sampler.generate(
-        prompts, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop or [])
+        [prompt_text(tokenizer, row, chat_template) for row in rows],
+        SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop or []),
     )
     scores = verifier(prompts, greedy.completions, **columns_of(rows)).total
     correct = [s >= 1.0 for s in scores]
@@ -142,7 +153,7 @@ def evaluate_lm(
         repeated = [row for row in rows for _ in range(n)]
         generator = torch.Generator().manual_seed(seed)
         sampled = sampler.generate(
-            [row["prompt"] for row in repeated],
+            [prompt_text(tokenizer, row, chat_template) for row in repeated],
             SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, stop=stop or []),
             generator,
         )
@@ -169,22 +180,36 @@ class LMAlgorithm(Algorithm):
     verifier: RewardMix
     rng: np.random.Generator
     base_model_path: str
+    device: torch.device
+    chat_template: bool
 
     def setup_lm(self, build_base: Callable[[], Path] | None = None) -> ModelConfig:
         """The stack every LM trainer starts from; returns the model config with its folder.
 
         Sets self.task (config.task) and self.verifier (its correctness check, what accuracy
-        counts), then, as `payoff.models.base_model.start_lm`: threads, the model's folder
-        (`build_base()` builds or finds the base model when config.model has no path),
-        self.rng, self.model and self.tokenizer; self.base_model_path.
+        counts), then, as `payoff.models.base_model.start_lm`: threads, self.device
+        (config.device), the model's folder (`build_base()` builds or finds the base model
+        when config.model has no path), self.rng, self.model and self.tokenizer;
+        self.base_model_path, and self.chat_template (whether prompts go through the
+        tokenizer's chat template: model.chat_template auto and the tokenizer has one).
         """
         config = self.config
         self.task = make_task(config.task)
         self.verifier = RewardMix([correctness_spec(self.task)])
-        start = start_lm(config.model, config.seed, config.threads, build_base)
+        start = start_lm(config.model, config.seed, config.threads, build_base, config.device)
         self.rng, self.model, self.tokenizer = start.rng, start.model, start.tokenizer
+        self.device = start.device
         self.base_model_path = start.model_config.path
+        self.chat_template = uses_chat_template(self.tokenizer, config.model.chat_template)
         return start.model_config
+
+    def prompt_text(self, row: Row) -> str:
+        """What the model reads for a task row: its prompt, through the chat template when on."""
+        return prompt_text(self.tokenizer, row, self.chat_template)
+
+    def completion_text(self, row: Row, completion: str) -> str:
+        """The text after `prompt_text(row)` when the model answers `completion` (its turn)."""
+        return completion_text(self.tokenizer, row, completion, self.chat_template)
 
     def max_new_tokens(self) -> int:
         """Completion length for evaluation and prediction (config.max_new_tokens)."""
@@ -216,13 +241,18 @@ class LMAlgorithm(Algorithm):
             k=k,
             temperature=temperature,
             seed=self.config.seed + 3_000_000 if seed is None else seed,
+            chat_template=self.chat_template,
         )
         result.split = split
         return result
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        """Completion(s) for a prompt string (or a list of them); greedy when deterministic."""
-        prompts = [observation] if isinstance(observation, str) else list(observation)
+        """Completion(s) for a prompt string (or a list of them); greedy when deterministic.
+
+        A prompt reaches the model as a task row's would: through the chat template when on.
+        """
+        texts = [observation] if isinstance(observation, str) else list(observation)
+        prompts = [self.prompt_text({"prompt": text}) for text in texts]
         sampling = SamplingConfig(
             temperature=0.0 if deterministic else 1.0,
             max_new_tokens=self.max_new_tokens(),
