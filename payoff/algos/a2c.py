@@ -42,8 +42,6 @@ class A2CConfig(OnPolicyConfig):
 class A2C(OnPolicyAlgorithm):
     """Synchronous n-step advantage actor-critic."""
 
-    name = "a2c"
-    config_class = A2CConfig
     config: A2CConfig
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:

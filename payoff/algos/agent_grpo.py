@@ -231,8 +231,6 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
 class AgentGRPO(Algorithm):
     """Trajectory-level GRPO on multi-turn tool-using episodes."""
 
-    name = "agent_grpo"
-    config_class = AgentGRPOConfig
     config: AgentGRPOConfig
 
     def setup(self) -> None:

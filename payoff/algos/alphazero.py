@@ -184,8 +184,6 @@ class AlphaZero(Agent):
     """AlphaZero-style self-play with MCTS and gated network replacement."""
 
     total_key = "iterations"
-    name = "alphazero"
-    config_class = AlphaZeroConfig
     config: AlphaZeroConfig
 
     def setup(self) -> None:

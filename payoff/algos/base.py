@@ -17,6 +17,7 @@ around it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,9 +127,21 @@ class _LoopCounter:
 class Algorithm:
     """Base of payoff's algorithms: `Algo(env=..., **config).learn()`, `.save()`, `Algo.load()`."""
 
-    name: ClassVar[str]
-    config_class: ClassVar[type]
+    name: ClassVar[str]  # the recipe name (`algo: ppo`): the module's name
+    config_class: ClassVar[type]  # the class of `config`, read from its annotation
     total_key: ClassVar[str] = "steps"  # the config key of the training length
+    config: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An algorithm class says `config: PPOConfig`; its name and config class follow."""
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__module__.rsplit(".", 1)[-1]
+        annotation = cls.__dict__.get("__annotations__", {}).get("config")
+        if isinstance(annotation, str):  # `from __future__ import annotations`: a name to look up
+            annotation = vars(sys.modules[cls.__module__]).get(annotation)
+        if isinstance(annotation, type) and "config_class" not in cls.__dict__:
+            cls.config_class = annotation
 
     def __init__(
         self, env: Any = None, *, config: Any = None, run: Run | None = None, **kwargs: Any

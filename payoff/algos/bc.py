@@ -43,8 +43,6 @@ class BC(ImitationAlgorithm):
     """Behavior cloning from expert demonstrations."""
 
     total_key = "epochs"
-    name = "bc"
-    config_class = BCConfig
     config: BCConfig
 
     def setup(self) -> None:

@@ -130,8 +130,6 @@ class BestOfNConfig:
 class BestOfN(LMAlgorithm):
     """Sweep N for best-of-N against a proxy reward model; log proxy, gold and sqrt(KL)."""
 
-    name = "best_of_n"
-    config_class = BestOfNConfig
     config: BestOfNConfig
 
     def setup(self) -> None:

@@ -77,8 +77,6 @@ class DAgger(ImitationAlgorithm):
     """Dataset Aggregation: learner-driven rollouts relabelled by the expert."""
 
     total_key = "rounds"
-    name = "dagger"
-    config_class = DAggerConfig
     config: DAggerConfig
 
     def setup(self) -> None:

@@ -204,8 +204,6 @@ class DPOEval:
 class DPO(LMAlgorithm):
     """DPO / IPO on preference pairs with cached reference log-probabilities."""
 
-    name = "dpo"
-    config_class = DPOConfig
     config: DPOConfig
 
     def setup(self) -> None:

@@ -123,8 +123,6 @@ class DQN(Agent):
     """DQN / double DQN with replay and target-network switches."""
 
     total_key = "total_steps"
-    name = "dqn"
-    config_class = DQNConfig
     config: DQNConfig
 
     def setup(self) -> None:

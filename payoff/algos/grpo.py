@@ -239,8 +239,6 @@ def aggregate(
 class GRPO(LMAlgorithm):
     """GRPO on a language model with verifiable rewards."""
 
-    name = "grpo"
-    config_class = GRPOConfig
     config: GRPOConfig
 
     def setup(self) -> None:

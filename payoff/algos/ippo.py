@@ -69,8 +69,6 @@ class IPPOConfig(PPOConfig):
 class IPPO(PPO):
     """PPO with one actor/critic shared by all agents of a PettingZoo parallel env."""
 
-    name = "ippo"
-    config_class = IPPOConfig
     config: IPPOConfig
 
     def setup(self) -> None:

@@ -74,8 +74,6 @@ class PPOConfig(OnPolicyConfig):
 class PPO(OnPolicyAlgorithm):
     """PPO-clip with GAE, separate actor and critic MLPs, on vectorized envs."""
 
-    name = "ppo"
-    config_class = PPOConfig
     config: PPOConfig
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:

@@ -42,8 +42,6 @@ class PPOLagrangianConfig(PPOConfig):
 class PPOLagrangian(PPO):
     """Constrained PPO with a learned Lagrange multiplier."""
 
-    name = "ppo_lagrangian"
-    config_class = PPOLagrangianConfig
     config: PPOLagrangianConfig
 
     def setup(self) -> None:

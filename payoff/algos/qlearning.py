@@ -79,8 +79,6 @@ class QLearning(Agent):
     """Tabular Q-learning (or SARSA with method='sarsa')."""
 
     total_key = "total_episodes"
-    name = "qlearning"
-    config_class = QLearningConfig
     config: QLearningConfig
 
     def setup(self) -> None:

@@ -44,8 +44,6 @@ class ReinforceConfig(OnPolicyConfig):
 class Reinforce(OnPolicyAlgorithm):
     """Monte Carlo policy gradient over vectorized envs."""
 
-    name = "reinforce"
-    config_class = ReinforceConfig
     config: ReinforceConfig
 
     def setup(self) -> None:

@@ -197,8 +197,6 @@ def evaluate_pairs(scorer: RewardModelScorer, rows: list[Row]) -> PairEval:
 class RewardModel(Algorithm):
     """Train K Bradley-Terry reward models on preference pairs; export them as RUN/reward_model/."""
 
-    name = "reward_model"
-    config_class = RewardModelConfig
     config: RewardModelConfig
 
     def setup(self) -> None:

@@ -163,8 +163,6 @@ class RunningStd:
 class RLHFPPO(LMAlgorithm):
     """PPO-RLHF on a causal LM with a reward model, a critic and a KL leash to the SFT model."""
 
-    name = "rlhf_ppo"
-    config_class = RLHFPPOConfig
     config: RLHFPPOConfig
 
     def setup(self) -> None:

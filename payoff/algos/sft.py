@@ -85,8 +85,6 @@ class SFTConfig(LMKeys):
 class SFT(LMAlgorithm):
     """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
 
-    name = "sft"
-    config_class = SFTConfig
     config: SFTConfig
 
     def setup(self) -> None:
