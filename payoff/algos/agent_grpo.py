@@ -31,7 +31,6 @@ import torch
 
 from payoff.algos.base import Algorithm, RunKeys
 from payoff.algos.grpo import Aggregation, grpo_loss
-from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import group_advantages
 from payoff.core.cache import cache_folder
@@ -232,6 +231,7 @@ class AgentGRPO(Algorithm):
     """Trajectory-level GRPO on multi-turn tool-using episodes."""
 
     config: AgentGRPOConfig
+    eval_at_end = eval_at_start = True
 
     def setup(self) -> None:
         config = self.config
@@ -449,17 +449,6 @@ class AgentGRPO(Algorithm):
             (self.run.path / "trajectories.md").write_text(text + "\n")
 
     # ---- learning ---------------------------------------------------------------------------
-    def train_until(self, total: int) -> None:
-        """Train until `total` rollout batches."""
-        c = self.config
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"agent_grpo {c.task.name}",
-            eval_at_end=True,
-            eval_at_start=True,
-        ).run()
-
     def iterate(self) -> None:
         """One step: G episodes of each task, rewards, advantages, update."""
         c = self.config

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
-from payoff.algos.loop import LoopState
+from payoff.algos.loop import LoopState, TrainLoop
 from payoff.core.config import fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
@@ -130,6 +130,9 @@ class Algorithm:
     name: ClassVar[str]  # the recipe name (`algo: ppo`): the module's name
     config_class: ClassVar[type]  # the class of `config`, read from its annotation
     total_key: ClassVar[str] = "steps"  # the config key of the training length
+    loop_unit: ClassVar[str] = "step"  # what the progress bar counts
+    eval_at_end: bool = False  # also evaluate after the last iteration (the curve's last point)
+    eval_at_start: bool = False  # evaluate before the first iteration of a fresh run
     config: Any
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -208,8 +211,21 @@ class Algorithm:
         """Build envs, tables or networks from self.config."""
 
     def train_until(self, total: int) -> None:
-        """Run the loop until the step counter reaches `total` (in the unit of total_key)."""
-        raise NotImplementedError
+        """Run the loop (payoff.algos.loop.TrainLoop) until the step counter reaches `total`,
+        in the unit of total_key, on the intervals the config declares."""
+        TrainLoop.from_config(
+            self,
+            total,
+            desc=f"{self.name} {self.progress_label()}".rstrip(),
+            unit=self.loop_unit,
+            eval_at_end=self.eval_at_end,
+            eval_at_start=self.eval_at_start,
+        ).run()
+
+    def progress_label(self) -> str:
+        """What the progress bar names after the algorithm: the env, or the task."""
+        env, task = getattr(self.config, "env", None), getattr(self.config, "task", None)
+        return str(env.id if env is not None else getattr(task, "name", ""))
 
     def log_training(self) -> None:
         """What the loop calls every log_every steps: by default, the metrics the last

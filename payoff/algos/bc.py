@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
 from payoff.rollout import demonstrations
 
@@ -43,6 +42,7 @@ class BC(ImitationAlgorithm):
     """Behavior cloning from expert demonstrations."""
 
     total_key = "epochs"
+    loop_unit = "epoch"
     config: BCConfig
 
     def setup(self) -> None:
@@ -83,7 +83,6 @@ class BC(ImitationAlgorithm):
 
     def train_until(self, total: int) -> None:
         """Fit for `total` epochs on the demonstrations."""
-        config = self.config
         if self.labels == 0:
             self.gather()
             self.log(
@@ -91,12 +90,7 @@ class BC(ImitationAlgorithm):
                 labels=self.labels,
                 **({"train/demo_return": self.demo_return} if self.demo_return is not None else {}),
             )
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"bc {config.env.id}",
-            unit="epoch",
-        ).run()
+        super().train_until(total)
 
     def iterate(self) -> None:
         """One pass over the demonstrations."""

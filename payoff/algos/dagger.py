@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
 from payoff.core.errors import ConfigError
 from payoff.rollout.imitation import collect_mixture, make_envs
@@ -77,6 +76,7 @@ class DAgger(ImitationAlgorithm):
     """Dataset Aggregation: learner-driven rollouts relabelled by the expert."""
 
     total_key = "rounds"
+    loop_unit = "round"
     config: DAggerConfig
 
     def setup(self) -> None:
@@ -97,7 +97,7 @@ class DAgger(ImitationAlgorithm):
         self._envs = make_envs(config.env, config.num_envs)
         try:
             # Every round is logged, with its evaluation when due (log_training).
-            TrainLoop.from_config(self, total, desc=f"dagger {config.env.id}", unit="round").run()
+            super().train_until(total)
         finally:
             self._envs.close()
 

@@ -25,7 +25,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import preference_base, small_base, styled_task
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.preference import dpo_loss
@@ -205,6 +204,13 @@ class DPO(LMAlgorithm):
     """DPO / IPO on preference pairs with cached reference log-probabilities."""
 
     config: DPOConfig
+    eval_at_end = True
+
+    @property
+    def eval_at_start(self) -> bool:  # type: ignore[override]
+        """A fresh run evaluates once before the first step: the starting point (margin 0,
+        the policy's own preferences)."""
+        return self.config.eval_every > 0
 
     def setup(self) -> None:
         config = self.config
@@ -243,21 +249,6 @@ class DPO(LMAlgorithm):
         return self.step
 
     # ---- learning ---------------------------------------------------------------------
-    def train_until(self, total: int) -> None:
-        """Train until `total` steps.
-
-        A fresh run evaluates once before the first step: the starting point (margin 0, the
-        policy's own preferences).
-        """
-        config = self.config
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"dpo ({config.loss})",
-            eval_at_end=True,
-            eval_at_start=config.eval_every > 0,
-        ).run()
-
     def iterate(self) -> None:
         """One optimizer step on a batch of training pairs against the cached reference."""
         config = self.config

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from payoff.algos.base import Agent, VectorAgentKeys
-from payoff.algos.loop import TrainLoop, crossed
+from payoff.algos.loop import crossed
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
@@ -304,15 +304,6 @@ class DQN(Agent):
             self.target_net.load_state_dict(self.q_net.state_dict())
             return
         torch._foreach_lerp_(list(self.target_net.parameters()), self.flat.params, tau)
-
-    def train_until(self, total: int) -> None:
-        """Train until `total` env steps; the epsilon schedule spans config.total_steps."""
-        config = self.config
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"dqn {config.env.id}",
-        ).run()
 
     def iterate(self) -> None:
         """One vector step of epsilon-greedy play into the buffer; every train_every, learn."""

@@ -25,7 +25,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k3
@@ -240,6 +239,11 @@ class GRPO(LMAlgorithm):
     """GRPO on a language model with verifiable rewards."""
 
     config: GRPOConfig
+    eval_at_end = True
+
+    @property
+    def eval_at_start(self) -> bool:  # type: ignore[override]
+        return self.run is not None  # where RL starts from, on the run's curve
 
     def setup(self) -> None:
         config = self.config
@@ -413,17 +417,6 @@ class GRPO(LMAlgorithm):
         return {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
 
     # ---- the loop -------------------------------------------------------------------------
-    def train_until(self, total: int) -> None:
-        """Train until `total` rollout batches."""
-        config = self.config
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"grpo {config.task.name}",
-            eval_at_end=True,
-            eval_at_start=self.run is not None,  # where RL starts from, on the run's curve
-        ).run()
-
     def iterate(self) -> None:
         """One step: rollout, score, group advantages, update; keeps the step's record."""
         config = self.config

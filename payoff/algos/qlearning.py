@@ -20,7 +20,6 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.algos.base import Agent, AgentKeys
-from payoff.algos.loop import TrainLoop
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
@@ -79,6 +78,7 @@ class QLearning(Agent):
     """Tabular Q-learning (or SARSA with method='sarsa')."""
 
     total_key = "total_episodes"
+    loop_unit = "ep"
     config: QLearningConfig
 
     def setup(self) -> None:
@@ -140,14 +140,8 @@ class QLearning(Agent):
 
     def train_until(self, total: int) -> None:
         """Train until `total` episodes have been played."""
-        config = self.config
         self._started, self._start_step = time.time(), self.env_steps
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"{self.name} {config.env.id}",
-            unit="ep",
-        ).run()
+        super().train_until(total)
 
     def iterate(self) -> None:
         """One episode, updating Q after every step (Q-learning or SARSA target)."""

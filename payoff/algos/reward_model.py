@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
-from payoff.algos.loop import TrainLoop
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.lm import LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
@@ -198,6 +197,7 @@ class RewardModel(Algorithm):
     """Train K Bradley-Terry reward models on preference pairs; export them as RUN/reward_model/."""
 
     config: RewardModelConfig
+    eval_at_end = True
 
     def setup(self) -> None:
         config = self.config
@@ -269,12 +269,7 @@ class RewardModel(Algorithm):
         """Train every member until `total` steps."""
         for member in self.members:
             member.train()
-        TrainLoop.from_config(
-            self,
-            total,
-            desc="reward model",
-            eval_at_end=True,
-        ).run()
+        super().train_until(total)
 
     def iterate(self) -> None:
         """One Bradley-Terry step of every member."""

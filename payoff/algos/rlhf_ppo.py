@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.reward_model import (
     preference_base,
     proxy_preferences,
@@ -164,6 +163,7 @@ class RLHFPPO(LMAlgorithm):
     """PPO-RLHF on a causal LM with a reward model, a critic and a KL leash to the SFT model."""
 
     config: RLHFPPOConfig
+    eval_at_end = eval_at_start = True
 
     def setup(self) -> None:
         config = self.config
@@ -218,16 +218,6 @@ class RLHFPPO(LMAlgorithm):
         return self.critic.token_values(ids, mask)[:, -width - 1 : -1]
 
     # ---- one step ---------------------------------------------------------------------
-    def train_until(self, total: int) -> None:
-        """Train until `total` rollout batches."""
-        TrainLoop.from_config(
-            self,
-            total,
-            desc="rlhf-ppo",
-            eval_at_end=True,
-            eval_at_start=True,
-        ).run()
-
     def iterate(self) -> None:
         """One step: rollout, reward with the KL penalty, token-level GAE, PPO update."""
         config = self.config

@@ -22,7 +22,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
@@ -86,6 +85,7 @@ class SFT(LMAlgorithm):
     """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
 
     config: SFTConfig
+    eval_at_end = True
 
     def setup(self) -> None:
         self.setup_lm()
@@ -137,14 +137,8 @@ class SFT(LMAlgorithm):
     # ---- learning ---------------------------------------------------------------------
     def train_until(self, total: int) -> None:
         """Train until `total` optimizer steps, or stop_at_accuracy."""
-        config = self.config
         self.model.train()
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"sft {config.task.name}",
-            eval_at_end=True,
-        ).run()
+        super().train_until(total)
 
     @property
     def stopped_at(self) -> int | None:

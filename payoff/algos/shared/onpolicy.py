@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Agent, VectorAgentKeys
-from payoff.algos.loop import TrainLoop
 from payoff.algos.shared.advantages import gae
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
@@ -341,15 +340,6 @@ class OnPolicyAlgorithm(Agent):
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         """One learning step from a full rollout; returns train/... metrics."""
         raise NotImplementedError
-
-    def train_until(self, total: int) -> None:
-        """Train until `total` env steps; schedules span config.total_steps."""
-        config = self.config
-        TrainLoop.from_config(
-            self,
-            total,
-            desc=f"{self.name} {config.env.id}",
-        ).run()
 
     def iterate(self) -> None:
         """Collect one rollout of num_envs x num_steps, then the subclass's update."""
