@@ -37,12 +37,11 @@ from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
 from payoff.models.base_model import save_cached_model, start_lm
 from payoff.models.chat import has_chat_template, uses_chat_template
-from payoff.models.lm import ModelConfig, cpu_state, load_lm, save_lm
+from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
@@ -231,6 +230,7 @@ class AgentGRPO(Algorithm):
     """Trajectory-level GRPO on multi-turn tool-using episodes."""
 
     config: AgentGRPOConfig
+    saved = ("model", "optimizer", "scheduler", "episodes_seen", "rng", "generator")
     eval_at_end = eval_at_start = True
 
     def setup(self) -> None:
@@ -505,27 +505,6 @@ class AgentGRPO(Algorithm):
             steps=self.step,
             episodes=self.episodes_seen,
         )
-
-    # ---- state ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": cpu_state(self.model),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "loop": self.state.state_dict(),
-            "episodes_seen": self.episodes_seen,
-            "rng": rng_state(self.rng),
-            "generator": self.generator.get_state(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.state.load_state_dict(state["loop"])
-        self.episodes_seen = int(state["episodes_seen"])
-        set_rng_state(state["rng"], self.rng)
-        self.generator.set_state(state["generator"])
 
 
 ALGORITHM = AgentGRPO

@@ -50,7 +50,7 @@ from payoff.algos.base import Agent, RunKeys
 from payoff.algos.loop import TrainLoop
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import seed_everything
 from payoff.envs.games import DRAW, GameState, make_game
 from payoff.envs.games.arena import MatchResult, play_match
 from payoff.envs.games.base import state_from_planes
@@ -185,6 +185,18 @@ class AlphaZero(Agent):
 
     total_key = "iterations"
     config: AlphaZeroConfig
+    saved = (
+        "net",
+        "best",
+        "optimizer",
+        "replay",
+        "games_played",
+        "generation",
+        "elo_curve",
+        "snapshots",
+        "last_evaluated",
+        "rng",
+    )
 
     def setup(self) -> None:
         config = self.config
@@ -534,34 +546,12 @@ class AlphaZero(Agent):
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "net": self.net.state_dict(),
-            "best": self.best.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "replay": self.replay.state_dict(),
-            "loop": self.state.state_dict(),
-            "games_played": self.games_played,
-            "generation": self.generation,
-            "results": [r.__dict__.copy() for r in self.results],
-            "elo_curve": list(self.elo_curve),
-            "snapshots": self.snapshots,
-            "last_evaluated": self.last_evaluated,
-            "rng": rng_state(self.rng),
-        }
+        return {**super().state_dict(), "results": [r.__dict__.copy() for r in self.results]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.best.load_state_dict(state["best"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.replay.load_state_dict(state["replay"])
-        self.state.load_state_dict(state["loop"])
-        self.games_played = int(state["games_played"])
-        self.generation = int(state["generation"])
+        super().load_state_dict(state)
         self.results = [Result(**r) for r in state["results"]]
-        self.elo_curve = [tuple(e) for e in state["elo_curve"]]  # type: ignore[misc]
-        self.snapshots = state["snapshots"]
-        self.last_evaluated = state["last_evaluated"]
-        set_rng_state(state["rng"], self.rng)
+        self.elo_curve = [tuple(e) for e in self.elo_curve]  # type: ignore[misc]
         self.net.eval()
         self.best.eval()
 

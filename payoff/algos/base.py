@@ -27,6 +27,7 @@ from payoff.algos.loop import LoopState, TrainLoop
 from payoff.core.config import fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
@@ -133,6 +134,7 @@ class Algorithm:
     loop_unit: ClassVar[str] = "step"  # what the progress bar counts
     eval_at_end: bool = False  # also evaluate after the last iteration (the curve's last point)
     eval_at_start: bool = False  # evaluate before the first iteration of a fresh run
+    saved: ClassVar[tuple[str, ...]] = ()  # attributes a checkpoint holds (state_dict)
     config: Any
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -233,11 +235,17 @@ class Algorithm:
         self.log(self.step, **self._record)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly (model, optimizer, RNGs, counters)."""
-        raise NotImplementedError
+        """Everything needed to resume exactly: the loop's counters and each attribute named
+        in `saved` (modules, optimizers, buffers, generators, counters; payoff.core.state)."""
+        return {
+            "loop": self.state.state_dict(),
+            **{n: state_of(getattr(self, n)) for n in self.saved},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError
+        self.state.load_state_dict(state["loop"])
+        for name in self.saved:
+            setattr(self, name, restore(getattr(self, name), state.get(name), name))
 
     def spaces(self) -> dict[str, str]:
         """repr of observation/action spaces, checked when a checkpoint meets an env."""

@@ -44,6 +44,7 @@ class BC(ImitationAlgorithm):
     total_key = "epochs"
     loop_unit = "epoch"
     config: BCConfig
+    saved = (*ImitationAlgorithm.saved, "demo_return")
 
     def setup(self) -> None:
         super().setup()
@@ -117,13 +118,6 @@ class BC(ImitationAlgorithm):
 
     def finish(self) -> None:
         self.finish_imitation(epochs=self.epoch, demo_return=self.demo_return)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**self.base_state(), "demo_return": self.demo_return}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_base_state(state)
-        self.demo_return = state.get("demo_return")
 
 
 ALGORITHM = BC

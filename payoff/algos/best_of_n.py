@@ -131,6 +131,7 @@ class BestOfN(LMAlgorithm):
     """Sweep N for best-of-N against a proxy reward model; log proxy, gold and sqrt(KL)."""
 
     config: BestOfNConfig
+    saved = ("sweep",)
 
     def setup(self) -> None:
         config = self.config
@@ -255,14 +256,6 @@ class BestOfN(LMAlgorithm):
             model_prompts=[self.prompt_text({"prompt": p}) for p in prompts],
         )
         return picks[0] if isinstance(observation, str) else picks
-
-    # ---- state: the sweep is deterministic from the seed, so only counters are kept ------
-    def state_dict(self) -> dict[str, Any]:
-        return {"loop": self.state.state_dict(), "sweep": list(self.sweep)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state.load_state_dict(state["loop"])
-        self.sweep = list(state["sweep"])
 
 
 ALGORITHM = BestOfN

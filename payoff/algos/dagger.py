@@ -78,6 +78,7 @@ class DAgger(ImitationAlgorithm):
     total_key = "rounds"
     loop_unit = "round"
     config: DAggerConfig
+    saved = (*ImitationAlgorithm.saved, "rounds_log")
 
     def setup(self) -> None:
         super().setup()
@@ -159,13 +160,6 @@ class DAgger(ImitationAlgorithm):
 
     def finish(self) -> None:
         self.finish_imitation(rounds=self.round, rounds_log=self.rounds_log)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**self.base_state(), "rounds_log": list(self.rounds_log)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_base_state(state)
-        self.rounds_log = list(state["rounds_log"])
 
 
 ALGORITHM = DAgger

@@ -29,11 +29,10 @@ from payoff.algos.reward_model import preference_base, small_base, styled_task
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.preference import dpo_loss
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, cpu_state
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     completion_logprobs,
@@ -204,6 +203,7 @@ class DPO(LMAlgorithm):
     """DPO / IPO on preference pairs with cached reference log-probabilities."""
 
     config: DPOConfig
+    saved = ("model", "optimizer", "rng")
     eval_at_end = True
 
     @property
@@ -350,19 +350,13 @@ class DPO(LMAlgorithm):
     def state_dict(self) -> dict[str, Any]:
         # The cached reference log-probs are rebuilt from the unchanged reference on load.
         return {
-            "model": cpu_state(self.model),
-            "optimizer": self.optimizer.state_dict(),
-            "loop": self.state.state_dict(),
-            "rng": rng_state(self.rng),
+            **super().state_dict(),
             "ref_train": self.ref_train.to("cpu", copy=True),
             "ref_test": self.ref_test.to("cpu", copy=True),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.state.load_state_dict(state["loop"])
-        set_rng_state(state["rng"], self.rng)
+        super().load_state_dict(state)
         self.ref_train = state["ref_train"].to(self.device)
         self.ref_test = state["ref_test"].to(self.device)
 

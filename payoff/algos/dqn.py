@@ -36,7 +36,7 @@ from payoff.algos.loop import crossed
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork, as_numpy
 from payoff.rollout.evaluate import EvalResult
@@ -124,6 +124,7 @@ class DQN(Agent):
 
     total_key = "total_steps"
     config: DQNConfig
+    saved = ("q_net", "target_net", "optimizer", "buffer", "rng", "runner", "gradient_updates")
 
     def setup(self) -> None:
         config = self.config
@@ -352,29 +353,6 @@ class DQN(Agent):
 
     def finish(self) -> None:
         self.finish_returns(gradient_updates=self.gradient_updates)
-
-    # ---- state ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "q_net": self.q_net.state_dict(),
-            "target_net": self.target_net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "rng": rng_state(self.rng),
-            "runner": self.runner.state_dict(),
-            "loop": self.state.state_dict(),
-            "gradient_updates": self.gradient_updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q_net.load_state_dict(state["q_net"])
-        self.target_net.load_state_dict(state["target_net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
-        set_rng_state(state["rng"], self.rng)
-        self.state.load_state_dict(state["loop"])
-        self.gradient_updates = int(state["gradient_updates"])
-        self.runner.load_state_dict(state["runner"], seed=self.config.seed)
 
 
 ALGORITHM = DQN

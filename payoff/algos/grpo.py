@@ -30,9 +30,8 @@ from payoff.algos.shared.group import group_advantages
 from payoff.algos.shared.kl import kl_k3
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, set_rng_state
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, cpu_state
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -239,6 +238,7 @@ class GRPO(LMAlgorithm):
     """GRPO on a language model with verifiable rewards."""
 
     config: GRPOConfig
+    saved = ("model", "optimizer", "scheduler", "samples_seen", "rng", "generator")
     eval_at_end = True
 
     @property
@@ -520,13 +520,7 @@ class GRPO(LMAlgorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "model": cpu_state(self.model),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "loop": self.state.state_dict(),
-            "samples_seen": self.samples_seen,
-            "rng": rng_state(self.rng),
-            "generator": self.generator.get_state(),
+            **super().state_dict(),
             "reward_errors": dict(self.rewards.error_totals),
             "reward_counts": {
                 spec.key: dict(getattr(fn, "counts", {}))
@@ -538,15 +532,9 @@ class GRPO(LMAlgorithm):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        super().load_state_dict(state)
         if self.reference is not None:
             self.reference.load_state_dict(state.get("reference"))
-        self.state.load_state_dict(state["loop"])
-        self.samples_seen = int(state["samples_seen"])
-        set_rng_state(state["rng"], self.rng)
-        self.generator.set_state(state["generator"])
         self.rewards.error_totals.update(state.get("reward_errors", {}))
         for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True):
             counts = getattr(fn, "counts", None)

@@ -26,11 +26,11 @@ from payoff.algos.sft import build_base_model
 from payoff.algos.shared.lm import LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.device import resolve_device
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import seed_everything
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
-from payoff.models.lm import ModelConfig, cpu_state
+from payoff.models.lm import ModelConfig
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     pack_shared_prompts,
@@ -197,6 +197,7 @@ class RewardModel(Algorithm):
     """Train K Bradley-Terry reward models on preference pairs; export them as RUN/reward_model/."""
 
     config: RewardModelConfig
+    saved = ("members", "optimizers", "rng")
     eval_at_end = True
 
     def setup(self) -> None:
@@ -334,23 +335,6 @@ class RewardModel(Algorithm):
                 reward_model_dir=str(folder),
                 base_model=self.base_model_path,
             )
-
-    # ---- state ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "members": [cpu_state(m) for m in self.members],
-            "optimizers": [o.state_dict() for o in self.optimizers],
-            "loop": self.state.state_dict(),
-            "rng": rng_state(self.rng),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for member, saved in zip(self.members, state["members"], strict=True):
-            member.load_state_dict(saved)
-        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
-            optimizer.load_state_dict(saved)
-        self.state.load_state_dict(state["loop"])
-        set_rng_state(state["rng"], self.rng)
 
 
 def proxy_preferences() -> PreferenceDataConfig:

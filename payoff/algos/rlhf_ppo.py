@@ -38,11 +38,10 @@ from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, LMKeys, columns_of
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference, cpu_state
+from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
@@ -163,6 +162,7 @@ class RLHFPPO(LMAlgorithm):
     """PPO-RLHF on a causal LM with a reward model, a critic and a KL leash to the SFT model."""
 
     config: RLHFPPOConfig
+    saved = ("model", "critic", "optimizer", "critic_optimizer", "rng", "generator")
     eval_at_end = eval_at_start = True
 
     def setup(self) -> None:
@@ -395,27 +395,15 @@ class RLHFPPO(LMAlgorithm):
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": cpu_state(self.model),
-            "critic": cpu_state(self.critic),
-            "optimizer": self.optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
+            **super().state_dict(),
             "kl_coef": self.kl_controller.coef,
             "score_stats": dict(self.score_stats.__dict__),
-            "loop": self.state.state_dict(),
-            "rng": rng_state(self.rng),
-            "generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        super().load_state_dict(state)
         self.kl_controller.coef = float(state["kl_coef"])
         self.score_stats.__dict__.update(state["score_stats"])
-        self.state.load_state_dict(state["loop"])
-        set_rng_state(state["rng"], self.rng)
-        self.generator.set_state(state["generator"])
 
 
 ALGORITHM = RLHFPPO

@@ -26,10 +26,9 @@ from payoff.algos.shared.lm import LMAlgorithm, LMKeys
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
-from payoff.core.seeding import rng_state, set_rng_state
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
-from payoff.models.lm import ModelConfig, cpu_state, model_device
+from payoff.models.lm import ModelConfig, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.rollout.episodes import Episode, pack_episodes
@@ -85,6 +84,7 @@ class SFT(LMAlgorithm):
     """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
 
     config: SFTConfig
+    saved = ("model", "optimizer", "scheduler", "best_accuracy", "rng")
     eval_at_end = True
 
     def setup(self) -> None:
@@ -196,25 +196,6 @@ class SFT(LMAlgorithm):
                 stopped_at_accuracy=self.stopped_at,
                 model_dir=str(self.run.path / "model"),
             )
-
-    # ---- state ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": cpu_state(self.model),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "loop": self.state.state_dict(),
-            "best_accuracy": self.best_accuracy,
-            "rng": rng_state(self.rng),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.state.load_state_dict(state["loop"])
-        self.best_accuracy = float(state["best_accuracy"])
-        set_rng_state(state["rng"], self.rng)
 
 
 # ---- the base model that RL starts from -------------------------------------------------

@@ -367,7 +367,7 @@ class RayRunner:
             "ready_version": self._pending_version,
         }
 
-    def load_state_dict(self, state: dict[str, Any], seed: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], seed: int | None = None) -> None:
         from payoff.core.errors import CheckpointError
 
         if state.get("backend") != "ray" or len(state["workers"] or []) != len(self.slices):

@@ -96,6 +96,7 @@ class VectorRunner:
         # Where the policy runs; None or the CPU: observations are used where they are.
         self.device = device if device is not None and device.type != "cpu" else None
         self.num_envs = envs.num_envs
+        self.seed = seed  # fresh episodes after a resume that cannot restore the envs count from it
         self.obs, _ = envs.reset(seed=seed)
         self._check(self.obs, None, 0)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
@@ -261,7 +262,7 @@ class VectorRunner:
             )
         return state
 
-    def load_state_dict(self, state: dict[str, Any], seed: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], seed: int | None = None) -> None:
         self.env_steps = int(state["env_steps"])
         saved: Any = state.get("envs")
         self.restore_note = None
@@ -284,7 +285,7 @@ class VectorRunner:
                     str(state.get("envs_note") or "the checkpoint has no env state")
                 )
         except EnvStateError as err:
-            self._restart_episodes(seed, str(err))
+            self._restart_episodes(self.seed if seed is None else seed, str(err))
             return
         self.obs = np.array(state["obs"])
         self.resetting = np.array(state["resetting"], dtype=bool)

@@ -27,7 +27,7 @@ import torch
 from payoff.algos.base import Agent, AgentKeys
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
 from payoff.models.mlp import Actor, Critic, make_actor, save_policy
 from payoff.rollout.evaluate import EvalResult
@@ -149,6 +149,16 @@ class ImitationAlgorithm(Agent):
     """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
 
     config: ImitationConfig
+    saved: tuple[str, ...] = (
+        "actor",
+        "optimizer",
+        "rng",
+        "data_obs",
+        "data_act",
+        "labels",
+        "gradient_steps",
+        "fit_seconds",
+    )
 
     def setup(self) -> None:
         config = self.config
@@ -346,28 +356,3 @@ class ImitationAlgorithm(Agent):
             **{"value_prefit/loss": float(loss.detach()), "value_prefit/samples": len(returns)},
         )
         return critic
-
-    # ---- state ------------------------------------------------------------------------
-    def base_state(self) -> dict[str, Any]:
-        return {
-            "actor": self.actor.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "rng": rng_state(self.rng),
-            "data_obs": self.data_obs.copy(),
-            "data_act": self.data_act.copy(),
-            "labels": self.labels,
-            "gradient_steps": self.gradient_steps,
-            "fit_seconds": self.fit_seconds,
-            "loop": self.state.state_dict(),
-        }
-
-    def load_base_state(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self.rng)
-        self.data_obs = np.asarray(state["data_obs"])
-        self.data_act = np.asarray(state["data_act"])
-        self.labels = int(state["labels"])
-        self.gradient_steps = int(state["gradient_steps"])
-        self.fit_seconds = float(state["fit_seconds"])
-        self.state.load_state_dict(state["loop"])

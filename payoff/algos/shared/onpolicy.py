@@ -24,7 +24,7 @@ from payoff.algos.shared.advantages import gae
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
-from payoff.core.seeding import rng_state, seed_everything, set_rng_state
+from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
@@ -103,6 +103,7 @@ class OnPolicyAlgorithm(Agent):
     total_key = "total_steps"
     config: OnPolicyConfig
     uses_critic = True  # REINFORCE without a baseline sets this False
+    saved: tuple[str, ...] = ("actor", "critic", "optimizer", "rng", "runner")
 
     # ---- setup ------------------------------------------------------------------------
     def setup(self) -> None:
@@ -148,6 +149,8 @@ class OnPolicyAlgorithm(Agent):
             if self.uses_critic
             else None
         )
+        if self.critic is None:  # REINFORCE without a baseline: nothing to save for it
+            self.saved = tuple(n for n in self.saved if n != "critic")
         # On the device before the optimizer flattens the weights into one buffer there.
         self.actor.to(self.device)
         if self.critic is not None:
@@ -377,25 +380,3 @@ class OnPolicyAlgorithm(Agent):
 
     def finish(self) -> None:
         self.finish_returns(updates=self.updates)
-
-    # ---- state ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "loop": self.state.state_dict(),
-            "actor": self.actor.state_dict(),
-            "critic": None if self.critic is None else self.critic.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "rng": rng_state(self.rng),
-            "runner": self.runner.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        if self.critic is not None:
-            if state.get("critic") is None:
-                raise ValueError("the checkpoint has no critic, but this config needs one")
-            self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self.rng)
-        self.state.load_state_dict(state["loop"])
-        self.runner.load_state_dict(state["runner"], seed=self.config.seed)

@@ -1,0 +1,72 @@
+"""The saved form of the objects an algorithm holds, and how each is put back.
+
+An algorithm names the attributes its checkpoint holds (`Algorithm.saved`); each is saved
+by what it is: a torch module as its weights copied to the CPU, anything else with
+`state_dict` (optimizers, schedulers, replay buffers, env runners) by that, a torch
+generator by its state, a NumPy generator with the global random streams (`rng_state`), a
+list of stateful objects item by item, and plain values (numbers, lists) as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from payoff.core.seeding import rng_state, set_rng_state
+
+
+def cpu_state(module: Any) -> dict[str, torch.Tensor]:
+    """A module's state_dict copied to the CPU: what a checkpoint holds, whatever the device."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def state_of(value: Any) -> Any:
+    """The saved form of `value` (see the module docstring)."""
+    if isinstance(value, torch.nn.Module):
+        return cpu_state(value)
+    if hasattr(value, "state_dict"):
+        return value.state_dict()
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, np.random.Generator):
+        return rng_state(value)
+    if isinstance(value, list | tuple) and value and all(hasattr(v, "state_dict") for v in value):
+        return [state_of(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def restore(current: Any, saved: Any, name: str) -> Any:
+    """Put `saved` back into the object `current` (in place where it has state), returning
+    what the attribute should hold. A stateful object the checkpoint lacks is a ValueError."""
+    stateful = hasattr(current, "load_state_dict") or isinstance(
+        current, torch.Generator | np.random.Generator
+    )
+    if stateful and saved is None:
+        raise ValueError(f"the checkpoint has no {name!r}, but this config needs one")
+    if hasattr(current, "load_state_dict"):
+        current.load_state_dict(saved)
+    elif isinstance(current, torch.Generator):
+        current.set_state(saved)
+    elif isinstance(current, np.random.Generator):
+        set_rng_state(saved, current)
+    elif (
+        isinstance(current, list)
+        and current
+        and all(hasattr(v, "load_state_dict") for v in current)
+    ):
+        if len(saved) != len(current):
+            raise ValueError(
+                f"the checkpoint holds {len(saved)} {name}, this config {len(current)}"
+            )
+        for item, state in zip(current, saved, strict=True):
+            item.load_state_dict(state)
+    elif isinstance(current, bool | int | float):
+        return type(current)(saved)
+    elif isinstance(current, np.ndarray):
+        return np.asarray(saved)
+    else:
+        return saved
+    return current
