@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 from payoff.core.errors import ConfigError
+from payoff.core.state import cpu_state
 from payoff.models.tiny_lm import TinyLMConfig, create_tiny_lm
 from payoff.models.transformers_compat import enable_checkpointing, quiet_peft_wrap
 
@@ -284,11 +285,6 @@ class FrozenReference:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is not None and not self.shares_weights:
             self._model.load_state_dict(state)
-
-
-def cpu_state(module: Any) -> dict[str, torch.Tensor]:
-    """A module's state_dict copied to the CPU: what a checkpoint holds, whatever the device."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
 
 ADAPTER_FOLDER = "adapter"
