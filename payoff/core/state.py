@@ -10,12 +10,15 @@ list of stateful objects item by item, and plain values (numbers, lists) as they
 from __future__ import annotations
 
 import copy
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from payoff.core.seeding import rng_state, set_rng_state
+
+T = TypeVar("T")
 
 
 def cpu_state(module: Any) -> dict[str, torch.Tensor]:
@@ -70,3 +73,14 @@ def restore(current: Any, saved: Any, name: str) -> Any:
     else:
         return saved
     return current
+
+
+def tensors_to(batch: T, device: torch.device | str) -> T:
+    """A copy of the dataclass `batch` with every tensor field moved to `device` (other
+    fields shared)."""
+    moved = {
+        f.name: value.to(device)
+        for f in dataclasses.fields(batch)  # type: ignore[arg-type]
+        if isinstance(value := getattr(batch, f.name), torch.Tensor)
+    }
+    return dataclasses.replace(batch, **moved)  # type: ignore[type-var]

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from payoff.core.state import tensors_to
+
 
 @dataclass
 class RolloutStorage:
@@ -57,18 +59,7 @@ class RolloutStorage:
     def to(self, device: torch.device) -> RolloutStorage:
         """A copy of every field on `device` (the runner fills the CPU copy through NumPy
         views; learners on an accelerator update from this one)."""
-        return RolloutStorage(
-            obs=self.obs.to(device),
-            actions=self.actions.to(device),
-            logprobs=self.logprobs.to(device),
-            values=self.values.to(device),
-            rewards=self.rewards.to(device),
-            terminated=self.terminated.to(device),
-            truncated=self.truncated.to(device),
-            valid=self.valid.to(device),
-            next_values=self.next_values.to(device),
-            info={key: values.to(device) for key, values in self.info.items()},
-        )
+        return tensors_to(self, device)
 
     @property
     def num_steps(self) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from payoff.core.errors import ConfigError
+from payoff.core.state import tensors_to
 from payoff.models.logprobs import prompt_pass
 from payoff.models.transformers_compat import cache_kwargs, output_cache
 
@@ -81,15 +82,7 @@ class Generation:
         device = torch.device(device)
         if self.prompt_ids.device == device:
             return self
-        return Generation(
-            prompt_ids=self.prompt_ids.to(device),
-            prompt_mask=self.prompt_mask.to(device),
-            completion_ids=self.completion_ids.to(device),
-            completion_mask=self.completion_mask.to(device),
-            logprobs=self.logprobs.to(device),
-            completions=self.completions,
-            truncated=self.truncated.to(device),
-        )
+        return tensors_to(self, device)
 
 
 class Sampler(Protocol):

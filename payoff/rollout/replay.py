@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from payoff.core.state import tensors_to
+
 
 @dataclass
 class TransitionBatch:
@@ -22,13 +24,7 @@ class TransitionBatch:
 
     def to(self, device: torch.device) -> TransitionBatch:
         """The batch on `device`: one copy per field (the buffer itself is NumPy, on the CPU)."""
-        return TransitionBatch(
-            obs=self.obs.to(device),
-            actions=self.actions.to(device),
-            rewards=self.rewards.to(device),
-            next_obs=self.next_obs.to(device),
-            terminated=self.terminated.to(device),
-        )
+        return tensors_to(self, device)
 
 
 class ReplayBuffer:
