@@ -76,11 +76,15 @@ def restore(current: Any, saved: Any, name: str) -> Any:
 
 
 def tensors_to(batch: T, device: torch.device | str) -> T:
-    """A copy of the dataclass `batch` with every tensor field moved to `device` (other
-    fields shared)."""
-    moved = {
-        f.name: value.to(device)
-        for f in dataclasses.fields(batch)  # type: ignore[arg-type]
-        if isinstance(value := getattr(batch, f.name), torch.Tensor)
-    }
-    return dataclasses.replace(batch, **moved)  # type: ignore[type-var]
+    """A copy of the dataclass `batch` with every tensor field (and every tensor in a dict
+    field) moved to `device`; other fields are shared."""
+
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        return value
+
+    fields = dataclasses.fields(batch)  # type: ignore[arg-type]
+    return dataclasses.replace(batch, **{f.name: move(getattr(batch, f.name)) for f in fields})  # type: ignore[type-var]
