@@ -277,9 +277,6 @@ class AgentGRPO(Algorithm):
             )
         return wanted
 
-    def progress_step(self) -> int:
-        return self.step
-
     def spaces(self) -> dict[str, str]:
         return {"vocabulary": str(len(self.tokenizer)), "task": self.config.task.name}
 

@@ -248,8 +248,12 @@ class Algorithm:
             setattr(self, name, restore(getattr(self, name), state.get(name), name))
 
     def spaces(self) -> dict[str, str]:
-        """repr of observation/action spaces, checked when a checkpoint meets an env."""
-        return {}
+        """repr of observation/action spaces, checked when a checkpoint meets an env (an
+        agent's `observation_space` and `action_space`, where it has them)."""
+        names = ("observation_space", "action_space")
+        if not all(hasattr(self, name) for name in names):
+            return {}
+        return {name: repr(getattr(self, name)) for name in names}
 
     # ---- logging ----------------------------------------------------------------------
     def log(self, step: int, **metrics: Any) -> None:
@@ -381,7 +385,7 @@ class Algorithm:
 
     def progress_step(self) -> int:
         """The step counter metrics are logged against (used to trim metrics on resume)."""
-        raise NotImplementedError
+        return self.step
 
 
 class Agent(Algorithm):

@@ -141,9 +141,6 @@ class BestOfN(LMAlgorithm):
         self.proxy_eval: dict[str, Any] = {}
         self.sweep: list[dict[str, float]] = []
 
-    def progress_step(self) -> int:
-        return self.step
-
     def proxy(self) -> RewardModelScorer:
         """The reward model being optimized: loaded, or trained here on biased labels."""
         if self.scorer is None:

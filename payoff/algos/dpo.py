@@ -245,9 +245,6 @@ class DPO(LMAlgorithm):
             "rejected": self.completion_text(row, row["rejected"]),
         }
 
-    def progress_step(self) -> int:
-        return self.step
-
     # ---- learning ---------------------------------------------------------------------
     def iterate(self) -> None:
         """One optimizer step on a batch of training pairs against the cached reference."""

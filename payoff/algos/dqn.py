@@ -164,15 +164,6 @@ class DQN(Agent):
         self._q_values: list[torch.Tensor] = []
         self._td_errors: list[torch.Tensor] = []
 
-    def spaces(self) -> dict[str, str]:
-        return {
-            "observation_space": repr(self.observation_space),
-            "action_space": repr(self.action_space),
-        }
-
-    def progress_step(self) -> int:
-        return self.step
-
     # ---- acting -----------------------------------------------------------------------
     def _tensor(self, obs: np.ndarray) -> torch.Tensor:
         """Observations as a float32 tensor on the device (no copy on the CPU)."""

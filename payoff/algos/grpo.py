@@ -280,9 +280,6 @@ class GRPO(LMAlgorithm):
     def stop_strings(self) -> list[str]:
         return self.config.stop
 
-    def progress_step(self) -> int:
-        return self.step
-
     def _reward_event(self, kind: str, message: str, **evidence: Any) -> None:
         if self.run is not None:
             self.run.event(self.step, kind, message, **evidence)

@@ -235,9 +235,6 @@ class RewardModel(Algorithm):
         )
         self.scorer = RewardModelScorer(self.members)
 
-    def progress_step(self) -> int:
-        return self.step
-
     def spaces(self) -> dict[str, str]:
         return {"vocabulary": str(len(self.members[0].tokenizer))}
 

@@ -193,9 +193,6 @@ class RLHFPPO(LMAlgorithm):
         self.score_stats = RunningStd()
         self.step = 0
 
-    def progress_step(self) -> int:
-        return self.step
-
     def score(self, prompts: list[str], completions: list[str], rows: list[Any]) -> np.ndarray:
         """The reward being optimized: the reward model's score (or the reward functions' total)."""
         if isinstance(self.reward_model, RewardMix):

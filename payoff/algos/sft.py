@@ -94,9 +94,6 @@ class SFT(LMAlgorithm):
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.best_accuracy = 0.0
 
-    def progress_step(self) -> int:
-        return self.step
-
     # ---- data -------------------------------------------------------------------------
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
         """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`, on

@@ -252,15 +252,6 @@ class OnPolicyAlgorithm(Agent):
             self._make_optimizer()  # fresh moments for the new weights
         return self
 
-    def spaces(self) -> dict[str, str]:
-        return {
-            "observation_space": repr(self.observation_space),
-            "action_space": repr(self.action_space),
-        }
-
-    def progress_step(self) -> int:
-        return self.step
-
     # ---- acting -----------------------------------------------------------------------
     @torch.no_grad()
     def _policy_step(self, obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
