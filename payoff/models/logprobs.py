@@ -367,16 +367,10 @@ def packed_completion_logprobs(model, pack: SharedPromptPack) -> torch.Tensor:
     with gradients; the prompt runs once per group and no padding is computed.
     """
     _check_packable(model)
-    weight = next(model.parameters())
     if pack.prompt_free:
         raise ValueError("a completion without a prompt has no logits for its first token")
-    pack = pack.to(weight.device)
-    logits = model(
-        input_ids=pack.input_ids,
-        attention_mask=pack.attention_mask(weight.dtype),
-        position_ids=pack.position_ids,
-        use_cache=False,
-    ).logits  # [R, L, V]
+    pack, output = _forward_packed(model, pack)
+    logits = output.logits  # [R, L, V]
     token_logprobs = gather_token_logprobs(
         logits[pack.token_row, pack.source_col], pack.input_ids[pack.token_row, pack.token_col]
     )  # [K]
@@ -391,15 +385,22 @@ def packed_last_hidden(body, pack: SharedPromptPack) -> torch.Tensor:
     `body` is a causal LM's decoder (`model.get_decoder()`): what a reward model's scalar
     head reads. Equal to running each prompt + completion on its own.
     """
-    weight = next(body.parameters())
+    pack, output = _forward_packed(body, pack)
+    hidden = output.last_hidden_state  # [R, L, H]
+    return hidden[pack.last_row, pack.last_col]
+
+
+def _forward_packed(module: Any, pack: SharedPromptPack) -> tuple[SharedPromptPack, Any]:
+    """One forward pass of `module` over the packed rows, on the module's device and dtype."""
+    weight = next(module.parameters())
     pack = pack.to(weight.device)
-    hidden = body(
+    output = module(
         input_ids=pack.input_ids,
         attention_mask=pack.attention_mask(weight.dtype),
         position_ids=pack.position_ids,
         use_cache=False,
-    ).last_hidden_state  # [R, L, H]
-    return hidden[pack.last_row, pack.last_col]
+    )
+    return pack, output
 
 
 def tokenize_unique(tokenizer, texts: Sequence[str]) -> list[list[int]]:
