@@ -24,12 +24,22 @@ class Alarm:
 
 
 class Monitor:
-    """Base: `update(step, record)` returns the alarms raised by this record (usually none)."""
+    """Base: `update(step, record)` returns the alarms raised by this record (usually none).
+
+    A detector is built from its config dataclass (`config_class`) or from that config's
+    keys: `Divergence(proxy="p", truth="t")`; `setup()` then prepares its state.
+    """
 
     kind = "monitor"
+    config_class: type = type(None)
 
-    def __init__(self) -> None:
+    def __init__(self, config: Any = None, **kwargs: Any) -> None:
         self.fired = False
+        self.config = config or from_dict(self.config_class, kwargs)
+        self.setup()
+
+    def setup(self) -> None:
+        """Check the config beyond single keys and make the running state."""
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
         raise NotImplementedError
@@ -70,9 +80,10 @@ class Divergence(Monitor):
 
     kind = "divergence"
 
-    def __init__(self, config: DivergenceConfig | None = None, **kwargs: Any):
-        super().__init__()
-        self.config = config or from_dict(DivergenceConfig, kwargs)
+    config_class = DivergenceConfig
+    config: DivergenceConfig
+
+    def setup(self) -> None:
         self.points: list[tuple[int, float, float]] = []  # (step, proxy, true)
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
@@ -144,9 +155,10 @@ class Threshold(Monitor):
 
     kind = "threshold"
 
-    def __init__(self, config: ThresholdConfig | None = None, **kwargs: Any):
-        super().__init__()
-        self.config = config or from_dict(ThresholdConfig, kwargs)
+    config_class = ThresholdConfig
+    config: ThresholdConfig
+
+    def setup(self) -> None:
         if self.config.above is None and self.config.below is None:
             raise ConfigError(f"threshold monitor on {self.config.key!r} needs 'above' or 'below'")
         self.streak = 0
@@ -196,9 +208,10 @@ class SpuriousCorrelation(Monitor):
 
     kind = "spurious_correlation"
 
-    def __init__(self, config: SpuriousCorrelationConfig | None = None, **kwargs: Any):
-        super().__init__()
-        self.config = config or from_dict(SpuriousCorrelationConfig, kwargs)
+    config_class = SpuriousCorrelationConfig
+    config: SpuriousCorrelationConfig
+
+    def setup(self) -> None:
         self.pairs: deque[tuple[float, float]] = deque(maxlen=self.config.window)
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
