@@ -78,23 +78,25 @@ class Verdict:
     problem: str = ""
 
 
+def _last_answer(reply: str, line: re.Pattern[str], key: str) -> tuple[Any, re.Match[str] | None]:
+    """The reply's answer: the last line matching `line` (its first group, and the match), or
+    the last line holding a JSON object with `key`, or the whole reply as such an object."""
+    for text in reversed(reply.splitlines()):
+        match = line.match(text)
+        if match:
+            return match.group(1), match
+        value = _json_field(text, key) if text.strip().startswith("{") else None
+        if value is not None:
+            return value, None
+    return _json_field(reply, key), None
+
+
 def parse_score(reply: str, scale: int) -> Verdict:
     """The last `SCORE: n` line (or `{"score": n}` on a line or as the whole reply), n an
     integer in 0..scale; 'n/scale' is accepted, any other denominator is not."""
-    raw: Any = None
-    for line in reversed(reply.splitlines()):
-        match = _SCORE_LINE.match(line)
-        if match:
-            if match.group(2) is not None and int(match.group(2)) != scale:
-                return Verdict(problem="unparsable")  # 'SCORE: 9/100' on a 0-10 scale
-            raw = match.group(1)
-            break
-        json_value = _json_field(line, "score") if line.strip().startswith("{") else None
-        if json_value is not None:
-            raw = json_value
-            break
-    else:
-        raw = _json_field(reply, "score")
+    raw, match = _last_answer(reply, _SCORE_LINE, "score")
+    if match is not None and match.group(2) is not None and int(match.group(2)) != scale:
+        return Verdict(problem="unparsable")  # 'SCORE: 9/100' on a 0-10 scale
     if isinstance(raw, bool) or raw is None:
         return Verdict(problem="unparsable")
     try:
@@ -111,18 +113,7 @@ def parse_score(reply: str, scale: int) -> Verdict:
 def parse_preference(reply: str) -> Verdict:
     """The last `PREFERRED: A|B` line (or `{"preferred": "A"}` on a line or as the whole
     reply): 0 for A, 1 for B."""
-    letter: Any = None
-    for line in reversed(reply.splitlines()):
-        match = _PREFERRED_LINE.match(line)
-        if match:
-            letter = match.group(1)
-            break
-        json_value = _json_field(line, "preferred") if line.strip().startswith("{") else None
-        if json_value is not None:
-            letter = json_value
-            break
-    else:
-        letter = _json_field(reply, "preferred")
+    letter, _ = _last_answer(reply, _PREFERRED_LINE, "preferred")
     if not isinstance(letter, str) or letter.strip().upper() not in ("A", "B"):
         return Verdict(problem="unparsable")
     return Verdict(0 if letter.strip().upper() == "A" else 1)
