@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from payoff.core.config import check_ranges
 from payoff.core.errors import ConfigError, PayoffError, RunError
 
 
@@ -68,15 +69,8 @@ class RayConfig:
     startup_timeout: float = 120.0
 
     def validate(self) -> None:
-        if self.num_workers <= 0:
-            raise ConfigError(f"config key 'ray.num_workers' must be > 0, got {self.num_workers}")
-        if self.max_lag < 0 or self.max_restarts < 0:
-            raise ConfigError(
-                f"ray.max_lag and ray.max_restarts must be >= 0, got {self.max_lag}, "
-                f"{self.max_restarts}"
-            )
-        if self.cpus_per_worker < 0:
-            raise ConfigError(f"ray.cpus_per_worker must be >= 0, got {self.cpus_per_worker}")
+        # the ranges of core.config, also for a RayConfig built in Python rather than loaded
+        check_ranges(self, "ray.")
 
 
 def import_ray() -> Any:
