@@ -30,7 +30,8 @@ from payoff.algos.ppo import PPO
 from payoff.algos.qlearning import QLearning
 from payoff.cli import main
 from payoff.core.errors import CheckpointError
-from payoff.models.mlp import load_policy, make_actor, save_policy
+from payoff.models.mlp import make_actor
+from payoff.models.policy_file import load_policy, save_policy
 from payoff.rollout.experts import PolicyExpert, make_expert
 from payoff.track.checkpoint import FORMAT_KEY, STATE_FORMAT, TREE_KEY, load_state, save_state
 from payoff.track.run import Run, load_checkpoint_file

@@ -21,7 +21,7 @@ from payoff.core.device import available_devices
 from payoff.core.errors import ConfigError
 from payoff.models import make_actor, save_policy
 from payoff.models.flat import FlatParameters
-from payoff.models.mlp import load_policy
+from payoff.models.policy_file import load_policy
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.replay import ReplayBuffer
 from payoff.track.checkpoint import load_state, save_state

@@ -11,7 +11,8 @@ from payoff.algos.dagger import DAgger, DAggerConfig, beta_for_round, labels_for
 from payoff.algos.shared.imitation import imitation_loss
 from payoff.core.errors import ConfigError, DataError, EnvError
 from payoff.envs.make import EnvConfig
-from payoff.models.mlp import load_policy, make_actor
+from payoff.models.mlp import make_actor
+from payoff.models.policy_file import load_policy
 from payoff.rollout import demonstrations
 from payoff.rollout.experts import CartPoleExpert, KartExpert
 from payoff.rollout.imitation import collect_mixture, make_envs

@@ -1,4 +1,5 @@
-"""Networks: MLP actors (categorical, diagonal Gaussian), critics and Q-networks.
+"""Networks: MLP actors (categorical, diagonal Gaussian), critics and Q-networks (`mlp`), and
+policy files holding an actor on its own (`policy_file`).
 
 The language-model stack lives beside them, one module each: `lm` (loading, LoRA, the
 frozen reference, saving), `base_model` (which model a run starts from, cached base
@@ -13,10 +14,9 @@ from payoff.models.mlp import (
     GaussianActor,
     ObsNormalizer,
     QNetwork,
-    load_policy,
     make_actor,
-    save_policy,
 )
+from payoff.models.policy_file import load_policy, save_policy
 
 __all__ = [
     "Actor",

@@ -111,7 +111,7 @@ class PolicyExpert:
         For a whole run directory (any algorithm), use
         `payoff.algos.shared.imitation.expert_from_run`.
         """
-        from payoff.models.mlp import load_policy
+        from payoff.models.policy_file import load_policy
 
         actor, _ = load_policy(path)
         return cls(lambda obs: actor.predict(obs, deterministic=True), str(path))

@@ -29,7 +29,8 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
-from payoff.models.mlp import Actor, Critic, make_actor, save_policy
+from payoff.models.mlp import Actor, Critic, make_actor
+from payoff.models.policy_file import save_policy
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.experts import Expert, PolicyExpert, check_expert, make_expert
 from payoff.rollout.imitation import EpisodeTraces, discounted_returns, play_episodes

@@ -26,7 +26,8 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import Actor, Critic, is_policy_payload, make_actor, policy_from_payload
+from payoff.models.mlp import Actor, Critic, make_actor
+from payoff.models.policy_file import is_policy_payload, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.ray_pool import RayConfig
