@@ -396,6 +396,19 @@ def make_actor(
     raise EnvError(f"payoff's actors handle Discrete and Box action spaces, got {action_space}")
 
 
+def actor_for(settings: Any, observation_space: gym.Space, action_space: gym.Space) -> Actor:
+    """`make_actor` with the `hidden`, `activation`, `normalize_obs` and `log_std_init` of a
+    config (PPO's, behavior cloning's: the keys match so that one hands its actor over)."""
+    return make_actor(
+        observation_space,
+        action_space,
+        hidden=settings.hidden,
+        activation=settings.activation,
+        normalize_obs=settings.normalize_obs,
+        log_std_init=settings.log_std_init,
+    )
+
+
 # ---- critics -------------------------------------------------------------------------
 class Critic(nn.Module):
     """State value V(s). Pass the actor's normalizer so both see the same inputs."""

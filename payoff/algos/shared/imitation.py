@@ -29,7 +29,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
-from payoff.models.mlp import Actor, Critic, make_actor
+from payoff.models.mlp import Actor, Critic, actor_for
 from payoff.models.policy_file import save_policy
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.experts import Expert, PolicyExpert, check_expert, make_expert
@@ -175,14 +175,7 @@ class ImitationAlgorithm(Agent):
             )
         self.expert: Expert = self._make_expert()
         check_expert(self.expert, self.observation_space, self.action_space)
-        self.actor = make_actor(
-            self.observation_space,
-            self.action_space,
-            hidden=config.hidden,
-            activation=config.activation,
-            normalize_obs=config.normalize_obs,
-            log_std_init=config.log_std_init,
-        ).to(self.device)
+        self.actor = actor_for(config, self.observation_space, self.action_space).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         obs_shape = tuple(self.observation_space.shape or ())

@@ -26,7 +26,7 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import Actor, Critic, make_actor
+from payoff.models.mlp import Actor, Critic, actor_for
 from payoff.models.policy_file import is_policy_payload, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
@@ -132,14 +132,7 @@ class OnPolicyAlgorithm(Agent):
             )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
-        self.actor: Actor = make_actor(
-            self.observation_space,
-            self.action_space,
-            hidden=config.hidden,
-            activation=config.activation,
-            normalize_obs=config.normalize_obs,
-            log_std_init=config.log_std_init,
-        )
+        self.actor: Actor = actor_for(config, self.observation_space, self.action_space)
         self.critic: Critic | None = (
             Critic(
                 self.observation_space,
