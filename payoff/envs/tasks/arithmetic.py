@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks.base import Row, Task, register_task
 
@@ -37,8 +36,8 @@ class ArithmeticOptions:
 class _Arithmetic(Task):
     operator = "+"
 
-    def __init__(self, **options: object):
-        self.options = from_dict(ArithmeticOptions, dict(options), prefix="task.options.")
+    options_class = ArithmeticOptions
+    options: ArithmeticOptions
 
     def _operate(self, a: int, b: int) -> int:
         raise NotImplementedError

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError
 
 Row = dict[str, Any]
@@ -35,6 +36,13 @@ class Task:
     name: str = "task"
     default_rewards: tuple[str, ...] = ("math",)
     held_out_percent: float = 10.0
+    options_class: type | None = None  # the dataclass of `task.options` (a generator's knobs)
+    options: Any
+
+    def __init__(self, **options: object):
+        """A generator's difficulty knobs, checked against its options_class."""
+        if self.options_class is not None:
+            self.options = from_dict(self.options_class, dict(options), prefix="task.options.")
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         raise NotImplementedError

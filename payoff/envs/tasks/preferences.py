@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
@@ -176,8 +175,8 @@ class StyledAddition(Task):
 
     default_rewards = ("payoff.envs.tasks.preferences:gold_reward",)
 
-    def __init__(self, **options: object):
-        self.options = from_dict(StyledAdditionOptions, dict(options), prefix="task.options.")
+    options_class = StyledAdditionOptions
+    options: StyledAdditionOptions
 
     def _draw(self, rng: np.random.Generator, split: str) -> Row:
         # A few hundred sums is too small a space to hold problems out: what is held out here

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from payoff.core.config import from_dict
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks.base import Row, Task, register_task
 
@@ -41,8 +40,8 @@ class Countdown(Task):
 
     default_rewards = ("countdown",)
 
-    def __init__(self, **options: object):
-        self.options = from_dict(CountdownOptions, dict(options), prefix="task.options.")
+    options_class = CountdownOptions
+    options: CountdownOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         o = self.options
@@ -96,8 +95,8 @@ class Sorting(Task):
 
     default_rewards = ("exact",)
 
-    def __init__(self, **options: object):
-        self.options = from_dict(SortingOptions, dict(options), prefix="task.options.")
+    options_class = SortingOptions
+    options: SortingOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         o = self.options

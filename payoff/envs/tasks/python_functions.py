@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from payoff.core.config import from_dict
 from payoff.envs.tasks.base import Row, Task, register_task
 
 # (name, description, solution body, reference function) -- {k} is the random constant.
@@ -77,8 +76,8 @@ class PythonFunctions(Task):
 
     default_rewards = ("code",)
 
-    def __init__(self, **options: object):
-        self.options = from_dict(PythonOptions, dict(options), prefix="task.options.")
+    options_class = PythonOptions
+    options: PythonOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         o = self.options
