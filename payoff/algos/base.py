@@ -17,14 +17,13 @@ around it.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState, TrainLoop
-from payoff.core.config import fields_of, from_dict, to_dict
+from payoff.core.config import annotated_class, fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.state import restore, state_of
@@ -142,11 +141,9 @@ class Algorithm:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__module__.rsplit(".", 1)[-1]
-        annotation = cls.__dict__.get("__annotations__", {}).get("config")
-        if isinstance(annotation, str):  # `from __future__ import annotations`: a name to look up
-            annotation = vars(sys.modules[cls.__module__]).get(annotation)
-        if isinstance(annotation, type) and "config_class" not in cls.__dict__:
-            cls.config_class = annotation
+        config_class = annotated_class(cls, "config")
+        if config_class is not None and "config_class" not in cls.__dict__:
+            cls.config_class = config_class
 
     def __init__(
         self, env: Any = None, *, config: Any = None, run: Run | None = None, **kwargs: Any

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 import types
 import typing
 from pathlib import Path
@@ -222,6 +223,15 @@ RANGES: dict[str, Range] = {
     **dict.fromkeys(("tau", "top_p", "fraction"), UNIT_OPEN_LOW),
     **dict.fromkeys(("answer_noise", "lora_dropout"), UNIT_OPEN_HIGH),
 }
+
+
+def annotated_class(cls: type, attribute: str) -> type | None:
+    """The class that `cls`'s own annotation of `attribute` names (`config: PPOConfig` ->
+    PPOConfig), looked up in its module when annotations are strings; None without one."""
+    annotation = cls.__dict__.get("__annotations__", {}).get(attribute)
+    if isinstance(annotation, str):
+        annotation = vars(sys.modules[cls.__module__]).get(annotation)
+    return annotation if isinstance(annotation, type) else None
 
 
 def fields_of(cls: type) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from payoff.core.config import from_dict
+from payoff.core.config import annotated_class, from_dict
 from payoff.core.errors import ConfigError, suggest
 
 
@@ -31,7 +31,11 @@ class Monitor:
     """
 
     kind = "monitor"
-    config_class: type = type(None)
+    config_class: type = type(None)  # the class its `config` annotation names
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.config_class = annotated_class(cls, "config") or cls.config_class
 
     def __init__(self, config: Any = None, **kwargs: Any) -> None:
         self.fired = False
@@ -80,7 +84,6 @@ class Divergence(Monitor):
 
     kind = "divergence"
 
-    config_class = DivergenceConfig
     config: DivergenceConfig
 
     def setup(self) -> None:
@@ -155,7 +158,6 @@ class Threshold(Monitor):
 
     kind = "threshold"
 
-    config_class = ThresholdConfig
     config: ThresholdConfig
 
     def setup(self) -> None:
@@ -208,7 +210,6 @@ class SpuriousCorrelation(Monitor):
 
     kind = "spurious_correlation"
 
-    config_class = SpuriousCorrelationConfig
     config: SpuriousCorrelationConfig
 
     def setup(self) -> None:

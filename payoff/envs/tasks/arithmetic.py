@@ -36,7 +36,6 @@ class ArithmeticOptions:
 class _Arithmetic(Task):
     operator = "+"
 
-    options_class = ArithmeticOptions
     options: ArithmeticOptions
 
     def _operate(self, a: int, b: int) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from payoff.core.config import from_dict
+from payoff.core.config import annotated_class, from_dict
 from payoff.core.errors import ConfigError
 
 Row = dict[str, Any]
@@ -36,8 +36,12 @@ class Task:
     name: str = "task"
     default_rewards: tuple[str, ...] = ("math",)
     held_out_percent: float = 10.0
-    options_class: type | None = None  # the dataclass of `task.options` (a generator's knobs)
+    options_class: type | None = None  # of `task.options`: the class its `options` annotation names
     options: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options_class = annotated_class(cls, "options") or cls.options_class
 
     def __init__(self, **options: object):
         """A generator's difficulty knobs, checked against its options_class."""

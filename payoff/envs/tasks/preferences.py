@@ -175,7 +175,6 @@ class StyledAddition(Task):
 
     default_rewards = ("payoff.envs.tasks.preferences:gold_reward",)
 
-    options_class = StyledAdditionOptions
     options: StyledAdditionOptions
 
     def _draw(self, rng: np.random.Generator, split: str) -> Row:

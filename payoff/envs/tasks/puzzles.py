@@ -40,7 +40,6 @@ class Countdown(Task):
 
     default_rewards = ("countdown",)
 
-    options_class = CountdownOptions
     options: CountdownOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
@@ -95,7 +94,6 @@ class Sorting(Task):
 
     default_rewards = ("exact",)
 
-    options_class = SortingOptions
     options: SortingOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:

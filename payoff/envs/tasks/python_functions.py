@@ -76,7 +76,6 @@ class PythonFunctions(Task):
 
     default_rewards = ("code",)
 
-    options_class = PythonOptions
     options: PythonOptions
 
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
