@@ -262,6 +262,16 @@ class Actor(nn.Module):
         actions = self.mode(tensor) if deterministic else self.sample(tensor)[0]
         return self.to_env(actions)
 
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """The action for one observation (an int for a Discrete space), or the actions for a
+        batch of them: what an agent's `predict` answers."""
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.shape == tuple(self.observation_space.shape or ())
+        actions = self.predict(obs[None] if single else obs, deterministic)
+        if not single:
+            return actions
+        return int(actions[0]) if isinstance(self.action_space, gym.spaces.Discrete) else actions[0]
+
     def spec(self) -> dict[str, Any]:
         """How to rebuild this actor (saved next to its weights)."""
         return {

@@ -208,12 +208,7 @@ class ImitationAlgorithm(Agent):
         return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        actions = self.actor.predict(obs[None] if single else obs, deterministic)
-        if not single:
-            return actions
-        return int(actions[0]) if self.discrete else actions[0]
+        return self.actor.act(observation, deterministic)
 
     # ---- learning ---------------------------------------------------------------------
     def add_data(self, observations: np.ndarray, actions: np.ndarray) -> None:

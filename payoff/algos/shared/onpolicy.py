@@ -262,12 +262,7 @@ class OnPolicyAlgorithm(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """Action(s) for one observation or a batch of them."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        actions = self.actor.predict(obs[None] if single else obs, deterministic)
-        if not single:
-            return actions
-        return int(actions[0]) if not self.action_space.shape else actions[0]
+        return self.actor.act(observation, deterministic)
 
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """Deterministic policy on `episodes` fresh episodes of the real env, batched."""
