@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("transformers", reason="the llm extra is not installed")
 
-from payoff.algos.grpo import GRPOConfig, aggregate, grpo_loss
-from payoff.algos.shared.group import group_advantages
+from payoff.algos.grpo import GRPOConfig
+from payoff.algos.shared.group import aggregate, group_advantages, grpo_loss
 from payoff.algos.shared.kl import kl_k1, kl_k3
 from payoff.algos.shared.lm import pass_at_k
 from payoff.core.config import from_dict

@@ -30,9 +30,8 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm, RunKeys
-from payoff.algos.grpo import Aggregation, grpo_loss
 from payoff.algos.sft import train_on_episodes
-from payoff.algos.shared.group import group_advantages
+from payoff.algos.shared.group import Aggregation, group_advantages, grpo_loss
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
