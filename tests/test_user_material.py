@@ -266,3 +266,28 @@ def test_a_raising_function_is_shown_once_and_stops_when_it_always_fails(capsys)
     mix(["p1"], ["bad"])
     with pytest.raises(RewardFunctionError, match="'picky' failed on every row of 2 batches"):
         mix(["p1", "p2"], ["bad", "bad"])
+
+
+def test_a_loaded_model_and_tokenizer_train_from_python(tmp_path, monkeypatch):
+    from payoff.algos.grpo import GRPO
+    from payoff.models.lm import ModelConfig, load_lm
+
+    monkeypatch.setenv("PAYOFF_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+    grpo = GRPO(
+        model=(model, tokenizer),
+        task=rows,
+        rewards=[digits],
+        prompts_per_step=4,
+        group_size=4,
+        max_new_tokens=4,
+        eval_every=1,
+        final_eval_k=[1],
+    )
+    folder = grpo.config.model.path
+    assert folder.startswith(str(tmp_path / "cache" / "from-python"))
+    grpo.learn(1)
+    assert any("reward/digits" in r for r in grpo.history)
+    with pytest.raises(ConfigError, match=r"needs its tokenizer: pass model=\(model, tokenizer\)"):
+        GRPO(model=model, task=rows)

@@ -55,10 +55,33 @@ class ModelConfig:
         merged; the adapter alone is saved beside them (MODEL/adapter/, peft's format).
     lora_alpha / lora_dropout / lora_targets: the usual peft LoRA settings; lora_targets are
         module names (default: attention and MLP projections of Llama-style models).
+
+    From Python, `model=` also takes a path string, or a loaded Hugging Face model with its
+    tokenizer as a pair: `GRPO(model=(model, tokenizer), ...)`. The pair is saved once
+    (safetensors, `save_pretrained`) under $PAYOFF_CACHE/from-python/ and trained from
+    there, so the reference model, Ray workers and resumes read it like any folder.
     """
 
     path: str = ""
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
+
+    @classmethod
+    def from_value(cls, value: object) -> ModelConfig | None:
+        """`model=` from Python: a folder path, or a (model, tokenizer) pair (saved first)."""
+        if isinstance(value, str | Path):
+            return cls(path=str(value))
+        if (
+            isinstance(value, tuple | list)
+            and len(value) == 2
+            and hasattr(value[0], "save_pretrained")
+        ):
+            return cls(path=str(save_loaded_model(*value)))
+        if hasattr(value, "save_pretrained"):
+            raise ConfigError(
+                "a loaded model needs its tokenizer: pass model=(model, tokenizer), or a folder path"
+            )
+        return None
+
     dtype: str = "float32"
     autocast: bool = False
     gradient_checkpointing: bool = False
@@ -310,3 +333,23 @@ def save_lm(model, tokenizer, path: str | Path) -> Path:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def save_loaded_model(model: Any, tokenizer: Any) -> Path:
+    """Save a model and tokenizer handed over from Python into a fresh folder under
+    $PAYOFF_CACHE/from-python/ (safetensors), so a run can load it like any local model."""
+    import tempfile
+
+    from payoff.core.cache import cache_root
+
+    root = cache_root() / "from-python"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="model-", dir=root))
+    model.save_pretrained(folder, safe_serialization=True)
+    if not hasattr(tokenizer, "save_pretrained"):
+        raise ConfigError(
+            f"model=(model, tokenizer): the second item is a {type(tokenizer).__name__}, "
+            f"not a tokenizer (it has no save_pretrained)"
+        )
+    tokenizer.save_pretrained(folder)
+    return folder
