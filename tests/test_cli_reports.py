@@ -143,3 +143,13 @@ def test_final_point_falls_back_to_the_summary(tmp_path):
     )
     assert final_point(run, "eval/accuracy") == (6.0, 0.6)
     assert point_count(run, "eval/accuracy") == 3
+
+
+def test_report_shows_the_last_training_samples_with_their_rewards(tmp_path):
+    run = fake_run(tmp_path, [{"step": s, "train/reward": s / 10} for s in (1, 2, 3)])
+    sample = {"prompt": "2+2=", "reward": 0.25, "math": 0.0, "short": 0.5}
+    run.append_jsonl("samples.jsonl", [{"step": 2, "completion": "5", **sample}])
+    run.append_jsonl("samples.jsonl", [{"step": 3, "completion": c, **sample} for c in "48"])
+    page = write_report(run).read_text()
+    assert "<h2>Training samples and their rewards</h2>" in page and "at step 3" in page
+    assert "<th>short</th>" in page and "<pre>8</pre>" in page and "<pre>5</pre>" not in page

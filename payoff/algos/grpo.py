@@ -396,6 +396,16 @@ class GRPO(LMAlgorithm):
             )
         metrics.update(self.sampler.metrics())
         self._record = metrics
+        self._samples = [  # the first prompt's group: what the rewards saw, for the report
+            {
+                "step": self.step,
+                "prompt": str(rows[i]["prompt"]),
+                "completion": generation.completions[i],
+                "reward": rewards.total[i],
+                **{key: values[i] for key, values in rewards.scores.items()},
+            }
+            for i in range(min(config.group_size, len(rows)))
+        ]
 
     def progress_postfix(self) -> dict[str, Any]:
         return {
@@ -404,6 +414,8 @@ class GRPO(LMAlgorithm):
         }
 
     def evaluate_now(self) -> None:
+        if self.run is not None and getattr(self, "_samples", None):
+            self.run.append_jsonl("samples.jsonl", self._samples)
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
         self.log(
             self.step,

@@ -21,7 +21,7 @@ from payoff.report.plots import (
     point_count,
     series,
 )
-from payoff.track.run import Run
+from payoff.track.run import Run, read_jsonl
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto; color: #222; }
@@ -86,6 +86,7 @@ def write_report(run: Run) -> Path:
             )
         parts.extend(_image(p) for p in pictures)
     parts += _examples(summary)
+    parts += _training_samples(run.path / "samples.jsonl")
     parts += _trajectories(run.path / "trajectories.md")
     gifs = sorted(media.glob("*.gif"))
     if gifs:
@@ -233,6 +234,30 @@ def _examples(summary: dict[str, Any]) -> list[str]:
         "<h2>Sample completions</h2>",
         "<p class='note'>From the final evaluation (greedy decoding).</p>",
         f"<table><tr>{head}</tr>{rows}</table>",
+    ]
+
+
+def _training_samples(path: Path) -> list[str]:
+    """The completions of one prompt at the last evaluation step, with each reward function's
+    score (samples.jsonl, written by GRPO every eval_every steps)."""
+    if not path.is_file():
+        return []
+    rows = [r for r in read_jsonl(path) if isinstance(r, dict)]
+    if not rows:
+        return []
+    last = rows[-1].get("step")
+    rows = [r for r in rows if r.get("step") == last][:SHOWN_EXAMPLES]
+    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c != "step"]
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(_example_cell(c, r.get(c)) for c in columns) + "</tr>" for r in rows
+    )
+    return [
+        "<h2>Training samples and their rewards</h2>",
+        f"<p class='note'>One prompt's group at step {_esc(str(last))} (sampled, as the rewards "
+        f"saw them); every evaluation step's group is in "
+        f"<a href='../samples.jsonl'>samples.jsonl</a>.</p>",
+        f"<table><tr>{head}</tr>{body}</table>",
     ]
 
 

@@ -157,6 +157,13 @@ class Run:
         payload = {"kind": kind, "message": message, "severity": severity, "evidence": evidence}
         self._write_record({"step": int(step), "time": round(self.elapsed(), 3), "event": payload})
 
+    def append_jsonl(self, name: str, rows: list[dict[str, Any]]) -> None:
+        """Append rows to a JSON-lines file of the run (e.g. samples.jsonl: completions with
+        their rewards, which the report shows)."""
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(_jsonable(row)) + "\n")
+
     def _write_record(self, record: dict[str, Any]) -> None:
         if self._metrics_file is None:
             self._metrics_file = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
