@@ -25,6 +25,11 @@ class DemoStep:
 STEPS = [
     DemoStep("Tabular Q-learning on slippery FrozenLake", "frozenlake-q"),
     DemoStep("PPO on CartPole (batched NumPy envs)", "cartpole-ppo"),
+    DemoStep(
+        "The same recipe pointed at another env (Acrobot): its CartPole tuning is left out",
+        "cartpole-ppo",
+        ["env.id=Acrobot-v1", "total_steps=60000"],
+    ),
     DemoStep("Imitation: behavior cloning vs DAgger on the kart track", "kart-bc-vs-dagger-quick"),
     DemoStep(
         "Reward hacking caught: PPO paid for targets loops in the lagoon",
