@@ -308,3 +308,13 @@ def test_a_recipe_pointed_at_acrobot_learns_on_the_general_defaults(tmp_path):
         loggers="none",
     )
     assert run.summary()["final_eval"]["mean_return"] >= -100  # random policy: -500
+
+
+def test_rl_on_rows_without_prompts_is_one_clear_error():
+    from payoff.algos.grpo import GRPO
+
+    rows = [{"text": f"{a} plus {a} is {2 * a}"} for a in range(30)]
+    with pytest.raises(
+        ConfigError, match="grpo samples completions of prompts, but 2[0-9] training"
+    ):
+        GRPO(task=rows)

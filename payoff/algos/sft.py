@@ -84,6 +84,7 @@ class SFT(LMAlgorithm):
     """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
 
     config: SFTConfig
+    samples_from_prompts = False  # 'text' rows (an empty prompt) are plain language modelling
     saved = ("model", "optimizer", "scheduler", "best_accuracy", "rng")
     eval_at_end = True
 

@@ -183,6 +183,8 @@ class LMAlgorithm(Algorithm):
     device: torch.device
     chat_template: bool
 
+    samples_from_prompts = True  # RL trainers generate from the rows' prompts (SFT does not)
+
     def setup_lm(self, build_base: Callable[[], Path] | None = None) -> ModelConfig:
         """The stack every LM trainer starts from; returns the model config with its folder.
 
@@ -195,6 +197,14 @@ class LMAlgorithm(Algorithm):
         """
         config = self.config
         self.task = make_task(config.task)
+        if self.samples_from_prompts:
+            unprompted = [r for r in getattr(self.task, "train_rows", []) if not r["prompt"]]
+            if unprompted:
+                raise ConfigError(
+                    f"{self.name} samples completions of prompts, but {len(unprompted)} training "
+                    f"rows of task {config.task.name!r} have none (language-modelling 'text' "
+                    f"rows are for SFT); give the rows a prompt (and an answer or tests)"
+                )
         self.verifier = RewardMix([correctness_spec(self.task)])
         start = start_lm(config.model, config.seed, config.threads, build_base, config.device)
         self.rng, self.model, self.tokenizer = start.rng, start.model, start.tokenizer
