@@ -3,7 +3,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from payoff.core.errors import EnvError
-from payoff.envs.make import make_env, register_payoff_envs
+from payoff.envs.make import make_env
 from payoff.envs.registry import PAYOFF_ENVS
 
 
@@ -20,7 +20,6 @@ def test_unknown_env_id_suggests_close_matches():
 
 
 def test_payoff_envs_pass_the_gymnasium_checker():
-    register_payoff_envs()
     for env_id in PAYOFF_ENVS:
         env = gym.make(env_id).unwrapped
         check_env(env, skip_render_check=True)

@@ -70,13 +70,8 @@ class EnvConfig:
         return self.factory is not None or bool(self.entry_point)
 
 
-def register_payoff_envs() -> None:
-    """Import payoff's own env modules so they register under the `payoff/` namespace."""
-    import payoff.envs.registry  # noqa: F401
-
-
 def known_env_ids() -> list[str]:
-    register_payoff_envs()
+    """Every registered id; payoff's own are among them (`import payoff` registers them)."""
     return sorted(gym.registry.keys())
 
 
@@ -121,7 +116,6 @@ def import_module(module_name: str, key: str, value: str) -> Any:
 def check_env_id(env_id: str) -> None:
     """Raise EnvError naming close matches when `env_id` is not registered. An id
     'module:EnvId' imports the module first (its import registers the env)."""
-    register_payoff_envs()
     if ":" in env_id:
         module_name, _, bare = env_id.partition(":")
         import_module(module_name, "env.id", env_id)
