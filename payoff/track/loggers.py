@@ -49,8 +49,8 @@ class Logger:
 
     @classmethod
     def modules(cls) -> tuple[str, ...]:
-        """The importable packages it needs."""
-        raise NotImplementedError
+        """The importable packages it needs: by default the one its extra is named after."""
+        return (cls.extra,)
 
     def __init__(self, run_path: Path, config: dict[str, Any], saved: dict[str, Any]):
         """Open the tracker for the run at `run_path`; `saved` is what `state()` returned the
@@ -76,10 +76,6 @@ class TensorBoardLogger(Logger):
     name = "tensorboard"
     extra = "tensorboard"
 
-    @classmethod
-    def modules(cls) -> tuple[str, ...]:
-        return ("tensorboard",)
-
     def __init__(self, run_path: Path, config: dict[str, Any], saved: dict[str, Any]):
         from torch.utils.tensorboard import SummaryWriter
 
@@ -101,10 +97,6 @@ class WandbLogger(Logger):
 
     name = "wandb"
     extra = "wandb"
-
-    @classmethod
-    def modules(cls) -> tuple[str, ...]:
-        return ("wandb",)
 
     def __init__(self, run_path: Path, config: dict[str, Any], saved: dict[str, Any]):
         import wandb
@@ -347,7 +339,7 @@ class Loggers:
                 self._dropped.add(name)
                 if self.choice.asked:  # the default TensorBoard may quietly be missing
                     _warn(name, "opening", err)
-        state = {logger.name: logger.state() for logger in opened if logger.state()}
+        state = {logger.name: kept for logger in opened if (kept := logger.state())}
         if state:
             self._write_state({**saved, **state})
         return opened
