@@ -382,6 +382,8 @@ TINY = [
 def test_the_documented_own_data_grpo_command_trains_on_a_train_and_a_test_file(
     tmp_path, fresh_model_dir
 ):
+    """The docs' command, on conversations from Parquet (train) and JSONL (test): the recipe's
+    task.options are dropped with its task, and there is no ood split to evaluate."""
     from payoff.train import train
 
     data, test_data = _own_data(tmp_path)
@@ -395,27 +397,5 @@ def test_the_documented_own_data_grpo_command_trains_on_a_train_and_a_test_file(
     summary = run.summary()
     assert summary["steps"] == 2 and summary["final_eval"]["problems"] == 4
     assert summary["ood_accuracy"] is None and (run.path / "model" / "model.safetensors").is_file()
-
-
-def test_own_data_grpo_trains_on_conversations_from_parquet_and_jsonl(tmp_path, fresh_model_dir):
-    from payoff.train import train
-
-    data, test_data = _own_data(tmp_path)
-    overrides = [
-        "task.name=jsonl",
-        "task.options={}",  # until train.resolve drops the recipe's options itself
-        f"task.data={data}",
-        f"task.test_data={test_data}",
-        f"task.ood_data={test_data}",  # until GRPO.finish skips a missing ood split
-    ]
-    run = train(
-        "arithmetic-grpo",
-        [*overrides, f"model.path={fresh_model_dir}", *TINY],
-        out=tmp_path / "runs",
-        media=False,
-    )
-    summary = run.summary()
-    assert summary["steps"] == 2 and summary["final_eval"]["problems"] == 4
-    assert (run.path / "model" / "model.safetensors").is_file()
     example = summary["final_eval"]["examples"][0]
     assert example["prompt"].startswith("user: ") and example["prompt"].endswith("assistant: ")
