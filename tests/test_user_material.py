@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import payoff
-import payoff.envs.make
 from payoff.cli import main
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError, EnvError
+from payoff.core.imports import import_object
 from payoff.track.run import Run
 from payoff.train import resolve
 
@@ -97,7 +97,7 @@ def test_learn_adds_steps_and_plans_schedules_over_them():
 
 
 def test_env_instance_factory_and_vector_env(user_module):
-    Corridor = payoff.envs.make.import_object("user_envs:Corridor", "test")  # noqa: N806
+    Corridor = import_object("user_envs:Corridor", "test")  # noqa: N806
 
     instance = Corridor(n=3)
     agent = payoff.PPO(instance, **TINY).learn(128)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +12,7 @@ import gymnasium as gym
 
 from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import EnvError, suggest
+from payoff.core.imports import import_module, import_object
 
 
 @dataclass
@@ -75,50 +73,12 @@ def known_env_ids() -> list[str]:
     return sorted(gym.registry.keys())
 
 
-def import_object(spec: str, key: str) -> Any:
-    """'module:name' -> the object, importing the module (from sys.path or the working folder).
-
-    A missing module or name is one EnvError naming the config `key` and the value.
-    """
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise EnvError(f"{key} {spec!r} must look like 'module:Name' (e.g. my_envs:GridEnv)")
-    module = import_module(module_name, key, spec)
-    found: Any = module
-    for part in name.split("."):
-        if not hasattr(found, part):
-            public = [n for n in dir(module) if not n.startswith("_")]
-            raise EnvError(
-                f"{key} {spec!r}: module {module_name!r} has no {name!r}.{suggest(part, public)}"
-            )
-        found = getattr(found, part)
-    return found
-
-
-def import_module(module_name: str, key: str, value: str) -> Any:
-    """Import a user module named by a config value; the working folder counts as importable
-    (the CLI's own folder is what Python puts on sys.path, not the user's)."""
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name.split(".")[0] or os.getcwd() in sys.path:
-            raise EnvError(f"{key} {value!r}: importing {module_name!r} failed: {err}") from None
-    sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        raise EnvError(
-            f"{key} {value!r}: no module named {err.name!r} (looked in the Python path and the "
-            f"working folder {os.getcwd()}); run from the folder that holds it or install it"
-        ) from None
-
-
 def check_env_id(env_id: str) -> None:
     """Raise EnvError naming close matches when `env_id` is not registered. An id
     'module:EnvId' imports the module first (its import registers the env)."""
     if ":" in env_id:
         module_name, _, bare = env_id.partition(":")
-        import_module(module_name, "env.id", env_id)
+        import_module(module_name, "env.id", env_id, EnvError)
         if bare not in gym.registry:
             hint = suggest(bare, list(gym.registry.keys()))
             raise EnvError(
@@ -140,7 +100,7 @@ def check_env(config: EnvConfig) -> None:
     if config.factory is not None:
         return
     if config.entry_point:
-        import_object(config.entry_point, "env.entry_point")
+        import_object(config.entry_point, "env.entry_point", EnvError)
     else:
         check_env_id(config.id)
     for wrapper in config.wrappers:
@@ -150,7 +110,7 @@ def check_env(config: EnvConfig) -> None:
 def wrapper_class(name: str) -> Any:
     """A `gymnasium.wrappers` class by name, or 'module:Class'."""
     if ":" in name:
-        return import_object(name, "env.wrappers name")
+        return import_object(name, "env.wrappers name", EnvError)
     import gymnasium.wrappers as wrappers
 
     if not name or not hasattr(wrappers, name):
@@ -173,7 +133,7 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
         if config.factory is not None:
             made = _call_factory(config.factory, render_mode)
         elif config.entry_point:
-            made = import_object(config.entry_point, "env.entry_point")(**options)
+            made = import_object(config.entry_point, "env.entry_point", EnvError)(**options)
             if not isinstance(made, gym.Env):
                 raise EnvError(
                     f"env.entry_point {config.entry_point!r} returned {type(made).__name__}, "

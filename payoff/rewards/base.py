@@ -31,6 +31,7 @@ from typing import Any
 
 from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import ConfigError, PayoffError, suggest
+from payoff.core.imports import import_module
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
 
@@ -117,8 +118,8 @@ def resolve_reward(spec: RewardSpec) -> RewardFn:
             assert module_spec is not None and module_spec.loader is not None
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(target)
+        else:  # the working folder counts, as for envs (`rewards: [{name: my_rewards:fn}]`)
+            module = import_module(target, "reward", spec.name)
     except ImportError as err:
         raise ConfigError(f"cannot import reward module {target!r}: {err}") from None
     fn = getattr(module, attr, None)
