@@ -225,15 +225,10 @@ def _examples(summary: dict[str, Any]) -> list[str]:
     if not isinstance(examples, list) or not examples:
         return []
     examples = [e for e in examples if isinstance(e, dict)][:SHOWN_EXAMPLES]
-    columns = list(dict.fromkeys(key for example in examples for key in example))
-    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-    rows = "".join(
-        "<tr>" + "".join(_example_cell(c, e.get(c)) for c in columns) + "</tr>" for e in examples
-    )
     return [
         "<h2>Sample completions</h2>",
         "<p class='note'>From the final evaluation (greedy decoding).</p>",
-        f"<table><tr>{head}</tr>{rows}</table>",
+        _rows_table(examples),
     ]
 
 
@@ -246,19 +241,26 @@ def _training_samples(path: Path) -> list[str]:
     if not rows:
         return []
     last = rows[-1].get("step")
-    rows = [r for r in rows if r.get("step") == last][:SHOWN_EXAMPLES]
-    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c != "step"]
-    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(_example_cell(c, r.get(c)) for c in columns) + "</tr>" for r in rows
-    )
+    rows = [{k: v for k, v in r.items() if k != "step"} for r in rows if r.get("step") == last][
+        :SHOWN_EXAMPLES
+    ]
     return [
         "<h2>Training samples and their rewards</h2>",
         f"<p class='note'>One prompt's group at step {_esc(str(last))} (sampled, as the rewards "
         f"saw them); every evaluation step's group is in "
         f"<a href='../samples.jsonl'>samples.jsonl</a>.</p>",
-        f"<table><tr>{head}</tr>{body}</table>",
+        _rows_table(rows),
     ]
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> str:
+    """An HTML table of completions: one column per key, in the order the rows first use them."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(_example_cell(c, row.get(c)) for c in columns) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _example_cell(column: str, value: Any) -> str:
