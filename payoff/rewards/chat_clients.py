@@ -28,12 +28,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from payoff.core.errors import ConfigError, PayoffError
 from payoff.core.io import atomic_write_bytes
+from payoff.envs.tasks.datasets import render_chat
 
 
 class JudgeError(PayoffError):
@@ -311,14 +311,9 @@ class LocalChatClient:
         """Greedy reply; refresh changes nothing (there is no cache, and greedy repeats itself)."""
         from payoff.rollout.generation import SamplingConfig
 
-        prompt = messages_to_prompt(messages)
+        prompt = render_chat(messages)  # the plain format of task rows, for a template-less model
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.max_new_tokens)
         return self.sampler.generate([prompt], sampling).completions[0]
-
-
-def messages_to_prompt(messages: Sequence[dict[str, str]]) -> str:
-    """A plain-text rendering of chat messages for models without a chat template."""
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
 
 
 def ask(
