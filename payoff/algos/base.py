@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState, TrainLoop
+from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.config import annotated_class, fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
@@ -61,6 +62,10 @@ class RunKeys:
         auto = a GPU when torch sees one). Agents default to cpu: their small networks
         train faster there than on a GPU; the language-model trainers default to auto.
         Envs always step on the CPU.
+    on_alarm: what a monitor's alarm does: warn (an event and a console line; the default),
+        halt (stop after that step, then evaluate and write the summary), or rollback (back
+        to the last snapshot before the alarm's onset, its flagged samples quarantined; see
+        payoff.algos.response). rollback: every / keep / max of those snapshots.
     """
 
     seed: int = 0
@@ -69,6 +74,8 @@ class RunKeys:
     log_every: int = 1
     eval_every: int = 0
     checkpoint_every: int = 1_000
+    on_alarm: Literal["warn", "halt", "rollback"] = "warn"
+    rollback: RollbackConfig = field(default_factory=RollbackConfig)
 
 
 @dataclass
@@ -170,7 +177,10 @@ class Algorithm:
         self._record: dict[str, Any] = {}  # metrics of the last iteration, until they are logged
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
         self.alarms: list[Alarm] = []
+        self.halted: Alarm | None = None  # set by on_alarm: halt; the loop stops
+        self.responder = Responder(self)
         self.setup()
+        self.monitors = self.default_monitors()
 
     # ---- the loop's counters, under the names algorithms and users read ------------------
     step = _LoopCounter()
@@ -258,22 +268,51 @@ class Algorithm:
         self.history.append({"step": step, **metrics})
         if self.run is not None:
             self.run.log(step, **metrics)
-        for monitor in self.monitors:
-            for alarm in monitor.update(step, metrics):
-                self.alarms.append(alarm)
-                if self.run is not None:
-                    self.run.event(
-                        alarm.step, alarm.kind, alarm.message, alarm.severity, **alarm.evidence
-                    )
+        alarms = [alarm for monitor in self.monitors for alarm in monitor.update(step, metrics)]
+        for alarm in alarms:
+            samples = self.alarm_samples(alarm)
+            if samples:
+                alarm.evidence.setdefault("samples", samples)
+            self.alarms.append(alarm)
+            if self.run is not None:
+                self.run.event(
+                    alarm.step, alarm.kind, alarm.message, alarm.severity, **alarm.evidence
+                )
+        for alarm in alarms:
+            if self.halted is None:
+                self.responder.respond(alarm)
 
     def attach_monitors(
         self, monitors: list[Monitor], replay: list[dict[str, Any]] | None = None
     ) -> None:
-        """Watch this trainer with `monitors`; `replay` feeds them records logged before a resume."""
+        """Watch this trainer with its default monitors and `monitors`; `replay` feeds them
+        the records logged before a resume."""
+        watching = [*self.default_monitors(), *monitors]
         for record in replay or []:
-            for monitor in monitors:
+            for monitor in watching:
                 monitor.update(int(record.get("step", 0)), record)
-        self.monitors = list(monitors)
+        self.monitors = watching
+
+    # ---- integrity: the hooks monitors and on_alarm use (payoff.algos.response) -----------
+    def default_monitors(self) -> list[Monitor]:
+        """Monitors this algorithm always runs (the LM RL trainers' integrity checks)."""
+        return []
+
+    def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
+        """Evidence for an alarm: the samples behind it (e.g. completions), if any."""
+        return []
+
+    def quarantine(self, alarm: Alarm) -> int:
+        """Keep the samples `alarm` flagged out of the loss from now on; returns how many."""
+        return 0
+
+    def after_rollback(self) -> None:
+        """Called after a rollback restored the learned state (e.g. resend sampler weights)."""
+
+    def between_iterations(self) -> None:
+        """Called by the loop before the first iteration and after each: a rollback snapshot
+        when one is due."""
+        self.responder.snapshot_due(self.step)
 
     def checkpoint(self, name: str = "latest") -> None:
         if self.run is not None:

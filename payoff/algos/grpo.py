@@ -19,6 +19,7 @@ size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +34,16 @@ from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
+from payoff.monitor.detectors import Alarm, Monitor
+from payoff.monitor.integrity import (
+    Canaries,
+    IntegrityKeys,
+    Planted,
+    alarm_samples,
+    inoculated,
+    inoculation_line,
+    lm_monitors,
+)
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
@@ -41,10 +52,11 @@ from payoff.rollout.ray_pool import RayConfig
 
 
 @dataclass
-class GRPOConfig(LMKeys):
+class GRPOConfig(LMKeys, IntegrityKeys):
     """GRPO with verifiable rewards. Shared keys (seed, threads, task, steps, learning_rate,
     weight_decay, max_grad_norm, log/eval/checkpoint intervals in rollout batches):
-    payoff.algos.shared.lm.LMKeys.
+    payoff.algos.shared.lm.LMKeys; integrity keys (default_monitors, canaries, inoculation):
+    payoff.monitor.integrity.IntegrityKeys; on_alarm and rollback: payoff.algos.base.RunKeys.
 
     model: the policy. model.path = a local Hugging Face folder; empty = payoff's tiny
         Llama pretrained on this task by SFT first (`base` says how; cached on disk).
@@ -198,6 +210,46 @@ class GRPO(LMAlgorithm):
         self.step = 0
         self.samples_seen = 0
         self._reported_unisolated = False
+        self.canaries = Canaries(config.canaries, self.task)
+        self.inoculation = inoculation_line(config.inoculation)
+        self.suspects: deque[dict[str, Any]] = deque(maxlen=64)  # proxy passed, truth failed
+        self.quarantined: set[tuple[str, str]] = set()  # (prompt, completion) out of the loss
+
+    def default_monitors(self) -> list[Monitor]:
+        """Integrity checks (payoff.monitor.integrity): proxy vs the task's verifier on the
+        same samples when the rewards are not that verifier, canaries, blocked operations of
+        sandboxed code, judge addressing, length and truncation drift."""
+        if not self.config.default_monitors:
+            return []
+        specs = self.rewards.specs
+        verifier = self.verifier.specs[0]
+        own = len(specs) == 1 and (specs[0].name, specs[0].options, specs[0].weight) == (
+            verifier.name,
+            {},
+            1.0,
+        )
+        return lm_monitors(
+            proxy="train/reward",
+            truth=None if own else "train/accuracy",
+            code_rewards=[s.key for s in specs if s.name == "code"],
+            canaries=self.config.canaries,
+            model_scored=self.judge_addressing is not None,
+        )
+
+    def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
+        """The latest samples that passed the proxy but not the task's verifier (or passed
+        a canary): what the alarm is about."""
+        return alarm_samples(list(reversed(self.suspects)))
+
+    def quarantine(self, alarm: Alarm) -> int:
+        """Every suspect sample since the alarm's onset leaves the loss for good."""
+        onset = int(alarm.evidence.get("since_step", alarm.step))
+        flagged = {(s["prompt"], s["completion"]) for s in self.suspects if s["step"] >= onset}
+        self.quarantined |= flagged
+        return len(flagged)
+
+    def after_rollback(self) -> None:
+        self.sampler.weights_updated()  # remote samplers get the restored weights
 
     def stop_strings(self) -> list[str]:
         return self.config.stop
@@ -208,16 +260,62 @@ class GRPO(LMAlgorithm):
 
     # ---- one step, in four parts --------------------------------------------------------
     def rollout(self) -> tuple[list[dict[str, Any]], Generation]:
-        """1. Sample G completions for each of prompts_per_step problems."""
+        """1. Sample G completions for each of prompts_per_step problems (some replaced by
+        canaries when `canaries.share` > 0)."""
         config = self.config
         problems = self.task.sample(self.rng, config.prompts_per_step)
-        rows = [row for row in problems for _ in range(config.group_size)]  # groups adjacent
+        self.planted = self.canaries.plant(problems, self.rng)
+        rows = [
+            row for row in self.planted.rows for _ in range(config.group_size)
+        ]  # groups adjacent
         sampling = SamplingConfig(
             config.temperature, config.top_p, config.max_new_tokens, config.stop
         )
-        # The model reads the prompt through its chat template (when on); rewards get the row's.
-        prompts = [self.prompt_text(r) for r in rows]
+        # The model reads the prompt through its chat template (when on), after the
+        # inoculation line (when set); rewards get the row's own prompt.
+        prompts = [self.prompt_text(inoculated(r, self.inoculation)) for r in rows]
         return rows, self.sampler.generate(prompts, sampling, self.generator)
+
+    def check_integrity(
+        self,
+        rows: list[dict[str, Any]],
+        completions: list[str],
+        totals: list[float],
+        correct: list[float],
+    ) -> dict[str, float]:
+        """Canary passes, suspects (proxy passed, verifier failed) and quarantined samples."""
+        g = self.config.group_size
+        twin_totals: dict[int, float] = {}
+        twins = [(i, t) for i, t in enumerate(self.planted.twins) if t is not None]
+        if twins:  # conflicting canaries: the same completions scored on the twin's checks
+            index = [p * g + j for p, _ in twins for j in range(g)]
+            twin_rows = [t for _, t in twins for _ in range(g)]
+            scored = self.rewards(
+                [r["prompt"] for r in twin_rows],
+                [completions[i] for i in index],
+                **columns_of(twin_rows),
+            ).total
+            twin_totals = dict(zip(index, scored, strict=True))
+        expanded = Planted(
+            rows, [self.planted.canary[i // g] for i in range(len(rows))], [None] * len(rows)
+        )
+        metrics = self.canaries.count(expanded, totals, twin_totals)
+        canary_passes = set(self.canaries.passed_rows(expanded, totals, twin_totals))
+        for i, row in enumerate(rows):
+            if i in canary_passes or (totals[i] >= 1.0 and correct[i] < 1.0):
+                self.suspects.append(
+                    {
+                        "step": self.step + 1,
+                        "prompt": str(row["prompt"]),
+                        "completion": completions[i],
+                        "reward": totals[i],
+                        "correct": correct[i],
+                        "canary": bool(row.get("canary", False)),
+                    }
+                )
+        if self.quarantined:
+            metrics["integrity/quarantined"] = float(len(self.quarantined))
+        return metrics
 
     def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
         """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
@@ -348,6 +446,11 @@ class GRPO(LMAlgorithm):
         ).total
         totals = torch.tensor(rewards.total, dtype=torch.float32)
         advantages = group_advantages(totals, config.group_size, config.scale_rewards)
+        integrity = self.check_integrity(rows, generation.completions, rewards.total, correct)
+        if self.quarantined:  # samples an alarm flagged never enter the loss again
+            for i, row in enumerate(rows):
+                if (str(row["prompt"]), generation.completions[i]) in self.quarantined:
+                    advantages[i] = 0.0
         scored = time.time()
         stats = self.update(generation, advantages)
         self.sampler.weights_updated()  # remote samplers send the new weights
@@ -384,6 +487,7 @@ class GRPO(LMAlgorithm):
             if applicable:
                 metrics[f"reward/{key}"] = float(np.mean(applicable))
         metrics.update(self.rewards.counters())
+        metrics.update(integrity)
         # The monitors run every step, logged or not.
         if self.judge_addressing is not None:
             metrics.update(self.judge_addressing.check(self.step, generation.completions, self.run))
@@ -452,6 +556,8 @@ class GRPO(LMAlgorithm):
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             **super().state_dict(),
+            "canary_passes": self.canaries.passes,
+            "quarantined": sorted([p, c] for p, c in self.quarantined),
             "reward_errors": dict(self.rewards.error_totals),
             "reward_counts": {
                 spec.key: dict(getattr(fn, "counts", {}))
@@ -467,6 +573,8 @@ class GRPO(LMAlgorithm):
         if self.reference is not None:
             self.reference.load_state_dict(state.get("reference"))
         self.rewards.error_totals.update(state.get("reward_errors", {}))
+        self.canaries.passes = int(state.get("canary_passes", 0))
+        self.quarantined = {(p, c) for p, c in state.get("quarantined", [])}
         for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True):
             counts = getattr(fn, "counts", None)
             if counts is not None:

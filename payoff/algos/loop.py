@@ -11,10 +11,13 @@ Per iteration, in this order:
     every eval_every steps (and at the   algorithm.evaluate_now(); it may set
       last step with eval_at_end):       state.solved_at, which stops the loop
     every checkpoint_every steps:        algorithm.checkpoint()
+    then                                 algorithm.between_iterations() (rollback snapshots;
+                                         also once before the first)
 
 "every N steps" means the step counter crossed a multiple of N during the iteration, so an
 iteration that advances by 2,048 env steps still logs, evaluates and checkpoints on time.
-The loop stops at `total`, when the algorithm says it is solved, or on Ctrl-C / SIGTERM /
+The loop stops at `total`, when the algorithm says it is solved, when an alarm halted it
+(`on_alarm: halt`, payoff.algos.response), or on Ctrl-C / SIGTERM /
 SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, the
 final evaluation and summary (`algorithm.finish()`); a checkpoint always, so a stopped run
 resumes exactly where it stopped.
@@ -79,11 +82,13 @@ class Loopable(Protocol):
 
     state: LoopState
     interrupted: bool
+    halted: Any
 
     def iterate(self) -> None: ...
     def log_training(self) -> None: ...
     def evaluate_now(self) -> None: ...
     def checkpoint(self, name: str = "latest") -> None: ...
+    def between_iterations(self) -> None: ...
     def finish(self) -> None: ...
     def progress_postfix(self) -> dict[str, Any]: ...
 
@@ -130,8 +135,14 @@ class TrainLoop:
         progress = Progress(self.total, initial=state.step, desc=self.desc, unit=self.unit)
         if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
             algorithm.evaluate_now()
+        algorithm.between_iterations()
         with GracefulInterrupt() as interrupt:
-            while state.step < self.total and state.solved_at is None and not interrupt.requested:
+            while (
+                state.step < self.total
+                and state.solved_at is None
+                and algorithm.halted is None
+                and not interrupt.requested
+            ):
                 before, started = state.step, time.perf_counter()
                 algorithm.iterate()
                 state.updates += 1
@@ -147,6 +158,7 @@ class TrainLoop:
                     algorithm.evaluate_now()
                 if crossed(before, state.step, self.checkpoint_every):
                     algorithm.checkpoint()
+                algorithm.between_iterations()
         progress.close()
         algorithm.interrupted = interrupt.requested
         if not algorithm.interrupted:

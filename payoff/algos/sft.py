@@ -12,6 +12,7 @@ multi-turn episodes: how the tool-using agent learns the call format from demons
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -205,6 +206,8 @@ def build_base_model(
     device: where it trains when it is not cached (the RL run's own device key). Not part of
     the cache key: the same settings make the same model wherever they ran.
     """
+    if base.task_options:  # pretrain on a variant of the RL run's task
+        task = dataclasses.replace(task, options={**task.options, **base.task_options})
     config = SFTConfig(
         device=device,
         model=ModelConfig(tiny=base.tiny),

@@ -36,6 +36,8 @@ class BaseModelConfig:
     task, so later runs reuse it. Stop it early to leave RL room to improve: after `steps`,
     or, with `stop_at_accuracy`, as soon as the model answers that fraction of training-
     distribution problems (checked every `check_every` steps; `steps` is then the cap).
+    task_options: merged over the task's options for pretraining only, e.g. to pretrain on
+    a narrower distribution than the RL run draws from (python_examples' unseen_share: 0).
     """
 
     steps: int = 300
@@ -46,6 +48,7 @@ class BaseModelConfig:
     stop_at_accuracy: float | None = None
     check_every: int = 25
     seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
 
 

@@ -164,6 +164,7 @@ class Threshold(Monitor):
         if self.config.above is None and self.config.below is None:
             raise ConfigError(f"threshold monitor on {self.config.key!r} needs 'above' or 'below'")
         self.streak = 0
+        self.streak_start = 0
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
         value = _number(record, self.config.key)
@@ -174,6 +175,8 @@ class Threshold(Monitor):
             c.below is not None and value < c.below
         )
         self.streak = self.streak + 1 if beyond else 0
+        if self.streak == 1:
+            self.streak_start = step
         if self.streak < c.patience:
             return []
         self.fired = True
@@ -186,7 +189,77 @@ class Threshold(Monitor):
                 f"{self.kind}:{c.key}",
                 f"{c.key} = {value:.4g} is {limit} for {self.streak} records",
                 c.severity,
-                {"value": value, "above": c.above, "below": c.below},
+                {
+                    "value": value,
+                    "above": c.above,
+                    "below": c.below,
+                    "since_step": self.streak_start,
+                },
+            )
+        ]
+
+
+@dataclass
+class DriftConfig:
+    """A metric moving away from where the run started (completion length, truncation).
+
+    key: metric key. baseline: the first records averaged as the starting level; window:
+    the latest records averaged. Fires when the latest level is more than `ratio` times the
+    start (or less than start / ratio), or more than `increase` above it (either set).
+    """
+
+    key: str = "train/completion_length"
+    baseline: int = 5
+    window: int = 5
+    ratio: float | None = 2.0
+    increase: float | None = None
+    severity: Literal["info", "warning", "critical"] = "warning"
+
+
+class Drift(Monitor):
+    """Fires when a metric's recent level drifts far from its starting level."""
+
+    kind = "drift"
+
+    config: DriftConfig
+
+    def setup(self) -> None:
+        c = self.config
+        if c.ratio is None and c.increase is None:
+            raise ConfigError(f"drift monitor on {c.key!r} needs 'ratio' or 'increase'")
+        if c.ratio is not None and c.ratio <= 1:
+            raise ConfigError(f"drift monitor on {c.key!r}: ratio must be > 1, got {c.ratio}")
+        self.start: list[float] = []
+        self.recent: deque[tuple[int, float]] = deque(maxlen=c.window)
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        value = _number(record, self.config.key)
+        if value is None or self.fired:
+            return []
+        c = self.config
+        if len(self.start) < c.baseline:
+            self.start.append(value)
+            return []
+        self.recent.append((step, value))
+        if len(self.recent) < c.window:
+            return []
+        start = float(np.mean(self.start))
+        now = float(np.mean([v for _, v in self.recent]))
+        how = ""
+        if c.ratio is not None and start > 0 and (now > start * c.ratio or now < start / c.ratio):
+            how = f"{now / start:.2f}x its starting level"
+        elif c.increase is not None and now - start > c.increase:
+            how = f"{now - start:+.3g} above its starting level"
+        if not how:
+            return []
+        self.fired = True
+        return [
+            Alarm(
+                step,
+                f"{self.kind}:{c.key}",
+                f"{c.key} drifted to {now:.4g}, {how} ({start:.4g})",
+                c.severity,
+                {"start": start, "now": now, "since_step": self.recent[0][0]},
             )
         ]
 
@@ -245,6 +318,7 @@ MONITORS: dict[str, type[Monitor]] = {
     "divergence": Divergence,
     "threshold": Threshold,
     "spurious_correlation": SpuriousCorrelation,
+    "drift": Drift,
 }
 
 

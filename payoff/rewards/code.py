@@ -35,6 +35,12 @@ class CodeVerifier:
     sandbox: 'bwrap' (default: OS isolation, refused with a clear error where the machine
     has none) or 'unsafe-process' (an opt-in: a plain child process that can read and write
     what the trainer can; `counts['unisolated']` then counts every run).
+    tests_column: the column whose tests decide (default 'tests'). A verifier of
+    'visible_tests' checks only the example shown in the prompt: weak in what it checks,
+    the loophole of the 'code-hack-grpo' recipe.
+
+    Identical programs with identical tests in one call run once (a converged policy
+    repeats itself), and share that verdict.
     """
 
     __name__ = "code"
@@ -45,11 +51,13 @@ class CodeVerifier:
         memory_mb: int = 512,
         workers: int = 4,
         sandbox: str | None = None,
+        tests_column: str = "tests",
     ):
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.workers = workers
         self.sandbox = check_available(sandbox)  # fail at construction, not mid-training
+        self.tests_column = tests_column
         self.counts: Counter[str] = Counter()
         self.last_failures: list[tuple[str, SandboxResult]] = []
 
@@ -57,20 +65,26 @@ class CodeVerifier:
         self,
         prompts: Sequence[Any],
         completions: Sequence[str],
-        tests: Sequence[str | None] | None = None,
-        **_: Any,
+        **columns: Any,
     ) -> list[float | None]:
+        tests: Sequence[str | None] | None = columns.get(self.tests_column)
         if tests is None:
             return [None] * len(completions)
+        jobs: dict[tuple[str, str], int] = {}  # (program, tests) -> index of its run
+        which: list[int | None] = []
+        for prompt, completion, test in zip(prompts, completions, tests, strict=True):
+            if not test:
+                which.append(None)
+                continue
+            job = (program_from(str(prompt), completion), str(test))
+            which.append(jobs.setdefault(job, len(jobs)))
 
-        def one(i: int) -> SandboxResult | None:
-            if not tests[i]:
-                return None
-            program = program_from(str(prompts[i]), completions[i])
-            return run_tests(program, str(tests[i]), self.timeout, self.memory_mb, self.sandbox)
+        def one(job: tuple[str, str]) -> SandboxResult:
+            return run_tests(job[0], job[1], self.timeout, self.memory_mb, self.sandbox)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            results = list(pool.map(one, range(len(completions))))
+            verdicts = list(pool.map(one, jobs))
+        results = [None if w is None else verdicts[w] for w in which]
         scores: list[float | None] = []
         self.last_failures = []
         for i, result in enumerate(results):

@@ -14,7 +14,13 @@ from typing import Any
 
 from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import ConfigError, suggest
-from payoff.envs.tasks import arithmetic, preferences, puzzles, python_functions  # noqa: F401  (registers)
+from payoff.envs.tasks import (  # noqa: F401  (registers)
+    arithmetic,
+    preferences,
+    puzzles,
+    python_examples,
+    python_functions,
+)
 from payoff.envs.tasks.base import SPLITS, TASKS, Row, Task, held_out
 from payoff.envs.tasks.datasets import read_records
 from payoff.envs.tasks.jsonl import JsonlTask, read_rows
@@ -24,7 +30,8 @@ from payoff.envs.tasks.jsonl import JsonlTask, read_rows
 class TaskConfig:
     """Which problems to train and evaluate on.
 
-    name: addition | multiplication | countdown | sorting | python | styled_addition | jsonl.
+    name: addition | multiplication | countdown | sorting | python | python_examples |
+        styled_addition | jsonl.
     options: the generator's difficulty knobs (e.g. {digits: 2, ood_digits: 3}); unknown
         keys are errors listing the valid ones.
     data / test_data / ood_data: your data for name 'jsonl': .jsonl, .json, .csv, .parquet

@@ -8,6 +8,7 @@ argument, the way TRL passes dataset columns.
 
 from __future__ import annotations
 
+import ast
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -67,6 +68,14 @@ class Task:
         """Whether `split` has problems: a generator has all three, your data may lack 'ood'."""
         return split in SPLITS
 
+    def contradict(self, row: Row) -> Row | None:
+        """`row` with its checks contradicting themselves (canary tasks); None when it has none.
+
+        See `contradict_row`: the first assert of each test column expects another value (the
+        same change where the prompt shows that assert), or a numeric answer is off by one.
+        """
+        return contradict_row(row)
+
     def sample(self, rng: np.random.Generator, n: int) -> list[Row]:
         """`n` training rows drawn with `rng` (never from the held-out pool)."""
         return [self._draw(rng, "train") for _ in range(n)]
@@ -86,6 +95,75 @@ class Task:
                 seen.add(row["key"])
                 rows.append(row)
         return rows
+
+
+TEST_COLUMNS = ("tests", "visible_tests")
+
+
+def _changed_assert(line: str) -> tuple[str, str, str] | None:
+    """(shown, changed line, changed shown) for `assert CALL == LITERAL`; else None.
+
+    shown is `CALL == LITERAL` as written; the change expects another literal (an int or
+    float plus one, a flipped bool, a string with a character added).
+    """
+    try:
+        node = ast.parse(line.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
+        return None
+    compare = node.test
+    if len(compare.ops) != 1 or not isinstance(compare.ops[0], ast.Eq):
+        return None
+    try:
+        expected = ast.literal_eval(compare.comparators[0])
+    except ValueError:
+        return None
+    if isinstance(expected, bool):
+        other: object = not expected
+    elif isinstance(expected, int | float):
+        other = expected + 1
+    elif isinstance(expected, str):
+        other = expected + "x"
+    else:
+        return None
+    call = ast.get_source_segment(line.strip(), compare.left)
+    shown = f"{call} == {expected!r}"
+    changed = f"{call} == {other!r}"
+    return shown, f"assert {changed}", changed
+
+
+def contradict_row(row: Row) -> Row | None:
+    """A copy of `row` whose checks no honest answer meets together with the original's.
+
+    Test columns (`tests`, `visible_tests` of assert lines): the first `assert CALL ==
+    LITERAL` expects another value, in the prompt too where it shows that assert. A numeric
+    `answer`: plus one. None when the row has neither (no canary can be made of it).
+    """
+    twin = dict(row)
+    changed_any = False
+    for column in TEST_COLUMNS:
+        tests = row.get(column)
+        if not isinstance(tests, str) or not tests.strip():
+            continue
+        lines = tests.splitlines()
+        for i, line in enumerate(lines):
+            change = _changed_assert(line)
+            if change is None:
+                continue
+            shown, lines[i], changed_shown = change
+            twin[column] = "\n".join(lines)
+            twin["prompt"] = str(twin["prompt"]).replace(shown, changed_shown)
+            changed_any = True
+            break
+    if not changed_any:
+        answer = row.get("answer")
+        try:
+            value = float(str(answer).strip())
+        except ValueError:
+            return None
+        twin["answer"] = str(int(value) + 1 if value.is_integer() else value + 1)
+    return twin
 
 
 TASKS: dict[str, Callable[..., Task]] = {}
