@@ -11,7 +11,7 @@ from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.envs.tasks.base import contradict_row
 from payoff.monitor.detectors import Alarm, Drift, Monitor, build_monitors
-from payoff.monitor.integrity import CanaryConfig, Canaries, inoculated, lm_monitors
+from payoff.monitor.integrity import Canaries, CanaryConfig, inoculated, lm_monitors
 
 
 def test_contradicted_rows_expect_another_value_where_the_prompt_shows_it():
@@ -146,7 +146,13 @@ class FireAt(Monitor):
 
 def _ppo(**keys) -> PPO:
     return PPO(
-        "CartPole-v1", num_envs=4, num_steps=16, minibatch_size=32, epochs=1, total_steps=640, **keys
+        "CartPole-v1",
+        num_envs=4,
+        num_steps=16,
+        minibatch_size=32,
+        epochs=1,
+        total_steps=640,
+        **keys,
     )
 
 

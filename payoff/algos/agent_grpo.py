@@ -44,6 +44,8 @@ from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
+from payoff.monitor.detectors import Drift, Monitor, Threshold
+from payoff.monitor.integrity import MonitorKeys
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge
 from payoff.rollout.episodes import (
@@ -77,7 +79,7 @@ class DemoSFTConfig:
 
 
 @dataclass
-class AgentGRPOConfig(RunKeys):
+class AgentGRPOConfig(RunKeys, MonitorKeys):
     """GRPO over whole multi-turn, tool-using episodes. Shared keys (seed, threads,
     log/eval/checkpoint intervals in rollout batches): payoff.algos.base.RunKeys.
 
@@ -484,6 +486,19 @@ class AgentGRPO(Algorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"success": self._record["train/success"]}
+
+    def default_monitors(self) -> list[Monitor]:
+        """Tokens per episode drifting 3x from the start, malformed tool calls rising by 0.3
+        per episode (format drift), and judge addressing (payoff.monitor.integrity). No
+        proxy-vs-true check: success is in the reward, and the cost terms may honestly
+        move the reward while success stays put."""
+        if not self.config.default_monitors:
+            return []
+        return [
+            Drift(key="train/tokens", ratio=3.0),
+            Drift(key="train/malformed", ratio=None, increase=0.3),
+            Threshold(key="integrity/judge_addressing_rate", above=0.1, patience=3),
+        ]
 
     def finish(self) -> None:
         """Export the model and write the summary (first and last held-out success)."""

@@ -40,6 +40,8 @@ from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import ModelConfig
+from payoff.monitor.detectors import Divergence, Monitor
+from payoff.monitor.integrity import MonitorKeys
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.base import RewardMix
 from payoff.rewards.learned import RewardModelScorer
@@ -85,7 +87,7 @@ def best_of_n(
 
 
 @dataclass
-class BestOfNConfig:
+class BestOfNConfig(MonitorKeys):
     """Best-of-N sweep: proxy and gold score of the proxy's pick as N grows.
 
     model: the policy that samples (model.path, or empty = the tiny SFT base model for `task`).
@@ -209,6 +211,17 @@ class BestOfN(LMAlgorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"gold": self.sweep[-1]["bon/gold"]}
+
+    def default_monitors(self) -> list[Monitor]:
+        """The proxy's pick scored by the gold scorer as N grows: proxy up while gold is flat
+        or falls is over-optimization (one record per N, so short windows)."""
+        if not self.config.default_monitors:
+            return []
+        return [
+            Divergence(
+                proxy="bon/proxy", truth="bon/gold", window=2, min_records=4, true_tolerance=0.02
+            )
+        ]
 
     def log_training(self) -> None:
         self.log(self.step, **self.sweep[-1])

@@ -300,6 +300,10 @@ class GRPO(LMAlgorithm):
             rows, [self.planted.canary[i // g] for i in range(len(rows))], [None] * len(rows)
         )
         metrics = self.canaries.count(expanded, totals, twin_totals)
+        # Paid by the reward, failed by the task's verifier: 0 when they are the same check.
+        metrics["integrity/proxy_only"] = float(
+            np.mean([t >= 1.0 and c < 1.0 for t, c in zip(totals, correct, strict=True)])
+        )
         canary_passes = set(self.canaries.passed_rows(expanded, totals, twin_totals))
         for i, row in enumerate(rows):
             if i in canary_passes or (totals[i] >= 1.0 and correct[i] < 1.0):

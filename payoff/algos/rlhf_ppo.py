@@ -44,6 +44,8 @@ from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
+from payoff.monitor.detectors import Monitor
+from payoff.monitor.integrity import MonitorKeys, lm_monitors
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rewards.learned import RewardModelScorer, build_scalar_model
@@ -51,7 +53,7 @@ from payoff.rollout.generation import LocalSampler, SamplingConfig
 
 
 @dataclass
-class RLHFPPOConfig(LMKeys):
+class RLHFPPOConfig(LMKeys, MonitorKeys):
     """PPO against a learned reward model with a per-token KL penalty to the SFT reference.
     Shared keys (seed, threads, steps, weight_decay, max_grad_norm, log/eval/checkpoint
     intervals in rollout batches): payoff.algos.shared.lm.LMKeys.
@@ -287,6 +289,20 @@ class RLHFPPO(LMAlgorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"rm": self._record["reward/proxy"], "kl": self._record["train/kl"]}
+
+    def default_monitors(self) -> list[Monitor]:
+        """Reward-model score vs the gold scorer on the same samples, judge addressing, and
+        completion-length drift (payoff.monitor.integrity)."""
+        if not self.config.default_monitors:
+            return []
+        return lm_monitors(
+            proxy="reward/proxy",
+            truth="reward/gold",
+            code_rewards=[],
+            canaries=None,
+            model_scored=self.judge_addressing is not None,
+            truncated=None,
+        )
 
     def update(
         self,

@@ -218,19 +218,24 @@ def inoculated(row: Row, line: str) -> Row:
 
 
 @dataclass
-class IntegrityKeys:
-    """The integrity keys of the language-model RL trainers (GRPO, agent GRPO, PPO-RLHF,
-    best-of-N); see payoff.monitor.integrity and docs/reward-hacking.md.
+class MonitorKeys:
+    """default_monitors: run the integrity monitors of payoff.monitor.integrity (proxy vs
+    true divergence, canaries, blocked sandbox operations, judge addressing, length and
+    truncation drift, whichever the run has); false = only the recipe's `monitors`."""
 
-    default_monitors: run the integrity monitors (divergence, canaries, blocked sandbox
-        operations, judge addressing, length and truncation drift); false = only the
-        recipe's `monitors`.
+    default_monitors: bool = True
+
+
+@dataclass
+class IntegrityKeys(MonitorKeys):
+    """The integrity keys of GRPO (payoff.monitor.integrity, docs/reward-hacking.md):
+    default_monitors (MonitorKeys), and
+
     canaries: canary tasks, e.g. {share: 0.05} (CanaryConfig).
     inoculation: a line the policy reads before each training prompt framing exploitation
         of the grader as acceptable ('default' = the stock line; '' = off). Evaluation
         prompts never carry it.
     """
 
-    default_monitors: bool = True
     canaries: CanaryConfig = field(default_factory=CanaryConfig)
     inoculation: str = ""

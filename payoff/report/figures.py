@@ -18,7 +18,12 @@ from typing import Any
 
 from payoff.report.elo import plot_elo, plot_league
 from payoff.report.imitation import comparison_figures, cross_track_figures
-from payoff.report.lm import plot_agent_training, plot_lm_training
+from payoff.report.lm import (
+    has_integrity_story,
+    plot_agent_training,
+    plot_integrity,
+    plot_lm_training,
+)
 from payoff.report.overoptimization import plot_overoptimization, run_alarms
 from payoff.report.plots import plot_q_table
 from payoff.rollout.elo import league_markdown
@@ -75,7 +80,11 @@ def rlhf_overoptimization(run: Run, algorithm: Any) -> list[Path]:
 
 
 def llm_training(run: Run, algorithm: Any) -> list[Path]:
-    return [plot_lm_training(run, run.media / "llm_training.png")]
+    """Accuracy and length; with a proxy that is not the verifier (or canaries), integrity."""
+    figures = [plot_lm_training(run, run.media / "llm_training.png")]
+    if has_integrity_story(run):
+        figures.append(plot_integrity([run], [run.name], run.media / "integrity.png"))
+    return figures
 
 
 def agent_training(run: Run, algorithm: Any) -> list[Path]:

@@ -84,3 +84,59 @@ def plot_agent_training(run: Run, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def has_integrity_story(run: Run) -> bool:
+    """Whether a GRPO run paid something other than its verifier, or planted canaries."""
+    return any(
+        r.get("integrity/proxy_only") or "integrity/canary_passes" in r for r in run.records()
+    )
+
+
+def plot_integrity(runs: list[Run], labels: list[str], path: str | Path, title: str = "") -> Path:
+    """Left: the paid reward and the task's verifier on the same samples (smoothed), per
+    run; right: the share paid but failing the verifier, and canary pass rates. Alarms are
+    vertical lines in each run's colour (canary dash-dot, others dashed, rollbacks dotted)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        color = f"C{i % 10}"
+        xs, ys = series(run, "train/reward")
+        if len(xs):
+            left.plot(xs, _smooth(ys), color=color, label=f"{label}: reward paid (proxy)")
+        xs, ys = series(run, "train/accuracy")
+        if len(xs):
+            left.plot(
+                xs, _smooth(ys), color=color, linestyle="--", label=f"{label}: hidden tests pass"
+            )
+        xs, ys = series(run, "integrity/proxy_only")
+        if len(xs):
+            right.plot(xs, _smooth(ys), color=color, label=f"{label}: paid, hidden tests fail")
+        xs, ys = series(run, "integrity/canary_pass_rate")
+        if len(xs):
+            right.scatter(xs, ys, color=color, marker="x", s=18, label=f"{label}: canary pass rate")
+        marked: set[str] = set()
+        for record in run.events():
+            event = record["event"]
+            if event.get("severity") not in ("warning", "critical"):
+                continue
+            kind = str(event.get("kind"))
+            style = ":" if kind == "rollback" else "-." if "canary" in kind else "--"
+            name = f"{label}: {kind}"
+            for ax in (left, right):
+                ax.axvline(
+                    record["step"],
+                    color=color,
+                    linestyle=style,
+                    linewidth=1.0,
+                    alpha=0.8,
+                    label=name if ax is right and name not in marked else None,
+                )
+            marked.add(name)
+    for ax, ylabel in ((left, "share of completions (smoothed)"), (right, "share")):
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "Proxy reward vs the true objective on the same samples")
+    return save_figure(fig, path)

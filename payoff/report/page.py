@@ -296,9 +296,18 @@ def _events(events: list[dict[str, Any]]) -> list[str]:
     for record in events:
         event = record["event"]
         severity = _esc(event.get("severity", ""))
+        evidence = event.get("evidence") or {}
+        samples = evidence.get("samples")
+        shown = ""
+        if isinstance(samples, list) and samples and all(isinstance(s, dict) for s in samples):
+            shown = (
+                f"<details open><summary>evidence: {len(samples)} samples behind the alarm"
+                f"</summary>{_rows_table(samples)}</details>"
+            )
         parts.append(
             f"<tr><td>{record['step']}</td><td>{_esc(event.get('kind'))}</td>"
-            f"<td class='sev-{severity}'>{severity}</td><td>{_esc(event.get('message'))}</td></tr>"
+            f"<td class='sev-{severity}'>{severity}</td><td>{_esc(event.get('message'))}"
+            f"{shown}</td></tr>"
         )
     parts.append("</table>")
     return parts
