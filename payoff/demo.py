@@ -37,6 +37,12 @@ STEPS = [
         ["total_steps=16000"],
     ),
     DemoStep(
+        "A language model learns a reward hack in GRPO (returning the one test it is shown) "
+        "and the default monitors catch it",
+        "code-hack-grpo",
+        ["steps=40", "eval_every=20"],
+    ),
+    DemoStep(
         "GRPO with verifiable rewards on 2-digit addition (tiny LM)",
         "arithmetic-grpo",
         ["steps=200", "eval_every=50"],

@@ -77,8 +77,8 @@ def test_canaries_refuse_rows_without_checks():
             return None
 
     canaries = Canaries(CanaryConfig(share=0.5), Plain())  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="no checks to contradict"):
-        canaries.plant([{"prompt": "hi"}] * 20, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="no row with checks to contradict"):
+        canaries.plant([{"prompt": "hi"}] * 100, np.random.default_rng(0))
 
 
 def test_inoculation_goes_before_the_prompt_or_as_a_system_message():

@@ -75,6 +75,8 @@ class Canaries:
         self.config = config
         self.task = task
         self.passes = 0  # over the run (saved with the trainer's state)
+        self.planted = 0
+        self.refused = 0  # drawn for a canary, but with nothing to contradict
 
     @property
     def on(self) -> bool:
@@ -89,13 +91,19 @@ class Canaries:
         chosen = rng.random(n) < self.config.share
         rows: list[Row] = []
         twins: list[Row | None] = []
-        for row, pick in zip(problems, chosen, strict=True):
+        for i, (row, pick) in enumerate(zip(problems, chosen, strict=True)):
             twin = self.task.contradict(row) if pick else None
-            if pick and twin is None:
-                raise ConfigError(
-                    f"canaries: task {self.task.name!r} row {str(row.get('prompt'))[:60]!r} has "
-                    f"no checks to contradict (canaries need assert tests or a numeric answer)"
-                )
+            if pick and twin is None:  # nothing to contradict in this row: it stays a problem
+                chosen[i] = False
+                self.refused += 1
+                if self.refused >= 20 and self.planted == 0:
+                    raise ConfigError(
+                        f"canaries: task {self.task.name!r} gives no row with checks to "
+                        f"contradict (e.g. {str(row.get('prompt'))[:60]!r}); canaries need "
+                        f"assert tests or a numeric answer"
+                    )
+            else:
+                self.planted += int(pick)
             if twin is None:
                 rows.append(row)
                 twins.append(None)

@@ -96,6 +96,13 @@ class PythonExamples(Task):
 
     options: PythonExamplesOptions
 
+    def contradict(self, row: Row) -> Row | None:
+        """A canary of the row (see Task.contradict), except for "returns a constant", whose
+        description leaves the value to the example: changing the example contradicts nothing."""
+        if str(row.get("key", "")).startswith("const_"):
+            return None
+        return super().contradict(row)
+
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         o = self.options
         if split == "ood":
