@@ -23,7 +23,8 @@ minus onset, as a share of the run; negative = before the onset).
 
     python benchmarks/hack_detection.py [--seeds 1 2] [--quick]
 
---quick runs one seed of each and shortens the long runs (a smoke test, ~15 min).
+The language-model runs are shortened (code runs to 100 steps, PPO-RLHF to 60, GRPO on
+addition to 150). --quick runs one seed of each.
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ class Case:
     quick: tuple[str, ...] = ()  # extra overrides under --quick
 
 
+SHORT_LM = ("steps=100", "eval_every=50")  # the hack saturates by step ~60 (seed 0)
 CASES = [
-    Case("code-hack-grpo", "train/reward", "train/accuracy"),
+    Case("code-hack-grpo", "train/reward", "train/accuracy", SHORT_LM),
     Case("boatrace-ppo", "train/episode_proxy_reward", "train/episode_true_reward"),
     Case("rlhf-overoptimization", "bon/proxy", "bon/gold"),
-    Case("rlhf-ppo-overoptimization", "reward/proxy", "reward/gold", quick=("steps=60",)),
-    Case("code-grpo-hardened", "train/reward", "train/accuracy"),
-    Case("arithmetic-grpo", "train/reward", "train/accuracy", ("steps=200",), ("steps=100",)),
+    Case("rlhf-ppo-overoptimization", "reward/proxy", "reward/gold", ("steps=60",)),
+    Case("code-grpo-hardened", "train/reward", "train/accuracy", SHORT_LM),
+    Case("arithmetic-grpo", "train/reward", "train/accuracy", ("steps=150", "eval_every=50")),
     Case("boatrace-ppo-progress", "train/episode_proxy_reward", "train/episode_true_reward"),
     Case("boatrace-ppo-lagrangian", "train/episode_proxy_reward", "train/episode_true_reward"),
 ]

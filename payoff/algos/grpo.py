@@ -250,6 +250,7 @@ class GRPO(LMAlgorithm):
 
     def after_rollback(self) -> None:
         self.sampler.weights_updated()  # remote samplers get the restored weights
+        self.canaries.passes = 0  # counted again from the rollback, or the alarm repeats at once
 
     def stop_strings(self) -> list[str]:
         return self.config.stop
