@@ -214,3 +214,48 @@ def test_arithmetic_grpo_demo_lifts_held_out_accuracy(tmp_path, monkeypatch):
     assert end >= start + 0.10
     assert (run.media / "llm_training.png").is_file() and (run.media / "report.html").is_file()
     assert (run.path / "model" / "model.safetensors").is_file()
+
+
+def pays_everything(completions, **_):
+    """A reward with a loophole as wide as it gets: every completion is paid."""
+    return [1.0] * len(completions)
+
+
+def test_grpo_canaries_catch_a_reward_that_pays_anything_and_halt_the_run(
+    tmp_path, fresh_model_dir
+):
+    run = Run.create(tmp_path, "canary", {"algo": "grpo"})
+    settings = _grpo_settings(
+        fresh_model_dir,
+        rewards=[{"name": f"{__file__}:pays_everything"}],
+        canaries={"share": 0.5},
+        on_alarm="halt",
+    )
+    grpo = GRPO(run=run, steps=4, **settings)
+    grpo.learn()
+    assert grpo.halted is not None and grpo.halted.kind == "threshold:integrity/canary_passes"
+    assert grpo.step == grpo.halted.step < 4  # halted after the step that raised it
+    records = run.records()
+    first = next(r for r in records if "integrity/canary_pass_rate" in r)
+    assert first["integrity/canary_pass_rate"] == 1.0  # contradicting checks, all "passed"
+    events = run.events()
+    alarm = next(r for r in events if r["event"]["kind"] == grpo.halted.kind)
+    samples = alarm["event"]["evidence"]["samples"]
+    assert samples and all(s["reward"] == 1.0 and s["correct"] < 1.0 for s in samples)
+    assert any(r["event"]["kind"] == "halt" for r in events)
+    summary = run.summary()  # the final evaluation ran, and the summary says why it stopped
+    assert "final_eval" in summary and summary["halted"] == {
+        "step": grpo.step,
+        "alarm": grpo.halted.kind,
+    }
+
+
+def test_grpo_checks_proxy_against_truth_only_when_the_reward_is_not_the_verifier(
+    fresh_model_dir,
+):
+    own = GRPO(steps=1, **_grpo_settings(fresh_model_dir, rewards=[]))
+    assert "divergence" not in {m.kind for m in own.monitors}
+    paid = GRPO(steps=1, **_grpo_settings(fresh_model_dir))
+    assert "divergence" in {m.kind for m in paid.monitors}
+    off = GRPO(steps=1, default_monitors=False, **_grpo_settings(fresh_model_dir))
+    assert off.monitors == []

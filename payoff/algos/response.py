@@ -108,6 +108,7 @@ class Responder:
             print(f"{message}: {alarm.message}", file=sys.stderr)
             if run is not None:
                 run.event(alarm.step, "halt", message, "critical", alarm=alarm.kind)
+                run.write_summary(halted={"step": alarm.step, "alarm": alarm.kind})
             return
         self._roll_back(alarm)
 
