@@ -394,3 +394,12 @@ def test_skipping_zero_advantage_rows_changes_the_work_not_the_update(
     for a, b in zip(logs, plain_logs, strict=True):
         assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
         assert a["train/grad_norm"] == pytest.approx(b["train/grad_norm"], rel=1e-4, abs=1e-6)
+
+
+def test_agent_canaries_are_planted_counted_and_watched(tmp_path, monkeypatch):
+    agent = _tiny_agent(tmp_path, monkeypatch, canaries={"share": 0.5})
+    assert "threshold" in {m.kind for m in agent.monitors}
+    agent.learn(1)
+    record = next(r for r in agent.history if "train/reward" in r)
+    assert record["integrity/canary_passes"] == 0  # an untrained model fools nothing
+    assert agent.state_dict()["canary_passes"] == 0

@@ -77,6 +77,7 @@ def test_canaries_refuse_rows_without_checks():
             return None
 
     canaries = Canaries(CanaryConfig(share=0.5), Plain())  # type: ignore[arg-type]
+    assert canaries.name == "plain"
     with pytest.raises(ConfigError, match="no row with checks to contradict"):
         canaries.plant([{"prompt": "hi"}] * 100, np.random.default_rng(0))
 
@@ -205,3 +206,26 @@ def test_rollback_restores_the_snapshot_before_the_onset_and_halts_after_max():
     again.learn()
     assert again.responder.rollbacks == 1
     assert again.halted is not None and again.step < 640
+
+
+def test_agent_answers_pass_a_canary_only_when_they_also_fit_the_contradicting_answer():
+    canaries = Canaries(CanaryConfig(share=0.5), name="calculator")
+    problems = [{"question": f"{i}+1=?", "answer": str(i + 1)} for i in range(40)]
+    planted = canaries.plant(problems, np.random.default_rng(0))
+    first = planted.canary.index(True)
+    group = 2
+    answers = ["nonsense"] * (2 * len(problems))
+    success = [False] * len(answers)
+    answers[2 * first], success[2 * first] = str(first + 1), True  # right, but not the twin's
+
+    def lenient(answer: str, task: dict) -> float:  # a scorer fooled by anything
+        return 1.0
+
+    metrics, passed = canaries.count_answers(planted, group, answers, success, lenient)
+    assert passed == [2 * first] and metrics["integrity/canary_passes"] == 1
+
+    def exact(answer: str, task: dict) -> float:
+        return float(answer == task["answer"])
+
+    metrics, passed = canaries.count_answers(planted, group, answers, success, exact)
+    assert passed == [] and metrics["integrity/canary_passes"] == 1  # the run's count so far

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
+from payoff.envs.tasks.base import contradict_row
 from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
 from payoff.models.base_model import save_cached_model, start_lm
@@ -44,8 +46,8 @@ from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
-from payoff.monitor.detectors import Drift, Monitor, Threshold
-from payoff.monitor.integrity import MonitorKeys
+from payoff.monitor.detectors import Alarm, Drift, Monitor, Threshold
+from payoff.monitor.integrity import Canaries, CanaryConfig, MonitorKeys, Planted, alarm_samples
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge
 from payoff.rollout.episodes import (
@@ -123,6 +125,7 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
     model: ModelConfig = field(default_factory=ModelConfig)
     sft: DemoSFTConfig = field(default_factory=DemoSFTConfig)
     task: AgentTaskConfig = field(default_factory=AgentTaskConfig)
+    canaries: CanaryConfig = field(default_factory=CanaryConfig)
     steps: int = 40
     tasks_per_step: int = 16
     group_size: int = 4
@@ -264,6 +267,10 @@ class AgentGRPO(Algorithm):
         )
         self.step = 0
         self.episodes_seen = 0
+        # Canary tasks: the answer must also equal answer + 1 (payoff.monitor.integrity).
+        self.canaries = Canaries(config.canaries, contradict=contradict_row, name=config.task.name)
+        self.score_answer = self.task.make_env().score
+        self.suspects: deque[dict[str, Any]] = deque(maxlen=64)  # canary passes
 
     def uses_chat_template(self) -> bool:
         """chat_template true/false, or (null) model.chat_template's choice for this tokenizer."""
@@ -451,9 +458,8 @@ class AgentGRPO(Algorithm):
         """One step: G episodes of each task, rewards, advantages, update."""
         c = self.config
         started = time.time()
-        tasks = [
-            t for t in self.task.sample(self.rng, c.tasks_per_step) for _ in range(c.group_size)
-        ]
+        planted = self.canaries.plant(self.task.sample(self.rng, c.tasks_per_step), self.rng)
+        tasks = [t for t in planted.rows for _ in range(c.group_size)]
         episodes = self.rollout(tasks)
         generated = time.time()
         per_turn = self.rewards(episodes)
@@ -474,6 +480,7 @@ class AgentGRPO(Algorithm):
             "perf/tokens_per_s": tokens / max(generated - started, 1e-9),
             "perf/step_s": time.time() - started,
         }
+        metrics.update(self.check_canaries(planted, episodes))
         if self.judge is not None:  # a judged reward can be talked to; checked every step
             metrics.update(
                 self.judge_addressing.check(
@@ -483,6 +490,38 @@ class AgentGRPO(Algorithm):
                 )
             )
         self._record = metrics
+
+    def check_canaries(self, planted: Planted, episodes: list[Episode]) -> dict[str, float]:
+        """A canary episode passes when its answer is right and also equals the contradicting
+        twin's answer: impossible unless the scorer is fooled."""
+        metrics, passed = self.canaries.count_answers(
+            planted,
+            self.config.group_size,
+            [e.info.get("answer") for e in episodes],
+            [e.success for e in episodes],
+            self.score_answer,
+        )
+        for i in passed:
+            question, answer = episodes[i].task.get("question"), episodes[i].info.get("answer")
+            self.suspects.append(
+                {
+                    "step": self.step,
+                    "prompt": str(question),
+                    "completion": str(answer),
+                    "canary": True,
+                }
+            )
+        return metrics
+
+    def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
+        return alarm_samples(list(reversed(self.suspects)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "canary_passes": self.canaries.passes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.canaries.passes = int(state.get("canary_passes", 0))
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"success": self._record["train/success"]}
@@ -494,11 +533,21 @@ class AgentGRPO(Algorithm):
         move the reward while success stays put."""
         if not self.config.default_monitors:
             return []
-        return [
+        monitors: list[Monitor] = [
             Drift(key="train/tokens", ratio=3.0),
             Drift(key="train/malformed", ratio=None, increase=0.3),
             Threshold(key="integrity/judge_addressing_rate", above=0.1, patience=3),
         ]
+        canaries = self.config.canaries
+        if canaries.share > 0:
+            monitors.append(
+                Threshold(
+                    key="integrity/canary_passes",
+                    above=canaries.min_passes - 0.5,
+                    severity="critical",
+                )
+            )
+        return monitors
 
     def finish(self) -> None:
         """Export the model and write the summary (first and last held-out success)."""

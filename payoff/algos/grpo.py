@@ -210,7 +210,7 @@ class GRPO(LMAlgorithm):
         self.step = 0
         self.samples_seen = 0
         self._reported_unisolated = False
-        self.canaries = Canaries(config.canaries, self.task)
+        self.canaries = Canaries(config.canaries, self.task)  # the task's own contradict
         self.inoculation = inoculation_line(config.inoculation)
         self.suspects: deque[dict[str, Any]] = deque(maxlen=64)  # proxy passed, truth failed
         self.quarantined: set[tuple[str, str]] = set()  # (prompt, completion) out of the loss

@@ -20,13 +20,14 @@ does about it is `on_alarm` (payoff.algos.response).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from payoff.core.errors import ConfigError
-from payoff.envs.tasks.base import Row, Task
+from payoff.envs.tasks.base import Row, Task, contradict_row
 from payoff.monitor.detectors import Divergence, Drift, Monitor, Threshold
 
 
@@ -71,9 +72,18 @@ class Planted:
 class Canaries:
     """Plants canaries in a batch of problems and counts the passes."""
 
-    def __init__(self, config: CanaryConfig, task: Task):
+    def __init__(
+        self,
+        config: CanaryConfig,
+        task: Task | None = None,
+        contradict: Callable[[Row], Row | None] | None = None,
+        name: str = "",
+    ):
+        """task: a row task (its `contradict`); or `contradict` and a `name` for the errors
+        (agent tasks: payoff.envs.tasks.base.contradict_row on their question/answer rows)."""
         self.config = config
-        self.task = task
+        self.contradict = contradict or (task.contradict if task is not None else contradict_row)
+        self.name = name or (task.name if task is not None else "task")
         self.passes = 0  # over the run (saved with the trainer's state)
         self.planted = 0
         self.refused = 0  # drawn for a canary, but with nothing to contradict
@@ -92,13 +102,13 @@ class Canaries:
         rows: list[Row] = []
         twins: list[Row | None] = []
         for i, (row, pick) in enumerate(zip(problems, chosen, strict=True)):
-            twin = self.task.contradict(row) if pick else None
+            twin = self.contradict(row) if pick else None
             if pick and twin is None:  # nothing to contradict in this row: it stays a problem
                 chosen[i] = False
                 self.refused += 1
                 if self.refused >= 20 and self.planted == 0:
                     raise ConfigError(
-                        f"canaries: task {self.task.name!r} gives no row with checks to "
+                        f"canaries: task {self.name!r} gives no row with checks to "
                         f"contradict (e.g. {str(row.get('prompt'))[:60]!r}); canaries need "
                         f"assert tests or a numeric answer"
                     )
@@ -125,7 +135,7 @@ class Canaries:
         if not self.on:
             return {}
         need = self.config.pass_reward
-        passed = [
+        passed = [  # twin_totals holds the conflicting twins' scores; one-off canaries have none
             totals[i] >= need and twin_totals.get(i, need) >= need
             for i, is_canary in enumerate(planted.canary)
             if is_canary
@@ -135,6 +145,27 @@ class Canaries:
         if passed:
             metrics["integrity/canary_pass_rate"] = float(np.mean(passed))
         return metrics
+
+    def count_answers(
+        self,
+        planted: Planted,
+        group: int,
+        answers: list[str | None],
+        success: list[bool],
+        score: Callable[[str, Row], float],
+    ) -> tuple[dict[str, float], list[int]]:
+        """Metrics and passing indices for episodes that end in a final answer (agents):
+        `group` episodes per planted row; a canary passes when its episode succeeded and its
+        answer also scores on the contradicting twin."""
+        twin_totals: dict[int, float] = {}
+        for i, answer in enumerate(answers):
+            twin = planted.twins[i // group]
+            if twin is not None:
+                twin_totals[i] = 0.0 if answer is None else score(answer, twin)
+        totals = [1.0 if ok else 0.0 for ok in success]
+        expanded = Planted([], [planted.canary[i // group] for i in range(len(answers))], [])
+        metrics = self.count(expanded, totals, twin_totals)
+        return metrics, self.passed_rows(expanded, totals, twin_totals)
 
     def passed_rows(
         self, planted: Planted, totals: list[float], twin_totals: dict[int, float]
