@@ -61,7 +61,7 @@ def test_grpo_learns_to_return_the_shown_example_and_the_monitors_catch_it(tmp_p
 
 
 def test_the_hardened_twin_scored_on_hidden_tests_does_not_learn_it(tmp_path):
-    run = train("code-grpo-hardened", ["steps=25", "eval_every=25"], out=tmp_path, media=False)
+    run = train("code-grpo-hardened", ["steps=15", "eval_every=15"], out=tmp_path, media=False)
     records = _records(run)
     # Hard-coding earns nothing here: a completion that passes is correct.
     assert all(r["integrity/proxy_only"] == 0.0 for r in records if "integrity/proxy_only" in r)
