@@ -45,10 +45,18 @@ def test_canaries_plant_their_share_and_count_passes_only_when_both_twins_pass()
     first = planted.canary.index(True)
     totals = [0.0] * len(problems)
     totals[first] = 1.0
-    metrics = canaries.count(planted, totals, {first: 0.0})  # passes its tests, not the twin's
-    assert metrics["integrity/canary_passes"] == 0
-    metrics = canaries.count(planted, totals, {first: 1.0})  # passes contradicting tests
-    assert metrics["integrity/canary_passes"] == 1
+
+    def twins_scoring(score: float):
+        def score_twins(index: list[int], twins: list[dict]) -> list[float]:
+            assert all(planted.twins[i] is twin for i, twin in zip(index, twins, strict=True))
+            return [score if i == first else 0.0 for i in index]
+
+        return score_twins
+
+    metrics, passed = canaries.check(planted, 1, totals, twins_scoring(0.0))  # not the twin's
+    assert metrics["integrity/canary_passes"] == 0 and passed == []
+    metrics, passed = canaries.check(planted, 1, totals, twins_scoring(1.0))  # contradicting tests
+    assert metrics["integrity/canary_passes"] == 1 and passed == [first]
     assert metrics["integrity/canary_pass_rate"] == pytest.approx(1 / sum(planted.canary))
     # no canaries: no draws from the run's random stream, nothing changed
     rng = np.random.default_rng(5)
@@ -218,14 +226,22 @@ def test_agent_answers_pass_a_canary_only_when_they_also_fit_the_contradicting_a
     success = [False] * len(answers)
     answers[2 * first], success[2 * first] = str(first + 1), True  # right, but not the twin's
 
+    totals = [1.0 if ok else 0.0 for ok in success]
+
+    def scored_by(score):  # the agent's way: each episode's answer on its row's twin
+        def score_twins(index: list[int], twins: list[dict]) -> list[float]:
+            return [score(answers[i], twin) for i, twin in zip(index, twins, strict=True)]
+
+        return score_twins
+
     def lenient(answer: str, task: dict) -> float:  # a scorer fooled by anything
         return 1.0
 
-    metrics, passed = canaries.count_answers(planted, group, answers, success, lenient)
+    metrics, passed = canaries.check(planted, group, totals, scored_by(lenient))
     assert passed == [2 * first] and metrics["integrity/canary_passes"] == 1
 
     def exact(answer: str, task: dict) -> float:
         return float(answer == task["answer"])
 
-    metrics, passed = canaries.count_answers(planted, group, answers, success, exact)
+    metrics, passed = canaries.check(planted, group, totals, scored_by(exact))
     assert passed == [] and metrics["integrity/canary_passes"] == 1  # the run's count so far

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,8 +45,14 @@ from payoff.models.lm import ModelConfig, load_lm, save_lm
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
-from payoff.monitor.detectors import Alarm, Drift, Monitor, Threshold
-from payoff.monitor.integrity import Canaries, CanaryConfig, MonitorKeys, Planted, alarm_samples
+from payoff.monitor.detectors import Monitor
+from payoff.monitor.integrity import (
+    Canaries,
+    CanaryConfig,
+    MonitorKeys,
+    Planted,
+    lm_monitors,
+)
 from payoff.monitor.judge_addressing import JudgeAddressing
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge
 from payoff.rollout.episodes import (
@@ -270,7 +275,6 @@ class AgentGRPO(Algorithm):
         # Canary tasks: the answer must also equal answer + 1 (payoff.monitor.integrity).
         self.canaries = Canaries(config.canaries, contradict=contradict_row, name=config.task.name)
         self.score_answer = self.task.make_env().score
-        self.suspects: deque[dict[str, Any]] = deque(maxlen=64)  # canary passes
 
     def uses_chat_template(self) -> bool:
         """chat_template true/false, or (null) model.chat_template's choice for this tokenizer."""
@@ -494,13 +498,16 @@ class AgentGRPO(Algorithm):
     def check_canaries(self, planted: Planted, episodes: list[Episode]) -> dict[str, float]:
         """A canary episode passes when its answer is right and also equals the contradicting
         twin's answer: impossible unless the scorer is fooled."""
-        metrics, passed = self.canaries.count_answers(
-            planted,
-            self.config.group_size,
-            [e.info.get("answer") for e in episodes],
-            [e.success for e in episodes],
-            self.score_answer,
-        )
+        answers = [e.info.get("answer") for e in episodes]
+
+        def score_twins(index: list[int], twins: list[dict[str, Any]]) -> list[float]:
+            return [
+                0.0 if answers[i] is None else self.score_answer(answers[i], twin)
+                for i, twin in zip(index, twins, strict=True)
+            ]
+
+        success = [1.0 if e.success else 0.0 for e in episodes]
+        metrics, passed = self.canaries.check(planted, self.config.group_size, success, score_twins)
         for i in passed:
             question, answer = episodes[i].task.get("question"), episodes[i].info.get("answer")
             self.suspects.append(
@@ -512,9 +519,6 @@ class AgentGRPO(Algorithm):
                 }
             )
         return metrics
-
-    def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
-        return alarm_samples(list(reversed(self.suspects)))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "canary_passes": self.canaries.passes}
@@ -533,21 +537,16 @@ class AgentGRPO(Algorithm):
         move the reward while success stays put."""
         if not self.config.default_monitors:
             return []
-        monitors: list[Monitor] = [
-            Drift(key="train/tokens", ratio=3.0),
-            Drift(key="train/malformed", ratio=None, increase=0.3),
-            Threshold(key="integrity/judge_addressing_rate", above=0.1, patience=3),
-        ]
-        canaries = self.config.canaries
-        if canaries.share > 0:
-            monitors.append(
-                Threshold(
-                    key="integrity/canary_passes",
-                    above=canaries.min_passes - 0.5,
-                    severity="critical",
-                )
-            )
-        return monitors
+        return lm_monitors(
+            proxy="train/reward",
+            truth=None,
+            code_rewards=[],
+            canaries=self.config.canaries,
+            model_scored=True,  # judge_addressing_rate is logged whenever a judge scores
+            length="train/tokens",
+            length_ratio=3.0,
+            format_drift="train/malformed",
+        )
 
     def finish(self) -> None:
         """Export the model and write the summary (first and last held-out success)."""

@@ -18,6 +18,7 @@ around it.
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -30,6 +31,8 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
+from payoff.monitor.detectors import replay as replay_records
+from payoff.monitor.integrity import alarm_samples
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.track.checkpoint import save_state
 from payoff.track.media import write_gif
@@ -178,6 +181,8 @@ class Algorithm:
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
         self.alarms: list[Alarm] = []
         self.halted: Alarm | None = None  # set by on_alarm: halt; the loop stops
+        # the latest samples that looked like hacks (paid but wrong, canary passes): evidence
+        self.suspects: deque[dict[str, Any]] = deque(maxlen=64)
         self.responder = Responder(self)
         self.setup()
         self.monitors = self.default_monitors()
@@ -288,9 +293,7 @@ class Algorithm:
         """Watch this trainer with its default monitors and `monitors`; `replay` feeds them
         the records logged before a resume."""
         watching = [*self.default_monitors(), *monitors]
-        for record in replay or []:
-            for monitor in watching:
-                monitor.update(int(record.get("step", 0)), record)
+        replay_records(watching, replay or [])
         self.monitors = watching
 
     # ---- integrity: the hooks monitors and on_alarm use (payoff.algos.response) -----------
@@ -299,8 +302,9 @@ class Algorithm:
         return []
 
     def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
-        """Evidence for an alarm: the samples behind it (e.g. completions), if any."""
-        return []
+        """Evidence for an alarm: the latest of the samples the algorithm kept as suspects
+        (e.g. completions paid but failing the verifier), newest first."""
+        return alarm_samples(list(reversed(self.suspects)))
 
     def quarantine(self, alarm: Alarm) -> int:
         """Keep the samples `alarm` flagged out of the loss from now on; returns how many."""

@@ -19,7 +19,6 @@ size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,8 +37,6 @@ from payoff.monitor.detectors import Alarm, Monitor
 from payoff.monitor.integrity import (
     Canaries,
     IntegrityKeys,
-    Planted,
-    alarm_samples,
     inoculated,
     inoculation_line,
     lm_monitors,
@@ -212,7 +209,6 @@ class GRPO(LMAlgorithm):
         self._reported_unisolated = False
         self.canaries = Canaries(config.canaries, self.task)  # the task's own contradict
         self.inoculation = inoculation_line(config.inoculation)
-        self.suspects: deque[dict[str, Any]] = deque(maxlen=64)  # proxy passed, truth failed
         self.quarantined: set[tuple[str, str]] = set()  # (prompt, completion) out of the loss
 
     def default_monitors(self) -> list[Monitor]:
@@ -235,11 +231,6 @@ class GRPO(LMAlgorithm):
             canaries=self.config.canaries,
             model_scored=self.judge_addressing is not None,
         )
-
-    def alarm_samples(self, alarm: Alarm) -> list[dict[str, Any]]:
-        """The latest samples that passed the proxy but not the task's verifier (or passed
-        a canary): what the alarm is about."""
-        return alarm_samples(list(reversed(self.suspects)))
 
     def quarantine(self, alarm: Alarm) -> int:
         """Every suspect sample since the alarm's onset leaves the loss for good."""
@@ -266,9 +257,8 @@ class GRPO(LMAlgorithm):
         config = self.config
         problems = self.task.sample(self.rng, config.prompts_per_step)
         self.planted = self.canaries.plant(problems, self.rng)
-        rows = [
-            row for row in self.planted.rows for _ in range(config.group_size)
-        ]  # groups adjacent
+        # each problem's group of G rows adjacent
+        rows = [row for row in self.planted.rows for _ in range(config.group_size)]
         sampling = SamplingConfig(
             config.temperature, config.top_p, config.max_new_tokens, config.stop
         )
@@ -285,29 +275,22 @@ class GRPO(LMAlgorithm):
         correct: list[float],
     ) -> dict[str, float]:
         """Canary passes, suspects (proxy passed, verifier failed) and quarantined samples."""
-        g = self.config.group_size
-        twin_totals: dict[int, float] = {}
-        twins = [(i, t) for i, t in enumerate(self.planted.twins) if t is not None]
-        if twins:  # conflicting canaries: the same completions scored on the twin's checks
-            index = [p * g + j for p, _ in twins for j in range(g)]
-            twin_rows = [t for _, t in twins for _ in range(g)]
-            scored = self.rewards(
-                [r["prompt"] for r in twin_rows],
-                [completions[i] for i in index],
-                **columns_of(twin_rows),
-            ).total
-            twin_totals = dict(zip(index, scored, strict=True))
-        expanded = Planted(
-            rows, [self.planted.canary[i // g] for i in range(len(rows))], [None] * len(rows)
+
+        def score_twins(index: list[int], twins: list[dict[str, Any]]) -> list[float]:
+            """Conflicting canaries: the same completions paid on the twin's checks."""
+            twin_completions = [completions[i] for i in index]
+            prompts = [t["prompt"] for t in twins]
+            return self.rewards(prompts, twin_completions, **columns_of(twins)).total
+
+        metrics, canary_passes = self.canaries.check(
+            self.planted, self.config.group_size, totals, score_twins
         )
-        metrics = self.canaries.count(expanded, totals, twin_totals)
         # Paid by the reward, failed by the task's verifier: 0 when they are the same check.
-        metrics["integrity/proxy_only"] = float(
-            np.mean([t >= 1.0 and c < 1.0 for t, c in zip(totals, correct, strict=True)])
-        )
-        canary_passes = set(self.canaries.passed_rows(expanded, totals, twin_totals))
+        paid_wrong = [t >= 1.0 and c < 1.0 for t, c in zip(totals, correct, strict=True)]
+        metrics["integrity/proxy_only"] = float(np.mean(paid_wrong))
+        passed = set(canary_passes)
         for i, row in enumerate(rows):
-            if i in canary_passes or (totals[i] >= 1.0 and correct[i] < 1.0):
+            if i in passed or paid_wrong[i]:
                 self.suspects.append(
                     {
                         "step": self.step + 1,

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from payoff.core.state import state_of
-from payoff.monitor.detectors import Alarm, Monitor
+from payoff.core.state import restore, state_of
+from payoff.monitor.detectors import Alarm, replay
 
 RESPONSES = ("warn", "halt", "rollback")
 
@@ -120,19 +120,17 @@ class Responder:
             algorithm.halted = alarm
             return
         step, saved = before[-1]
-        for name, state in saved.items():
-            value = getattr(algorithm, name)
-            if isinstance(value, list | tuple):
-                for item, item_state in zip(value, state, strict=True):
-                    item.load_state_dict(item_state)
-            else:
-                value.load_state_dict(state)
+        for name, state in saved.items():  # in place, as a checkpoint is loaded
+            setattr(algorithm, name, restore(getattr(algorithm, name), state, name))
         self.snapshots = [s for s in self.snapshots if s[0] <= step]
         self.last_snapshot_step = step
         self.rollbacks += 1
         flagged = algorithm.quarantine(alarm)
         algorithm.after_rollback()
-        restart_monitors(algorithm.monitors, algorithm.history, step)
+        for monitor in algorithm.monitors:  # fresh state, fed the records up to the snapshot
+            monitor.fired = False
+            monitor.setup()
+        replay(algorithm.monitors, [r for r in algorithm.history if int(r["step"]) <= step])
         message = (
             f"rolled back to the snapshot of step {step} (alarm {alarm.kind} at step "
             f"{alarm.step}, onset {onset}); {flagged} flagged samples quarantined"
@@ -149,13 +147,3 @@ class Responder:
                 quarantined=flagged,
                 rollbacks=self.rollbacks,
             )
-
-
-def restart_monitors(monitors: list[Monitor], history: list[dict[str, Any]], upto: int) -> None:
-    """Fresh monitor state, fed the records logged up to step `upto`."""
-    for monitor in monitors:
-        monitor.fired = False
-        monitor.setup()
-        for record in history:
-            if int(record.get("step", 0)) <= upto:
-                monitor.update(int(record["step"]), record)

@@ -301,7 +301,7 @@ class RLHFPPO(LMAlgorithm):
             code_rewards=[],
             canaries=None,
             model_scored=self.judge_addressing is not None,
-            truncated=None,
+            format_drift=None,
         )
 
     def update(

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from payoff.core.config import annotated_class, from_dict
+from payoff.core.config import annotated_class, from_dict, in_range
 from payoff.core.errors import ConfigError, suggest
 
 
@@ -211,7 +211,7 @@ class DriftConfig:
     key: str = "train/completion_length"
     baseline: int = 5
     window: int = 5
-    ratio: float | None = 2.0
+    ratio: float | None = field(default=2.0, metadata=in_range(1.0, low_open=True))
     increase: float | None = None
     severity: Literal["info", "warning", "critical"] = "warning"
 
@@ -227,8 +227,6 @@ class Drift(Monitor):
         c = self.config
         if c.ratio is None and c.increase is None:
             raise ConfigError(f"drift monitor on {c.key!r} needs 'ratio' or 'increase'")
-        if c.ratio is not None and c.ratio <= 1:
-            raise ConfigError(f"drift monitor on {c.key!r}: ratio must be > 1, got {c.ratio}")
         self.start: list[float] = []
         self.recent: deque[tuple[int, float]] = deque(maxlen=c.window)
 
@@ -320,6 +318,14 @@ MONITORS: dict[str, type[Monitor]] = {
     "spurious_correlation": SpuriousCorrelation,
     "drift": Drift,
 }
+
+
+def replay(monitors: list[Monitor], records: list[dict[str, Any]]) -> None:
+    """Feed logged records to monitors, discarding their alarms: how a resumed or rolled-back
+    run brings its monitors to where the records leave them."""
+    for record in records:
+        for monitor in monitors:
+            monitor.update(int(record.get("step", 0)), record)
 
 
 def build_monitors(specs: list[dict[str, Any]] | None) -> list[Monitor]:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks.base import Row, Task, contradict_row
 from payoff.monitor.detectors import Divergence, Drift, Monitor, Threshold
@@ -45,18 +46,10 @@ class CanaryConfig:
     min_passes: canary passes in the run before the alarm.
     """
 
-    share: float = 0.0
+    share: float = field(default=0.0, metadata=in_range(0.0, 0.5))
     mode: Literal["conflicting", "one_off"] = "conflicting"
     pass_reward: float = 1.0
-    min_passes: int = 2
-
-    def validate(self) -> None:
-        if not 0.0 <= self.share <= 0.5:
-            raise ConfigError(f"config key 'canaries.share' must be in [0, 0.5], got {self.share}")
-        if self.min_passes < 1:
-            raise ConfigError(
-                f"config key 'canaries.min_passes' must be >= 1, got {self.min_passes}"
-            )
+    min_passes: int = field(default=2, metadata=in_range(1))
 
 
 @dataclass
@@ -125,57 +118,42 @@ class Canaries:
                 twins.append({**twin, "canary": True})
         return Planted(rows, [bool(c) for c in chosen], twins)
 
-    def count(
-        self, planted: Planted, totals: list[float], twin_totals: dict[int, float]
-    ) -> dict[str, float]:
-        """Metrics of a scored batch: this batch's canary pass rate and the run's passes.
-
-        totals: each row's total reward; twin_totals: row index -> its twin's total.
-        """
-        if not self.on:
-            return {}
-        need = self.config.pass_reward
-        passed = [  # twin_totals holds the conflicting twins' scores; one-off canaries have none
-            totals[i] >= need and twin_totals.get(i, need) >= need
-            for i, is_canary in enumerate(planted.canary)
-            if is_canary
-        ]
-        self.passes += sum(passed)
-        metrics = {"integrity/canary_passes": float(self.passes)}
-        if passed:
-            metrics["integrity/canary_pass_rate"] = float(np.mean(passed))
-        return metrics
-
-    def count_answers(
+    def check(
         self,
         planted: Planted,
         group: int,
-        answers: list[str | None],
-        success: list[bool],
-        score: Callable[[str, Row], float],
+        totals: list[float],
+        score_twins: Callable[[list[int], list[Row]], list[float]],
     ) -> tuple[dict[str, float], list[int]]:
-        """Metrics and passing indices for episodes that end in a final answer (agents):
-        `group` episodes per planted row; a canary passes when its episode succeeded and its
-        answer also scores on the contradicting twin."""
-        twin_totals: dict[int, float] = {}
-        for i, answer in enumerate(answers):
-            twin = planted.twins[i // group]
-            if twin is not None:
-                twin_totals[i] = 0.0 if answer is None else score(answer, twin)
-        totals = [1.0 if ok else 0.0 for ok in success]
-        expanded = Planted([], [planted.canary[i // group] for i in range(len(answers))], [])
-        metrics = self.count(expanded, totals, twin_totals)
-        return metrics, self.passed_rows(expanded, totals, twin_totals)
+        """The canary passes of a scored batch: metrics (this batch's pass rate, the run's
+        count) and the indices of the passing samples.
 
-    def passed_rows(
-        self, planted: Planted, totals: list[float], twin_totals: dict[int, float]
-    ) -> list[int]:
+        group: samples per planted row (GRPO's completions, an agent's episodes), in order.
+        totals: each sample's paid total. score_twins(indices, twins): those samples scored
+            on their rows' contradicting twins (conflicting mode; one-off canaries have none).
+        A canary sample passes when its total and its twin's score reach `pass_reward`.
+        """
+        if not self.on:
+            return {}, []
+        canary = [planted.canary[i // group] for i in range(len(totals))]
+        twin_of = [planted.twins[i // group] for i in range(len(totals))]
+        pairs = [(i, twin) for i, twin in enumerate(twin_of) if twin is not None]
+        twin_totals: dict[int, float] = {}
+        if pairs:
+            index = [i for i, _ in pairs]
+            scores = score_twins(index, [twin for _, twin in pairs])
+            twin_totals = dict(zip(index, scores, strict=True))
         need = self.config.pass_reward
-        return [
+        passed = [
             i
-            for i, is_canary in enumerate(planted.canary)
+            for i, is_canary in enumerate(canary)
             if is_canary and totals[i] >= need and twin_totals.get(i, need) >= need
         ]
+        self.passes += len(passed)
+        metrics = {"integrity/canary_passes": float(self.passes)}
+        if any(canary):
+            metrics["integrity/canary_pass_rate"] = len(passed) / sum(canary)
+        return metrics, passed
 
 
 def lm_monitors(
@@ -186,13 +164,17 @@ def lm_monitors(
     canaries: CanaryConfig | None,
     model_scored: bool,
     length: str = "train/completion_length",
-    truncated: str | None = "train/truncated",
+    length_ratio: float = 2.0,
+    format_drift: str | None = "train/truncated",
 ) -> list[Monitor]:
     """The default monitors of a language-model RL run (see the module doc).
 
     proxy / truth: metric keys of the paid reward and the true objective on the same samples
         (truth None: the run has none apart from the proxy, so no divergence check).
     code_rewards: labels of sandboxed code verifiers (their blocked operations are watched).
+    length / length_ratio: the length metric and how far (x or 1/x) it may drift.
+    format_drift: a share that must not rise by 0.3 (truncated completions, malformed tool
+        calls); None = none.
     """
     monitors: list[Monitor] = []
     if truth is not None:
@@ -220,9 +202,9 @@ def lm_monitors(
         )
     if model_scored:
         monitors.append(Threshold(key="integrity/judge_addressing_rate", above=0.1, patience=3))
-    monitors.append(Drift(key=length, ratio=2.0))
-    if truncated is not None:
-        monitors.append(Drift(key=truncated, ratio=None, increase=0.3))
+    monitors.append(Drift(key=length, ratio=length_ratio))
+    if format_drift is not None:
+        monitors.append(Drift(key=format_drift, ratio=None, increase=0.3))
     return monitors
 
 

@@ -22,11 +22,11 @@ the visible test and GRPO finds the shortcut; 'code-grpo-hardened' pays for the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from payoff.core.errors import ConfigError
+from payoff.core.config import in_range
 from payoff.envs.tasks.base import Row, Task, register_task
 
 # (name, description, solution body, reference) with {a} and {b} random constants.
@@ -73,19 +73,9 @@ class PythonExamplesOptions:
     hidden_tests: hidden assert lines per problem, at inputs 4..29 (the example's is 0..3).
     """
 
-    unseen_share: float = 0.5
-    max_constant: int = 9
-    hidden_tests: int = 3
-
-    def validate(self) -> None:
-        if not 0.0 <= self.unseen_share <= 1.0:
-            raise ConfigError(
-                f"task.options.unseen_share must be in [0, 1], got {self.unseen_share}"
-            )
-        if self.max_constant < 2:
-            raise ConfigError(f"task.options.max_constant must be >= 2, got {self.max_constant}")
-        if self.hidden_tests < 1:
-            raise ConfigError(f"task.options.hidden_tests must be >= 1, got {self.hidden_tests}")
+    unseen_share: float = field(default=0.5, metadata=in_range(0.0, 1.0))
+    max_constant: int = field(default=9, metadata=in_range(2))
+    hidden_tests: int = field(default=3, metadata=in_range(1))
 
 
 @register_task("python_examples")
