@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from payoff.core.pysource import parse_module
 from payoff.sandbox import run_program, run_tests
 
 TEST_FILE = "tests.py"
@@ -111,7 +112,7 @@ OPEN_CALLS = {("io", "open"), ("os", "open"), ("codecs", "open")}
 def scan_code(code: str) -> list[Finding]:
     """Static scan for constructs an honest solution has no use for."""
     try:
-        tree = ast.parse(code)
+        tree = parse_module(code)
     except SyntaxError as err:
         return [Finding("syntax_error", err.lineno or 0, str(err.msg))]
     lines = code.splitlines()

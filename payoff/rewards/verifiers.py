@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from payoff.core.pysource import parse_expression
+
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 # A number: optional sign, digits with optional thousands commas, optional decimals, or a fraction.
 NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+)?|-?\.\d+")
@@ -137,7 +139,7 @@ def countdown_reward(
             continue
         used: list[int] = []
         try:
-            value = _evaluate(ast.parse(expression, mode="eval"), used)
+            value = _evaluate(parse_expression(expression), used)
         except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
             scores.append(0.0)
             continue

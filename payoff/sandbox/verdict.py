@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from payoff.core.pysource import parse_module
 from payoff.sandbox.child import decode
 from payoff.sandbox.isolation import Limits, check_available, run_child
 
@@ -172,7 +173,7 @@ def _simple_check(test: ast.expr) -> Check | None:
 
 def plan_tests(tests: str) -> TestPlan:
     """Split `tests` into call sites and checks; SyntaxError/ValueError if they do not parse."""
-    tree = ast.parse(tests)
+    tree = parse_module(tests)
     local = _bound_names(tree)
     # The candidate's names: used by the tests, bound neither by them nor by Python. A builtin
     # stays the builtin even if the program redefines it, so `len(f(x))` is measured here.
@@ -207,7 +208,7 @@ def plan_tests(tests: str) -> TestPlan:
             return [ast.Expr(call) for call in calls]
 
     record_tree = ast.fix_missing_locations(
-        StripExpected().visit(ast.parse(ast.unparse(check_tree)))
+        StripExpected().visit(parse_module(ast.unparse(check_tree)))
     )
     return TestPlan(
         record_script=ast.unparse(record_tree),

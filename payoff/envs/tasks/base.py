@@ -17,6 +17,7 @@ import numpy as np
 
 from payoff.core.config import annotated_class, from_dict
 from payoff.core.errors import ConfigError
+from payoff.core.pysource import parse_module
 
 Row = dict[str, Any]
 SPLITS = ("train", "test", "ood")
@@ -107,7 +108,7 @@ def _changed_assert(line: str) -> tuple[str, str, str] | None:
     float plus one, a flipped bool, a string with a character added).
     """
     try:
-        node = ast.parse(line.strip()).body[0]
+        node = parse_module(line.strip()).body[0]
     except (SyntaxError, IndexError):
         return None
     if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):

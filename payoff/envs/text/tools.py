@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from payoff.core.errors import ConfigError
+from payoff.core.pysource import parse_expression
 
 TOOL_OPEN, TOOL_CLOSE = "<tool>", "</tool>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -155,7 +156,7 @@ def safe_eval(expression: str, max_power: int = 100, max_length: int = 200) -> i
     """
     if len(expression) > max_length:
         raise ValueError(f"expression longer than {max_length} characters")
-    tree = ast.parse(expression, mode="eval")
+    tree = parse_expression(expression)
 
     def walk(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
