@@ -9,7 +9,14 @@ One step, readable top to bottom in `iterate`:
 
     ratio_t  = pi(o_t | q, o_<t) / pi_old(o_t | q, o_<t)
     loss_t   = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A) + beta * KL_k3,t
-    loss     = aggregate(loss_t over completion tokens)   ('sequence' | 'token' | 'dr_grpo')
+    loss     = aggregate(w_t * loss_t over completion tokens)   (grpo | dapo | dr_grpo | bnpo)
+
+w_t corrects the rollout/trainer mismatch (1 unless `mismatch_correction` is set). The
+frontier's kit is here as options: DAPO's token-level loss, clip-higher, overlong shaping
+and dynamic sampling; Dr. GRPO's unscaled advantages and constant normaliser; RLOO and
+REINFORCE++ advantages; importance-sampling correction of the sampler's log-probs; and
+asynchronous generation, where the next step's completions are sampled while this step
+trains (docs/llm-rl.md says when to use which).
 
 There is no value network: the group is the baseline. With beta = 0 no reference model is
 kept at all (half the memory). The number of prompts per step is independent of the group
@@ -19,15 +26,24 @@ size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
 from payoff.algos.sft import build_base_model
-from payoff.algos.shared.group import Aggregation, group_advantages, grpo_loss
+from payoff.algos.shared.group import (
+    Aggregation,
+    Estimator,
+    advantages_of,
+    canonical_aggregation,
+    grpo_loss,
+    overlong_penalty,
+)
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
+from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
 from payoff.core.errors import ConfigError
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
@@ -43,9 +59,18 @@ from payoff.monitor.integrity import (
 )
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
 from payoff.rewards.base import RewardMix, RewardSpec
-from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
+from payoff.rollout.generation import (
+    Generation,
+    LocalSampler,
+    Sampler,
+    SamplingConfig,
+    concat_generations,
+)
 from payoff.rollout.ray_generation import RaySampler, validate_generation_config
 from payoff.rollout.ray_pool import RayConfig
+
+if TYPE_CHECKING:
+    from payoff.rollout.async_generation import Pending
 
 
 @dataclass
@@ -87,10 +112,34 @@ class GRPOConfig(LMKeys, IntegrityKeys):
         train/entropy is then the mean over the completions trained on. false runs every row.
     scale_rewards: divide advantages by the group's reward std (GRPO); false = Dr. GRPO's
         mean-centring only, which does not up-weight nearly-solved or hopeless prompts.
-    loss_aggregation: 'sequence' = mean over each completion's tokens, then over completions
-        (the paper; favours short wrong answers being punished more per token); 'token' =
-        mean over all tokens of the batch (DAPO); 'dr_grpo' = sum / (completions * max_new_tokens),
-        free of any length bias.
+    advantage_estimator: 'grpo' (r - group mean [/ group std]), 'rloo' (r - mean of the
+        other G - 1) or 'reinforce_pp' (r - group mean, normalized over the whole batch).
+    loss_aggregation: 'grpo' = mean over each completion's tokens, then over completions
+        (the paper; a short wrong answer is punished more per token); 'dapo' = mean over all
+        tokens of the optimizer step; 'dr_grpo' = sum / (completions * max_new_tokens), free
+        of any length bias; 'bnpo' = mean over each micro-batch's tokens, averaged over the
+        micro-batches. 'sequence' and 'token' are the older names of grpo and dapo.
+    microbatch_size: completions per forward/backward inside an optimizer step (0 = the
+        whole minibatch at once); gradients accumulate, so only memory and bnpo change.
+    overlong_buffer / overlong_penalty: DAPO's soft overlong punishment: the last
+        `overlong_buffer` tokens before max_new_tokens cost up to `overlong_penalty` reward,
+        linearly (0 = off). Logged as reward/overlong.
+    mask_truncated: truncated completions (no EOS or stop string) leave the loss (DAPO's
+        overlong filtering): they are neither pushed up nor down.
+    dynamic_sampling: DAPO's dynamic sampling: drop the groups whose rewards are all equal
+        (no gradient) and sample more prompts until prompts_per_step groups carry signal, at
+        most `dynamic_sampling_max_batches` generation batches per step; a step still short
+        is topped up with dropped groups. Logged: train/dropped_groups, train/sampled_groups.
+    mismatch_correction: importance weights for the difference between the sampler's and
+        the trainer's log-probs of the sampled tokens ('none', 'token_tis', 'sequence_tis',
+        'sequence_mask'; payoff.algos.shared.mismatch), capped at `mismatch_cap`; 'auto' =
+        token_tis with async_generation, else none. train/mismatch_kl and
+        train/mismatch_max_logp_diff are logged every step whatever the choice.
+    async_generation / max_staleness: sample the next step's completions while this step
+        trains, in a second process (backend local) or on the Ray workers (backend ray),
+        up to `max_staleness` steps ahead (policy versions behind). max_staleness 0 samples
+        in the second process but waits, and reproduces synchronous results exactly (with
+        the same threads). Give the trainer and the sampler one thread each on 2 cores.
     temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
         logits / temperature, the same distribution the samples came from.
     eval_every / eval_size: greedy held-out accuracy during training (test split).
@@ -116,7 +165,18 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     beta: float = 0.0
     skip_zero_advantage: bool = True
     scale_rewards: bool = True
-    loss_aggregation: Aggregation = "sequence"
+    advantage_estimator: Estimator = "grpo"
+    loss_aggregation: Aggregation = "grpo"
+    microbatch_size: int = 0
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    mask_truncated: bool = False
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_batches: int = 4
+    mismatch_correction: Correction | Literal["auto"] = "auto"
+    mismatch_cap: float = 2.0
+    async_generation: bool = False
+    max_staleness: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
@@ -144,6 +204,31 @@ class GRPOConfig(LMKeys, IntegrityKeys):
                 f"minibatch_size {self.minibatch_size} does not divide the {batch} completions of a "
                 f"step; {batch % self.minibatch_size} would be dropped. Pick a divisor of {batch}"
             )
+        micro = self.minibatch_size or batch
+        if self.microbatch_size < 0 or (self.microbatch_size and micro % self.microbatch_size):
+            raise ConfigError(
+                f"config key 'microbatch_size' must be 0 or a divisor of the minibatch "
+                f"({micro} completions), got {self.microbatch_size}"
+            )
+        if self.overlong_buffer < 0 or self.overlong_buffer >= self.max_new_tokens:
+            raise ConfigError(
+                f"config key 'overlong_buffer' must be in 0..{self.max_new_tokens - 1} "
+                f"(tokens before max_new_tokens = {self.max_new_tokens}), got {self.overlong_buffer}"
+            )
+        if self.overlong_penalty < 0:
+            raise ConfigError(
+                f"config key 'overlong_penalty' must be >= 0, got {self.overlong_penalty}"
+            )
+        if self.dynamic_sampling_max_batches < 1:
+            raise ConfigError(
+                "config key 'dynamic_sampling_max_batches' must be >= 1, got "
+                f"{self.dynamic_sampling_max_batches}"
+            )
+        if self.mismatch_cap <= 1:
+            raise ConfigError(f"config key 'mismatch_cap' must be > 1, got {self.mismatch_cap}")
+        if self.max_staleness < 0:
+            raise ConfigError(f"config key 'max_staleness' must be >= 0, got {self.max_staleness}")
+        canonical_aggregation(self.loss_aggregation)
         SamplingConfig(self.temperature, self.top_p, self.max_new_tokens, self.stop).validate()
         if self.temperature == 0:
             raise ConfigError(
@@ -151,6 +236,64 @@ class GRPOConfig(LMKeys, IntegrityKeys):
             )
         if self.backend == "ray":
             validate_generation_config(self.ray)
+
+    @property
+    def correction(self) -> Correction:
+        """The mismatch correction in force ('auto' resolved)."""
+        if self.mismatch_correction == "auto":
+            return "token_tis" if self.async_generation else "none"
+        return self.mismatch_correction
+
+
+@dataclass
+class Batch:
+    """Completions of a step with what was computed about them, one entry per completion
+    (each problem's group of G adjacent)."""
+
+    rows: list[dict[str, Any]]
+    generation: Generation
+    totals: list[float]  # the reward paid (weighted sum, overlong penalty included)
+    scores: dict[str, list[float | None]]  # each reward function alone
+    correct: list[float]  # the task's verifier (what the reward should mean)
+    reward_errors: int
+    staleness: int  # policy versions between the sampling weights and the trained ones
+
+    def take(self, index: list[int]) -> Batch:
+        """The completions at `index`, in that order."""
+        g, at = self.generation, torch.tensor(index, dtype=torch.long)
+        generation = Generation(
+            prompt_ids=g.prompt_ids[at],
+            prompt_mask=g.prompt_mask[at],
+            completion_ids=g.completion_ids[at],
+            completion_mask=g.completion_mask[at],
+            logprobs=g.logprobs[at],
+            completions=[g.completions[i] for i in index],
+            truncated=g.truncated[at],
+        )
+        return Batch(
+            [self.rows[i] for i in index],
+            generation,
+            [self.totals[i] for i in index],
+            {k: [v[i] for i in index] for k, v in self.scores.items()},
+            [self.correct[i] for i in index],
+            self.reward_errors,
+            self.staleness,
+        )
+
+    @staticmethod
+    def join(parts: list[Batch], pad_id: int) -> Batch:
+        """One batch of the parts' completions, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        return Batch(
+            [r for b in parts for r in b.rows],
+            concat_generations([b.generation for b in parts], pad_id),
+            [t for b in parts for t in b.totals],
+            {k: [v for b in parts for v in b.scores[k]] for k in parts[0].scores},
+            [c for b in parts for c in b.correct],
+            sum(b.reward_errors for b in parts),
+            max(b.staleness for b in parts),
+        )
 
 
 def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
@@ -198,6 +341,22 @@ class GRPO(LMAlgorithm):
                 seed=config.seed,
                 group_size=config.group_size,
             )
+        elif config.async_generation:  # a second process with its own model copy
+            from payoff.rollout.async_generation import ProcessSampler
+
+            self.sampler = ProcessSampler(
+                model_config,
+                self.model,
+                self.tokenizer.pad_token_id,
+                seed=config.seed,
+                threads=config.threads,
+            )
+        # Batches sampled ahead (async_generation): (rows, planted, in-flight generation,
+        # the step it was submitted at).
+        self.pending: deque[tuple[list[dict[str, Any]], Any, Pending, int]] = deque()
+        # Seeds of the batches sampled ahead: a stream of their own, so that the learner's
+        # generator (minibatch shuffles) is not raced.
+        self.ahead_generator = torch.Generator().manual_seed(config.seed + 1)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         # fused: one kernel for the whole step, ~3x faster on CPU
         self.optimizer = adamw(
@@ -241,6 +400,7 @@ class GRPO(LMAlgorithm):
 
     def after_rollback(self) -> None:
         self.sampler.weights_updated()  # remote samplers get the restored weights
+        self.drop_pending()  # batches sampled ahead came from the weights rolled back
         self.canaries.passes = 0  # counted again from the rollback, or the alarm repeats at once
 
     def stop_strings(self) -> list[str]:
@@ -251,21 +411,124 @@ class GRPO(LMAlgorithm):
             self.run.event(self.step, kind, message, **evidence)
 
     # ---- one step, in four parts --------------------------------------------------------
-    def rollout(self) -> tuple[list[dict[str, Any]], Generation]:
-        """1. Sample G completions for each of prompts_per_step problems (some replaced by
-        canaries when `canaries.share` > 0)."""
-        config = self.config
-        problems = self.task.sample(self.rng, config.prompts_per_step)
-        self.planted = self.canaries.plant(problems, self.rng)
-        # each problem's group of G rows adjacent
-        rows = [row for row in self.planted.rows for _ in range(config.group_size)]
-        sampling = SamplingConfig(
-            config.temperature, config.top_p, config.max_new_tokens, config.stop
-        )
+    def draw(self, prompts_count: int) -> tuple[list[dict[str, Any]], Any, list[str]]:
+        """Problems for one generation batch (some replaced by canaries when `canaries.share`
+        > 0): the rows (each problem's G adjacent), the planted batch, the model's prompts."""
+        problems = self.task.sample(self.rng, prompts_count)
+        planted = self.canaries.plant(problems, self.rng)
+        rows = [row for row in planted.rows for _ in range(self.config.group_size)]
         # The model reads the prompt through its chat template (when on), after the
         # inoculation line (when set); rewards get the row's own prompt.
         prompts = [self.prompt_text(inoculated(r, self.inoculation)) for r in rows]
-        return rows, self.sampler.generate(prompts, sampling, self.generator)
+        return rows, planted, prompts
+
+    def sampling(self) -> SamplingConfig:
+        c = self.config
+        return SamplingConfig(c.temperature, c.top_p, c.max_new_tokens, c.stop)
+
+    def rollout(self, prompts_count: int) -> tuple[list[dict[str, Any]], Any, Generation, int]:
+        """1. Sample G completions for each of `prompts_count` problems; returns the rows,
+        the planted batch, the generation and its staleness (policy versions behind).
+
+        With async_generation the batch was usually submitted one step earlier, before that
+        step's update, and the next ones are submitted now, before this step's update: the
+        sampler works while the learner trains.
+        """
+        config = self.config
+        if not config.async_generation:
+            rows, planted, prompts = self.draw(prompts_count)
+            return rows, planted, self.sampler.generate(prompts, self.sampling(), self.generator), 0
+        sampler: Any = self.sampler
+        if config.max_staleness == 0 or prompts_count != config.prompts_per_step:
+            # In step with the learner: the learner's own generator, as when synchronous.
+            rows, planted, prompts = self.draw(prompts_count)
+            generation = sampler.submit(prompts, self.sampling(), generator=self.generator).result()
+            return rows, planted, generation, 0
+        if not self.pending:
+            self.submit_ahead()
+        rows, planted, pending, submitted = self.pending.popleft()
+        generation = pending.result()
+        while len(self.pending) < config.max_staleness:
+            self.submit_ahead()  # sampled with the weights as they are now, before the update
+        return rows, planted, generation, self.step - submitted
+
+    def submit_ahead(self) -> None:
+        """Send one step's batch to the sampler without waiting for it."""
+        rows, planted, prompts = self.draw(self.config.prompts_per_step)
+        seed = int(torch.randint(2**62, (1,), generator=self.ahead_generator))
+        pending = self.sampler.submit(prompts, self.sampling(), seed=seed)  # type: ignore[attr-defined]
+        self.pending.append((rows, planted, pending, self.step))
+
+    def drop_pending(self) -> None:
+        """Forget the batches sampled ahead (after a rollback: the weights they came from
+        are gone; when closing)."""
+        for _, _, pending, _ in self.pending:
+            try:
+                pending.result()
+            except Exception:  # a dead sampler is reported by the next generate
+                pass
+        self.pending.clear()
+
+    def collect(self) -> tuple[Batch, dict[str, float]]:
+        """1-2. Rollout and reward one step's batch; with dynamic_sampling, keep only groups
+        whose rewards differ, sampling more until prompts_per_step of them are found."""
+        config = self.config
+        g = config.group_size
+        batch, integrity = self.sample_scored(config.prompts_per_step)
+        if not config.dynamic_sampling:
+            return batch, integrity
+        kept: list[Batch] = []
+        dropped: list[Batch] = []
+        found, sampled, tries = 0, 0, 0
+        while True:
+            tries += 1
+            totals = torch.tensor(batch.totals).view(-1, g)
+            varied = (totals.std(-1) > 0).tolist() if g > 1 else [True] * len(totals)
+            sampled += len(varied)
+            take = [k for k, v in enumerate(varied) if v][: config.prompts_per_step - found]
+            rest = [k for k, v in enumerate(varied) if not v]
+            kept.append(batch.take([k * g + j for k in take for j in range(g)]))
+            dropped.append(batch.take([k * g + j for k in rest for j in range(g)]))
+            found += len(take)
+            if found == config.prompts_per_step or tries >= config.dynamic_sampling_max_batches:
+                break
+            # Sample for the deficit, scaled by this step's yield so far (at least the deficit).
+            deficit = config.prompts_per_step - found
+            rate = max(found / sampled, 0.25)
+            more = min(config.prompts_per_step, int(np.ceil(deficit / rate)))
+            batch, extra = self.sample_scored(more)
+            integrity.update(extra)  # counters are cumulative; rates: the latest batch's
+        short = config.prompts_per_step - found
+        filler = Batch.join(dropped, self.tokenizer.pad_token_id)
+        kept.append(filler.take(list(range(short * g))))  # flat groups: no gradient
+        joined = Batch.join(kept, self.tokenizer.pad_token_id)
+        integrity["train/dropped_groups"] = (sampled - found) / sampled
+        integrity["train/sampled_groups"] = float(sampled)
+        integrity["train/dynamic_fill"] = short / config.prompts_per_step
+        return joined, integrity
+
+    def sample_scored(self, prompts_count: int) -> tuple[Batch, dict[str, float]]:
+        """Rollout, reward, the task's verifier and the integrity checks of one batch."""
+        rows, planted, generation, staleness = self.rollout(prompts_count)
+        self.planted = planted
+        rewards = self.score(rows, generation)
+        totals = list(rewards.total)
+        scores = dict(rewards.scores)
+        if self.config.overlong_buffer:
+            penalty = (
+                overlong_penalty(
+                    generation.lengths, self.config.max_new_tokens, self.config.overlong_buffer
+                )
+                * self.config.overlong_penalty
+            )
+            totals = [t + float(p) for t, p in zip(totals, penalty, strict=True)]
+            scores["overlong"] = [float(p) for p in penalty]
+        correct = self.verifier(
+            [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
+        ).total
+        integrity = self.check_integrity(rows, generation.completions, totals, correct)
+        errors = int(sum(rewards.errors.values()))
+        return Batch(rows, generation, totals, scores, correct, errors, staleness), integrity
 
     def check_integrity(
         self,
@@ -322,34 +585,52 @@ class GRPO(LMAlgorithm):
         """4. updates_per_batch passes of minibatch steps on the GRPO loss.
 
         `advantages` [B] stay on the CPU with the shuffling; each minibatch's go to the model.
+        A minibatch runs in micro-batches of `microbatch_size` whose gradients add up.
         """
         config = self.config
         g = generation.to(self.device)  # a Ray sampler's generations arrive on the CPU
         batch = g.prompt_ids.shape[0]
         minibatch = config.minibatch_size or batch
+        micro = config.microbatch_size or minibatch
         on_policy = config.updates_per_batch == 1 and minibatch == batch
-        # A minibatch of whole groups runs each prompt once for all G of its completions.
-        group = config.group_size if minibatch % config.group_size == 0 else 1
+        # A micro-batch of whole groups runs each prompt once for all G of its completions.
+        group = config.group_size if micro % config.group_size == 0 else 1
+        aggregation = canonical_aggregation(config.loss_aggregation)
+        mask_all = g.completion_mask
+        if config.mask_truncated:  # DAPO's overlong filtering: truncated rows leave the loss
+            mask_all = mask_all * (~g.truncated).long()[:, None]
+            advantages = advantages.masked_fill(g.truncated.cpu(), 0.0)
         batch_args = (
             g.prompt_ids,
             g.prompt_mask,
             g.completion_ids,
-            g.completion_mask,
+            mask_all,
             config.temperature,
             minibatch,
-            group,
+            config.group_size if minibatch % config.group_size == 0 else 1,
         )
         old_logprobs = None
+        whole: Mismatch | None = None
         if not on_policy:
             # Samples are reused after the policy moves, so pin pi_old before the first step.
             old_logprobs = batched_completion_logprobs(self.model, *batch_args)
+            whole = mismatch(
+                old_logprobs, g.logprobs, mask_all, config.correction, config.mismatch_cap
+            )
         ref_logprobs = None
         if self.reference is not None:
             with self.reference.model() as reference:
                 ref_logprobs = batched_completion_logprobs(reference, *batch_args)
         stats: dict[str, list[float]] = {
-            k: [] for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
+            k: []
+            for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
+            + ("mismatch_kl", "mismatch_max", "is_weight", "is_masked")
         }
+        if whole is not None:
+            stats["mismatch_kl"].append(whole.kl)
+            stats["mismatch_max"].append(whole.max_logp_diff)
+            stats["is_weight"].append(whole.mean_weight)
+            stats["is_masked"].append(whole.masked)
         # Only the policy term has a gradient when there is no KL term, and it is A * (...).
         skip = config.skip_zero_advantage and self.reference is None
         if not self.model.training:  # the sampler restores the mode; a no-op walk costs ~1 ms
@@ -357,60 +638,90 @@ class GRPO(LMAlgorithm):
         for _ in range(config.updates_per_batch):
             if on_policy:
                 order = torch.arange(batch)
-            elif group > 1:  # shuffle groups, keep each group's rows together
-                groups = torch.randperm(batch // group, generator=self.generator)
-                order = (groups[:, None] * group + torch.arange(group)).flatten()
+            elif minibatch % config.group_size == 0:  # shuffle groups, keep their rows together
+                gs = config.group_size
+                groups = torch.randperm(batch // gs, generator=self.generator)
+                order = (groups[:, None] * gs + torch.arange(gs)).flatten()
             else:
                 order = torch.randperm(batch, generator=self.generator)
             for start in range(0, batch, minibatch):
                 index = order[start : start + minibatch]
-                rows, tokens = len(index), int(g.completion_mask[index].sum())
-                if skip:  # rows with no gradient need no forward or backward
-                    index = index[_rows_with_gradient(advantages[index], group)]
+                # The denominators of the whole minibatch (grpo, dapo, dr_grpo) or of each
+                # micro-batch (bnpo), fixed before rows without gradient are skipped.
+                rows, tokens = len(index), int(mask_all[index].sum())
+                chunks = [index[i : i + micro] for i in range(0, len(index), micro)]
                 self.optimizer.zero_grad(set_to_none=True)
-                if len(index):
-                    mask = g.completion_mask[index]
+                ran = False
+                totals = {"loss": 0.0, "policy": 0.0}
+                for chunk in chunks:
+                    chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
+                    if aggregation == "bnpo":
+                        chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
+                        scale = 1.0 / len(chunks)
+                    if skip:  # rows with no gradient need no forward or backward
+                        chunk = chunk[_rows_with_gradient(advantages[chunk], group)]
+                    if not len(chunk):
+                        continue
+                    ran = True
+                    mask = mask_all[chunk]
                     out = completion_logprobs(
                         self.model,
-                        g.prompt_ids[index],
-                        g.prompt_mask[index],
-                        g.completion_ids[index],
+                        g.prompt_ids[chunk],
+                        g.prompt_mask[chunk],
+                        g.completion_ids[chunk],
                         mask,
                         config.temperature,
                         with_entropy=True,
                         group_size=group,
                     )
-                    old = out.logprobs.detach() if old_logprobs is None else old_logprobs[index]
+                    if old_logprobs is None:  # on-policy: the trainer's start is this pass
+                        old = out.logprobs.detach()
+                        here = mismatch(
+                            old, g.logprobs[chunk], mask, config.correction, config.mismatch_cap
+                        )
+                        stats["mismatch_kl"].append(here.kl)
+                        stats["mismatch_max"].append(here.max_logp_diff)
+                        stats["is_weight"].append(here.mean_weight)
+                        stats["is_masked"].append(here.masked)
+                        weights = here.weights
+                    else:
+                        old = old_logprobs[chunk]
+                        weights = (
+                            None if whole is None or whole.weights is None else whole.weights[chunk]
+                        )
                     parts = grpo_loss(
                         out.logprobs,
                         old,
-                        advantages[index].to(self.device),
+                        advantages[chunk].to(self.device),
                         mask,
-                        ref_logprobs[index] if ref_logprobs is not None else None,
+                        ref_logprobs[chunk] if ref_logprobs is not None else None,
                         beta=config.beta,
                         clip_low=config.clip_eps,
                         clip_high=config.clip_eps
                         if config.clip_eps_high is None
                         else config.clip_eps_high,
-                        aggregation=config.loss_aggregation,
+                        aggregation=aggregation,  # type: ignore[arg-type]
                         max_tokens=config.max_new_tokens,
-                        rows=rows,
-                        tokens=tokens,
+                        rows=chunk_rows,
+                        tokens=chunk_tokens,
+                        weights=weights,
                     )
-                    parts.loss.backward()
+                    (parts.loss * scale).backward()
                     assert out.entropy is not None
-                    stats["loss"].append(parts.loss.item())
-                    stats["policy"].append(parts.policy_loss.item())
+                    totals["loss"] += parts.loss.item() * scale
+                    totals["policy"] += parts.policy_loss.item() * scale
                     stats["kl"].append(parts.kl.item())
                     stats["clip"].append(parts.clip_fraction.item())
                     stats["entropy"].append(
                         float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
                     )
-                else:  # every row skipped: the loss and its gradient are exactly 0
+                if not ran:  # every row skipped: the loss and its gradient are exactly 0
                     for param in self.trainable:
                         param.grad = torch.zeros_like(param)
-                    for key in ("loss", "policy", "kl", "clip"):
+                    for key in ("kl", "clip"):
                         stats[key].append(0.0)
+                stats["loss"].append(totals["loss"])
+                stats["policy"].append(totals["policy"])
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), config.max_grad_norm
                 )
@@ -419,35 +730,36 @@ class GRPO(LMAlgorithm):
                 self.optimizer.step()
                 self.scheduler.step()
                 stats["grad"].append(float(grad_norm))
-        return {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
+        out_stats = {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
+        if stats["mismatch_max"]:
+            out_stats["mismatch_max"] = float(np.max(stats["mismatch_max"]))
+        return out_stats
 
     # ---- the loop -------------------------------------------------------------------------
     def iterate(self) -> None:
-        """One step: rollout, score, group advantages, update; keeps the step's record."""
+        """One step: rollout and reward (with dynamic sampling: until the batch has signal),
+        advantages, update; keeps the step's record."""
         config = self.config
         started = time.time()
-        rows, generation = self.rollout()
-        generated = time.time()
-        rewards = self.score(rows, generation)
-        correct = self.verifier(
-            [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
-        ).total
-        totals = torch.tensor(rewards.total, dtype=torch.float32)
-        advantages = group_advantages(totals, config.group_size, config.scale_rewards)
-        integrity = self.check_integrity(rows, generation.completions, rewards.total, correct)
+        batch, integrity = self.collect()
+        generation = batch.generation
+        scored = time.time()
+        totals = torch.tensor(batch.totals, dtype=torch.float32)
+        advantages = advantages_of(
+            totals, config.group_size, config.advantage_estimator, config.scale_rewards
+        )
         if self.quarantined:  # samples an alarm flagged never enter the loss again
-            for i, row in enumerate(rows):
+            for i, row in enumerate(batch.rows):
                 if (str(row["prompt"]), generation.completions[i]) in self.quarantined:
                     advantages[i] = 0.0
-        scored = time.time()
         stats = self.update(generation, advantages)
         self.sampler.weights_updated()  # remote samplers send the new weights
         self.step += 1
-        self.samples_seen += len(rows)
+        self.samples_seen += len(batch.rows)
         elapsed = time.time() - started
         lengths = generation.lengths.float()
         flat = (totals.view(-1, config.group_size).std(-1) == 0).float().mean()
-        accuracy = float(np.mean([c >= 1.0 for c in correct]))
+        accuracy = float(np.mean([c >= 1.0 for c in batch.correct]))
         metrics: dict[str, Any] = {
             "samples": self.samples_seen,
             "train/reward": float(totals.mean()),
@@ -460,17 +772,23 @@ class GRPO(LMAlgorithm):
             "train/clip_fraction": stats["clip"],
             "train/grad_norm": stats["grad"],
             "train/flat_groups": float(flat),
+            "train/mismatch_kl": stats["mismatch_kl"],
+            "train/mismatch_max_logp_diff": stats["mismatch_max"],
+            "train/is_weight": stats["is_weight"],
+            "train/staleness": float(batch.staleness),
             "train/completion_length": float(lengths.mean()),
             "train/completion_length_max": float(lengths.max()),
             "train/truncated": float(generation.truncated.float().mean()),
-            "reward/errors": float(sum(rewards.errors.values())),
-            "perf/tokens_per_s": float(lengths.sum()) / max(generated - started, 1e-9),
+            "reward/errors": float(batch.reward_errors),
             "perf/step_s": elapsed,
-            "perf/generate_s": generated - started,
-            "perf/reward_s": scored - generated,
+            "perf/rollout_s": scored - started,  # generation (or waiting for it) and rewards
             "perf/update_s": time.time() - scored,
         }
-        for key, values in rewards.scores.items():
+        if config.correction == "sequence_mask":
+            metrics["train/is_masked"] = stats["is_masked"]
+        if not config.async_generation:
+            metrics["perf/tokens_per_s"] = float(lengths.sum()) / max(scored - started, 1e-9)
+        for key, values in batch.scores.items():
             applicable = [v for v in values if v is not None]
             if applicable:
                 metrics[f"reward/{key}"] = float(np.mean(applicable))
@@ -491,12 +809,12 @@ class GRPO(LMAlgorithm):
         self._samples = [  # the first prompt's group: what the rewards saw, for the report
             {
                 "step": self.step,
-                "prompt": str(rows[i]["prompt"]),
+                "prompt": str(batch.rows[i]["prompt"]),
                 "completion": generation.completions[i],
-                "reward": rewards.total[i],
-                **{key: values[i] for key, values in rewards.scores.items()},
+                "reward": batch.totals[i],
+                **{key: values[i] for key, values in batch.scores.items()},
             }
-            for i in range(min(config.group_size, len(rows)))
+            for i in range(min(config.group_size, len(batch.rows)))
         ]
 
     def progress_postfix(self) -> dict[str, Any]:
@@ -516,7 +834,9 @@ class GRPO(LMAlgorithm):
         )
 
     def finish(self) -> None:
-        """Close the Ray workers (their CPUs go to the final evaluation), evaluate, export."""
+        """Close the Ray workers or the sampling process (their CPUs go to the final
+        evaluation), evaluate, export."""
+        self.drop_pending()
         self.sampler.close()
         config = self.config
         result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
