@@ -15,13 +15,21 @@ explicit call), and then `ray.put`s them once under a new version number. A work
 version it is asked to use differs from the one it holds. Frozen weights (a LoRA base) are
 never sent: the worker loaded the same ones from disk.
 
+Asynchronous use. `submit(prompts, sampling, generator=None, seed=None) -> Pending` sends
+the shards and returns at once; `pending.result()` gathers them (`generate` is the two in a
+row). A batch is sampled with the weights version current when it was submitted
+(`pending.version`): each worker gets its calls in order and loads the version each call
+names, so a batch submitted before an update keeps the old weights (their object stays in
+the store while the batch needs it). See `payoff.rollout.async_generation`.
+
 Randomness. The torch Generator state travels with the call. With one worker the learner's
 generator state is sent, the worker samples with it and sends it back, so `backend: ray`
 with `ray.num_workers: 1` reproduces `backend: local` bit for bit (when
 `ray.cpus_per_worker` equals the learner's threads: float sums depend on the thread count).
 With W > 1 workers one 62-bit seed is drawn from the learner's generator per call and shard
 k samples with `Generator().manual_seed(SeedSequence([seed, k]))`: reproducible for a given
-seed and W, but not equal to local or to another W.
+seed and W, but not equal to local or to another W. `submit(..., seed=s)` samples shard k
+from `shard_seed(s, k)` for any W, so batches in flight together have streams of their own.
 
 Faults. A worker that dies (killed, node lost, out of memory) is replaced by a fresh actor
 and its shard is generated again with the same weights and the same RNG stream, so the
@@ -42,6 +50,7 @@ import torch
 from payoff.core.errors import ConfigError, RunError
 from payoff.models.lm import ModelConfig
 from payoff.rollout import ray_pool
+from payoff.rollout.async_generation import Pending
 from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
 from payoff.rollout.ray_pool import RayConfig
 
@@ -68,8 +77,10 @@ class GenerationWorker:
         from payoff.models.lm import load_lm
 
         torch.set_num_threads(threads)
+        # The parameters keep requires_grad as in the learner (sampling runs under no_grad
+        # anyway): torch's CPU linear takes another path for a weight that does not require
+        # grad, and the logprobs would differ from local sampling in the last bit.
         self.model, self.tokenizer = load_lm(model, seed=seed)
-        self.model.requires_grad_(False)
         self.sampler = LocalSampler(self.model, self.tokenizer, batch_size)
         self.version = -1
 
@@ -213,28 +224,40 @@ class RaySampler:
         ranges = [(a * self.group_size, min(b * self.group_size, rows)) for a, b in bounds]
         return [(a, b) for a, b in ranges if b > a]
 
-    def generate(
-        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
-    ) -> Generation:
-        """Completions of `prompts` (in order), sampled on the workers."""
+    def submit(
+        self,
+        prompts: list[str],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> Pending:
+        """Send `prompts` to the workers and return at once; `result()` gathers them in order.
+
+        generator: the sampling stream. With one shard the worker continues it and result()
+            moves it on (one batch in flight per generator); with several, one seed is drawn
+            from it now. None: torch's global stream, the same way.
+        seed: shard k samples from `shard_seed(seed, k)` instead, for batches in flight
+            together.
+        """
+        if generator is not None and seed is not None:
+            raise ConfigError("submit takes a generator or a seed, not both")
         self.start()
         started = time.perf_counter()
-        weights = self._weights_ref()
+        weights, version = self._weights_ref(), self.version
         shards = self.shards(len(prompts))
-        shared = len(shards) == 1  # one shard: sample with the learner's own stream
+        shared = seed is None and len(shards) == 1  # sample with the learner's own stream
+        rng: torch.Tensor | None = None
         if shared:
-            rng: torch.Tensor | None = (
-                generator.get_state() if generator is not None else torch.get_rng_state()
-            )
-            seed = None
-        else:
-            rng = None
+            rng = generator.get_state() if generator is not None else torch.get_rng_state()
+        elif seed is None:
             seed = int(torch.randint(2**62, (1,), generator=generator).item())
+        sent_to: dict[int, Any] = {}  # the actor each shard went to
 
-        def submit(k: int) -> Any:
+        def send(k: int) -> Any:
             start, stop = shards[k]
+            sent_to[k] = self.workers[k]
             return self.workers[k].generate.remote(
-                self.version,
+                version,
                 [weights],
                 prompts[start:stop],
                 sampling,
@@ -242,18 +265,33 @@ class RaySampler:
                 None if seed is None else shard_seed(seed, k),
             )
 
-        futures = {k: submit(k) for k in range(len(shards))}
-        results = ray_pool.gather_restarting(futures, self.config, self._restart, submit)
-        parts = [results[k][0] for k in range(len(shards))]
-        if shared:  # the learner's stream continues where the worker left it
-            state = results[0][1]
-            assert state is not None
-            if generator is not None:
-                generator.set_state(state)
-            else:
-                torch.set_rng_state(state)
-        self.last_seconds = time.perf_counter() - started
-        return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
+        def restart(k: int, error: Exception) -> None:
+            # Another batch in flight on the same dead actor may have replaced it already.
+            if self.workers[k] is sent_to[k]:
+                self._restart(k, error)
+
+        futures = {k: send(k) for k in range(len(shards))}
+
+        def gather() -> Generation:
+            results = ray_pool.gather_restarting(futures, self.config, restart, send)
+            parts = [results[k][0] for k in range(len(shards))]
+            if shared:  # the learner's stream continues where the worker left it
+                state = results[0][1]
+                assert state is not None
+                if generator is not None:
+                    generator.set_state(state)
+                else:
+                    torch.set_rng_state(state)
+            self.last_seconds = time.perf_counter() - started
+            return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
+
+        return Pending(version, gather)
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
+    ) -> Generation:
+        """Completions of `prompts` (in order), sampled on the workers."""
+        return self.submit(prompts, sampling, generator=generator).result()
 
     def metrics(self) -> dict[str, float]:
         """ray/... metrics logged with every step (cumulative counters)."""

@@ -1,0 +1,479 @@
+"""Asynchronous LLM generation: sample the next batches while the learner updates.
+
+`ProcessSampler` implements the `Sampler` protocol of `payoff.rollout.generation` and adds
+`submit(prompts, sampling, generator=None, seed=None) -> Pending`, which returns at once: a
+child process with its own copy of the policy samples the batch while the caller goes on
+(an optimizer step, say), and `pending.result()` waits for the `Generation`. `RaySampler`
+(`payoff.rollout.ray_generation`) has the same `submit`; `AsyncSampler` names the pair.
+
+The child is one fresh interpreter (multiprocessing's 'spawn': never a fork of a process
+whose torch has threads). It starts on the first `submit`, so a sampler that only evaluates
+costs nothing, builds the model with `load_lm(model_config, seed=seed)` like a Ray
+`GenerationWorker`, sets `torch.set_num_threads(threads)`, and runs payoff's own
+`LocalSampler` on each request. As with every spawned worker, a script that trains from
+Python must start under `if __name__ == "__main__":` (the child imports the script).
+
+Weights and staleness. The sampler holds the learner's model. `weights_updated()` (GRPO
+calls it after every optimizer step) marks its weights as changed, as does torch's
+per-tensor write counter; the next `submit` then first sends the trainable parameters
+(pickled there and then: a snapshot) as a new version, ahead of the request, down the one
+FIFO pipe to the child. The child handles messages in order, so a batch sampled with
+`version` v is sampled with the weights as they were when it was submitted: a request
+submitted before an update uses the old weights even when the child reaches it after the
+update, one submitted after it uses the new ones. The staleness of a batch is therefore
+(learner's version when its loss is computed) - `pending.version`, and the caller controls
+it by how far ahead it submits. Frozen weights (a LoRA base) are never sent: the child
+loaded the same ones. Neither side waits on the other: a thread in the child moves requests
+off the pipe as they come, a thread here collects the replies.
+
+Randomness, as on Ray. With `generator` its state travels with the request, the child
+samples with it, and `result()` moves the caller's generator to where sampling ended, so
+`submit(p, s, generator=g).result()` equals `LocalSampler.generate(p, s, g)` bit for bit
+(same weights, `threads` equal to the learner's: float sums depend on the thread count);
+without either, torch's global stream is used the same way. A generator can have one batch
+in flight at a time (a second would start from the same state); batches in flight together
+pass `seed=` instead and are sampled from `Generator().manual_seed(seed)`.
+
+Faults. An exception inside the child comes back and is raised by `result()` (payoff errors
+as themselves, others as a RunError naming them, the child's traceback as the cause); the
+child goes on with the next request. A child that dies (killed, out of memory) makes
+`result()` raise a RunError with its exit code instead of hanging; it is not restarted
+(`close()` and a later `submit` start a fresh one). `close()` stops the child; it also runs
+when a forgotten sampler is collected or the interpreter exits, and a child whose parent is
+gone exits by itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+import torch
+
+from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.models.lm import ModelConfig
+from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
+from payoff.track.interrupt import ignore_ctrl_c_in_worker
+
+
+class Pending:
+    """A batch being sampled: `version` is the weights version it samples with (the
+    sampler's `version` when it was submitted); `result()` waits for its `Generation`."""
+
+    def __init__(self, version: int, wait: Callable[[], Generation]):
+        self.version = version
+        self._wait: Callable[[], Generation] | None = wait
+
+    def result(self) -> Generation:
+        """The generation (blocks until it is there); raises what went wrong in the sampler.
+        Call it once: it also moves the generator it was submitted with."""
+        if self._wait is None:
+            raise RunError(
+                "this batch's result() was already called; it hands its Generation over once"
+            )
+        wait, self._wait = self._wait, None
+        return wait()
+
+
+class AsyncSampler(Sampler, Protocol):
+    """A `Sampler` that can also sample in the background: `ProcessSampler`, `RaySampler`."""
+
+    @property
+    def version(self) -> int:
+        """How many weight versions were sent so far (a new batch samples with this one)."""
+        ...
+
+    def submit(
+        self,
+        prompts: list[str],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> Pending: ...
+
+
+class ProcessSampler:
+    """A `Sampler` whose generation runs in one child process with its own model copy.
+
+    model_config: how the child builds the model (`load_lm(model_config, seed=seed)`); the
+        learner's current trainable weights are sent on top of it before its first batch.
+    model: the learner's model; its trainable weights are sent when they change.
+    pad_token_id: the tokenizer's padding id (kept for parity with RaySampler: one process
+        samples whole batches, so nothing is joined here).
+    seed: model seed for load_lm (only matters for a fresh tiny model without a path).
+    threads: torch threads of the child. Equal to the learner's, sampling matches
+        `LocalSampler` bit for bit; on a small machine give each side its share of the cores.
+    batch_size: rows per forward inside the child (LocalSampler's batch_size).
+    """
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        model: torch.nn.Module,
+        pad_token_id: int,
+        seed: int = 0,
+        threads: int = 1,
+        batch_size: int = 256,
+    ):
+        if threads <= 0:
+            raise ConfigError(f"threads must be > 0, got {threads}")
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be > 0, got {batch_size}")
+        self.model_config, self.model = model_config, model
+        self.pad_token_id, self.seed = pad_token_id, seed
+        self.threads, self.batch_size = threads, batch_size
+        self._child: _Child | None = None  # started on the first submit
+        self._closer: weakref.finalize | None = None
+        self._version = 0
+        self._fingerprint: tuple[int, ...] | None = None  # None: the child has no weights yet
+        self._updated = False  # set by weights_updated(): send before the next submit
+        self._requests = 0
+        self._streams: set[int] = set()  # generators with a batch in flight (0: torch's own)
+        self.counters = {"weight_pushes": 0}
+        self.weight_bytes = 0  # size of one push
+        self.push_seconds = 0.0  # time spent sending weights, all pushes
+
+    @property
+    def version(self) -> int:
+        """How many weight versions were sent so far (a new batch samples with this one)."""
+        return self._version
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None before the first submit and after close)."""
+        return None if self._child is None else self._child.process.pid
+
+    @property
+    def startup_seconds(self) -> float:
+        """From starting the child to its model being ready (0 until it is)."""
+        return 0.0 if self._child is None else self._child.startup_seconds
+
+    def start(self) -> _Child:
+        """Start the child (once; later calls return the running one)."""
+        if self._child is None:
+            self._child = _Child(self.model_config, self.seed, self.threads, self.batch_size)
+            self._closer = weakref.finalize(self, self._child.close)  # also runs at exit
+            self._fingerprint = None  # a new child gets the current weights first
+        return self._child
+
+    def close(self) -> None:
+        """Stop the child (a later submit starts a new one); batches in flight are lost."""
+        if self._closer is not None:
+            self._closer()  # calls child.close once, however often close() is called
+        self._child, self._closer = None, None
+        self._streams.clear()
+
+    # ---- weights --------------------------------------------------------------------------
+    def weights_updated(self) -> None:
+        """The learner stepped its optimizer: send the new weights before the next submit."""
+        self._updated = True
+
+    def _push_weights(self, child: _Child) -> None:
+        """Send the trainable weights as a new version if they changed since the last one."""
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        # In-place writes bump a tensor's _version; fused optimizer kernels and `p.data = ...`
+        # do not: trainers call weights_updated().
+        fingerprint = tuple(p._version for p in params.values())
+        if self._fingerprint is not None and not self._updated and fingerprint == self._fingerprint:
+            return
+        started = time.perf_counter()
+        self._updated = False
+        self._version += 1
+        child.send(("weights", self._version, {n: p.detach().cpu() for n, p in params.items()}))
+        self._fingerprint = fingerprint
+        self.counters["weight_pushes"] += 1
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in params.values())
+        self.push_seconds += time.perf_counter() - started
+
+    # ---- sampling -------------------------------------------------------------------------
+    def submit(
+        self,
+        prompts: list[str],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> Pending:
+        """Send a batch to the child and return at once; its `result()` waits for it.
+
+        generator: sample from this stream (its state travels with the request; result()
+            moves it on); None with no seed: torch's global stream, the same way.
+        seed: sample from `Generator().manual_seed(seed)` instead, for batches in flight
+            together (a generator's stream allows one at a time).
+        """
+        if generator is not None and seed is not None:
+            raise ConfigError("submit takes a generator or a seed, not both")
+        stream = None if seed is not None else 0 if generator is None else id(generator)
+        if stream is not None and stream in self._streams:
+            raise RunError(
+                "this generator already has a batch in flight: call its result() first, or "
+                "pass seed= to sample batches in flight together from streams of their own"
+            )
+        child = self.start()
+        self._push_weights(child)
+        rng_state = None
+        if stream is not None:
+            rng_state = generator.get_state() if generator is not None else torch.get_rng_state()
+        request = self._requests
+        self._requests += 1
+        child.send(("generate", request, prompts, sampling, rng_state, seed))
+        if stream is not None:
+            self._streams.add(stream)
+
+        def wait() -> Generation:
+            try:
+                generation, end_state = child.wait(request)
+            finally:
+                if stream is not None:
+                    self._streams.discard(stream)
+            if end_state is not None:  # the caller's stream continues where the child left it
+                if generator is not None:
+                    generator.set_state(end_state)
+                else:
+                    torch.set_rng_state(end_state)
+            return generation
+
+        return Pending(self._version, wait)
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
+    ) -> Generation:
+        """Completions of `prompts`, sampled in the child with the current weights."""
+        return self.submit(prompts, sampling, generator=generator).result()
+
+    def metrics(self) -> dict[str, float]:
+        """async/... metrics logged with every step: weight pushes and the seconds they took
+        (cumulative; the first push waits for the child to start reading), MB per push."""
+        return {
+            "async/weight_pushes": float(self.counters["weight_pushes"]),
+            "async/weight_mb": self.weight_bytes / 2**20,
+            "async/push_seconds": self.push_seconds,
+        }
+
+
+# ---- the child process and the pipes to it --------------------------------------------------
+_STARTUP = -1  # reply id of the child's "model loaded" (or "could not load") message
+
+# What the child reports of an exception: the payoff class (raised here as itself) or None,
+# the type's name, the message, and the child's traceback.
+ErrorReport = tuple[type | None, str, str, str]
+
+
+class _Child:
+    """The sampling process, its two pipes, and the thread here that collects its replies.
+
+    It holds no reference to the ProcessSampler, so a forgotten sampler can be collected
+    (and its finalizer stop the child).
+    """
+
+    def __init__(self, model_config: ModelConfig, seed: int, threads: int, batch_size: int):
+        context = multiprocessing.get_context("spawn")
+        requests_in, self.requests = context.Pipe(duplex=False)
+        self.replies, replies_out = context.Pipe(duplex=False)
+        self.process = context.Process(
+            target=_serve,
+            args=(model_config, seed, threads, batch_size, requests_in, replies_out, os.getpid()),
+            name="payoff-sampler",
+            daemon=True,
+        )
+        self.started = time.perf_counter()
+        self.process.start()
+        # The child holds the other ends: its death closes the reply pipe (EOF here).
+        requests_in.close()
+        replies_out.close()
+        self.startup_seconds = 0.0
+        self.arrived: dict[int, tuple[bool, Any]] = {}  # request id -> (ok, payload)
+        self.changed = threading.Condition()
+        self.lost = False  # the reply pipe hit EOF: the child is gone
+        self.failed: ErrorReport | None = None  # the model could not be built
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._collect, name="payoff-sampler-replies", daemon=True).start()
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                request, ok, payload = pickle.loads(self.replies.recv_bytes())
+            except (EOFError, OSError):
+                break
+            with self.changed:
+                if request == _STARTUP:
+                    self.startup_seconds = time.perf_counter() - self.started
+                    self.failed = None if ok else payload
+                else:
+                    self.arrived[request] = (ok, payload)
+                self.changed.notify_all()
+        self.replies.close()
+        with self.changed:
+            self.lost = True
+            self.changed.notify_all()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Pickle `message` now (a snapshot of its tensors) and queue it for the child."""
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        with self.send_lock:
+            if self.lost or self.requests.closed:
+                self.raise_gone("before it received a batch")
+            try:
+                self.requests.send_bytes(data)
+            except OSError:  # broken pipe: it died
+                self.raise_gone("before it received a batch")
+
+    def wait(self, request: int) -> Any:
+        """The payload of reply `request`, once it arrives; raises the child's error."""
+        dead_since: float | None = None
+        with self.changed:
+            while request not in self.arrived:
+                if self.lost:
+                    self.raise_gone(f"before it returned batch {request}")
+                self.changed.wait(timeout=0.5)
+                # EOF normally says the child is gone; is_alive() covers a pipe end that
+                # some other process still holds.
+                if self.process.is_alive():
+                    dead_since = None
+                elif dead_since is None:
+                    dead_since = time.perf_counter()
+                elif time.perf_counter() - dead_since > 2.0 and request not in self.arrived:
+                    self.raise_gone(f"before it returned batch {request}")
+            ok, payload = self.arrived.pop(request)
+        if not ok:
+            raise_report(payload)
+        return payload
+
+    def raise_gone(self, when: str) -> None:
+        if self.failed is not None:  # it exited because the model could not be built
+            raise_report(self.failed)
+        self.process.join(timeout=1.0)
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            reason = f"was killed by {signal.Signals(-code).name}"
+        elif code is not None:
+            reason = f"exited with code {code}"
+        else:
+            reason = "stopped answering"
+        raise RunError(
+            f"the sampling process (pid {self.process.pid}) {reason} {when} (out of memory? "
+            f"killed? closed?); it is not restarted: close() the sampler and submit again to "
+            f"start a new one"
+        )
+
+    def close(self) -> None:
+        """Stop the child: the closed pipe makes it exit; kill it if it does not."""
+        with self.send_lock:
+            self.requests.close()
+        self.process.join(timeout=5.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class _ChildTraceback(Exception):
+    """The traceback of an exception raised in the child (the cause of the one raised here)."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0])
+
+
+def raise_report(report: ErrorReport) -> None:
+    """Raise the child's exception here: payoff errors as themselves, others as RunError."""
+    payoff_class, name, message, trace = report
+    cause = _ChildTraceback(trace)
+    if payoff_class is not None:
+        raise payoff_class(message) from cause
+    raise RunError(f"sampling in the child process failed: {name}: {message}") from cause
+
+
+def _report(error: BaseException) -> ErrorReport:
+    payoff_class: type | None = type(error) if isinstance(error, PayoffError) else None
+    try:
+        pickle.dumps(payoff_class)
+    except Exception:  # a class defined inside a function: report it by name
+        payoff_class = None
+    return payoff_class, type(error).__name__, str(error), traceback.format_exc()
+
+
+def _serve(
+    model_config: ModelConfig,
+    seed: int,
+    threads: int,
+    batch_size: int,
+    requests: Connection,
+    replies: Connection,
+    parent_pid: int,
+) -> None:
+    """The child's main loop: build the model, then load weights and sample, in order."""
+    ignore_ctrl_c_in_worker()  # the parent stops it (Ctrl-C reaches the process group)
+    inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    threading.Thread(target=_read_requests, args=(requests, inbox, parent_pid), daemon=True).start()
+
+    def reply(request: int, ok: bool, payload: Any) -> None:
+        replies.send_bytes(pickle.dumps((request, ok, payload), protocol=pickle.HIGHEST_PROTOCOL))
+
+    from payoff.models.lm import load_lm
+
+    torch.set_num_threads(threads)
+    try:
+        model, tokenizer = load_lm(model_config, seed=seed)
+    except Exception as error:
+        reply(_STARTUP, False, _report(error))
+        return
+    # The parameters keep requires_grad as in the learner (sampling runs under no_grad
+    # anyway): torch's CPU linear takes another path for a weight that does not require
+    # grad (the LM head on the prompt's last position), and the logprobs would differ from
+    # the learner's own sampling in the last bit.
+    sampler = LocalSampler(model, tokenizer, batch_size)
+    reply(_STARTUP, True, None)
+    bad_weights: ErrorReport | None = None  # reported to every batch until good ones come
+    while True:
+        message = inbox.get()
+        if message[0] == "weights":
+            _, version, weights = message
+            try:
+                missing = model.load_state_dict(weights, strict=False)
+                if missing.unexpected_keys:
+                    raise RunError(
+                        f"the learner's weights (version {version}) do not fit the sampling "
+                        f"process's model: unexpected keys {missing.unexpected_keys[:3]} "
+                        f"(was the model built differently?)"
+                    )
+                bad_weights = None
+            except Exception as error:
+                bad_weights = _report(error)
+            continue
+        _, request, prompts, sampling, rng_state, sample_seed = message
+        if bad_weights is not None:
+            reply(request, False, bad_weights)
+            continue
+        generator = torch.Generator()
+        if rng_state is not None:
+            generator.set_state(rng_state)
+        else:
+            generator.manual_seed(int(sample_seed or 0))
+        try:
+            generation = sampler.generate(prompts, sampling, generator)
+        except Exception as error:
+            reply(request, False, _report(error))
+            continue
+        reply(request, True, (generation, generator.get_state() if rng_state is not None else None))
+
+
+def _read_requests(
+    requests: Connection, inbox: queue.SimpleQueue[tuple[Any, ...]], parent_pid: int
+) -> None:
+    """Child side: move requests into `inbox` as they come, so that the parent never waits
+    on a busy child; end the process when the parent closes the pipe or is gone."""
+    while os.getppid() == parent_pid:
+        try:
+            if requests.poll(1.0):
+                inbox.put(pickle.loads(requests.recv_bytes()))
+        except (EOFError, OSError):
+            break
+    os._exit(0)

@@ -1,0 +1,169 @@
+"""Asynchronous generation: a child process (and Ray) sampling equals local sampling, batches
+keep the weights version they were submitted with, seeds, errors, a killed child."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the llm extra is not installed")
+
+from payoff.core.errors import RunError  # noqa: E402
+from payoff.models.lm import ModelConfig, load_lm  # noqa: E402
+from payoff.rollout.async_generation import ProcessSampler  # noqa: E402
+from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig  # noqa: E402
+
+PROMPTS = [p for p in ("1+2=", "30+4=", "5+67=") for _ in range(3)]  # groups of 3
+SAMPLING = SamplingConfig(max_new_tokens=6, stop=["="])
+
+
+def local(model: Any, tokenizer: Any, generator: torch.Generator) -> Generation:
+    """Sampling in this process, with one torch thread like the child."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return LocalSampler(model, tokenizer).generate(PROMPTS, SAMPLING, generator)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def assert_same(a: Generation, b: Generation) -> None:
+    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "truncated"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert torch.equal(a.logprobs, b.logprobs)  # bit for bit, not allclose
+    assert a.completions == b.completions
+
+
+@pytest.fixture(scope="module")
+def learner() -> Iterator[tuple[Any, Any, ProcessSampler]]:
+    """The learner's model and a sampler whose child starts from other weights (seed 1), so
+    that matching local sampling proves the learner's weights were sent."""
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    sampler = ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id, seed=1, threads=1)
+    yield model, tokenizer, sampler
+    sampler.close()
+
+
+def test_process_generate_equals_local_bit_for_bit(learner):
+    model, tokenizer, sampler = learner
+    remote_generator = torch.Generator().manual_seed(3)
+    local_generator = torch.Generator().manual_seed(3)
+    assert_same(
+        sampler.generate(PROMPTS, SAMPLING, remote_generator),
+        local(model, tokenizer, local_generator),
+    )
+    assert torch.equal(remote_generator.get_state(), local_generator.get_state())
+    metrics = sampler.metrics()
+    assert metrics["async/weight_pushes"] >= 1 and 3.5 < metrics["async/weight_mb"] < 4.5
+
+
+def test_a_batch_keeps_the_weights_it_was_submitted_with(learner):
+    model, tokenizer, sampler = learner
+    old_model = copy.deepcopy(model)
+    before = sampler.submit(PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():  # an optimizer step the version counter does not see (like fused AdamW)
+        for p in model.parameters():
+            p.data.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(9)))
+    sampler.weights_updated()
+    after = sampler.submit(PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(5))
+    assert before.version < after.version == sampler.version
+    assert_same(before.result(), local(old_model, tokenizer, torch.Generator().manual_seed(5)))
+    new = after.result()
+    assert_same(new, local(model, tokenizer, torch.Generator().manual_seed(5)))
+    # Nothing changed since: the next batch is sampled with the same version, nothing sent.
+    pushes = sampler.counters["weight_pushes"]
+    again = sampler.submit(PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(5))
+    assert again.version == after.version and sampler.counters["weight_pushes"] == pushes
+    assert_same(again.result(), new)
+    with pytest.raises(RunError, match="once"):
+        again.result()
+
+
+def test_seeded_batches_in_flight_together_are_reproducible(learner):
+    model, tokenizer, sampler = learner
+    first, second, other = (sampler.submit(PROMPTS, SAMPLING, seed=s) for s in (7, 7, 8))
+    a, b, c = first.result(), second.result(), other.result()
+    assert_same(a, b)
+    assert_same(a, local(model, tokenizer, torch.Generator().manual_seed(7)))
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+    # One generator's stream carries one batch at a time; a second would repeat the first.
+    generator = torch.Generator().manual_seed(0)
+    pending = sampler.submit(PROMPTS, SAMPLING, generator=generator)
+    with pytest.raises(RunError, match="already has a batch in flight"):
+        sampler.submit(PROMPTS, SAMPLING, generator=generator)
+    pending.result()
+
+
+def test_an_error_in_the_child_is_raised_by_result_and_the_child_goes_on(learner):
+    model, tokenizer, sampler = learner
+    nothing_kept = SamplingConfig(max_new_tokens=4, top_p=0.0)  # not validated: NaN probs
+    with pytest.raises(RunError, match="RuntimeError") as raised:
+        sampler.submit(PROMPTS, nothing_kept, seed=0).result()
+    assert "Traceback" in str(raised.value.__cause__)  # the child's own traceback
+    assert sampler.generate(PROMPTS, SAMPLING).completion_ids.shape[0] == len(PROMPTS)
+
+
+def test_a_killed_child_fails_the_batch_promptly_and_close_is_idempotent():
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    sampler = ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id)
+    assert sampler.pid is None  # nothing started until the first batch
+    sampler.generate(PROMPTS, SAMPLING)
+    pid = sampler.pid
+    assert pid is not None and sampler.startup_seconds > 0
+    many = SamplingConfig(max_new_tokens=200)  # still sampling when the child dies
+    pending = sampler.submit(PROMPTS * 20, many, seed=0)
+    os.kill(pid, signal.SIGKILL)
+    started = time.perf_counter()
+    with pytest.raises(RunError, match=f"pid {pid}.*SIGKILL"):
+        pending.result()
+    assert time.perf_counter() - started < 5.0
+    with pytest.raises(RunError, match="SIGKILL"):
+        sampler.submit(PROMPTS, SAMPLING, seed=0)
+    sampler.close()
+    sampler.close()
+    assert sampler.pid is None
+
+
+def test_ray_submit_keeps_versions_and_seeds_every_shard(ray_cluster):
+    from payoff.rollout.ray_generation import RaySampler, shard_seed
+    from payoff.rollout.ray_pool import RayConfig
+
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    old_model = copy.deepcopy(model)
+    sampler = RaySampler(
+        RayConfig(num_workers=2), ModelConfig(), model, tokenizer.pad_token_id, group_size=3
+    )
+    try:
+        before = sampler.submit(PROMPTS, SAMPLING, seed=11)
+        with torch.no_grad():
+            next(model.parameters()).add_(0.5)
+        after = sampler.submit(PROMPTS, SAMPLING, seed=11)
+        assert before.version < after.version
+        # Each shard (whole groups) is sampled from shard_seed(11, k).
+        for pending, weights in ((before, old_model), (after, model)):
+            generation = pending.result()
+            for k, (start, stop) in enumerate(sampler.shards(len(PROMPTS))):
+                threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+                try:
+                    part = LocalSampler(weights, tokenizer).generate(
+                        PROMPTS[start:stop],
+                        SAMPLING,
+                        torch.Generator().manual_seed(shard_seed(11, k)),
+                    )
+                finally:
+                    torch.set_num_threads(threads)
+                width = part.completion_ids.shape[1]
+                assert torch.equal(
+                    generation.completion_ids[start:stop, :width], part.completion_ids
+                )
+                assert torch.equal(generation.logprobs[start:stop, :width], part.logprobs)
+    finally:
+        sampler.close()
