@@ -2,11 +2,23 @@
 
 Both start from the same pretrained tiny Llama (payoff's cached base model for 2-digit
 addition), train for the same number of optimizer steps with the same number of prompts
-and completions per step, beta = 0, the per-sequence ('grpo') loss and group-std scaling,
-and are then scored by the same greedy held-out evaluation. Each side runs in its own
-subprocess (so peak memory is its own) with one torch thread, and each tries every
-learning rate in --lrs; the table reports every try, and the headline compares each
-side's best.
+and completions per step, beta = 0, group-std scaling and the same learning rate, and are
+then scored by the same greedy held-out evaluation. Each run is its own subprocess (so
+peak memory is its own). The configurations:
+
+    trl grpo        TRL, loss_type="grpo" (per-sequence), one torch thread
+    trl dapo        TRL, loss_type="dapo" (its default); its importance-sampling correction
+                    of the rollout/trainer mismatch needs vLLM, so on CPU it is off
+    payoff grpo     payoff, loss_aggregation grpo, one thread
+    payoff dapo     payoff, loss_aggregation dapo, one thread
+    payoff async    payoff, dapo loss, asynchronous generation one step stale (token-level
+                    truncated IS correction), one thread for the trainer and one for the
+                    sampler process: the 2 cores
+    payoff sync x2  payoff, dapo loss, synchronous, two threads: the fair baseline for async
+
+every one on each of --seeds. Then the same-wall-clock comparison: the payoff
+configurations train again for as long as TRL's dapo took for its steps (mean over
+seeds), as many steps as fit, and are scored the same way.
 
 Run: python benchmarks/grpo_vs_trl.py [--quick]
 """
@@ -28,6 +40,20 @@ sys.path.insert(0, str(ROOT))
 
 TASK = {"name": "addition", "options": {"digits": 2, "ood_digits": 3}, "eval_size": 200}
 BASE = {"steps": 550, "batch_size": 128, "learning_rate": 0.001}
+
+# (side, GRPO / GRPOConfig options, torch threads)
+CONFIGS: dict[str, tuple[str, dict, int]] = {
+    "trl grpo": ("trl", {"loss_type": "grpo"}, 1),
+    "trl dapo": ("trl", {"loss_type": "dapo"}, 1),
+    "payoff grpo": ("payoff", {"loss_aggregation": "grpo"}, 1),
+    "payoff dapo": ("payoff", {"loss_aggregation": "dapo"}, 1),
+    "payoff async": (
+        "payoff",
+        {"loss_aggregation": "dapo", "async_generation": True, "max_staleness": 1},
+        1,
+    ),
+    "payoff sync x2": ("payoff", {"loss_aggregation": "dapo"}, 2),
+}
 
 
 def base_model() -> str:
@@ -54,9 +80,12 @@ def run_payoff(args) -> dict:
     from payoff.algos.grpo import GRPO
 
     class TimedGRPO(GRPO):
-        """GRPO that keeps the seconds spent in its own evaluations (excluded, as for TRL)."""
+        """GRPO that keeps the seconds spent in its own evaluations (excluded, as for TRL)
+        and stops when a wall-clock budget of training seconds is spent."""
 
         eval_seconds = 0.0
+        budget = 0.0
+        began = 0.0
 
         def evaluate(self, *a, **k):
             started = time.perf_counter()
@@ -64,25 +93,35 @@ def run_payoff(args) -> dict:
             self.eval_seconds += time.perf_counter() - started
             return result
 
+        def iterate(self):
+            super().iterate()
+            spent = time.perf_counter() - self.began - self.eval_seconds
+            if self.budget and spent >= self.budget:
+                self.state.solved_at = self.step  # the loop's stop condition
+
+    steps = args.steps * 20 if args.budget else args.steps
     grpo = TimedGRPO(
         model={"path": args.model},
         task=TASK,
-        steps=args.steps,
+        steps=steps,
         prompts_per_step=args.prompts,
         group_size=args.group,
         learning_rate=args.lr,
+        warmup_steps=0,
         beta=0.0,
-        loss_aggregation="sequence",
         scale_rewards=True,
         max_new_tokens=6,
         eval_every=10**9,
         checkpoint_every=10**9,
         seed=args.seed,
+        threads=args.threads,
+        **json.loads(args.options),
     )
     start_accuracy = held_out_accuracy(grpo.model, grpo.tokenizer)
-    started = time.perf_counter()
-    grpo.learn(args.steps)  # no run directory: no checkpoints or reports in the timing
-    seconds = time.perf_counter() - started - grpo.eval_seconds  # TRL's train() has none
+    grpo.budget = args.budget
+    grpo.began = time.perf_counter()
+    grpo.learn(steps)  # no run directory: no checkpoints or reports in the timing
+    seconds = time.perf_counter() - grpo.began - grpo.eval_seconds  # TRL's train() has none
     tokens = sum(
         h["train/completion_length"] * args.prompts * args.group
         for h in grpo.history
@@ -90,6 +129,7 @@ def run_payoff(args) -> dict:
     )
     return {
         "seconds": seconds,
+        "steps": grpo.step,
         "tokens": tokens,
         "start_accuracy": start_accuracy,
         "accuracy": held_out_accuracy(grpo.model, grpo.tokenizer),
@@ -124,7 +164,6 @@ def run_trl(args) -> dict:
             weight_decay=0.0,
             max_grad_norm=1.0,
             beta=0.0,
-            loss_type="grpo",
             scale_rewards="group",
             temperature=1.0,
             top_p=1.0,
@@ -136,6 +175,7 @@ def run_trl(args) -> dict:
             seed=args.seed,
             disable_dropout=True,
             dataloader_num_workers=0,
+            **json.loads(args.options),
         )
         trainer = GRPOTrainer(
             model=model,
@@ -155,6 +195,7 @@ def run_trl(args) -> dict:
     tokens = float(np.sum(lengths)) * args.prompts * args.group
     return {
         "seconds": seconds,
+        "steps": args.steps,
         "tokens": tokens,
         "start_accuracy": start_accuracy,
         "accuracy": held_out_accuracy(trainer.model, tokenizer),
@@ -164,133 +205,134 @@ def run_trl(args) -> dict:
 def child(args) -> None:
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     os.environ["PAYOFF_PROGRESS"] = "0"
     result = (run_payoff if args.side == "payoff" else run_trl)(args)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def run_one(name: str, args, model: str, seed: int, budget: float = 0.0) -> dict:
+    side, options, threads = CONFIGS[name]
+    command = [sys.executable, __file__, "--side", side, "--model", model]
+    command += ["--lr", str(args.lr), "--steps", str(args.steps), "--seed", str(seed)]
+    command += ["--prompts", str(args.prompts), "--group", str(args.group)]
+    command += ["--threads", str(threads), "--options", json.dumps(options)]
+    command += ["--budget", str(budget)]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
+        raise SystemExit(f"{name} run failed (seed {seed})")
+    result = {"name": name, "seed": seed, "budget": budget, **json.loads(line[7:])}
+    result["steps_per_s"] = result["steps"] / result["seconds"]
+    within = f" budget {budget:.1f} s" if budget else ""
+    print(
+        f"{name:15s} seed {seed}{within}: "
+        f"{result['steps']} steps, {result['steps_per_s']:.2f} steps/s, peak RSS "
+        f"{result['peak_rss_mb']:.0f} MB, held-out accuracy {result['start_accuracy']:.3f} -> "
+        f"{result['accuracy']:.3f}",
+        flush=True,
+    )
+    return result
+
+
 def main() -> None:
+    import numpy as np
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="40 steps and one learning rate per side"
-    )
+    parser.add_argument("--quick", action="store_true", help="30 steps, one seed")
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--group", type=int, default=8, help="completions per prompt")
-    parser.add_argument(
-        "--lrs", default="", help="comma-separated learning rates to try on both sides"
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=5e-5, help="learning rate of every run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--side", choices=["payoff", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
-    parser.add_argument("--lr", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--budget", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         child(args)
         return
-    steps = args.steps or (40 if args.quick else 100)
-    lrs = (
-        [float(x) for x in args.lrs.split(",")]
-        if args.lrs
-        else ([2e-4] if args.quick else [5e-5, 2e-4, 5e-4])
-    )
+    args.steps = args.steps or (30 if args.quick else 100)
+    seeds = args.seeds[:1] if args.quick else args.seeds
     model = base_model()
     print(f"base model: {model}", flush=True)
-    results = []
     load_before = os.getloadavg()[0]
-    for lr in lrs:
-        for side in ("payoff", "trl"):
-            command = [
-                sys.executable,
-                __file__,
-                "--side",
-                side,
-                "--model",
-                model,
-                "--lr",
-                str(lr),
-                "--steps",
-                str(steps),
-                "--prompts",
-                str(args.prompts),
-                "--group",
-                str(args.group),
-                "--seed",
-                str(args.seed),
-            ]
-            out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
-                raise SystemExit(f"{side} run failed (lr {lr})")
-            result = {"side": side, "lr": lr, **json.loads(line[7:])}
-            result["s_per_step"] = result["seconds"] / steps
-            result["tokens_per_s"] = result["tokens"] / result["seconds"]
-            results.append(result)
-            print(
-                f"{side:6s} lr {lr:g}: {result['s_per_step']:.3f} s/step, {result['tokens_per_s']:.0f} tok/s, "
-                f"peak RSS {result['peak_rss_mb']:.0f} MB, held-out accuracy {result['start_accuracy']:.3f} -> "
-                f"{result['accuracy']:.3f}",
-                flush=True,
-            )
-    best = {
-        side: max((r for r in results if r["side"] == side), key=lambda r: r["accuracy"])
-        for side in ("payoff", "trl")
-    }
-    speed = best["trl"]["s_per_step"] / best["payoff"]["s_per_step"]
-    # The same comparison at every learning rate: one lr's pair is exposed to load changes.
-    per_lr = [
-        next(r for r in results if r["side"] == "trl" and r["lr"] == lr)["s_per_step"]
-        / next(r for r in results if r["side"] == "payoff" and r["lr"] == lr)["s_per_step"]
-        for lr in lrs
-    ]
+    results = [run_one(name, args, model, seed) for seed in seeds for name in args.configs]
+
+    def mean(name: str, key: str, budget: bool = False) -> float:
+        runs = [r for r in results if r["name"] == name and bool(r["budget"]) == budget]
+        return float(np.mean([r[key] for r in runs]))
+
+    reference = "trl dapo" if "trl dapo" in args.configs else args.configs[0]
+    budget = mean(reference, "seconds")
+    payoff_names = [n for n in args.configs if CONFIGS[n][0] == "payoff"]
+    results += [run_one(name, args, model, seed, budget) for seed in seeds for name in payoff_names]
     load_after = os.getloadavg()[0]
-    print(
-        f"payoff is {speed:.2f}x TRL's speed per optimizer step; best held-out accuracy payoff "
-        f"{best['payoff']['accuracy']:.3f} vs TRL {best['trl']['accuracy']:.3f}"
-    )
     from benchmarks.common import markdown_table, write_section
 
+    rows = []
+    for name in args.configs:
+        row = [
+            name,
+            mean(name, "steps_per_s"),
+            round(mean(name, "peak_rss_mb")),
+            mean(name, "start_accuracy"),
+            mean(name, "accuracy"),
+        ]
+        if CONFIGS[name][0] == "payoff":
+            row += [round(mean(name, "steps", True)), mean(name, "accuracy", True)]
+        else:
+            row += [args.steps if name == reference else "-", "-"]
+        rows.append(row)
     table = markdown_table(
         [
-            "library",
-            "learning rate",
-            "s / optimizer step",
-            "completion tokens / s",
+            "configuration",
+            "optimizer steps / s",
             "peak RSS (MB)",
             "held-out accuracy before",
-            "after",
+            f"after {args.steps} steps",
+            f"steps in {budget:.1f} s",
+            f"accuracy after {budget:.1f} s",
         ],
-        [
-            [
-                r["side"],
-                r["lr"],
-                r["s_per_step"],
-                round(r["tokens_per_s"]),
-                round(r["peak_rss_mb"]),
-                r["start_accuracy"],
-                r["accuracy"],
-            ]
-            for r in results
-        ],
+        rows,
     )
+    ratios = []
+    for name in payoff_names:
+        for trl in ("trl dapo", "trl grpo"):
+            if trl in args.configs:
+                ratios.append(
+                    f"{name} / {trl}: {mean(name, 'steps_per_s') / mean(trl, 'steps_per_s'):.2f}x"
+                )
+    async_line = ""
+    if "payoff async" in args.configs and "payoff sync x2" in args.configs:
+        speedup = mean("payoff async", "steps_per_s") / mean("payoff sync x2", "steps_per_s")
+        async_line = (
+            f" **Asynchronous payoff runs {speedup:.2f}x synchronous payoff with 2 threads** "
+            "(the same 2 cores)."
+        )
+        print(f"async / sync x2: {speedup:.2f}x", flush=True)
+    print("; ".join(ratios), flush=True)
     body = (
-        f"Same base model (payoff's tiny Llama pretrained {BASE['steps']} SFT steps on 2-digit addition), "
-        f"{args.prompts} prompts x {args.group} completions per optimizer step, max 6 new tokens, "
-        f"{steps} steps, beta 0, per-sequence loss ('grpo'), group-std scaling, constant lr, one torch "
-        f"thread each, each side in its own process; seconds are training only (payoff's own periodic and final evaluations are subtracted; TRL's train() runs none). Accuracy: greedy, 200 held-out problems, same "
-        f"evaluation code for both.\n\n{table}\n\n"
-        f"**payoff runs at {speed:.2f}x TRL's steps per second**; best held-out accuracy after {steps} steps: "
-        f"payoff {best['payoff']['accuracy']:.3f} (lr {best['payoff']['lr']:g}), TRL {best['trl']['accuracy']:.3f} "
-        f"(lr {best['trl']['lr']:g}). At each learning rate: "
-        + ", ".join(f"{r:.2f}x (lr {lr:g})" for r, lr in zip(per_lr, lrs, strict=True))
-        + ". Peak RSS includes each library's imports (TRL pulls in datasets/pyarrow). "
-        f"Machine load average (1 min) {load_before:.1f} at the start, {load_after:.1f} at the end "
-        "(2 cores; above ~1 other work shared them)."
+        f"Same base model (payoff's tiny Llama pretrained {BASE['steps']} SFT steps on 2-digit "
+        f"addition), {args.prompts} prompts x {args.group} completions per optimizer step, max 6 "
+        f"new tokens, {args.steps} steps, beta 0, group-std scaling, constant lr {args.lr:g}, "
+        f"each run in its own process; means over seeds {', '.join(map(str, seeds))}. Seconds "
+        "are training only (payoff's evaluations are subtracted; TRL's train() runs none). "
+        "TRL's importance-sampling correction needs vLLM, so TRL runs without it on CPU. "
+        f"Accuracy: greedy, 200 held-out problems, the same evaluation code for both. The last "
+        f"two columns: the payoff configurations trained again for the mean seconds "
+        f"{reference} took for {args.steps} steps.\n\n{table}\n\nSpeed ratios (optimizer "
+        f"steps/s): " + "; ".join(ratios) + "." + async_line + " Peak RSS includes each "
+        "library's imports (TRL pulls in datasets/pyarrow). Machine load average (1 min) "
+        f"{load_before:.1f} at the start, {load_after:.1f} at the end (2 cores)."
     )
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)
 

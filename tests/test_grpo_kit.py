@@ -147,7 +147,7 @@ def model_dir(tmp_path_factory):
     return str(save_lm(model, tokenizer, tmp_path_factory.mktemp("kit") / "model"))
 
 
-def _grpo(model_dir: str, **extra) -> GRPO:
+def _settings(model_dir: str, **extra) -> dict:
     settings = {
         "model": {"path": model_dir},
         "rewards": [{"name": f"{__file__}:digit_share"}],
@@ -160,7 +160,11 @@ def _grpo(model_dir: str, **extra) -> GRPO:
         "task": {"eval_size": 8},
     }
     settings.update(extra)
-    grpo = GRPO(**settings)
+    return settings
+
+
+def _grpo(model_dir: str, **extra) -> GRPO:
+    grpo = GRPO(**_settings(model_dir, **extra))
     grpo.setup()
     return grpo
 
@@ -278,3 +282,42 @@ def test_kit_config_errors_name_the_key_and_the_valid_values(model_dir):
         GRPO(model={"path": model_dir}, mismatch_correction="tis")
     with pytest.raises(ConfigError, match="mismatch_cap"):
         GRPO(model={"path": model_dir}, mismatch_cap=1.0)
+
+
+# ---- asynchronous generation ---------------------------------------------------------------
+
+
+def _records(grpo: GRPO) -> list[dict]:
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("perf/", "async/", "time"))}
+        for r in grpo.history
+    ]
+
+
+def test_async_generation_at_staleness_zero_reproduces_synchronous_training(model_dir):
+    """The sampler process samples with the learner's generator and weights of this step:
+    the same completions, rewards and updates as sampling in the learner's process."""
+    common = {"steps": 3, "threads": 1, "log_every": 1, "mismatch_correction": "none"}
+    sync = GRPO(**_settings(model_dir, **common))
+    sync.learn()
+    lagless = GRPO(**_settings(model_dir, async_generation=True, max_staleness=0, **common))
+    lagless.learn()
+    assert _records(lagless) == _records(sync)
+    for a, b in zip(sync.trainable, lagless.trainable, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_async_generation_stays_within_its_staleness_bound_and_corrects_for_it(model_dir):
+    grpo = GRPO(
+        **_settings(
+            model_dir, steps=4, threads=1, log_every=1, async_generation=True, max_staleness=1
+        )
+    )
+    grpo.learn()
+    records = [r for r in grpo.history if "train/staleness" in r]
+    assert [r["train/staleness"] for r in records] == [0.0, 1.0, 1.0, 1.0]
+    # one step stale: the sampler's weights are one update behind, and it shows
+    stale = records[1:]
+    assert all(r["train/mismatch_kl"] > 1e-6 for r in stale)
+    assert all(r["train/is_weight"] != 1.0 for r in stale)  # token_tis ('auto' under async)
+    assert records[-1]["async/weight_pushes"] >= 3

@@ -139,7 +139,10 @@ class GRPOConfig(LMKeys, IntegrityKeys):
         trains, in a second process (backend local) or on the Ray workers (backend ray),
         up to `max_staleness` steps ahead (policy versions behind). max_staleness 0 samples
         in the second process but waits, and reproduces synchronous results exactly (with
-        the same threads). Give the trainer and the sampler one thread each on 2 cores.
+        the same threads). On 2 cores give the trainer and the sampler one thread each
+        (threads: 1): more threads than cores makes both spin and run ~4x slower.
+        Resuming, a rollback or the end of the run drops the batches sampled ahead.
+    sampler_threads: torch threads of the sampling process (0 = threads).
     temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
         logits / temperature, the same distribution the samples came from.
     eval_every / eval_size: greedy held-out accuracy during training (test split).
@@ -177,6 +180,7 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     mismatch_cap: float = 2.0
     async_generation: bool = False
     max_staleness: int = 1
+    sampler_threads: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
@@ -349,8 +353,9 @@ class GRPO(LMAlgorithm):
                 self.model,
                 self.tokenizer.pad_token_id,
                 seed=config.seed,
-                threads=config.threads,
+                threads=config.sampler_threads or config.threads,
             )
+            self.sampler.start(wait=True)  # spawn and imports: seconds, before training
         # Batches sampled ahead (async_generation): (rows, planted, in-flight generation,
         # the step it was submitted at).
         self.pending: deque[tuple[list[dict[str, Any]], Any, Pending, int]] = deque()

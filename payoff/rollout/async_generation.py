@@ -158,12 +158,16 @@ class ProcessSampler:
         """From starting the child to its model being ready (0 until it is)."""
         return 0.0 if self._child is None else self._child.startup_seconds
 
-    def start(self) -> _Child:
-        """Start the child (once; later calls return the running one)."""
+    def start(self, wait: bool = False) -> _Child:
+        """Start the child (once; later calls return the running one). wait: return only
+        when its model is ready (a trainer starts it in setup, so that the seconds of
+        spawning and importing are not a training step's)."""
         if self._child is None:
             self._child = _Child(self.model_config, self.seed, self.threads, self.batch_size)
             self._closer = weakref.finalize(self, self._child.close)  # also runs at exit
             self._fingerprint = None  # a new child gets the current weights first
+        if wait:
+            self._child.wait_ready()
         return self._child
 
     def close(self) -> None:
@@ -315,6 +319,16 @@ class _Child:
         with self.changed:
             self.lost = True
             self.changed.notify_all()
+
+    def wait_ready(self) -> None:
+        """Block until the child's model is built; raises when it could not be."""
+        with self.changed:
+            while not self.startup_seconds and self.failed is None and not self.lost:
+                self.changed.wait(timeout=0.5)
+                if not self.process.is_alive() and not self.startup_seconds:
+                    break
+        if self.failed is not None or not self.startup_seconds:
+            self.raise_gone("while starting")
 
     def send(self, message: tuple[Any, ...]) -> None:
         """Pickle `message` now (a snapshot of its tensors) and queue it for the child."""
