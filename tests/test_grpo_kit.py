@@ -18,6 +18,7 @@ from payoff.algos.shared.group import (
     overlong_penalty,
 )
 from payoff.algos.shared.mismatch import mismatch
+from payoff.core.errors import ConfigError
 
 # per-token losses l and mask m of three completions (lengths 2, 1, 3), T = 3
 L = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0], [4.0, 5.0, 6.0]])
@@ -51,7 +52,7 @@ def test_micro_batch_parts_add_up_to_the_whole_batch_except_bnpo():
 
 
 def test_unknown_aggregation_names_the_valid_ones():
-    with pytest.raises(ValueError, match="grpo, dapo, dr_grpo, bnpo"):
+    with pytest.raises(ConfigError, match="grpo, dapo, dr_grpo, bnpo"):
         canonical_aggregation("mean")
 
 
@@ -67,7 +68,7 @@ def test_advantage_estimators_by_hand():
     # grpo: group-centred and group-scaled
     std0 = torch.tensor([1.0, 0, 0, 0]).std().item()
     assert advantages_of(r, 4, "grpo")[0].item() == pytest.approx(0.75 / (std0 + 1e-4))
-    with pytest.raises(ValueError, match="grpo, rloo, reinforce_pp"):
+    with pytest.raises(ConfigError, match="grpo, rloo, reinforce_pp"):
         advantages_of(r, 4, "ppo")  # type: ignore[arg-type]
 
 
@@ -103,7 +104,7 @@ def test_mismatch_statistics_and_corrections_by_hand():
     assert masked.masked == 1.0
     kept = mismatch(trainer, sampler, mask, "sequence_mask", cap=1.6)
     assert kept.weights[:, 0].tolist() == pytest.approx([1.5, 1.5]) and kept.masked == 0.0
-    with pytest.raises(ValueError, match="token_tis"):
+    with pytest.raises(ConfigError, match="token_tis"):
         mismatch(trainer, sampler, mask, "tis")  # type: ignore[arg-type]
 
 
@@ -218,6 +219,57 @@ def test_overlong_shaping_and_truncation_masking_in_a_step(model_dir):
     assert grpo._record["train/truncated"] > 0.5
 
 
+def always(prompts, completions, **kwargs):
+    """Pays every completion: a reward any answer games."""
+    return [1.0 for _ in completions]
+
+
+def test_the_overlong_penalty_does_not_hide_paid_but_wrong_samples(model_dir):
+    """Integrity checks compare what the reward functions paid with the verifier: a
+    length penalty on top must not turn a paid wrong answer into an unpaid one."""
+    grpo = _grpo(
+        model_dir,
+        rewards=[{"name": f"{__file__}:always"}],
+        overlong_buffer=2,
+        default_monitors=True,
+    )
+    grpo.iterate()
+    record = grpo._record
+    assert record["reward/overlong"] < -0.5  # most completions run to the limit and pay for it
+    assert record["train/reward"] == 1.0  # what the functions paid, unshaped
+    assert record["integrity/proxy_only"] == pytest.approx(1.0 - record["train/accuracy"])
+
+
+def test_dynamic_sampling_keeps_watching_the_groups_it_drops(model_dir):
+    """A reward every completion games makes every group flat: dynamic sampling drops them
+    all, but the step's reward, accuracy and integrity numbers still see them."""
+    grpo = _grpo(
+        model_dir,
+        rewards=[{"name": f"{__file__}:always"}],
+        dynamic_sampling=True,
+        dynamic_sampling_max_batches=2,
+    )
+    grpo.iterate()
+    record = grpo._record
+    assert record["train/dropped_groups"] == 1.0 and record["train/dynamic_fill"] == 1.0
+    assert record["train/sampled_groups"] > 4
+    assert record["train/reward"] == 1.0
+    assert record["integrity/proxy_only"] == pytest.approx(1.0 - record["train/accuracy"])
+    assert record["reward/errors"] == 0.0
+
+
+def test_micro_batches_leave_the_logged_kl_and_clip_fraction_alone(model_dir):
+    settings = {"beta": 0.1, "updates_per_batch": 2, "minibatch_size": 8}  # the ratio moves
+    whole = _grpo(model_dir, **settings)
+    parts = _grpo(model_dir, microbatch_size=4, **settings)
+    for algo in (whole, parts):
+        algo.iterate()
+        algo.iterate()
+    for key in ("train/kl", "train/clip_fraction", "train/loss"):
+        assert parts._record[key] == pytest.approx(whole._record[key], rel=1e-4, abs=1e-7), key
+    assert whole._record["train/kl"] > 0
+
+
 def test_an_injected_mismatch_is_measured_and_corrected_as_by_hand(model_dir):
     """The sampler's weights are perturbed: its log-probs differ from the trainer's. The
     logged mismatch_kl and the corrected policy loss equal the hand computation."""
@@ -270,8 +322,6 @@ def test_synchronous_sampling_on_this_cpu_has_almost_no_mismatch(model_dir):
 
 
 def test_kit_config_errors_name_the_key_and_the_valid_values(model_dir):
-    from payoff.core.errors import ConfigError
-
     with pytest.raises(ConfigError, match="microbatch_size"):
         GRPO(model={"path": model_dir}, prompts_per_step=4, group_size=4, microbatch_size=3)
     with pytest.raises(ConfigError, match="overlong_buffer"):
@@ -297,7 +347,7 @@ def _records(grpo: GRPO) -> list[dict]:
 def test_async_generation_at_staleness_zero_reproduces_synchronous_training(model_dir):
     """The sampler process samples with the learner's generator and weights of this step:
     the same completions, rewards and updates as sampling in the learner's process."""
-    common = {"steps": 3, "threads": 1, "log_every": 1, "mismatch_correction": "none"}
+    common = {"steps": 3, "threads": 1, "log_every": 1}  # 'auto' is no correction here
     sync = GRPO(**_settings(model_dir, **common))
     sync.learn()
     lagless = GRPO(**_settings(model_dir, async_generation=True, max_staleness=0, **common))
@@ -321,3 +371,20 @@ def test_async_generation_stays_within_its_staleness_bound_and_corrects_for_it(m
     assert all(r["train/mismatch_kl"] > 1e-6 for r in stale)
     assert all(r["train/is_weight"] != 1.0 for r in stale)  # token_tis ('auto' under async)
     assert records[-1]["async/weight_pushes"] >= 3
+
+
+def test_async_generation_resumes_with_its_seed_stream(tmp_path, model_dir):
+    """A stopped asynchronous run resumes: the batches sampled ahead are gone (the first
+    resumed step samples afresh, staleness 0), the seed stream of those batches goes on."""
+    from payoff.track.run import Run
+
+    settings = _settings(model_dir, threads=1, async_generation=True, checkpoint_every=2)
+    run = Run.create(tmp_path, "a", {"algo": "grpo"})
+    first = GRPO(run=run, steps=4, **settings)
+    first.learn(total=2)
+    stream = first.ahead_generator.get_state()
+    resumed = GRPO.from_run(run)
+    assert resumed.step == 2 and torch.equal(resumed.ahead_generator.get_state(), stream)
+    resumed.learn()
+    train = [r for r in run.records() if "train/staleness" in r]
+    assert [r["train/staleness"] for r in train] == [0.0, 1.0, 0.0, 1.0]

@@ -226,7 +226,7 @@ def test_on_policy_ratio_gives_the_plain_policy_gradient():
 
 
 def test_aggregate_rejects_unknown_mode():
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="valid: grpo, dapo"):
         aggregate(torch.zeros(1, 1), torch.ones(1, 1), "mean")  # type: ignore[arg-type]
 
 

@@ -53,6 +53,7 @@ from payoff.monitor.detectors import Alarm, Monitor
 from payoff.monitor.integrity import (
     Canaries,
     IntegrityKeys,
+    Planted,
     inoculated,
     inoculation_line,
     lm_monitors,
@@ -120,20 +121,25 @@ class GRPOConfig(LMKeys, IntegrityKeys):
         of any length bias; 'bnpo' = mean over each micro-batch's tokens, averaged over the
         micro-batches. 'sequence' and 'token' are the older names of grpo and dapo.
     microbatch_size: completions per forward/backward inside an optimizer step (0 = the
-        whole minibatch at once); gradients accumulate, so only memory and bnpo change.
+        whole minibatch at once); gradients accumulate, so the update is the same (bnpo
+        apart: its normalizer is the micro-batch) in less memory. A multiple of group_size
+        keeps the one prompt pass per group.
     overlong_buffer / overlong_penalty: DAPO's soft overlong punishment: the last
         `overlong_buffer` tokens before max_new_tokens cost up to `overlong_penalty` reward,
         linearly (0 = off). Logged as reward/overlong.
     mask_truncated: truncated completions (no EOS or stop string) leave the loss (DAPO's
         overlong filtering): they are neither pushed up nor down.
-    dynamic_sampling: DAPO's dynamic sampling: drop the groups whose rewards are all equal
-        (no gradient) and sample more prompts until prompts_per_step groups carry signal, at
-        most `dynamic_sampling_max_batches` generation batches per step; a step still short
-        is topped up with dropped groups. Logged: train/dropped_groups, train/sampled_groups.
+    dynamic_sampling: DAPO's dynamic sampling: drop the groups whose rewards (before the
+        overlong penalty) are all equal and sample more prompts until prompts_per_step
+        groups carry signal, at most `dynamic_sampling_max_batches` generation batches per
+        step; a step still short is topped up with dropped groups. Logged:
+        train/dropped_groups (share of sampled groups that were flat), train/sampled_groups,
+        train/dynamic_fill. Rewards, accuracy and the integrity monitors see every sampled
+        completion, dropped or not.
     mismatch_correction: importance weights for the difference between the sampler's and
         the trainer's log-probs of the sampled tokens ('none', 'token_tis', 'sequence_tis',
         'sequence_mask'; payoff.algos.shared.mismatch), capped at `mismatch_cap`; 'auto' =
-        token_tis with async_generation, else none. train/mismatch_kl and
+        token_tis with async_generation sampling ahead (max_staleness > 0), else none. train/mismatch_kl and
         train/mismatch_max_logp_diff are logged every step whatever the choice.
     async_generation / max_staleness: sample the next step's completions while this step
         trains, in a second process (backend local) or on the Ray workers (backend ray),
@@ -244,8 +250,8 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     @property
     def correction(self) -> Correction:
         """The mismatch correction in force ('auto' resolved)."""
-        if self.mismatch_correction == "auto":
-            return "token_tis" if self.async_generation else "none"
+        if self.mismatch_correction == "auto":  # stale samples only when sampled ahead
+            return "token_tis" if self.async_generation and self.max_staleness > 0 else "none"
         return self.mismatch_correction
 
 
@@ -256,31 +262,21 @@ class Batch:
 
     rows: list[dict[str, Any]]
     generation: Generation
-    totals: list[float]  # the reward paid (weighted sum, overlong penalty included)
+    paid: list[float]  # the reward functions' weighted sum: what the monitors compare
+    totals: list[float]  # paid plus the overlong penalty: what the advantages use
     scores: dict[str, list[float | None]]  # each reward function alone
     correct: list[float]  # the task's verifier (what the reward should mean)
-    reward_errors: int
     staleness: int  # policy versions between the sampling weights and the trained ones
 
     def take(self, index: list[int]) -> Batch:
         """The completions at `index`, in that order."""
-        g, at = self.generation, torch.tensor(index, dtype=torch.long)
-        generation = Generation(
-            prompt_ids=g.prompt_ids[at],
-            prompt_mask=g.prompt_mask[at],
-            completion_ids=g.completion_ids[at],
-            completion_mask=g.completion_mask[at],
-            logprobs=g.logprobs[at],
-            completions=[g.completions[i] for i in index],
-            truncated=g.truncated[at],
-        )
         return Batch(
             [self.rows[i] for i in index],
-            generation,
+            self.generation.select(index),
+            [self.paid[i] for i in index],
             [self.totals[i] for i in index],
             {k: [v[i] for i in index] for k, v in self.scores.items()},
             [self.correct[i] for i in index],
-            self.reward_errors,
             self.staleness,
         )
 
@@ -292,12 +288,17 @@ class Batch:
         return Batch(
             [r for b in parts for r in b.rows],
             concat_generations([b.generation for b in parts], pad_id),
+            [p for b in parts for p in b.paid],
             [t for b in parts for t in b.totals],
             {k: [v for b in parts for v in b.scores[k]] for k in parts[0].scores},
             [c for b in parts for c in b.correct],
-            sum(b.reward_errors for b in parts),
             max(b.staleness for b in parts),
         )
+
+
+def flat_groups(rewards: list[float], group: int) -> list[bool]:
+    """For each group of `group` adjacent rewards: are they all equal (no learning signal)?"""
+    return (torch.tensor(rewards).view(-1, group).std(-1) == 0).tolist()
 
 
 def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
@@ -355,10 +356,9 @@ class GRPO(LMAlgorithm):
                 seed=config.seed,
                 threads=config.sampler_threads or config.threads,
             )
-            self.sampler.start(wait=True)  # spawn and imports: seconds, before training
         # Batches sampled ahead (async_generation): (rows, planted, in-flight generation,
         # the step it was submitted at).
-        self.pending: deque[tuple[list[dict[str, Any]], Any, Pending, int]] = deque()
+        self.pending: deque[tuple[list[dict[str, Any]], Planted, Pending, int]] = deque()
         # Seeds of the batches sampled ahead: a stream of their own, so that the learner's
         # generator (minibatch shuffles) is not raced.
         self.ahead_generator = torch.Generator().manual_seed(config.seed + 1)
@@ -405,7 +405,7 @@ class GRPO(LMAlgorithm):
 
     def after_rollback(self) -> None:
         self.sampler.weights_updated()  # remote samplers get the restored weights
-        self.drop_pending()  # batches sampled ahead came from the weights rolled back
+        self.drop_pending(wait=True)  # batches sampled ahead came from the weights rolled back
         self.canaries.passes = 0  # counted again from the rollback, or the alarm repeats at once
 
     def stop_strings(self) -> list[str]:
@@ -416,7 +416,7 @@ class GRPO(LMAlgorithm):
             self.run.event(self.step, kind, message, **evidence)
 
     # ---- one step, in four parts --------------------------------------------------------
-    def draw(self, prompts_count: int) -> tuple[list[dict[str, Any]], Any, list[str]]:
+    def draw(self, prompts_count: int) -> tuple[list[dict[str, Any]], Planted, list[str]]:
         """Problems for one generation batch (some replaced by canaries when `canaries.share`
         > 0): the rows (each problem's G adjacent), the planted batch, the model's prompts."""
         problems = self.task.sample(self.rng, prompts_count)
@@ -431,20 +431,23 @@ class GRPO(LMAlgorithm):
         c = self.config
         return SamplingConfig(c.temperature, c.top_p, c.max_new_tokens, c.stop)
 
-    def rollout(self, prompts_count: int) -> tuple[list[dict[str, Any]], Any, Generation, int]:
+    def rollout(
+        self, prompts_count: int, ahead: bool = True
+    ) -> tuple[list[dict[str, Any]], Planted, Generation, int]:
         """1. Sample G completions for each of `prompts_count` problems; returns the rows,
         the planted batch, the generation and its staleness (policy versions behind).
 
-        With async_generation the batch was usually submitted one step earlier, before that
-        step's update, and the next ones are submitted now, before this step's update: the
-        sampler works while the learner trains.
+        With async_generation the step's batch (`ahead`) was usually submitted one step
+        earlier, before that step's update, and the next ones are submitted now, before
+        this step's update: the sampler works while the learner trains. Extra batches of
+        dynamic sampling (`ahead=False`) are sampled at once, with the current weights.
         """
         config = self.config
         if not config.async_generation:
             rows, planted, prompts = self.draw(prompts_count)
             return rows, planted, self.sampler.generate(prompts, self.sampling(), self.generator), 0
         sampler: Any = self.sampler
-        if config.max_staleness == 0 or prompts_count != config.prompts_per_step:
+        if config.max_staleness == 0 or not ahead:
             # In step with the learner: the learner's own generator, as when synchronous.
             rows, planted, prompts = self.draw(prompts_count)
             generation = sampler.submit(prompts, self.sampling(), generator=self.generator).result()
@@ -464,10 +467,11 @@ class GRPO(LMAlgorithm):
         pending = self.sampler.submit(prompts, self.sampling(), seed=seed)  # type: ignore[attr-defined]
         self.pending.append((rows, planted, pending, self.step))
 
-    def drop_pending(self) -> None:
-        """Forget the batches sampled ahead (after a rollback: the weights they came from
-        are gone; when closing)."""
-        for _, _, pending, _ in self.pending:
+    def drop_pending(self, wait: bool) -> None:
+        """Forget the batches sampled ahead: after a rollback (the weights they came from
+        are gone; `wait` for them, so that the sampler is free) or at the end (not waiting:
+        closing the sampler discards them)."""
+        for _, _, pending, _ in self.pending if wait else ():
             try:
                 pending.result()
             except Exception:  # a dead sampler is reported by the next generate
@@ -476,49 +480,72 @@ class GRPO(LMAlgorithm):
 
     def collect(self) -> tuple[Batch, dict[str, float]]:
         """1-2. Rollout and reward one step's batch; with dynamic_sampling, keep only groups
-        whose rewards differ, sampling more until prompts_per_step of them are found."""
+        whose rewards differ, sampling more until prompts_per_step of them are found.
+
+        Returns the batch to train on and the step's metrics about everything sampled
+        (reward, accuracy, integrity, judge addressing): groups dynamic sampling drops
+        are still watched -- a hack that every completion of a group finds is a flat group.
+        """
         config = self.config
-        g = config.group_size
-        batch, integrity = self.sample_scored(config.prompts_per_step)
-        if not config.dynamic_sampling:
-            return batch, integrity
+        group = config.group_size
+        batch, planted, errors = self.sample_scored(config.prompts_per_step, ahead=True)
+        sampled = [batch]
+        plants = [planted]
         kept: list[Batch] = []
         dropped: list[Batch] = []
-        found, sampled, tries = 0, 0, 0
-        while True:
-            tries += 1
-            totals = torch.tensor(batch.totals).view(-1, g)
-            varied = (totals.std(-1) > 0).tolist() if g > 1 else [True] * len(totals)
-            sampled += len(varied)
-            take = [k for k, v in enumerate(varied) if v][: config.prompts_per_step - found]
-            rest = [k for k, v in enumerate(varied) if not v]
-            kept.append(batch.take([k * g + j for k in take for j in range(g)]))
-            dropped.append(batch.take([k * g + j for k in rest for j in range(g)]))
-            found += len(take)
-            if found == config.prompts_per_step or tries >= config.dynamic_sampling_max_batches:
+        found = flat_count = 0
+        while config.dynamic_sampling:
+            flat = flat_groups(batch.paid, group)  # the reward functions' spread, unshaped
+            flat_count += sum(flat)
+            varied = [k for k, f in enumerate(flat) if not f][: config.prompts_per_step - found]
+            rest = [k for k, f in enumerate(flat) if f]
+            kept.append(batch.take([k * group + j for k in varied for j in range(group)]))
+            dropped.append(batch.take([k * group + j for k in rest for j in range(group)]))
+            found += len(varied)
+            if (
+                found == config.prompts_per_step
+                or len(sampled) >= config.dynamic_sampling_max_batches
+            ):
                 break
             # Sample for the deficit, scaled by this step's yield so far (at least the deficit).
             deficit = config.prompts_per_step - found
-            rate = max(found / sampled, 0.25)
+            rate = max(found / (len(sampled) * config.prompts_per_step), 0.25)
             more = min(config.prompts_per_step, int(np.ceil(deficit / rate)))
-            batch, extra = self.sample_scored(more)
-            integrity.update(extra)  # counters are cumulative; rates: the latest batch's
+            batch, planted, extra_errors = self.sample_scored(more, ahead=False)
+            sampled.append(batch)
+            plants.append(planted)
+            errors += extra_errors
+        pad = self.tokenizer.pad_token_id
+        everything = Batch.join(sampled, pad)
+        metrics = self.check_integrity(everything, Planted.join(plants))
+        metrics["train/reward"] = float(np.mean(everything.paid))
+        metrics["train/reward_std"] = float(np.std(everything.paid, ddof=1))
+        metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
+        metrics["reward/errors"] = float(errors)
+        for key, values in everything.scores.items():
+            applicable = [v for v in values if v is not None]
+            if applicable:
+                metrics[f"reward/{key}"] = float(np.mean(applicable))
+        if self.judge_addressing is not None:
+            completions = everything.generation.completions
+            metrics.update(self.judge_addressing.check(self.step + 1, completions, self.run))
+        if not config.dynamic_sampling:
+            return batch, metrics
         short = config.prompts_per_step - found
-        filler = Batch.join(dropped, self.tokenizer.pad_token_id)
-        kept.append(filler.take(list(range(short * g))))  # flat groups: no gradient
-        joined = Batch.join(kept, self.tokenizer.pad_token_id)
-        integrity["train/dropped_groups"] = (sampled - found) / sampled
-        integrity["train/sampled_groups"] = float(sampled)
-        integrity["train/dynamic_fill"] = short / config.prompts_per_step
-        return joined, integrity
+        filler = Batch.join(dropped, pad).take(list(range(short * group)))  # flat: no gradient
+        total_groups = sum(len(b.rows) for b in sampled) // group
+        metrics["train/dropped_groups"] = flat_count / total_groups  # rewards all equal
+        metrics["train/sampled_groups"] = float(total_groups)
+        metrics["train/dynamic_fill"] = short / config.prompts_per_step
+        return Batch.join([*kept, filler], pad), metrics
 
-    def sample_scored(self, prompts_count: int) -> tuple[Batch, dict[str, float]]:
-        """Rollout, reward, the task's verifier and the integrity checks of one batch."""
-        rows, planted, generation, staleness = self.rollout(prompts_count)
-        self.planted = planted
+    def sample_scored(self, prompts_count: int, ahead: bool) -> tuple[Batch, Planted, int]:
+        """Rollout, reward (with the overlong penalty) and the task's verifier of one batch;
+        returns it, its planted canaries and the number of reward errors."""
+        rows, planted, generation, staleness = self.rollout(prompts_count, ahead)
         rewards = self.score(rows, generation)
-        totals = list(rewards.total)
         scores = dict(rewards.scores)
+        totals = list(rewards.total)
         if self.config.overlong_buffer:
             penalty = (
                 overlong_penalty(
@@ -531,18 +558,14 @@ class GRPO(LMAlgorithm):
         correct = self.verifier(
             [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
         ).total
-        integrity = self.check_integrity(rows, generation.completions, totals, correct)
-        errors = int(sum(rewards.errors.values()))
-        return Batch(rows, generation, totals, scores, correct, errors, staleness), integrity
+        batch = Batch(rows, generation, list(rewards.total), totals, scores, correct, staleness)
+        return batch, planted, int(sum(rewards.errors.values()))
 
-    def check_integrity(
-        self,
-        rows: list[dict[str, Any]],
-        completions: list[str],
-        totals: list[float],
-        correct: list[float],
-    ) -> dict[str, float]:
-        """Canary passes, suspects (proxy passed, verifier failed) and quarantined samples."""
+    def check_integrity(self, batch: Batch, planted: Planted) -> dict[str, float]:
+        """Canary passes, suspects (paid by the reward functions, failed by the task's
+        verifier) and quarantined samples, over every completion sampled this step."""
+        rows, completions = batch.rows, batch.generation.completions
+        totals, correct = batch.paid, batch.correct
 
         def score_twins(index: list[int], twins: list[dict[str, Any]]) -> list[float]:
             """Conflicting canaries: the same completions paid on the twin's checks."""
@@ -551,7 +574,7 @@ class GRPO(LMAlgorithm):
             return self.rewards(prompts, twin_completions, **columns_of(twins)).total
 
         metrics, canary_passes = self.canaries.check(
-            self.planted, self.config.group_size, totals, score_twins
+            planted, self.config.group_size, totals, score_twins
         )
         # Paid by the reward, failed by the task's verifier: 0 when they are the same check.
         paid_wrong = [t >= 1.0 and c < 1.0 for t, c in zip(totals, correct, strict=True)]
@@ -631,11 +654,15 @@ class GRPO(LMAlgorithm):
             for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
             + ("mismatch_kl", "mismatch_max", "is_weight", "is_masked")
         }
+
+        def note(found: Mismatch) -> None:
+            stats["mismatch_kl"].append(found.kl)
+            stats["mismatch_max"].append(found.max_logp_diff)
+            stats["is_weight"].append(found.mean_weight)
+            stats["is_masked"].append(found.masked)
+
         if whole is not None:
-            stats["mismatch_kl"].append(whole.kl)
-            stats["mismatch_max"].append(whole.max_logp_diff)
-            stats["is_weight"].append(whole.mean_weight)
-            stats["is_masked"].append(whole.masked)
+            note(whole)
         # Only the policy term has a gradient when there is no KL term, and it is A * (...).
         skip = config.skip_zero_advantage and self.reference is None
         if not self.model.training:  # the sampler restores the mode; a no-op walk costs ~1 ms
@@ -657,7 +684,9 @@ class GRPO(LMAlgorithm):
                 chunks = [index[i : i + micro] for i in range(0, len(index), micro)]
                 self.optimizer.zero_grad(set_to_none=True)
                 ran = False
-                totals = {"loss": 0.0, "policy": 0.0}
+                # Sums over the micro-batches: each part is normalized by the minibatch's
+                # denominators (bnpo: scaled by 1 / micro-batches), so the sum is its value.
+                totals = dict.fromkeys(("loss", "policy", "kl", "clip"), 0.0)
                 for chunk in chunks:
                     chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
                     if aggregation == "bnpo":
@@ -684,10 +713,7 @@ class GRPO(LMAlgorithm):
                         here = mismatch(
                             old, g.logprobs[chunk], mask, config.correction, config.mismatch_cap
                         )
-                        stats["mismatch_kl"].append(here.kl)
-                        stats["mismatch_max"].append(here.max_logp_diff)
-                        stats["is_weight"].append(here.mean_weight)
-                        stats["is_masked"].append(here.masked)
+                        note(here)
                         weights = here.weights
                     else:
                         old = old_logprobs[chunk]
@@ -715,18 +741,16 @@ class GRPO(LMAlgorithm):
                     assert out.entropy is not None
                     totals["loss"] += parts.loss.item() * scale
                     totals["policy"] += parts.policy_loss.item() * scale
-                    stats["kl"].append(parts.kl.item())
-                    stats["clip"].append(parts.clip_fraction.item())
+                    totals["kl"] += parts.kl.item() * scale
+                    totals["clip"] += parts.clip_fraction.item() * scale
                     stats["entropy"].append(
                         float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
                     )
                 if not ran:  # every row skipped: the loss and its gradient are exactly 0
                     for param in self.trainable:
                         param.grad = torch.zeros_like(param)
-                    for key in ("kl", "clip"):
-                        stats[key].append(0.0)
-                stats["loss"].append(totals["loss"])
-                stats["policy"].append(totals["policy"])
+                for key, value in totals.items():
+                    stats[key].append(value)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), config.max_grad_norm
                 )
@@ -746,7 +770,7 @@ class GRPO(LMAlgorithm):
         advantages, update; keeps the step's record."""
         config = self.config
         started = time.time()
-        batch, integrity = self.collect()
+        batch, sampled_metrics = self.collect()
         generation = batch.generation
         scored = time.time()
         totals = torch.tensor(batch.totals, dtype=torch.float32)
@@ -763,20 +787,17 @@ class GRPO(LMAlgorithm):
         self.samples_seen += len(batch.rows)
         elapsed = time.time() - started
         lengths = generation.lengths.float()
-        flat = (totals.view(-1, config.group_size).std(-1) == 0).float().mean()
-        accuracy = float(np.mean([c >= 1.0 for c in batch.correct]))
+        flat = float(np.mean(flat_groups(batch.totals, config.group_size)))
         metrics: dict[str, Any] = {
             "samples": self.samples_seen,
-            "train/reward": float(totals.mean()),
-            "train/reward_std": float(totals.std()),
-            "train/accuracy": accuracy,
+            **sampled_metrics,  # reward, accuracy, integrity: over every completion sampled
             "train/loss": stats["loss"],
             "train/policy_loss": stats["policy"],
             "train/kl": stats["kl"],
             "train/entropy": stats["entropy"],
             "train/clip_fraction": stats["clip"],
             "train/grad_norm": stats["grad"],
-            "train/flat_groups": float(flat),
+            "train/flat_groups": flat,
             "train/mismatch_kl": stats["mismatch_kl"],
             "train/mismatch_max_logp_diff": stats["mismatch_max"],
             "train/is_weight": stats["is_weight"],
@@ -784,7 +805,6 @@ class GRPO(LMAlgorithm):
             "train/completion_length": float(lengths.mean()),
             "train/completion_length_max": float(lengths.max()),
             "train/truncated": float(generation.truncated.float().mean()),
-            "reward/errors": float(batch.reward_errors),
             "perf/step_s": elapsed,
             "perf/rollout_s": scored - started,  # generation (or waiting for it) and rewards
             "perf/update_s": time.time() - scored,
@@ -793,15 +813,7 @@ class GRPO(LMAlgorithm):
             metrics["train/is_masked"] = stats["is_masked"]
         if not config.async_generation:
             metrics["perf/tokens_per_s"] = float(lengths.sum()) / max(scored - started, 1e-9)
-        for key, values in batch.scores.items():
-            applicable = [v for v in values if v is not None]
-            if applicable:
-                metrics[f"reward/{key}"] = float(np.mean(applicable))
         metrics.update(self.rewards.counters())
-        metrics.update(integrity)
-        # The monitors run every step, logged or not.
-        if self.judge_addressing is not None:
-            metrics.update(self.judge_addressing.check(self.step, generation.completions, self.run))
         if not self._reported_unisolated and any(k.endswith("/unisolated") for k in metrics):
             self._reported_unisolated = True
             self._reward_event(
@@ -841,7 +853,7 @@ class GRPO(LMAlgorithm):
     def finish(self) -> None:
         """Close the Ray workers or the sampling process (their CPUs go to the final
         evaluation), evaluate, export."""
-        self.drop_pending()
+        self.drop_pending(wait=False)
         self.sampler.close()
         config = self.config
         result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
@@ -870,6 +882,7 @@ class GRPO(LMAlgorithm):
         state: dict[str, Any] = {
             **super().state_dict(),
             "canary_passes": self.canaries.passes,
+            "ahead_generator": self.ahead_generator.get_state(),
             "quarantined": sorted([p, c] for p, c in self.quarantined),
             "reward_errors": dict(self.rewards.error_totals),
             "reward_counts": {
@@ -887,6 +900,8 @@ class GRPO(LMAlgorithm):
             self.reference.load_state_dict(state.get("reference"))
         self.rewards.error_totals.update(state.get("reward_errors", {}))
         self.canaries.passes = int(state.get("canary_passes", 0))
+        if "ahead_generator" in state:  # older checkpoints have none
+            self.ahead_generator.set_state(state["ahead_generator"])
         self.quarantined = {(p, c) for p, c in state.get("quarantined", [])}
         for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True):
             counts = getattr(fn, "counts", None)

@@ -61,6 +61,15 @@ class Planted:
     canary: list[bool]
     twins: list[Row | None]
 
+    @staticmethod
+    def join(parts: list[Planted]) -> Planted:
+        """The batches one after the other (several generation batches of one step)."""
+        return Planted(
+            [r for p in parts for r in p.rows],
+            [c for p in parts for c in p.canary],
+            [t for p in parts for t in p.twins],
+        )
+
 
 class Canaries:
     """Plants canaries in a batch of problems and counts the passes."""

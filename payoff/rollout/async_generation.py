@@ -308,6 +308,9 @@ class _Child:
                 request, ok, payload = pickle.loads(self.replies.recv_bytes())
             except (EOFError, OSError):
                 break
+            except Exception as error:  # an unreadable reply: fail every wait, do not hang
+                self.failed = _report(error)
+                break
             with self.changed:
                 if request == _STARTUP:
                     self.startup_seconds = time.perf_counter() - self.started

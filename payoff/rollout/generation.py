@@ -77,6 +77,19 @@ class Generation:
         """Completion length of each row in tokens, [B]."""
         return self.completion_mask.sum(-1)
 
+    def select(self, index: list[int]) -> Generation:
+        """The rows at `index`, in that order (padding columns stay)."""
+        at = torch.tensor(index, dtype=torch.long, device=self.prompt_ids.device)
+        return Generation(
+            prompt_ids=self.prompt_ids[at],
+            prompt_mask=self.prompt_mask[at],
+            completion_ids=self.completion_ids[at],
+            completion_mask=self.completion_mask[at],
+            logprobs=self.logprobs[at],
+            completions=[self.completions[i] for i in index],
+            truncated=self.truncated[at],
+        )
+
     def to(self, device: torch.device | str) -> Generation:
         """The same generation with its tensors on `device` (itself when they are there)."""
         device = torch.device(device)

@@ -60,8 +60,9 @@ def validate_generation_config(config: RayConfig) -> None:
     config.validate()
     if config.overlap:
         raise ConfigError(
-            "ray.overlap is not supported for LLM generation (GRPO samples synchronously, "
-            "with the weights of the current step); set ray.overlap: false"
+            "ray.overlap is not supported for LLM generation; to overlap GRPO's sampling "
+            "with its update set async_generation: true (and max_staleness) instead of "
+            "ray.overlap"
         )
 
 

@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 
 from payoff.algos.shared.kl import kl_k3
+from payoff.core.errors import ConfigError
 
 Aggregation = Literal["grpo", "dapo", "dr_grpo", "bnpo", "sequence", "token"]
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo", "bnpo")
@@ -36,7 +37,7 @@ def canonical_aggregation(how: str) -> str:
     """The paper's name of an aggregation ('sequence' -> 'grpo', 'token' -> 'dapo')."""
     how = ALIASES.get(how, how)
     if how not in AGGREGATIONS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown loss aggregation {how!r}; valid: {', '.join(AGGREGATIONS)} "
             f"(or the aliases sequence = grpo, token = dapo)"
         )
@@ -70,7 +71,7 @@ def advantages_of(
     grpo          r_i - mean(group), / std(group) when `scale` (Shao et al. 2024)
     rloo          r_i - mean of the other G - 1 of its group = G / (G - 1) * (r_i - mean)
                   (Ahmadian et al. 2024); `scale` does not apply
-    reinforce_pp  r_i - mean(group), then normalized by the whole batch's mean and std
+    reinforce_pp  r_i - mean(group), then divided by the whole batch's std (its mean is 0)
                   (REINFORCE++-baseline, Hu et al. 2025): a prompt's spread does not set
                   its weight, the batch's does
     """
@@ -83,7 +84,7 @@ def advantages_of(
         return (
             (centred - centred.mean()) / (centred.std() + 1e-4) if centred.numel() > 1 else centred
         )
-    raise ValueError(f"unknown advantage estimator {estimator!r}; valid: grpo, rloo, reinforce_pp")
+    raise ConfigError(f"unknown advantage estimator {estimator!r}; valid: grpo, rloo, reinforce_pp")
 
 
 def overlong_penalty(lengths: torch.Tensor, max_tokens: int, buffer: int) -> torch.Tensor:

@@ -29,6 +29,7 @@ from typing import Literal
 import torch
 
 from payoff.algos.shared.kl import kl_k3
+from payoff.core.errors import ConfigError
 
 Correction = Literal["none", "token_tis", "sequence_tis", "sequence_mask"]
 CORRECTIONS = ("none", "token_tis", "sequence_tis", "sequence_mask")
@@ -54,7 +55,7 @@ def mismatch(
 ) -> Mismatch:
     """Statistics and correction weights of the sampler/trainer mismatch (see the module doc)."""
     if correction not in CORRECTIONS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown mismatch correction {correction!r}; valid: {', '.join(CORRECTIONS)}"
         )
     with torch.no_grad():
