@@ -356,8 +356,10 @@ def main() -> None:
         f"Accuracy: greedy, 200 held-out problems, the same evaluation code for both. The last "
         f"two columns: the payoff configurations trained again for the mean seconds "
         f"{reference} took for {args.steps} steps.\n\n{table}\n\nSpeed ratios (optimizer "
-        f"steps/s): " + "; ".join(ratios) + "." + async_line + " Peak RSS includes each "
-        "library's imports (TRL pulls in datasets/pyarrow). Machine load average (1 min) "
+        f"steps/s): " + "; ".join(ratios) + "." + async_line + " Peak RSS: the training "
+        "process's peak (each library's imports included; TRL pulls in datasets/pyarrow) plus "
+        "the largest peak among the processes it started (payoff async: its sampling "
+        "process). Machine load average (1 min) "
         f"{load_before:.1f} at the start, {load_after:.1f} at the end (2 cores)."
     )
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)

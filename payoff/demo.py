@@ -43,9 +43,9 @@ STEPS = [
         ["steps=40", "eval_every=20"],
     ),
     DemoStep(
-        "GRPO with verifiable rewards on 2-digit addition (tiny LM)",
+        "GRPO (DAPO loss, dynamic sampling) with verifiable rewards on 2-digit addition (tiny LM)",
         "arithmetic-grpo",
-        ["steps=200", "eval_every=50"],
+        ["steps=150", "eval_every=50"],
     ),
     DemoStep("Over-optimizing a learned reward model (best-of-N)", "rlhf-overoptimization"),
     DemoStep(
