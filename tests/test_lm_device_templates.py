@@ -293,7 +293,7 @@ def test_plain_tiny_model_prompts_are_unchanged(fresh_model_dir, monkeypatch):
     seen = _spy_on_sampling(monkeypatch)
     grpo = _grpo(fresh_model_dir)
     assert not grpo.chat_template
-    rows, _ = grpo.rollout()
+    rows, *_ = grpo.rollout()
     assert seen == [r["prompt"] for r in rows]
 
 

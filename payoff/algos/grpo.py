@@ -432,10 +432,11 @@ class GRPO(LMAlgorithm):
         return SamplingConfig(c.temperature, c.top_p, c.max_new_tokens, c.stop)
 
     def rollout(
-        self, prompts_count: int, ahead: bool = True
+        self, prompts_count: int | None = None, ahead: bool = True
     ) -> tuple[list[dict[str, Any]], Planted, Generation, int]:
-        """1. Sample G completions for each of `prompts_count` problems; returns the rows,
-        the planted batch, the generation and its staleness (policy versions behind).
+        """1. Sample G completions for each of `prompts_count` problems (default
+        prompts_per_step); returns the rows, the planted batch, the generation and its
+        staleness (policy versions behind).
 
         With async_generation the step's batch (`ahead`) was usually submitted one step
         earlier, before that step's update, and the next ones are submitted now, before
@@ -443,6 +444,7 @@ class GRPO(LMAlgorithm):
         dynamic sampling (`ahead=False`) are sampled at once, with the current weights.
         """
         config = self.config
+        prompts_count = prompts_count or config.prompts_per_step
         if not config.async_generation:
             rows, planted, prompts = self.draw(prompts_count)
             return rows, planted, self.sampler.generate(prompts, self.sampling(), self.generator), 0
