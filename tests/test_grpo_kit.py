@@ -332,6 +332,10 @@ def test_kit_config_errors_name_the_key_and_the_valid_values(model_dir):
         GRPO(model={"path": model_dir}, mismatch_correction="tis")
     with pytest.raises(ConfigError, match="mismatch_cap"):
         GRPO(model={"path": model_dir}, mismatch_cap=1.0)
+    with pytest.warns(RuntimeWarning, match="not a multiple of group_size 4"):
+        GRPO(model={"path": model_dir}, prompts_per_step=4, group_size=4, microbatch_size=2)
+    with pytest.warns(RuntimeWarning, match="sampler_threads is ignored"):
+        GRPO(model={"path": model_dir}, backend="ray", sampler_threads=2)
 
 
 # ---- asynchronous generation ---------------------------------------------------------------

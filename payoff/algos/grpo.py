@@ -26,6 +26,7 @@ size, so G = 2 and G = 16 can be compared at equal prompts or equal completions.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -233,6 +234,21 @@ class GRPOConfig(LMKeys, IntegrityKeys):
             raise ConfigError(
                 "config key 'dynamic_sampling_max_batches' must be >= 1, got "
                 f"{self.dynamic_sampling_max_batches}"
+            )
+        if self.microbatch_size and self.microbatch_size % self.group_size:
+            warnings.warn(
+                f"microbatch_size {self.microbatch_size} is not a multiple of group_size "
+                f"{self.group_size}: each completion then runs its prompt again (slower); a "
+                f"multiple keeps one prompt pass per group",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if self.sampler_threads and self.backend == "ray":
+            warnings.warn(
+                "sampler_threads is ignored with backend: ray (each worker uses "
+                "ray.cpus_per_worker threads)",
+                RuntimeWarning,
+                stacklevel=3,
             )
         if self.mismatch_cap <= 1:
             raise ConfigError(f"config key 'mismatch_cap' must be > 1, got {self.mismatch_cap}")
