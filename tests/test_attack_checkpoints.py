@@ -439,3 +439,23 @@ def test_an_env_that_cannot_be_saved_resumes_at_an_episode_boundary_and_says_so(
     )
     resumed.learn()  # and it goes on from fresh episodes
     assert resumed.step >= 256
+
+
+def test_messages_between_processes_are_data_only():
+    """The sampling process's pipe carries checkpoint trees as bytes: a message round-trips,
+    and a pickle (or any bytes that are not a payoff tree) is refused without running."""
+    from payoff.core.errors import CheckpointError
+    from payoff.track.checkpoint import dumps_state, loads_state
+
+    message = (3, True, ({"ids": torch.arange(4), "texts": ["1", "2"]}, torch.zeros(2)))
+    back = loads_state(dumps_state(message))
+    assert back[:2] == (3, True) and torch.equal(back[2][0]["ids"], torch.arange(4))
+    assert back[2][0]["texts"] == ["1", "2"] and torch.equal(back[2][1], torch.zeros(2))
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    for hostile in (pickle.dumps(Boom()), b"", b"\x00" * 16, safetensors_save({})):
+        with pytest.raises(CheckpointError, match="message"):
+            loads_state(hostile, "message")

@@ -16,7 +16,7 @@ Python must start under `if __name__ == "__main__":` (the child imports the scri
 Weights and staleness. The sampler holds the learner's model. `weights_updated()` (GRPO
 calls it after every optimizer step) marks its weights as changed, as does torch's
 per-tensor write counter; the next `submit` then first sends the trainable parameters
-(pickled there and then: a snapshot) as a new version, ahead of the request, down the one
+(encoded there and then: a snapshot) as a new version, ahead of the request, down the one
 FIFO pipe to the child. The child handles messages in order, so a batch sampled with
 `version` v is sampled with the weights as they were when it was submitted: a request
 submitted before an update uses the old weights even when the child reaches it after the
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import queue
 import signal
 import threading
@@ -63,6 +62,7 @@ import torch
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.models.lm import ModelConfig
 from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
+from payoff.track.checkpoint import dumps_state, loads_state
 from payoff.track.interrupt import ignore_ctrl_c_in_worker
 
 
@@ -229,13 +229,14 @@ class ProcessSampler:
             rng_state = generator.get_state() if generator is not None else torch.get_rng_state()
         request = self._requests
         self._requests += 1
-        child.send(("generate", request, prompts, sampling, rng_state, seed))
+        child.send(("generate", request, prompts, dict(vars(sampling)), rng_state, seed))
         if stream is not None:
             self._streams.add(stream)
 
         def wait() -> Generation:
             try:
-                generation, end_state = child.wait(request)
+                fields, end_state = child.wait(request)
+                generation = Generation(**fields)
             finally:
                 if stream is not None:
                     self._streams.discard(stream)
@@ -267,9 +268,19 @@ class ProcessSampler:
 # ---- the child process and the pipes to it --------------------------------------------------
 _STARTUP = -1  # reply id of the child's "model loaded" (or "could not load") message
 
-# What the child reports of an exception: the payoff class (raised here as itself) or None,
-# the type's name, the message, and the child's traceback.
-ErrorReport = tuple[type | None, str, str, str]
+# What the child reports of an exception: the type's name, whether it is a payoff error
+# (raised here as itself, looked up by name among payoff's error classes), the message, and
+# the child's traceback. Plain data: messages both ways are payoff.track.checkpoint trees,
+# which cannot name code to run (never a pickle).
+ErrorReport = tuple[str, bool, str, str]
+
+
+def _send(connection: Connection, message: tuple[Any, ...]) -> None:
+    connection.send_bytes(dumps_state(message))
+
+
+def _receive(connection: Connection) -> Any:
+    return loads_state(connection.recv_bytes(), "a message from the sampling process's pipe")
 
 
 class _Child:
@@ -305,7 +316,7 @@ class _Child:
     def _collect(self) -> None:
         while True:
             try:
-                request, ok, payload = pickle.loads(self.replies.recv_bytes())
+                request, ok, payload = _receive(self.replies)
             except (EOFError, OSError):
                 break
             except Exception as error:  # an unreadable reply: fail every wait, do not hang
@@ -334,8 +345,8 @@ class _Child:
             self.raise_gone("while starting")
 
     def send(self, message: tuple[Any, ...]) -> None:
-        """Pickle `message` now (a snapshot of its tensors) and queue it for the child."""
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        """Encode `message` now (a snapshot of its tensors) and queue it for the child."""
+        data = dumps_state(message)
         with self.send_lock:
             if self.lost or self.requests.closed:
                 self.raise_gone("before it received a batch")
@@ -401,20 +412,27 @@ class _ChildTraceback(Exception):
 
 def raise_report(report: ErrorReport) -> None:
     """Raise the child's exception here: payoff errors as themselves, others as RunError."""
-    payoff_class, name, message, trace = report
+    name, is_payoff, message, trace = report
     cause = _ChildTraceback(trace)
+    payoff_class = _payoff_error_class(name) if is_payoff else None
     if payoff_class is not None:
         raise payoff_class(message) from cause
     raise RunError(f"sampling in the child process failed: {name}: {message}") from cause
 
 
+def _payoff_error_class(name: str) -> type[PayoffError] | None:
+    """The payoff error class called `name` (PayoffError and its subclasses), if one is."""
+    found: list[type[PayoffError]] = [PayoffError]
+    for cls in found:
+        if cls.__name__ == name:
+            return cls
+        found.extend(cls.__subclasses__())
+    return None
+
+
 def _report(error: BaseException) -> ErrorReport:
-    payoff_class: type | None = type(error) if isinstance(error, PayoffError) else None
-    try:
-        pickle.dumps(payoff_class)
-    except Exception:  # a class defined inside a function: report it by name
-        payoff_class = None
-    return payoff_class, type(error).__name__, str(error), traceback.format_exc()
+    is_payoff = isinstance(error, PayoffError)
+    return type(error).__name__, is_payoff, str(error), traceback.format_exc()
 
 
 def _serve(
@@ -432,7 +450,7 @@ def _serve(
     threading.Thread(target=_read_requests, args=(requests, inbox, parent_pid), daemon=True).start()
 
     def reply(request: int, ok: bool, payload: Any) -> None:
-        replies.send_bytes(pickle.dumps((request, ok, payload), protocol=pickle.HIGHEST_PROTOCOL))
+        _send(replies, (request, ok, payload))
 
     from payoff.models.lm import load_lm
 
@@ -465,7 +483,8 @@ def _serve(
             except Exception as error:
                 bad_weights = _report(error)
             continue
-        _, request, prompts, sampling, rng_state, sample_seed = message
+        _, request, prompts, sampling_fields, rng_state, sample_seed = message
+        sampling = SamplingConfig(**sampling_fields)
         if bad_weights is not None:
             reply(request, False, bad_weights)
             continue
@@ -479,7 +498,8 @@ def _serve(
         except Exception as error:
             reply(request, False, _report(error))
             continue
-        reply(request, True, (generation, generator.get_state() if rng_state is not None else None))
+        end_state = generator.get_state() if rng_state is not None else None
+        reply(request, True, (dict(vars(generation)), end_state))
 
 
 def _read_requests(
@@ -490,7 +510,7 @@ def _read_requests(
     while os.getppid() == parent_pid:
         try:
             if requests.poll(1.0):
-                inbox.put(pickle.loads(requests.recv_bytes()))
+                inbox.put(_receive(requests))
         except (EOFError, OSError):
             break
     os._exit(0)

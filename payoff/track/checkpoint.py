@@ -2,6 +2,7 @@
 
     save_state(path, tree)      write atomically
     load_state(path) -> tree    read back; CheckpointError for anything else
+    dumps_state / loads_state   the same as bytes (messages between payoff's processes)
 
 A tree is dicts (any hashable keys of the kinds below), lists, tuples, str, int (any size),
 float (nan and inf included), bool, None, bytes, torch tensors, NumPy arrays and NumPy
@@ -220,36 +221,68 @@ def load_state(path: str | Path, what: str = "checkpoint") -> Any:
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
-            metadata = handle.metadata() or {}
-            if metadata.get(FORMAT_KEY) != STATE_FORMAT or TREE_KEY not in metadata:
-                found_format = metadata.get(FORMAT_KEY)
-                raise CheckpointError(
-                    f"{what} {str(path)!r} is a safetensors file but not a payoff checkpoint "
-                    + (
-                        f"(its format is {found_format!r}, expected {STATE_FORMAT!r})"
-                        if found_format
-                        else f"(no {FORMAT_KEY!r} in its metadata)"
-                    )
-                )
-            text = metadata[TREE_KEY]
-            if len(text) > MAX_TREE_CHARS:
-                raise CheckpointError(
-                    f"{what} {str(path)!r} is malformed: its JSON part has {len(text):,} "
-                    f"characters, more than the {MAX_TREE_CHARS:,} payoff reads"
-                )
-            try:
-                encoded = json.loads(text, parse_constant=_no_constant)
-            except (ValueError, RecursionError) as err:
-                raise CheckpointError(
-                    f"{what} {str(path)!r} is malformed: its {TREE_KEY!r} is not valid JSON ({err})"
-                ) from None
-            decoder = _Decoder(handle, set(handle.keys()), path, what)
-            return decoder.decode(encoded, ())
+            return _read_tree(handle.metadata() or {}, handle, set(handle.keys()), str(path), what)
     except (SafetensorError, OSError, MemoryError, ValueError) as err:
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(
             f"{what} {str(path)!r} is corrupt or truncated ({type(err).__name__}: {detail})"
         ) from None
+
+
+def loads_state(data: bytes, what: str = "message") -> Any:
+    """Read a tree from the bytes `dumps_state` made (a message between processes), with
+    the same checks as `load_state`: data only, nothing in it can name code to run."""
+    found = sniff_format(data[:9])
+    if found != "safetensors":
+        raise CheckpointError(f"{what} {found}")
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size], parse_constant=_no_constant)
+        metadata = (header.get("__metadata__") if isinstance(header, dict) else None) or {}
+        tensors = load(data)
+        return _read_tree(metadata, _Entries(tensors), set(tensors), "<bytes>", what)
+    except (SafetensorError, MemoryError, ValueError) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(
+            f"{what} is corrupt or truncated ({type(err).__name__}: {detail})"
+        ) from None
+
+
+class _Entries(dict[str, torch.Tensor]):
+    """Tensors already in memory, read like a safetensors file handle."""
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        return self[key]
+
+
+def _read_tree(metadata: dict[str, str], handle: Any, keys: set[str], name: str, what: str) -> Any:
+    """The tree in a safetensors file's metadata, its tensors from `handle`."""
+    if metadata.get(FORMAT_KEY) != STATE_FORMAT or TREE_KEY not in metadata:
+        found_format = metadata.get(FORMAT_KEY)
+        raise CheckpointError(
+            f"{what} {name!r} is a safetensors file but not a payoff checkpoint "
+            + (
+                f"(its format is {found_format!r}, expected {STATE_FORMAT!r})"
+                if found_format
+                else f"(no {FORMAT_KEY!r} in its metadata)"
+            )
+        )
+    text = metadata[TREE_KEY]
+    if len(text) > MAX_TREE_CHARS:
+        raise CheckpointError(
+            f"{what} {name!r} is malformed: its JSON part has {len(text):,} "
+            f"characters, more than the {MAX_TREE_CHARS:,} payoff reads"
+        )
+    try:
+        encoded = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:
+        raise CheckpointError(
+            f"{what} {name!r} is malformed: its {TREE_KEY!r} is not valid JSON ({err})"
+        ) from None
+    return _Decoder(handle, keys, name, what).decode(encoded, ())
 
 
 def sniff_format(head: bytes) -> str:
@@ -275,11 +308,11 @@ def _no_constant(name: str) -> Any:
 
 
 class _Decoder:
-    def __init__(self, handle: Any, keys: set[str], path: Path, what: str):
+    def __init__(self, handle: Any, keys: set[str], name: str, what: str):
         self.handle = handle
         self.keys = keys
         self.used: set[str] = set()  # each entry is read once: no 1 GB tensor read 1000 times
-        self.path = path
+        self.path = name
         self.what = what
 
     def fail(self, where: tuple[Any, ...], problem: str) -> CheckpointError:
