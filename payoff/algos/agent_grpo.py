@@ -31,7 +31,7 @@ import torch
 
 from payoff.algos.base import Algorithm, RunKeys
 from payoff.algos.sft import train_on_episodes
-from payoff.algos.shared.group import Aggregation, group_advantages, grpo_loss
+from payoff.algos.shared.group import Aggregation, flat_groups, group_advantages, grpo_loss
 from payoff.core.cache import cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
@@ -476,7 +476,7 @@ class AgentGRPO(Algorithm):
         metrics = {
             "episodes": self.episodes_seen,
             "train/reward": float(totals.mean()),
-            "train/flat_groups": float((totals.view(-1, c.group_size).std(-1) == 0).float().mean()),
+            "train/flat_groups": float(np.mean(flat_groups(totals, c.group_size))),
             "train/loss": stats["loss"],
             "train/grad_norm": stats["grad"],
             **episode_metrics(episodes, "train/"),

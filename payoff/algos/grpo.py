@@ -40,6 +40,7 @@ from payoff.algos.shared.group import (
     Estimator,
     advantages_of,
     canonical_aggregation,
+    flat_groups,
     grpo_loss,
     overlong_penalty,
 )
@@ -312,11 +313,6 @@ class Batch:
         )
 
 
-def flat_groups(rewards: list[float], group: int) -> list[bool]:
-    """For each group of `group` adjacent rewards: are they all equal (no learning signal)?"""
-    return (torch.tensor(rewards).view(-1, group).std(-1) == 0).tolist()
-
-
 def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
     """Which rows of a minibatch to run: those with a non-zero advantage, [B] bool.
 
@@ -461,15 +457,11 @@ class GRPO(LMAlgorithm):
         """
         config = self.config
         prompts_count = prompts_count or config.prompts_per_step
-        if not config.async_generation:
+        if not config.async_generation or config.max_staleness == 0 or not ahead:
+            # In step with the learner, with its own generator (an async sampler's generate
+            # is submit().result(): staleness 0 samples as synchronously).
             rows, planted, prompts = self.draw(prompts_count)
             return rows, planted, self.sampler.generate(prompts, self.sampling(), self.generator), 0
-        sampler: Any = self.sampler
-        if config.max_staleness == 0 or not ahead:
-            # In step with the learner: the learner's own generator, as when synchronous.
-            rows, planted, prompts = self.draw(prompts_count)
-            generation = sampler.submit(prompts, self.sampling(), generator=self.generator).result()
-            return rows, planted, generation, 0
         if not self.pending:
             self.submit_ahead()
         rows, planted, pending, submitted = self.pending.popleft()

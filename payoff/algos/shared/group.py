@@ -19,6 +19,7 @@ dapo and bnpo differ only when an optimizer step accumulates several micro-batch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -61,6 +62,11 @@ def group_advantages(
     if scale:
         centred = centred / (grouped.std(-1, keepdim=True) + eps)
     return centred.reshape(-1)
+
+
+def flat_groups(rewards: Sequence[float] | torch.Tensor, group_size: int) -> list[bool]:
+    """For each group of `group_size` adjacent rewards: are they all equal (no signal)?"""
+    return (torch.as_tensor(rewards).view(-1, group_size).std(-1) == 0).tolist()
 
 
 def advantages_of(
