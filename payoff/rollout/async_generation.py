@@ -61,7 +61,16 @@ import torch
 
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.models.lm import ModelConfig
-from payoff.rollout.generation import Generation, LocalSampler, Sampler, SamplingConfig
+from payoff.rollout.generation import (
+    Generation,
+    LocalSampler,
+    Sampler,
+    SamplingConfig,
+    WeightVersions,
+    continue_stream,
+    load_weights,
+    sampling_stream,
+)
 from payoff.track.checkpoint import dumps_state, loads_state
 from payoff.track.interrupt import ignore_ctrl_c_in_worker
 
@@ -134,19 +143,16 @@ class ProcessSampler:
         self.threads, self.batch_size = threads, batch_size
         self._child: _Child | None = None  # started on the first submit
         self._closer: weakref.finalize | None = None
-        self._version = 0
-        self._fingerprint: tuple[int, ...] | None = None  # None: the child has no weights yet
-        self._updated = False  # set by weights_updated(): send before the next submit
+        self.weights = WeightVersions(model)
         self._requests = 0
         self._streams: set[int] = set()  # generators with a batch in flight (0: torch's own)
         self.counters = {"weight_pushes": 0}
-        self.weight_bytes = 0  # size of one push
         self.push_seconds = 0.0  # time spent sending weights, all pushes
 
     @property
     def version(self) -> int:
         """How many weight versions were sent so far (a new batch samples with this one)."""
-        return self._version
+        return self.weights.version
 
     @property
     def pid(self) -> int | None:
@@ -165,7 +171,7 @@ class ProcessSampler:
         if self._child is None:
             self._child = _Child(self.model_config, self.seed, self.threads, self.batch_size)
             self._closer = weakref.finalize(self, self._child.close)  # also runs at exit
-            self._fingerprint = None  # a new child gets the current weights first
+            self.weights.forget()  # a new child gets the current weights first
         if wait:
             self._child.wait_ready()
         return self._child
@@ -180,23 +186,16 @@ class ProcessSampler:
     # ---- weights --------------------------------------------------------------------------
     def weights_updated(self) -> None:
         """The learner stepped its optimizer: send the new weights before the next submit."""
-        self._updated = True
+        self.weights.updated()
 
     def _push_weights(self, child: _Child) -> None:
         """Send the trainable weights as a new version if they changed since the last one."""
-        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-        # In-place writes bump a tensor's _version; fused optimizer kernels and `p.data = ...`
-        # do not: trainers call weights_updated().
-        fingerprint = tuple(p._version for p in params.values())
-        if self._fingerprint is not None and not self._updated and fingerprint == self._fingerprint:
-            return
         started = time.perf_counter()
-        self._updated = False
-        self._version += 1
-        child.send(("weights", self._version, {n: p.detach().cpu() for n, p in params.items()}))
-        self._fingerprint = fingerprint
+        weights = self.weights.due()
+        if weights is None:
+            return
+        child.send(("weights", self.weights.version, {n: p.cpu() for n, p in weights.items()}))
         self.counters["weight_pushes"] += 1
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in params.values())
         self.push_seconds += time.perf_counter() - started
 
     # ---- sampling -------------------------------------------------------------------------
@@ -241,13 +240,10 @@ class ProcessSampler:
                 if stream is not None:
                     self._streams.discard(stream)
             if end_state is not None:  # the caller's stream continues where the child left it
-                if generator is not None:
-                    generator.set_state(end_state)
-                else:
-                    torch.set_rng_state(end_state)
+                continue_stream(generator, end_state)
             return generation
 
-        return Pending(self._version, wait)
+        return Pending(self.weights.version, wait)
 
     def generate(
         self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
@@ -260,7 +256,7 @@ class ProcessSampler:
         (cumulative; the first push waits for the child to start reading), MB per push."""
         return {
             "async/weight_pushes": float(self.counters["weight_pushes"]),
-            "async/weight_mb": self.weight_bytes / 2**20,
+            "async/weight_mb": self.weights.bytes / 2**20,
             "async/push_seconds": self.push_seconds,
         }
 
@@ -472,13 +468,7 @@ def _serve(
         if message[0] == "weights":
             _, version, weights = message
             try:
-                missing = model.load_state_dict(weights, strict=False)
-                if missing.unexpected_keys:
-                    raise RunError(
-                        f"the learner's weights (version {version}) do not fit the sampling "
-                        f"process's model: unexpected keys {missing.unexpected_keys[:3]} "
-                        f"(was the model built differently?)"
-                    )
+                load_weights(model, weights, f"the sampling process's model (version {version})")
                 bad_weights = None
             except Exception as error:
                 bad_weights = _report(error)
@@ -488,11 +478,7 @@ def _serve(
         if bad_weights is not None:
             reply(request, False, bad_weights)
             continue
-        generator = torch.Generator()
-        if rng_state is not None:
-            generator.set_state(rng_state)
-        else:
-            generator.manual_seed(int(sample_seed or 0))
+        generator = sampling_stream(rng_state, sample_seed)
         try:
             generation = sampler.generate(prompts, sampling, generator)
         except Exception as error:

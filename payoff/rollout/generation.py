@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
 from payoff.models.logprobs import prompt_pass
 from payoff.models.transformers_compat import cache_kwargs, output_cache
@@ -116,6 +116,73 @@ class Sampler(Protocol):
     def close(self) -> None:
         """Free what the sampler holds outside this process (worker processes); idempotent."""
         ...
+
+
+class WeightVersions:
+    """The learner's trainable weights as numbered versions, for a sampler that holds a copy
+    of the model elsewhere (a second process, Ray actors).
+
+    `due()` returns the weights when a new version must be sent -- the first time, after
+    `updated()`, or when torch's per-tensor write counter moved (it catches
+    `load_state_dict` and most in-place writes, but not fused optimizer kernels or
+    `p.data = ...`: trainers call `updated()`) -- and None when the copy is current.
+    Frozen weights (a LoRA base) are never sent: the copy loaded the same ones from disk.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.version = 0
+        self.bytes = 0  # size of one version
+        self._fingerprint: tuple[int, ...] | None = None  # None: nothing sent yet
+        self._updated = False
+
+    def updated(self) -> None:
+        """The learner changed its weights (an optimizer step)."""
+        self._updated = True
+
+    def forget(self) -> None:
+        """The copy is gone (a new process): the next `due()` sends the weights."""
+        self._fingerprint = None
+
+    def due(self) -> dict[str, torch.Tensor] | None:
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        fingerprint = tuple(p._version for p in params.values())
+        if self._fingerprint is not None and not self._updated and fingerprint == self._fingerprint:
+            return None
+        self._updated = False
+        self._fingerprint = fingerprint
+        self.version += 1
+        self.bytes = sum(p.numel() * p.element_size() for p in params.values())
+        return {n: p.detach() for n, p in params.items()}
+
+
+def load_weights(model: Any, weights: dict[str, torch.Tensor], whose: str) -> None:
+    """Put a learner's weights version into a sampler's copy of the model (strict about
+    names it does not know, which would mean the two models were built differently)."""
+    missing = model.load_state_dict(weights, strict=False)
+    if missing.unexpected_keys:
+        raise RunError(
+            f"the learner's weights do not fit {whose}: unexpected keys "
+            f"{missing.unexpected_keys[:3]} (was the model built differently?)"
+        )
+
+
+def sampling_stream(rng_state: torch.Tensor | None, seed: int | None) -> torch.Generator:
+    """A sampler copy's random stream: the caller's state when it sent one, else `seed`."""
+    generator = torch.Generator()
+    if rng_state is not None:
+        generator.set_state(rng_state)
+    else:
+        generator.manual_seed(int(seed or 0))
+    return generator
+
+
+def continue_stream(generator: torch.Generator | None, state: torch.Tensor) -> None:
+    """The caller's stream goes on where a sampler copy left it (None: torch's global one)."""
+    if generator is not None:
+        generator.set_state(state)
+    else:
+        torch.set_rng_state(state)
 
 
 def sample_next(

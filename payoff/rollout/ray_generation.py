@@ -8,10 +8,10 @@ ray.cpus_per_worker) and run payoff's own `LocalSampler` on their shard of the p
 shards come back as `Generation`s and are joined in prompt order with `concat_generations`.
 
 Weights. The sampler holds the learner's model. On each `generate` it broadcasts the
-trainable parameters if the learner said they changed (`weights_updated()`, which GRPO calls
-after every optimizer step) or if torch's per-tensor write counter moved (it catches
-`load_state_dict` and most in-place writes, but not fused optimizer kernels, hence the
-explicit call), and then `ray.put`s them once under a new version number. A worker `ray.get`s them only when the
+trainable parameters when a new version is due (`WeightVersions` in
+payoff.rollout.generation, shared with the second-process sampler: after
+`weights_updated()`, which GRPO calls after every optimizer step, or when torch's
+per-tensor write counter moved), and then `ray.put`s them once under that version number. A worker `ray.get`s them only when the
 version it is asked to use differs from the one it holds. Frozen weights (a LoRA base) are
 never sent: the worker loaded the same ones from disk.
 
@@ -47,11 +47,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError, RunError
+from payoff.core.errors import ConfigError
 from payoff.models.lm import ModelConfig
 from payoff.rollout import ray_pool
 from payoff.rollout.async_generation import Pending
-from payoff.rollout.generation import Generation, LocalSampler, SamplingConfig, concat_generations
+from payoff.rollout.generation import (
+    Generation,
+    LocalSampler,
+    SamplingConfig,
+    WeightVersions,
+    concat_generations,
+    continue_stream,
+    load_weights,
+    sampling_stream,
+)
 from payoff.rollout.ray_pool import RayConfig
 
 
@@ -99,18 +108,9 @@ class GenerationWorker:
         import ray
 
         if version != self.version:
-            missing = self.model.load_state_dict(ray.get(weights[0]), strict=False)
-            if missing.unexpected_keys:
-                raise RunError(
-                    f"the learner's weights do not fit the worker's model: unexpected keys "
-                    f"{missing.unexpected_keys[:3]} (was the model built differently?)"
-                )
+            load_weights(self.model, ray.get(weights[0]), "the worker's model")
             self.version = version
-        generator = torch.Generator()
-        if rng_state is not None:
-            generator.set_state(rng_state)
-        else:
-            generator.manual_seed(int(seed or 0))
+        generator = sampling_stream(rng_state, seed)
         generation = self.sampler.generate(prompts, sampling, generator)
         return generation, generator.get_state() if rng_state is not None else None
 
@@ -152,12 +152,9 @@ class RaySampler:
         self.group_size, self.batch_size = group_size, batch_size
         self.threads = max(1, int(config.cpus_per_worker))
         self.workers: list[Any] = []  # spawned on the first generate: `payoff eval` needs none
-        self.version = 0
+        self.weights = WeightVersions(model)
         self._weights: Any = None  # ObjectRef of the current version's weights
-        self._fingerprint: tuple[int, ...] | None = None
-        self._updated = False  # set by weights_updated(): broadcast before the next generate
         self.counters = {"worker_restarts": 0, "weight_broadcasts": 0}
-        self.weight_bytes = 0
         self.startup_seconds = 0.0
         self.last_seconds = 0.0
 
@@ -194,29 +191,23 @@ class RaySampler:
         self.workers = []
 
     # ---- weights --------------------------------------------------------------------------
-    def _trainable(self) -> dict[str, torch.Tensor]:
-        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+    @property
+    def version(self) -> int:
+        """How many weight versions were put so far (a new batch samples with this one)."""
+        return self.weights.version
 
     def _weights_ref(self) -> Any:
         """The learner's current weights in the object store, put once per version."""
-        params = self._trainable()
-        # Most in-place writes (load_state_dict, unfused optimizers) bump a tensor's _version;
-        # fused optimizer kernels and `p.data = ...` do not: trainers call weights_updated().
-        fingerprint = tuple(p._version for p in params.values())
-        if self._weights is None or self._updated or fingerprint != self._fingerprint:
-            self._updated = False
+        weights = self.weights.due()  # the first call always has them
+        if weights is not None:
             ray = ray_pool.connect(self.config)
-            self.version += 1
-            self._weights = ray.put({n: p.detach() for n, p in params.items()})
-            self._fingerprint = fingerprint
+            self._weights = ray.put(weights)
             self.counters["weight_broadcasts"] += 1
-            self.weight_bytes = sum(p.numel() * p.element_size() for p in params.values())
         return self._weights
 
-    # ---- the Sampler interface ------------------------------------------------------------
     def weights_updated(self) -> None:
         """The learner stepped its optimizer: send the new weights before the next generate."""
-        self._updated = True
+        self.weights.updated()
 
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """[start, stop) row ranges per worker, cut at group boundaries (empty ones dropped)."""
@@ -279,10 +270,7 @@ class RaySampler:
             if shared:  # the learner's stream continues where the worker left it
                 state = results[0][1]
                 assert state is not None
-                if generator is not None:
-                    generator.set_state(state)
-                else:
-                    torch.set_rng_state(state)
+                continue_stream(generator, state)
             self.last_seconds = time.perf_counter() - started
             return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
 
@@ -299,5 +287,5 @@ class RaySampler:
         return {
             **{f"ray/{name}": float(value) for name, value in self.counters.items()},
             "ray/workers": float(self.config.num_workers),
-            "ray/weight_mb": self.weight_bytes / 2**20,
+            "ray/weight_mb": self.weights.bytes / 2**20,
         }
