@@ -47,6 +47,7 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "dagger",
         "dqn",
         "ippo",
+        "mbrl",
         "ppo",
         "ppo_lagrangian",
         "qlearning",

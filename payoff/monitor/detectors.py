@@ -312,11 +312,91 @@ class SpuriousCorrelation(Monitor):
         ]
 
 
+@dataclass
+class ModelExploitationConfig:
+    """A planner exploiting its learned model (model-based RL): reward hacking against a
+    world model. The planner picks actions whose imagined return is high; where the model is
+    wrong, the highest imagined returns are the model's errors, and the env pays less.
+
+    planned / realized: metric keys of the return the planner predicted over its horizon
+        and the return the env then paid over those same steps.
+    disagreement: metric key of the ensemble's disagreement along the plans (the std of the
+        members' predicted states, in units of the observation's std).
+    gap: fires when planned - realized exceeds this fraction of |realized|...
+    min_gap: ...and at least this much in return units (so that near-zero returns do
+        not fire on tiny absolute differences)...
+    disagreement_above: ...while the disagreement is above this.
+    patience: consecutive records meeting all three before firing.
+    The defaults come from Pendulum (payoff mbrl, horizon 15-40): healthy runs measured a
+    relative gap of at most 0.07 and a disagreement of at most 0.04; a model fitted on 30
+    random steps and planned through 40 steps ahead, a gap of 0.36-0.57 (the planner
+    expected -135, the env paid -307) and a disagreement of 15-25.
+    """
+
+    planned: str = "train/planned_return"
+    realized: str = "train/realized_return"
+    disagreement: str = "train/model_disagreement"
+    gap: float = field(default=0.25, metadata=in_range(0, low_open=True))
+    min_gap: float = field(default=1.0, metadata=in_range(0))
+    disagreement_above: float = field(default=0.25, metadata=in_range(0))
+    patience: int = field(default=2, metadata=in_range(1))
+    severity: Literal["info", "warning", "critical"] = "warning"
+
+
+class ModelExploitation(Monitor):
+    """Fires when the planner's predicted return exceeds what the env paid by a wide margin
+    while the ensemble disagrees along its plans: it is optimizing the model's errors."""
+
+    kind = "model_exploitation"
+
+    config: ModelExploitationConfig
+
+    def setup(self) -> None:
+        self.streak = 0
+        self.streak_start = 0
+
+    def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
+        c = self.config
+        planned, realized = _number(record, c.planned), _number(record, c.realized)
+        disagreement = _number(record, c.disagreement)
+        if planned is None or realized is None or disagreement is None or self.fired:
+            return []
+        gap = planned - realized
+        exploiting = (
+            gap > c.min_gap and gap > c.gap * abs(realized) and disagreement > c.disagreement_above
+        )
+        self.streak = self.streak + 1 if exploiting else 0
+        if self.streak == 1:
+            self.streak_start = step
+        if self.streak < c.patience:
+            return []
+        self.fired = True
+        return [
+            Alarm(
+                step,
+                self.kind,
+                f"the planner expected a return of {planned:.4g} over its horizon but the env "
+                f"paid {realized:.4g} ({gap:.3g} less) while the ensemble disagreed along its "
+                f"plans ({c.disagreement} = {disagreement:.3g} > {c.disagreement_above}), for "
+                f"{self.streak} records: it is exploiting the learned model's errors",
+                c.severity,
+                {
+                    "planned": planned,
+                    "realized": realized,
+                    "gap": gap,
+                    "disagreement": disagreement,
+                    "since_step": self.streak_start,
+                },
+            )
+        ]
+
+
 MONITORS: dict[str, type[Monitor]] = {
     "divergence": Divergence,
     "threshold": Threshold,
     "spurious_correlation": SpuriousCorrelation,
     "drift": Drift,
+    "model_exploitation": ModelExploitation,
 }
 
 

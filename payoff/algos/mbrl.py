@@ -1,0 +1,649 @@
+"""Model-based RL by planning through a learned model (PETS: Chua et al. 2018).
+
+    learn a world model, then plan with it:
+
+    data     D = real transitions (s, a, r, s', terminated), the first `learning_starts`
+               from uniformly random actions
+    model    every `train_every` env steps refit an ensemble of E probabilistic MLPs
+               p_e(s' - s, r, terminated | s, a) on D (Gaussian NLL, each member on its
+               own bootstrap resample; payoff.models.dynamics.DynamicsEnsemble)
+    act      model-predictive control: at every step search action sequences
+               a_t..a_{t+H-1} that maximize the return the model imagines,
+                   R(a) = mean_e sum_k alive_k * r_k,   (s_{k+1}, r_k) ~ p_e(. | s_k, a_k)
+               by CEM (refit a Gaussian to the `elites` best of `population` samples,
+               `iterations` times) or MPPI (average the samples weighted by
+               exp(R / temperature)); take the first action, replan at the next step
+
+Trajectory sampling is TS-inf with one particle per member: every candidate sequence is
+imagined by each of the E members along its own sampled trajectory (one batched forward
+per step: [E, population, ...]), and R averages the E returns. The reward comes from the
+model, not from the env's code: nothing about Pendulum or CartPole is written here.
+
+Discrete actions (CartPole): the model reads the action one-hot; the planner's search
+distribution over a sequence is one categorical per step instead of a Gaussian, and CEM
+refits it to the elites' action frequencies (MPPI: to their exp(R / temperature)-weighted
+frequencies). The model also predicts `terminated` (regressed as 0/1), and an imagined
+trajectory collects reward only while it is predicted alive: on CartPole, where every
+step pays 1, staying alive is the whole task.
+
+Where the planner exploits the model: the search favours whatever the model scores high;
+where the model has seen little data, those are its errors. Logged per episode: the return
+the planner predicted over its horizon (`train/planned_return`) against what the env paid
+over the same steps (`train/realized_return`), and the ensemble's disagreement along the
+chosen plans (`train/model_disagreement`: the std over members of their predicted states,
+in units of the observation's std). The `model_exploitation` monitor
+(payoff.monitor.detectors.ModelExploitation) fires when the first exceeds the second by a
+lot while the third is high. Also logged: the model's one-step NLL and error and its
+open-loop k-step error on the transitions collected since the last refit (held out: not yet
+trained on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from payoff.algos.base import Agent, AgentKeys
+from payoff.algos.loop import crossed
+from payoff.core.config import in_range
+from payoff.core.errors import ConfigError, EnvError
+from payoff.core.seeding import seed_everything
+from payoff.models.dynamics import DynamicsEnsemble
+from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
+from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
+
+
+# ---- the search-distribution updates (pure functions of the samples and their scores) ------
+def cem_update(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    samples: torch.Tensor,
+    returns: torch.Tensor,
+    elites: int,
+    alpha: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy method: refit the Gaussian to the `elites` highest-return samples.
+
+    mean, std [B, H, A]; samples [B, P, H, A]; returns [B, P]. The new parameters keep
+    `alpha` of the old ones (momentum): alpha * old + (1 - alpha) * elite statistic.
+    """
+    top = returns.topk(elites, dim=1).indices  # [B, K]
+    elite = samples.gather(1, top[:, :, None, None].expand(-1, -1, *samples.shape[2:]))
+    elite_mean, elite_std = elite.mean(1), elite.std(1, unbiased=False)
+    return alpha * mean + (1 - alpha) * elite_mean, alpha * std + (1 - alpha) * elite_std
+
+
+def mppi_weights(returns: torch.Tensor, temperature: float) -> torch.Tensor:
+    """MPPI's weights of the samples: softmax(returns / temperature) over the population.
+    returns [B, P] -> [B, P], each row summing to 1."""
+    return torch.softmax(returns / temperature, dim=1)
+
+
+def categorical_update(
+    probs: torch.Tensor,
+    samples: torch.Tensor,
+    weights: torch.Tensor,
+    alpha: float,
+) -> torch.Tensor:
+    """Discrete actions: refit per-step categoricals to the samples' weighted action counts.
+
+    probs [B, H, n]; samples [B, P, H] (action indices); weights [B, P] summing to 1 over P
+    (CEM: 1/K on each elite, 0 elsewhere; MPPI: mppi_weights).
+    """
+    counts = F.one_hot(samples, probs.shape[-1]).to(probs.dtype)  # [B, P, H, n]
+    frequencies = (weights[:, :, None, None] * counts).sum(1)
+    return alpha * probs + (1 - alpha) * frequencies
+
+
+def elite_weights(returns: torch.Tensor, elites: int) -> torch.Tensor:
+    """1/elites on each of the `elites` best samples of each row, 0 elsewhere. [B, P]."""
+    top = returns.topk(elites, dim=1).indices
+    return torch.zeros_like(returns).scatter_(1, top, 1.0 / elites)
+
+
+# ---- imagination -------------------------------------------------------------------------
+@torch.no_grad()
+def imagine(
+    model: DynamicsEnsemble,
+    obs: torch.Tensor,
+    action_inputs: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Roll action sequences through every member of the ensemble.
+
+    obs [B, o]; action_inputs [B, P, H, a] (Box actions, or one-hot discrete ones).
+    With a generator, each member samples its next state and reward from its Gaussian
+    (trajectory sampling, TS-inf: a particle stays with its member); without, it follows
+    its mean. Returns the imagined returns [E, B, P] and states [H, E, B, P, o].
+    """
+    members, o = model.members, model.obs_dim
+    batch, population, horizon, _ = action_inputs.shape
+    state = obs[:, None, :].expand(batch, population, o).reshape(1, -1, o).expand(members, -1, o)
+    total = torch.zeros(members, batch * population)
+    alive = torch.ones(members, batch * population)
+    states = []
+    for t in range(horizon):
+        actions = action_inputs[:, :, t].reshape(1, batch * population, -1)
+        mean, std = model(torch.cat([state, actions.expand(members, -1, -1)], dim=-1))
+        if generator is not None:
+            noise = torch.randn(mean.shape, generator=generator)
+            sample = mean + std * noise
+        else:
+            sample = mean
+        total = total + alive * sample[..., o]
+        alive = alive * (1.0 - mean[..., o + 1].clamp(0.0, 1.0))
+        state = state + sample[..., :o]
+        states.append(state.reshape(members, batch, population, o))
+    return total.reshape(members, batch, population), torch.stack(states)
+
+
+@dataclass
+class PlannerConfig:
+    """Model-predictive control: how each action is searched for.
+
+    method: cem (cross-entropy method: refit the search distribution to the `elites` best
+        samples) or mppi (average all samples weighted by exp(return / temperature)).
+    horizon: steps imagined ahead. Longer sees further (a swing-up needs to see the top)
+        but compounds the model's errors, and a longer search finds more of them to exploit.
+    population: action sequences sampled per iteration.
+    iterations: refits of the search distribution per env step.
+    elites: (cem) the best samples refit to.
+    alpha: weight of the old distribution in each refit (momentum; 0 = the elites only).
+    temperature: (mppi) in return units: small = greedy, large = plain average.
+    init_std: (Box actions) the search's starting std as a fraction of the action range's
+        half-width.
+    """
+
+    method: Literal["cem", "mppi"] = "cem"
+    horizon: int = field(default=15, metadata=in_range(1))
+    population: int = field(default=150, metadata=in_range(2))
+    iterations: int = field(default=3, metadata=in_range(1))
+    elites: int = field(default=15, metadata=in_range(1))
+    alpha: float = field(default=0.1, metadata=in_range(0, 1, high_open=True))
+    temperature: float = 1.0
+    init_std: float = field(default=0.5, metadata=in_range(0, low_open=True))
+
+
+@dataclass
+class ExploitationKeys(ModelExploitationConfig):
+    """The model_exploitation monitor's settings (ModelExploitationConfig), and whether the
+    run gets it (enabled)."""
+
+    enabled: bool = True
+
+
+@dataclass
+class MBRLConfig(AgentKeys):
+    """PETS-style model-based RL on one env (Box or Discrete actions, a flat Box
+    observation). The shared keys (env, seed, threads, eval_every, eval_episodes,
+    final_eval_episodes, checkpoint_every, log_every) are payoff.algos.base.AgentKeys.
+
+    total_steps: env steps (real ones: the imagined ones are free, apart from compute).
+    learning_starts: env steps of uniformly random actions before the first model fit.
+    train_every: refit the model every this many env steps (on all data so far).
+    ensemble: members E of the dynamics ensemble. hidden / activation: each member's MLP.
+    learning_rate / weight_decay: the model's Adam (weight decay as L2 on the weights).
+    fit_steps: gradient steps per refit. batch_size: transitions per member per step.
+    planner: see PlannerConfig.
+    multistep_horizon: the longest open-loop horizon of the model-error diagnostic
+        (model/open_loop_mse_hK): the model predicts K steps from a real state with the real
+        actions, without seeing the states in between.
+    exploitation: the `model_exploitation` monitor every run gets (see
+        payoff.monitor.detectors.ModelExploitationConfig); `enabled: false` drops it.
+    stop_at_return: stop once a periodic evaluation averages at least this.
+    check_finite: stop with an error when the env returns NaN or inf.
+    Evaluation plans with the model, which costs ~`population * iterations * horizon`
+    model rows per step: keep eval_episodes small (they run batched, one planner for all).
+    """
+
+    total_steps: int = 1_000
+    learning_starts: int = field(default=200, metadata=in_range(1))
+    train_every: int = 100
+    ensemble: int = 5
+    hidden: list[int] = field(default_factory=lambda: [128, 128])
+    activation: Literal["silu", "relu", "tanh"] = "silu"
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-5
+    fit_steps: int = field(default=300, metadata=in_range(1))
+    batch_size: int = 256
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    multistep_horizon: int = field(default=10, metadata=in_range(1))
+    exploitation: ExploitationKeys = field(default_factory=ExploitationKeys)
+    stop_at_return: float | None = None
+    check_finite: bool = True
+    log_every: int = 200
+    eval_episodes: int = 3
+    final_eval_episodes: int = 5
+    checkpoint_every: int = 1_000
+
+    def validate(self) -> None:
+        if self.planner.method == "cem" and self.planner.elites > self.planner.population:
+            raise ConfigError(
+                f"planner.elites {self.planner.elites} is more than planner.population "
+                f"{self.planner.population}: CEM keeps the best elites of the population"
+            )
+
+
+class TransitionStore:
+    """Real transitions in growing arrays (model-based RL keeps them all): obs, the action as
+    the model reads it (Box values or one-hot), reward, next obs, terminated, and whether
+    the episode ended there (terminated or truncated: open-loop windows stop at it)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, capacity: int = 1024):
+        self.size = 0
+        self.obs = np.zeros((capacity, obs_dim), dtype=np.float32)
+        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.next_obs = np.zeros((capacity, obs_dim), dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.float32)
+        self.ended = np.zeros(capacity, dtype=bool)
+        self.planned = np.full(capacity, np.nan, dtype=np.float32)  # the plan's predicted return
+
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "ended", "planned")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs, action, reward, next_obs, terminated, ended, planned) -> None:  # type: ignore[no-untyped-def]
+        if self.size == len(self.rewards):  # double the arrays
+            for name in self.FIELDS:
+                array = getattr(self, name)
+                fill = np.nan if name == "planned" else 0
+                grown = np.full((2 * len(array), *array.shape[1:]), fill, dtype=array.dtype)
+                grown[: self.size] = array
+                setattr(self, name, grown)
+        i = self.size
+        self.obs[i], self.actions[i], self.rewards[i] = obs, action, reward
+        self.next_obs[i], self.terminated[i], self.ended[i] = next_obs, terminated, ended
+        self.planned[i] = planned
+        self.size += 1
+
+    def model_data(self, start: int = 0, end: int | None = None) -> tuple[torch.Tensor, ...]:
+        """Model inputs [N, o + a] and targets [N, o + 2] of transitions start..end."""
+        part = slice(start, self.size if end is None else end)
+        inputs = np.concatenate([self.obs[part], self.actions[part]], axis=1)
+        targets = np.concatenate(
+            [
+                self.next_obs[part] - self.obs[part],
+                self.rewards[part, None],
+                self.terminated[part, None],
+            ],
+            axis=1,
+        )
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"size": self.size, **{n: getattr(self, n)[: self.size].copy() for n in self.FIELDS}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = int(state["size"])
+        for name in self.FIELDS:
+            array = getattr(self, name)
+            if len(array) < n:
+                array = np.zeros((n, *array.shape[1:]), dtype=array.dtype)
+            array[:n] = np.asarray(state[name]).reshape(n, *array.shape[1:])
+            setattr(self, name, array)
+        self.size = n
+
+
+class Planner:
+    """MPC with CEM or MPPI over action sequences imagined by the model (see the module
+    docstring). Keeps each batch row's last solution, shifted by one step, as the next
+    search's start (warm start)."""
+
+    def __init__(
+        self, model: DynamicsEnsemble, action_space: gym.Space, config: PlannerConfig
+    ) -> None:
+        self.model, self.config = model, config
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
+        else:
+            self.low = torch.as_tensor(action_space.low, dtype=torch.float32)  # type: ignore[attr-defined]
+            self.high = torch.as_tensor(action_space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+        self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
+
+    def reset(self) -> None:
+        self.warm = None
+
+    def _initial(self, batch: int) -> torch.Tensor:
+        horizon = self.config.horizon
+        if self.discrete:
+            return torch.full((batch, horizon, self.num_actions), 1.0 / self.num_actions)
+        return ((self.low + self.high) / 2).expand(batch, horizon, -1).clone()
+
+    def _inputs(self, samples: torch.Tensor) -> torch.Tensor:
+        """What the model reads: one-hot actions for a discrete space, else the values."""
+        if self.discrete:
+            return F.one_hot(samples, self.num_actions).float()
+        return samples
+
+    @torch.no_grad()
+    def plan(
+        self, obs: torch.Tensor, generator: torch.Generator
+    ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """The first action of the best plan for each of obs [B, o]; and, per row, the plan's
+        predicted return over the horizon (the members' mean), the members' spread of that
+        return, and their disagreement along it (the std over members of the predicted
+        states, in observation-std units, averaged over steps and dimensions)."""
+        c = self.config
+        batch = len(obs)
+        if self.warm is None or len(self.warm) != batch:
+            self.warm = self._initial(batch)
+        if self.discrete:
+            probs = self.warm
+            for _ in range(c.iterations):
+                samples = torch.multinomial(
+                    probs.reshape(-1, self.num_actions), c.population, True, generator=generator
+                )  # [B * H, P]
+                samples = samples.reshape(batch, c.horizon, c.population).transpose(1, 2)
+                returns = imagine(self.model, obs, self._inputs(samples), generator)[0].mean(0)
+                weights = (
+                    elite_weights(returns, c.elites)
+                    if c.method == "cem"
+                    else mppi_weights(returns, c.temperature)
+                )
+                probs = categorical_update(probs, samples, weights, c.alpha)
+            plan = probs.argmax(-1)  # [B, H]
+            actions = plan[:, 0].numpy()
+            uniform = torch.full((batch, 1, self.num_actions), 1.0 / self.num_actions)
+            self.warm = torch.cat([probs[:, 1:], uniform], dim=1)
+        else:
+            mean = self.warm
+            std = (c.init_std * (self.high - self.low) / 2).expand_as(mean)
+            for _ in range(c.iterations):
+                noise = torch.randn((batch, c.population, *mean.shape[1:]), generator=generator)
+                samples = torch.maximum(
+                    torch.minimum(mean[:, None] + std[:, None] * noise, self.high), self.low
+                )  # [B, P, H, A]
+                returns = imagine(self.model, obs, samples, generator)[0].mean(0)  # [B, P]
+                if c.method == "cem":
+                    mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
+                else:
+                    weights = mppi_weights(returns, c.temperature)
+                    mean = (weights[:, :, None, None] * samples).sum(1)
+            plan = mean
+            actions = plan[:, 0].numpy()
+            middle = ((self.low + self.high) / 2).expand(batch, 1, -1)
+            self.warm = torch.cat([mean[:, 1:], middle], dim=1)
+        # The chosen plan imagined by each member's mean: what the planner expects of it.
+        member_returns, states = imagine(self.model, obs, self._inputs(plan)[:, None])
+        obs_std = self.model.in_std[: self.model.obs_dim]
+        disagreement = (states / obs_std).std(1, unbiased=False).mean(dim=(0, 3))[:, 0]
+        return actions, {
+            "planned_return": member_returns.mean(0)[:, 0],
+            "return_disagreement": member_returns.std(0, unbiased=False)[:, 0],
+            "disagreement": disagreement,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"warm": None if self.warm is None else self.warm.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        warm = state.get("warm")
+        self.warm = None if warm is None else torch.as_tensor(warm).clone()
+
+
+class MBRL(Agent):
+    """PETS: an ensemble of probabilistic dynamics models and MPC (CEM/MPPI) through it."""
+
+    total_key = "total_steps"
+    config: MBRLConfig
+    saved = (
+        "model",
+        "optimizer",
+        "store",
+        "rng",
+        "generator",
+        "runner",
+        "planner",
+        "fits",
+        "fitted_size",
+        "gap_cursor",
+        "model_errors",
+    )
+
+    def setup(self) -> None:
+        config = self.config
+        torch.set_num_threads(config.threads)
+        if config.device != "cpu":
+            raise ConfigError(
+                f"mbrl runs on the CPU (device: cpu); got device {config.device!r}: its small "
+                f"models plan one env step at a time, where a GPU's launch overhead dominates"
+            )
+        self.rng = seed_everything(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.envs = make_vector_env(config.env, 1, "sync")
+        self.observation_space = self.envs.single_observation_space
+        self.action_space = self.envs.single_action_space
+        obs_shape = self.observation_space.shape
+        if not isinstance(self.observation_space, gym.spaces.Box) or len(obs_shape or ()) != 1:
+            self.envs.close()
+            raise EnvError(
+                f"mbrl's dynamics model predicts a flat vector observation, so it needs a 1-D Box "
+                f"observation space; {config.env.id!r} has {self.observation_space}"
+            )
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            action_dim = int(self.action_space.n)
+        elif isinstance(self.action_space, gym.spaces.Box) and len(self.action_space.shape) == 1:
+            action_dim = int(self.action_space.shape[0])
+            if not (
+                np.isfinite(self.action_space.low).all()
+                and np.isfinite(self.action_space.high).all()
+            ):
+                self.envs.close()
+                raise EnvError(
+                    f"mbrl's planner samples actions within the action space's bounds; "
+                    f"{config.env.id!r} has unbounded actions {self.action_space}"
+                )
+        else:
+            self.envs.close()
+            raise EnvError(
+                f"mbrl plans over a Discrete or a 1-D Box action space; {config.env.id!r} has "
+                f"{self.action_space}"
+            )
+        obs_dim = int(obs_shape[0])  # type: ignore[index]
+        self.runner = VectorRunner(
+            self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
+        )
+        self.model = DynamicsEnsemble(
+            obs_dim, action_dim, config.ensemble, config.hidden, config.activation
+        )
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.store = TransitionStore(obs_dim, action_dim)
+        self.planner = Planner(self.model, self.action_space, config.planner)
+        self.fits = 0  # model refits so far
+        self.fitted_size = 0  # transitions the model was last fitted on
+        self.gap_cursor = 0  # first transition whose planned-vs-realized window is not scored
+        self.model_errors: list[list[Any]] = []  # [step, [open-loop MSE at 1..K steps]]
+        self._model_record: dict[str, float] = {}  # the last refit's diagnostics, until logged
+        # along each plan since the last log: the ensemble's disagreement, its return spread
+        self._disagreements: list[float] = []
+        self._return_spreads: list[float] = []
+
+    def default_monitors(self) -> list[Monitor]:
+        keys = self.config.exploitation
+        if not keys.enabled:
+            return []
+        settings = {k: v for k, v in vars(keys).items() if k != "enabled"}
+        return [ModelExploitation(ModelExploitationConfig(**settings))]
+
+    # ---- acting -----------------------------------------------------------------------
+    def _act_space(self, actions: np.ndarray) -> np.ndarray:
+        return actions.astype(np.int64) if self.planner.discrete else actions.astype(np.float32)
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """The planner's action for one observation or a batch [B, o] (a planner of its own,
+        warm-started from the previous call's plan when the batch size is the same)."""
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.ndim == 1
+        if not hasattr(self, "_predict_planner"):
+            self._predict_planner = Planner(self.model, self.action_space, self.config.planner)
+        actions, _ = self._predict_planner.plan(
+            torch.from_numpy(obs[None] if single else obs), self.generator
+        )
+        actions = self._act_space(actions)
+        return actions[0] if single else actions
+
+    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
+        """The planner on `episodes` fresh episodes of the real env, all planned in one batch."""
+        seed = self.config.seed + 1_000_000 if seed is None else seed
+        planner = Planner(self.model, self.action_space, self.config.planner)
+        generator = torch.Generator().manual_seed(seed)
+
+        def act(obs: torch.Tensor) -> np.ndarray:
+            return self._act_space(planner.plan(obs.float(), generator)[0])
+
+        return evaluate_batched(self.config.env, act, episodes, seed, "sync")
+
+    def _model_input(self, action: Any) -> np.ndarray:
+        if self.planner.discrete:
+            return np.eye(self.planner.num_actions, dtype=np.float32)[int(action)]
+        return np.asarray(action, dtype=np.float32).reshape(-1)
+
+    # ---- learning ---------------------------------------------------------------------
+    def iterate(self) -> None:
+        """One real env step: random before learning_starts, then MPC; refit when due."""
+        config = self.config
+        before = self.step
+        obs = np.asarray(self.runner.obs, dtype=np.float32)
+        planned = np.nan
+        if self.fits == 0:
+            if self.planner.discrete:
+                action = self.rng.integers(0, self.planner.num_actions, size=1)
+            else:
+                space = self.action_space
+                action = self.rng.uniform(space.low, space.high)[None].astype(np.float32)  # type: ignore[attr-defined]
+        else:
+            action, info = self.planner.plan(torch.from_numpy(obs), self.generator)
+            action = self._act_space(action)
+            planned = float(info["planned_return"][0])
+            self._disagreements.append(float(info["disagreement"][0]))
+            self._return_spreads.append(float(info["return_disagreement"][0]))
+        next_obs, rewards, terminated, truncated, valid = self.runner.step(action)
+        if valid[0]:
+            ended = bool(terminated[0] or truncated[0])
+            self.store.add(
+                obs[0],
+                self._model_input(action[0]),
+                float(rewards[0]),
+                np.asarray(next_obs[0], dtype=np.float32),
+                float(terminated[0]),
+                ended,
+                planned,
+            )
+            if ended:
+                self.planner.reset()
+        self.step = self.runner.env_steps
+        if self.step >= config.learning_starts and (
+            self.fits == 0 or crossed(before, self.step, config.train_every)
+        ):
+            self._refit()
+
+    def _refit(self) -> None:
+        """Score the model on the transitions it has not seen, then refit it on all."""
+        config, store = self.config, self.store
+        record: dict[str, float] = {}
+        if self.fits > 0 and store.size - self.fitted_size >= 2:
+            inputs, targets = store.model_data(self.fitted_size)
+            for key, value in self.model.one_step_error(inputs, targets).items():
+                record[f"model/heldout_{key}"] = value
+            errors = self.open_loop_errors(self.fitted_size, store.size)
+            if errors:
+                self.model_errors.append([self.step, errors])
+                for k in sorted({1, 5, len(errors)}):
+                    if k <= len(errors):
+                        record[f"model/open_loop_mse_h{k}"] = errors[k - 1]
+        inputs, targets = store.model_data()
+        record["model/train_loss"] = self.model.fit(
+            inputs, targets, self.optimizer, config.fit_steps, config.batch_size, self.rng
+        )
+        self.fits += 1
+        self.fitted_size = store.size
+        record["model/fits"] = float(self.fits)
+        self._model_record = record
+
+    @torch.no_grad()
+    def open_loop_errors(self, start: int, end: int) -> list[float]:
+        """Mean squared error of the next observation predicted k = 1..K steps ahead
+        (K = multistep_horizon) from each real state in start..end, with the real actions
+        and no real states in between: each member follows its own mean, and the prediction
+        is their average. Windows that cross an episode's end are left out; [] when none fit."""
+        store, horizon = self.store, self.config.multistep_horizon
+        starts = [
+            s for s in range(start, end - horizon + 1) if not store.ended[s : s + horizon - 1].any()
+        ]
+        if not starts:
+            return []
+        index = np.asarray(starts)[:, None] + np.arange(horizon)  # [S, K]
+        members = self.model.members
+        state = torch.from_numpy(store.obs[index[:, 0]]).expand(members, -1, -1)
+        actions = torch.from_numpy(store.actions[index])  # [S, K, a]
+        truth = torch.from_numpy(store.next_obs[index])  # [S, K, o]
+        errors = []
+        for k in range(horizon):
+            inputs = torch.cat([state, actions[:, k].expand(members, -1, -1)], dim=-1)
+            mean, _ = self.model(inputs)
+            state = state + mean[..., : self.model.obs_dim]
+            errors.append(float((state.mean(0) - truth[:, k]).pow(2).mean()))
+        return errors
+
+    def _plan_vs_real(self) -> dict[str, float]:
+        """Mean planned and realized H-step return over the steps whose horizon has passed
+        since the last call (windows that cross an episode's end are skipped)."""
+        store, horizon = self.store, self.config.planner.horizon
+        planned, realized = [], []
+        start = self.gap_cursor
+        last = store.size - horizon  # the last start whose window is complete
+        for s in range(start, last + 1):
+            if np.isnan(store.planned[s]) or store.ended[s : s + horizon - 1].any():
+                continue
+            planned.append(float(store.planned[s]))
+            realized.append(float(store.rewards[s : s + horizon].sum()))
+        self.gap_cursor = max(start, last + 1)
+        if not planned:
+            return {}
+        mean_planned, mean_realized = float(np.mean(planned)), float(np.mean(realized))
+        return {
+            "train/planned_return": mean_planned,
+            "train/realized_return": mean_realized,
+            "train/plan_gap": mean_planned - mean_realized,
+        }
+
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
+
+    def log_training(self) -> None:
+        returns, lengths = self.runner.drain_episodes()
+        self.state.add_returns(returns)
+        record: dict[str, Any] = {"perf/sps": self.step / max(self.train_seconds, 1e-9)}
+        if returns:
+            record["train/episode_return"] = float(np.mean(returns))
+            record["train/episode_length"] = float(np.mean(lengths))
+        if self.recent_returns:
+            record["train/return"] = float(np.mean(self.recent_returns))
+        record.update(self._plan_vs_real())
+        if self._disagreements:
+            record["train/model_disagreement"] = float(np.mean(self._disagreements))
+            record["train/return_disagreement"] = float(np.mean(self._return_spreads))
+            self._disagreements, self._return_spreads = [], []
+        record.update(self._model_record)
+        self._model_record = {}
+        self.log(self.step, **record)
+
+    def evaluate_now(self) -> None:
+        self.evaluate_returns()
+
+    def finish(self) -> None:
+        self.finish_returns(model_fits=self.fits, transitions=self.store.size)
+
+
+ALGORITHM = MBRL

@@ -1,0 +1,179 @@
+"""A learned world model: an ensemble of probabilistic MLPs (Chua et al. 2018, PETS).
+
+Each member maps (observation, action) to a diagonal Gaussian over
+
+    [ obs' - obs  (the change of the observation),  reward,  terminated ]
+
+and is trained by Gaussian negative log-likelihood on its own bootstrap resample of the
+data. Inputs and targets are normalized with the data's mean and std (kept in buffers, so
+they travel with the weights). The log-variance is bounded softly between learned limits,
+as in PETS, so the NLL cannot buy a tiny loss by shrinking the variance where data are
+scarce: `logvar = max - softplus(max - raw)`, then `min + softplus(logvar - min)`, with a
+small penalty that keeps the limits tight.
+
+All members run together: each layer is one batched matmul over weights of shape
+[E, in, out] (`EnsembleLinear`), so E members cost one bmm per layer rather than E calls.
+Two kinds of disagreement come out of it: a member's own variance (aleatoric: noise the data
+show), and the spread of the members' means (epistemic: the model does not know, because it
+has seen too little there). A planner that finds high predicted reward where the members
+disagree is exploiting the model, not the task.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from payoff.core.errors import ConfigError
+
+LOG_2PI = math.log(2.0 * math.pi)
+ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def gaussian_nll(mean: torch.Tensor, logvar: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over all elements of -log N(target; mean, exp(logvar)):
+    0.5 * (log 2pi + logvar + (target - mean)^2 / exp(logvar))."""
+    return 0.5 * (LOG_2PI + logvar + (target - mean).pow(2) * torch.exp(-logvar)).mean()
+
+
+class EnsembleLinear(nn.Module):
+    """E independent linear layers applied at once: x [E, N, in] -> [E, N, out]."""
+
+    def __init__(self, members: int, in_features: int, out_features: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)  # nn.Linear's default init, per member
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_features))
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class DynamicsEnsemble(nn.Module):
+    """E probabilistic MLPs predicting (delta obs, reward, terminated) from (obs, action).
+
+    obs_dim: observation size (flat). action_dim: the action's input size (a Box action's
+        size, or the number of discrete actions, fed one-hot).
+    members: ensemble size E. hidden: widths of the hidden layers. activation: silu
+        (PETS' swish), relu or tanh.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        members: int = 5,
+        hidden: list[int] | tuple[int, ...] = (200, 200, 200),
+        activation: Literal["silu", "relu", "tanh"] = "silu",
+    ):
+        super().__init__()
+        if members < 1:
+            raise ConfigError(f"a dynamics ensemble needs at least 1 member, got {members}")
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+        self.obs_dim, self.action_dim, self.members = obs_dim, action_dim, members
+        in_dim, self.out_dim = obs_dim + action_dim, obs_dim + 2
+        widths = [in_dim, *hidden]
+        layers: list[nn.Module] = []
+        for a, b in zip(widths[:-1], widths[1:], strict=True):
+            layers += [EnsembleLinear(members, a, b), ACTIVATIONS[activation]()]
+        self.body = nn.Sequential(*layers)
+        # mean and raw log-variance of every output, per member
+        self.head = EnsembleLinear(members, widths[-1], 2 * self.out_dim)
+        self.max_logvar = nn.Parameter(torch.full((1, 1, self.out_dim), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((1, 1, self.out_dim), -10.0))
+        # normalization of inputs and targets, set from the data by `set_normalizer`
+        self.register_buffer("in_mean", torch.zeros(in_dim))
+        self.register_buffer("in_std", torch.ones(in_dim))
+        self.register_buffer("out_mean", torch.zeros(self.out_dim))
+        self.register_buffer("out_std", torch.ones(self.out_dim))
+
+    # ---- normalization ------------------------------------------------------------------
+    @staticmethod
+    def _std(values: torch.Tensor) -> torch.Tensor:
+        std = values.std(0) if len(values) > 1 else torch.ones(values.shape[1:])
+        # a constant column (Pendulum never terminates) keeps std 1: nothing to scale
+        return torch.where(std < 1e-6, torch.ones_like(std), std)
+
+    @torch.no_grad()
+    def set_normalizer(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """Mean and std of inputs [N, in] and targets [N, out], used from now on."""
+        self.in_mean.copy_(inputs.mean(0))
+        self.in_std.copy_(self._std(inputs))
+        self.out_mean.copy_(targets.mean(0))
+        self.out_std.copy_(self._std(targets))
+
+    # ---- forward --------------------------------------------------------------------------
+    def forward_normalized(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw inputs [E, N, in] -> mean and bounded log-variance [E, N, out], both in the
+        normalized target space (what the NLL is computed in)."""
+        hidden = self.body((inputs - self.in_mean) / self.in_std)
+        mean, raw_logvar = self.head(hidden).chunk(2, dim=-1)
+        logvar = self.max_logvar - F.softplus(self.max_logvar - raw_logvar)
+        logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
+        return mean, logvar
+
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units."""
+        mean, logvar = self.forward_normalized(inputs)
+        return mean * self.out_std + self.out_mean, torch.exp(0.5 * logvar) * self.out_std
+
+    def loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Gaussian NLL of raw targets [E, N, out] (normalized), plus the PETS penalty that
+        keeps the log-variance limits from drifting apart."""
+        mean, logvar = self.forward_normalized(inputs)
+        nll = gaussian_nll(mean, logvar, (targets - self.out_mean) / self.out_std)
+        return nll + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
+
+    # ---- training -------------------------------------------------------------------------
+    def fit(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        steps: int,
+        batch_size: int,
+        rng: np.random.Generator,
+    ) -> float:
+        """`steps` gradient steps on the data [N, in] / [N, out]: each member draws its
+        minibatches from its own bootstrap resample (N indices with replacement), so the
+        members see different data and disagree where data are few. Refreshes the
+        normalizer first. Returns the mean training loss of the last 10% of steps."""
+        self.set_normalizer(inputs, targets)
+        n = len(inputs)
+        bootstrap = rng.integers(0, n, size=(self.members, n))  # [E, N]
+        size = min(batch_size, n)
+        losses = []
+        for _ in range(steps):
+            columns = rng.integers(0, n, size=(self.members, size))
+            index = torch.from_numpy(np.take_along_axis(bootstrap, columns, axis=1))  # [E, B]
+            loss = self.loss(inputs[index], targets[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        return float(np.mean(losses[-max(1, steps // 10) :]))
+
+    @torch.no_grad()
+    def one_step_error(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """On data [N, in] / [N, out] (held out: not trained on yet): the NLL of the ensemble's
+        members (normalized units), and the squared errors of the members' average mean
+        for the next observation and the reward (their own units)."""
+        stacked = inputs.expand(self.members, *inputs.shape)
+        mean, logvar = self.forward_normalized(stacked)
+        normalized = (targets - self.out_mean) / self.out_std
+        nll = float(gaussian_nll(mean, logvar, normalized.expand_as(mean)))
+        prediction = mean.mean(0) * self.out_std + self.out_mean  # [N, out]
+        error = (prediction - targets).pow(2)
+        return {
+            "nll": nll,
+            "obs_mse": float(error[:, : self.obs_dim].mean()),
+            "reward_mse": float(error[:, self.obs_dim].mean()),
+        }

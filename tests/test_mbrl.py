@@ -1,0 +1,279 @@
+"""Model-based RL: the ensemble's NLL and batching, the planners' updates, errors, resume,
+learning on Pendulum, and the monitor that catches the planner exploiting its model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from payoff import train
+from payoff.algos.loop import crossed
+from payoff.algos.mbrl import (
+    MBRL,
+    Planner,
+    PlannerConfig,
+    categorical_update,
+    cem_update,
+    elite_weights,
+    mppi_weights,
+)
+from payoff.core.errors import ConfigError, EnvError
+from payoff.models.dynamics import DynamicsEnsemble, EnsembleLinear, gaussian_nll
+from payoff.monitor.detectors import ModelExploitation, build_monitors
+
+torch.set_num_threads(1)  # small models; more threads fight over the shared cores
+
+# A tiny run: 20 random steps, then a refit every 20 steps and a 3-step CEM of 10 samples.
+TINY = {
+    "total_steps": 60,
+    "learning_starts": 20,
+    "train_every": 20,
+    "fit_steps": 5,
+    "batch_size": 16,
+    "hidden": [8],
+    "ensemble": 3,
+    "multistep_horizon": 3,
+    "log_every": 20,
+    "final_eval_episodes": 1,
+    "planner": {"horizon": 3, "population": 10, "iterations": 2, "elites": 3},
+}
+
+
+# ---- the model ---------------------------------------------------------------------------
+def test_gaussian_nll_by_hand():
+    # -log N(1; 0, 1) = 0.5 (log 2pi + 0 + 1) = 1.41894;
+    # -log N(3; 1, 4) = 0.5 (log 2pi + log 4 + 4 / 4) = 2.11209; their mean: 1.76551
+    mean = torch.tensor([0.0, 1.0])
+    logvar = torch.tensor([0.0, math.log(4.0)])
+    target = torch.tensor([1.0, 3.0])
+    assert float(gaussian_nll(mean, logvar, target)) == pytest.approx(1.765516, abs=1e-5)
+    normal = torch.distributions.Normal(mean, torch.exp(0.5 * logvar))
+    assert float(gaussian_nll(mean, logvar, target)) == pytest.approx(
+        float(-normal.log_prob(target).mean()), abs=1e-6
+    )
+
+
+def test_ensemble_linear_is_each_member_on_its_own():
+    torch.manual_seed(0)
+    layer = EnsembleLinear(3, 4, 2)
+    x = torch.randn(3, 5, 4)
+    one_by_one = torch.stack([x[e] @ layer.weight[e] + layer.bias[e] for e in range(3)])
+    torch.testing.assert_close(layer(x), one_by_one)
+
+
+def test_members_differ_and_log_variance_stays_bounded():
+    torch.manual_seed(0)
+    model = DynamicsEnsemble(obs_dim=2, action_dim=1, members=4, hidden=[16])
+    same = torch.randn(1, 7, 3).expand(4, -1, -1)
+    mean, logvar = model.forward_normalized(same * 100)  # far outside any data
+    assert not torch.allclose(mean[0], mean[1])  # independent initializations
+    # soft bounds: within softplus's tail, e^-(max - min) ~ 3e-5, of the limits
+    assert (logvar <= model.max_logvar + 1e-4).all() and (logvar >= model.min_logvar).all()
+
+
+def test_fit_learns_linear_dynamics_and_members_see_different_data():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    obs = torch.randn(256, 2)
+    actions = torch.rand(256, 1) * 2 - 1
+    # s' - s = 0.1 * a (both dims), reward = -|s|^2, never terminated
+    targets = torch.cat(
+        [0.1 * actions.expand(-1, 2), -(obs**2).sum(1, keepdim=True), torch.zeros(256, 1)], 1
+    )
+    inputs = torch.cat([obs, actions], 1)
+    model = DynamicsEnsemble(2, 1, members=3, hidden=[32, 32])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.set_normalizer(inputs, targets)
+    before = model.one_step_error(inputs, targets)
+    model.fit(inputs, targets, optimizer, steps=200, batch_size=64, rng=rng)
+    after = model.one_step_error(inputs, targets)
+    # measured: reward MSE 6.5 -> 0.05, NLL 1.3 -> -2.2
+    assert after["reward_mse"] < 0.05 * before["reward_mse"]
+    assert after["nll"] < before["nll"] - 1.0
+    # bootstrap resamples: the members agree on the data but not exactly
+    mean, _ = model(inputs.expand(3, -1, -1))
+    assert (mean[0] - mean[1]).abs().max() > 1e-4
+
+
+# ---- the planners' updates ------------------------------------------------------------------
+def test_cem_update_by_hand():
+    samples = torch.tensor([0.0, 1.0, 2.0, 3.0]).reshape(1, 4, 1, 1)  # [B, P, H, A]
+    returns = torch.tensor([[0.0, 3.0, 1.0, 2.0]])  # the elites (2): samples 1 and 3
+    mean, std = cem_update(
+        torch.zeros(1, 1, 1), torch.full((1, 1, 1), 2.0), samples, returns, elites=2, alpha=0.5
+    )
+    # elite mean 2, elite std 1; half of the old (0, 2) kept: mean 1, std 1.5
+    assert float(mean) == pytest.approx(1.0)
+    assert float(std) == pytest.approx(1.5)
+
+
+def test_cem_converges_on_a_quadratic():
+    generator = torch.Generator().manual_seed(0)
+    mean, std = torch.zeros(1, 1, 1), torch.ones(1, 1, 1)
+    for _ in range(20):
+        samples = mean[:, None] + std[:, None] * torch.randn(1, 64, 1, 1, generator=generator)
+        returns = -((samples[:, :, 0, 0] - 0.7) ** 2)  # best at 0.7
+        mean, std = cem_update(mean, std, samples, returns, elites=8, alpha=0.1)
+    assert float(mean) == pytest.approx(0.7, abs=0.01)
+    assert float(std) < 0.01
+
+
+def test_mppi_and_elite_weights_by_hand():
+    weights = mppi_weights(torch.tensor([[0.0, math.log(3.0)]]), temperature=1.0)
+    torch.testing.assert_close(weights, torch.tensor([[0.25, 0.75]]))
+    elites = elite_weights(torch.tensor([[5.0, 1.0, 3.0, 0.0]]), elites=2)
+    torch.testing.assert_close(elites, torch.tensor([[0.5, 0.0, 0.5, 0.0]]))
+
+
+def test_categorical_update_by_hand():
+    probs = torch.full((1, 1, 2), 0.5)  # [B, H, n]
+    samples = torch.tensor([[[0], [1], [1], [0]]])  # [B, P, H]
+    weights = torch.tensor([[0.0, 0.5, 0.5, 0.0]])  # the two that chose action 1
+    new = categorical_update(probs, samples, weights, alpha=0.2)
+    # 0.2 * (0.5, 0.5) + 0.8 * (0, 1)
+    torch.testing.assert_close(new, torch.tensor([[[0.1, 0.9]]]))
+
+
+def test_planner_finds_the_action_a_known_model_pays_for():
+    # A one-member "model" whose reward is -(a - 0.5)^2 and whose state never changes:
+    # CEM should pick a = 0.5 (and a discrete planner the action whose reward is higher).
+    import gymnasium as gym
+
+    torch.manual_seed(0)
+    model = DynamicsEnsemble(1, 1, members=1, hidden=[1])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+
+    def known(inputs):  # [E, N, 2] -> mean, std of (delta obs, reward, terminated)
+        action = inputs[..., 1:2]
+        mean = torch.cat([torch.zeros_like(action), -((action - 0.5) ** 2), 0 * action], -1)
+        return mean, torch.zeros_like(mean)
+
+    model.forward = known  # type: ignore[method-assign]
+    planner = Planner(
+        model,
+        gym.spaces.Box(-2.0, 2.0, (1,)),
+        PlannerConfig(horizon=4, population=100, iterations=5, elites=10),
+    )
+    actions, info = planner.plan(torch.zeros(2, 1), torch.Generator().manual_seed(0))
+    assert np.allclose(actions, 0.5, atol=0.1)
+    assert float(info["planned_return"][0]) == pytest.approx(0.0, abs=0.05)
+    assert float(info["disagreement"][0]) == 0.0  # one member agrees with itself
+
+
+# ---- bad input ----------------------------------------------------------------------------
+def test_more_elites_than_population_is_a_config_error():
+    with pytest.raises(ConfigError, match="elites 50 is more than planner.population 10"):
+        MBRL("Pendulum-v1", planner={"population": 10, "elites": 50})
+
+
+def test_unknown_planner_method_names_the_valid_ones():
+    with pytest.raises(ConfigError, match="cem"):
+        MBRL("Pendulum-v1", planner={"method": "random"})
+
+
+def test_discrete_observations_are_an_env_error():
+    with pytest.raises(EnvError, match="1-D Box observation"):
+        MBRL("FrozenLake-v1")
+
+
+def test_gpu_device_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="mbrl runs on the CPU"):
+        MBRL("Pendulum-v1", device="cuda")
+
+
+# ---- resume -------------------------------------------------------------------------------
+def test_resume_continues_exactly(tmp_path):
+    agent = MBRL("Pendulum-v1", **{**TINY, "total_steps": 40}).learn()
+    path = agent.save(tmp_path / "mbrl.safetensors")
+    resumed = MBRL.load(path)
+    assert resumed.fits == agent.fits and len(resumed.store) == len(agent.store) == 40
+    agent.learn(20)
+    resumed.learn(20)
+    np.testing.assert_array_equal(agent.store.obs[:60], resumed.store.obs[:60])
+    np.testing.assert_array_equal(agent.store.actions[:60], resumed.store.actions[:60])
+    for a, b in zip(agent.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert agent.model_errors == resumed.model_errors
+
+
+def test_discrete_actions_plan_on_cartpole():
+    agent = MBRL("CartPole-v1", **TINY).learn()
+    assert agent.fits >= 2
+    assert agent.store.actions[:60].sum(1).tolist() == [1.0] * 60  # one-hot actions
+    assert any("train/model_disagreement" in r for r in agent.history)
+
+
+# ---- the exploitation monitor --------------------------------------------------------------
+def test_model_exploitation_monitor_needs_gap_and_disagreement():
+    monitor = build_monitors([{"kind": "model_exploitation", "patience": 2}])[0]
+    assert isinstance(monitor, ModelExploitation)
+    calm = {"train/planned_return": -10.0, "train/realized_return": -11.0}
+    hopeful = {"train/planned_return": -100.0, "train/realized_return": -300.0}
+    assert monitor.update(1, {**calm, "train/model_disagreement": 5.0}) == []
+    assert monitor.update(2, {**hopeful, "train/model_disagreement": 0.01}) == []  # agreeing
+    assert monitor.update(3, {**hopeful, "train/model_disagreement": 5.0}) == []  # patience
+    alarms = monitor.update(4, {**hopeful, "train/model_disagreement": 5.0})
+    assert len(alarms) == 1 and alarms[0].kind == "model_exploitation"
+    assert "exploiting the learned model" in alarms[0].message
+    assert alarms[0].evidence["gap"] == 200.0 and alarms[0].evidence["since_step"] == 3
+
+
+@pytest.mark.slow
+def test_pendulum_mbrl_learns_in_three_episodes_without_exploiting():
+    # Measured (seed 0, recipe settings, 600 env steps, ~55-70 s on 2 shared cores): episode
+    # returns -1072 (random actions), -372, -250; with 800 steps the 4th is -128. A random
+    # policy averages about -1200. Healthy planning: disagreement <= 0.04, no alarm.
+    cls, config, _ = train.resolve(
+        "pendulum-mbrl", ["total_steps=600", "final_eval_episodes=1"], seed=0
+    )
+    agent = cls(config=config)
+    returns: list[float] = []
+    drain = agent.runner.drain_episodes
+
+    def recorded():
+        finished = drain()
+        returns.extend(finished[0])
+        return finished
+
+    agent.runner.drain_episodes = recorded
+    agent.learn()
+    assert len(returns) == 3
+    assert returns[0] < -800  # the random episode
+    assert returns[-1] >= -500
+    assert not any(a.kind == "model_exploitation" for a in agent.alarms)
+    # the model's held-out error is small once it has seen a few hundred steps
+    last = [r for r in agent.history if "model/open_loop_mse_h1" in r][-1]
+    assert last["model/open_loop_mse_h1"] < 0.01
+
+
+@pytest.mark.slow
+def test_planner_exploiting_a_model_fit_on_30_steps_raises_the_alarm():
+    # A model fitted once on 30 random steps, a 30-step horizon: the planner finds plans the
+    # model scores far above what the env pays. Measured (seed 0, horizon 40, 300 steps):
+    # planned -135 vs realized -307 over the horizon, disagreement 23 (healthy: <= 0.04).
+    agent = MBRL(
+        "Pendulum-v1",
+        total_steps=130,
+        learning_starts=30,
+        train_every=100_000,  # never refit: the model stays as ignorant as it was
+        log_every=25,
+        planner={"horizon": 30, "population": 100, "iterations": 3, "elites": 10},
+    )
+    for _ in range(130):  # the training loop's steps and logs, without its final evaluation
+        before = agent.step
+        agent.iterate()
+        if crossed(before, agent.step, agent.config.log_every):
+            agent.log_training()
+    alarms = [a for a in agent.alarms if a.kind == "model_exploitation"]
+    assert alarms, [
+        {k: r.get(k) for k in ("step", "train/plan_gap", "train/model_disagreement")}
+        for r in agent.history
+    ]
+    evidence = alarms[0].evidence
+    assert evidence["planned"] - evidence["realized"] > 0.25 * abs(evidence["realized"])
+    assert evidence["disagreement"] > 1.0
