@@ -68,7 +68,7 @@ def test_members_differ_and_log_variance_stays_bounded():
     torch.manual_seed(0)
     model = DynamicsEnsemble(obs_dim=2, action_dim=1, members=4, hidden=[16])
     same = torch.randn(1, 7, 3).expand(4, -1, -1)
-    mean, logvar = model.forward_normalized(same * 100)  # far outside any data
+    mean, logvar, _ = model.forward_normalized(same * 100)  # far outside any data
     assert not torch.allclose(mean[0], mean[1])  # independent initializations
     # soft bounds: within softplus's tail, e^-(max - min) ~ 3e-5, of the limits
     assert (logvar <= model.max_logvar + 1e-4).all() and (logvar >= model.min_logvar).all()
@@ -163,6 +163,16 @@ def test_planner_finds_the_action_a_known_model_pays_for():
     assert np.allclose(actions, 0.5, atol=0.1)
     assert float(info["planned_return"][0]) == pytest.approx(0.0, abs=0.05)
     assert float(info["disagreement"][0]) == 0.0  # one member agrees with itself
+
+
+def test_risk_scores_the_mean_return_less_the_members_spread():
+    import gymnasium as gym
+
+    model = DynamicsEnsemble(1, 1, members=2, hidden=[1])
+    planner = Planner(model, gym.spaces.Box(-1.0, 1.0, (1,)), PlannerConfig(risk=0.5))
+    member_returns = torch.tensor([[[1.0, 4.0]], [[3.0, 4.0]]])  # [E, B, P]
+    # mean (2, 4), std over members (1, 0): 2 - 0.5 and 4 - 0
+    torch.testing.assert_close(planner._score(member_returns), torch.tensor([[1.5, 4.0]]))
 
 
 # ---- bad input ----------------------------------------------------------------------------

@@ -158,6 +158,12 @@ class PlannerConfig:
     temperature: (mppi) in return units: small = greedy, large = plain average.
     init_std: (Box actions) the search's starting std as a fraction of the action range's
         half-width.
+    risk: score a sequence by the members' mean return minus `risk` times their std
+        (pessimism where the model is unsure; 0 = PETS' plain mean). Counters exploitation
+        where the members disagree, e.g. on CartPole's terminations in states never seen.
+    sample: trajectory sampling (PETS' TS-inf): each member samples its next state and
+        reward from its Gaussian; false follows each member's mean (only the members'
+        disagreement remains, not their predicted noise).
     """
 
     method: Literal["cem", "mppi"] = "cem"
@@ -168,6 +174,8 @@ class PlannerConfig:
     alpha: float = field(default=0.1, metadata=in_range(0, 1, high_open=True))
     temperature: float = 1.0
     init_std: float = field(default=0.5, metadata=in_range(0, low_open=True))
+    risk: float = field(default=0.0, metadata=in_range(0))
+    sample: bool = True
 
 
 @dataclass
@@ -334,6 +342,7 @@ class Planner:
         states, in observation-std units, averaged over steps and dimensions)."""
         c = self.config
         batch = len(obs)
+        noise = generator if c.sample else None  # trajectory sampling, or the members' means
         if self.warm is None or len(self.warm) != batch:
             self.warm = self._initial(batch)
         if self.discrete:
@@ -343,7 +352,7 @@ class Planner:
                     probs.reshape(-1, self.num_actions), c.population, True, generator=generator
                 )  # [B * H, P]
                 samples = samples.reshape(batch, c.horizon, c.population).transpose(1, 2)
-                returns = imagine(self.model, obs, self._inputs(samples), generator)[0].mean(0)
+                returns = self._score(imagine(self.model, obs, self._inputs(samples), noise)[0])
                 weights = (
                     elite_weights(returns, c.elites)
                     if c.method == "cem"
@@ -358,11 +367,11 @@ class Planner:
             mean = self.warm
             std = (c.init_std * (self.high - self.low) / 2).expand_as(mean)
             for _ in range(c.iterations):
-                noise = torch.randn((batch, c.population, *mean.shape[1:]), generator=generator)
+                steps = torch.randn((batch, c.population, *mean.shape[1:]), generator=generator)
                 samples = torch.maximum(
-                    torch.minimum(mean[:, None] + std[:, None] * noise, self.high), self.low
+                    torch.minimum(mean[:, None] + std[:, None] * steps, self.high), self.low
                 )  # [B, P, H, A]
-                returns = imagine(self.model, obs, samples, generator)[0].mean(0)  # [B, P]
+                returns = self._score(imagine(self.model, obs, samples, noise)[0])  # [B, P]
                 if c.method == "cem":
                     mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
                 else:
@@ -381,6 +390,14 @@ class Planner:
             "return_disagreement": member_returns.std(0, unbiased=False)[:, 0],
             "disagreement": disagreement,
         }
+
+    def _score(self, member_returns: torch.Tensor) -> torch.Tensor:
+        """What the search maximizes: the members' mean return, less `risk` times their
+        spread. [E, B, P] -> [B, P]."""
+        score = member_returns.mean(0)
+        if self.config.risk:
+            score = score - self.config.risk * member_returns.std(0, unbiased=False)
+        return score
 
     def state_dict(self) -> dict[str, Any]:
         return {"warm": None if self.warm is None else self.warm.clone()}
@@ -597,18 +614,29 @@ class MBRL(Agent):
         return errors
 
     def _plan_vs_real(self) -> dict[str, float]:
-        """Mean planned and realized H-step return over the steps whose horizon has passed
-        since the last call (windows that cross an episode's end are skipped)."""
+        """Mean planned and realized H-step return over the planned steps whose horizon has
+        passed since the last call. A window that a termination cuts short counts what the
+        env paid until then (the model predicts terminations too); one cut by a time limit
+        is skipped (the planner did not know of it)."""
         store, horizon = self.store, self.config.planner.horizon
         planned, realized = [], []
-        start = self.gap_cursor
-        last = store.size - horizon  # the last start whose window is complete
-        for s in range(start, last + 1):
-            if np.isnan(store.planned[s]) or store.ended[s : s + horizon - 1].any():
-                continue
-            planned.append(float(store.planned[s]))
-            realized.append(float(store.rewards[s : s + horizon].sum()))
-        self.gap_cursor = max(start, last + 1)
+        s = self.gap_cursor
+        while s < store.size:
+            stop = s + horizon
+            ends = np.flatnonzero(store.ended[s : min(stop, store.size)])
+            if len(ends):
+                end = s + int(ends[0])
+                if end < stop - 1 and not store.terminated[end]:  # a time limit
+                    s += 1
+                    continue
+                stop = end + 1
+            elif stop > store.size:  # the window is not over yet
+                break
+            if not np.isnan(store.planned[s]):
+                planned.append(float(store.planned[s]))
+                realized.append(float(store.rewards[s:stop].sum()))
+            s += 1
+        self.gap_cursor = s
         if not planned:
             return {}
         mean_planned, mean_realized = float(np.mean(planned)), float(np.mean(realized))

@@ -2,10 +2,11 @@
 
 Each member maps (observation, action) to a diagonal Gaussian over
 
-    [ obs' - obs  (the change of the observation),  reward,  terminated ]
+    [ obs' - obs  (the change of the observation),  reward ]
 
-and is trained by Gaussian negative log-likelihood on its own bootstrap resample of the
-data. Inputs and targets are normalized with the data's mean and std (kept in buffers, so
+and the probability that the step ends the episode (terminated: a Bernoulli, its logit),
+and is trained by Gaussian negative log-likelihood (plus the Bernoulli's: binary cross
+entropy) on its own bootstrap resample of the data. Inputs and targets are normalized with the data's mean and std (kept in buffers, so
 they travel with the weights). The log-variance is bounded softly between learned limits,
 as in PETS, so the NLL cannot buy a tiny loss by shrinking the variance where data are
 scarce: `logvar = max - softplus(max - raw)`, then `min + softplus(logvar - min)`, with a
@@ -59,6 +60,9 @@ class EnsembleLinear(nn.Module):
 class DynamicsEnsemble(nn.Module):
     """E probabilistic MLPs predicting (delta obs, reward, terminated) from (obs, action).
 
+    Outputs have `out_dim` = obs_dim + 2 columns: delta obs, reward (Gaussian: mean and
+    std) and terminated (the probability, with std 0).
+
     obs_dim: observation size (flat). action_dim: the action's input size (a Box action's
         size, or the number of discrete actions, fed one-hot).
     members: ensemble size E. hidden: widths of the hidden layers. activation: silu
@@ -80,20 +84,21 @@ class DynamicsEnsemble(nn.Module):
             raise ConfigError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
         self.obs_dim, self.action_dim, self.members = obs_dim, action_dim, members
         in_dim, self.out_dim = obs_dim + action_dim, obs_dim + 2
+        gaussian = obs_dim + 1  # delta obs and reward
         widths = [in_dim, *hidden]
         layers: list[nn.Module] = []
         for a, b in zip(widths[:-1], widths[1:], strict=True):
             layers += [EnsembleLinear(members, a, b), ACTIVATIONS[activation]()]
         self.body = nn.Sequential(*layers)
-        # mean and raw log-variance of every output, per member
-        self.head = EnsembleLinear(members, widths[-1], 2 * self.out_dim)
-        self.max_logvar = nn.Parameter(torch.full((1, 1, self.out_dim), 0.5))
-        self.min_logvar = nn.Parameter(torch.full((1, 1, self.out_dim), -10.0))
-        # normalization of inputs and targets, set from the data by `set_normalizer`
+        # per member: mean and raw log-variance of each Gaussian output, the termination logit
+        self.head = EnsembleLinear(members, widths[-1], 2 * gaussian + 1)
+        self.max_logvar = nn.Parameter(torch.full((1, 1, gaussian), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((1, 1, gaussian), -10.0))
+        # normalization of inputs and Gaussian targets, set from the data by `set_normalizer`
         self.register_buffer("in_mean", torch.zeros(in_dim))
         self.register_buffer("in_std", torch.ones(in_dim))
-        self.register_buffer("out_mean", torch.zeros(self.out_dim))
-        self.register_buffer("out_std", torch.ones(self.out_dim))
+        self.register_buffer("out_mean", torch.zeros(gaussian))
+        self.register_buffer("out_std", torch.ones(gaussian))
 
     # ---- normalization ------------------------------------------------------------------
     @staticmethod
@@ -104,33 +109,49 @@ class DynamicsEnsemble(nn.Module):
 
     @torch.no_grad()
     def set_normalizer(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """Mean and std of inputs [N, in] and targets [N, out], used from now on."""
+        """Mean and std of inputs [N, in] and targets [N, out] (all but `terminated`, a
+        probability), used from now on."""
         self.in_mean.copy_(inputs.mean(0))
         self.in_std.copy_(self._std(inputs))
-        self.out_mean.copy_(targets.mean(0))
-        self.out_std.copy_(self._std(targets))
+        self.out_mean.copy_(targets[:, :-1].mean(0))
+        self.out_std.copy_(self._std(targets[:, :-1]))
 
     # ---- forward --------------------------------------------------------------------------
-    def forward_normalized(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw inputs [E, N, in] -> mean and bounded log-variance [E, N, out], both in the
-        normalized target space (what the NLL is computed in)."""
+    def forward_normalized(
+        self, inputs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Raw inputs [E, N, in] -> the Gaussian outputs' mean and bounded log-variance
+        [E, N, out - 1], in the normalized target space (what the NLL is computed in), and
+        the termination logit [E, N]."""
         hidden = self.body((inputs - self.in_mean) / self.in_std)
-        mean, raw_logvar = self.head(hidden).chunk(2, dim=-1)
+        gaussian = self.obs_dim + 1
+        out = self.head(hidden)
+        mean, raw_logvar, logit = out[..., :gaussian], out[..., gaussian:-1], out[..., -1]
         logvar = self.max_logvar - F.softplus(self.max_logvar - raw_logvar)
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
-        return mean, logvar
+        return mean, logvar, logit
 
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units."""
-        mean, logvar = self.forward_normalized(inputs)
-        return mean * self.out_std + self.out_mean, torch.exp(0.5 * logvar) * self.out_std
+        """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units
+        (terminated: its probability, std 0)."""
+        mean, logvar, logit = self.forward_normalized(inputs)
+        mean = torch.cat([mean * self.out_std + self.out_mean, torch.sigmoid(logit)[..., None]], -1)
+        std = torch.exp(0.5 * logvar) * self.out_std
+        return mean, torch.cat([std, torch.zeros_like(std[..., :1])], -1)
 
-    def loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Gaussian NLL of raw targets [E, N, out] (normalized), plus the PETS penalty that
-        keeps the log-variance limits from drifting apart."""
-        mean, logvar = self.forward_normalized(inputs)
-        nll = gaussian_nll(mean, logvar, (targets - self.out_mean) / self.out_std)
-        return nll + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
+    def loss(
+        self, inputs: torch.Tensor, targets: torch.Tensor, end_weight: float = 1.0
+    ) -> torch.Tensor:
+        """Gaussian NLL of the raw targets [E, N, out] (normalized) plus the binary cross
+        entropy of `terminated`, plus the PETS penalty that keeps the log-variance limits
+        from drifting apart. end_weight weighs the terminated transitions' cross entropy
+        (rare ones: one per episode)."""
+        mean, logvar, logit = self.forward_normalized(inputs)
+        nll = gaussian_nll(mean, logvar, (targets[..., :-1] - self.out_mean) / self.out_std)
+        ends = F.binary_cross_entropy_with_logits(
+            logit, targets[..., -1], pos_weight=torch.tensor(end_weight)
+        )
+        return nll + ends + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
 
     # ---- training -------------------------------------------------------------------------
     def fit(
@@ -145,16 +166,20 @@ class DynamicsEnsemble(nn.Module):
         """`steps` gradient steps on the data [N, in] / [N, out]: each member draws its
         minibatches from its own bootstrap resample (N indices with replacement), so the
         members see different data and disagree where data are few. Refreshes the
-        normalizer first. Returns the mean training loss of the last 10% of steps."""
+        normalizer first. Terminations are weighed up to as many as the other transitions
+        (at most 100x), so that a rare end of episode is not learned as "never". Returns the
+        mean training loss of the last 10% of steps."""
         self.set_normalizer(inputs, targets)
         n = len(inputs)
+        ends = float(targets[:, -1].sum())
+        end_weight = min(100.0, (n - ends) / ends) if ends > 0 else 1.0
         bootstrap = rng.integers(0, n, size=(self.members, n))  # [E, N]
         size = min(batch_size, n)
         losses = []
         for _ in range(steps):
             columns = rng.integers(0, n, size=(self.members, size))
             index = torch.from_numpy(np.take_along_axis(bootstrap, columns, axis=1))  # [E, B]
-            loss = self.loss(inputs[index], targets[index])
+            loss = self.loss(inputs[index], targets[index], end_weight)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -163,15 +188,15 @@ class DynamicsEnsemble(nn.Module):
 
     @torch.no_grad()
     def one_step_error(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """On data [N, in] / [N, out] (held out: not trained on yet): the NLL of the ensemble's
-        members (normalized units), and the squared errors of the members' average mean
-        for the next observation and the reward (their own units)."""
+        """On data [N, in] / [N, out] (held out: not trained on yet): the Gaussian NLL of the
+        ensemble's members (normalized units), and the squared errors of the members'
+        average mean for the next observation and the reward (their own units)."""
         stacked = inputs.expand(self.members, *inputs.shape)
-        mean, logvar = self.forward_normalized(stacked)
-        normalized = (targets - self.out_mean) / self.out_std
+        mean, logvar, _ = self.forward_normalized(stacked)
+        normalized = (targets[:, :-1] - self.out_mean) / self.out_std
         nll = float(gaussian_nll(mean, logvar, normalized.expand_as(mean)))
-        prediction = mean.mean(0) * self.out_std + self.out_mean  # [N, out]
-        error = (prediction - targets).pow(2)
+        prediction = mean.mean(0) * self.out_std + self.out_mean  # [N, out - 1]
+        error = (prediction - targets[:, :-1]).pow(2)
         return {
             "nll": nll,
             "obs_mse": float(error[:, : self.obs_dim].mean()),
