@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from payoff.algos.dqn import DQN
     from payoff.algos.grpo import GRPO
     from payoff.algos.ippo import IPPO
+    from payoff.algos.mbrl import MBRL
     from payoff.algos.ppo import PPO
     from payoff.algos.ppo_lagrangian import PPOLagrangian
     from payoff.algos.qlearning import QLearning
@@ -60,6 +61,7 @@ _LAZY = {
     "RLHFPPO": "payoff.algos.rlhf_ppo:RLHFPPO",
     "BestOfN": "payoff.algos.best_of_n:BestOfN",
     "AgentGRPO": "payoff.algos.agent_grpo:AgentGRPO",
+    "MBRL": "payoff.algos.mbrl:MBRL",
 }
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "RLHFPPO",
     "BestOfN",
     "AgentGRPO",
+    "MBRL",
 ]
 
 

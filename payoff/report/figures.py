@@ -24,6 +24,7 @@ from payoff.report.lm import (
     plot_integrity,
     plot_lm_training,
 )
+from payoff.report.model_based import plot_model_based
 from payoff.report.overoptimization import plot_overoptimization, run_alarms
 from payoff.report.plots import plot_q_table
 from payoff.rollout.elo import league_markdown
@@ -87,6 +88,13 @@ def llm_training(run: Run, algorithm: Any) -> list[Path]:
     return figures
 
 
+def model_based(run: Run, algorithm: Any) -> list[Path]:
+    """The model's open-loop error vs horizon; planned vs realized return, disagreement."""
+    path = run.media / "model_based.png"
+    title = f"mbrl on {algorithm.config.env.id}"
+    return [plot_model_based(run.records(), algorithm.model_errors, path, title)]
+
+
 def agent_training(run: Run, algorithm: Any) -> list[Path]:
     return [plot_agent_training(run, run.media / "agent_training.png")]
 
@@ -100,6 +108,7 @@ FIGURES: dict[str, Figures] = {
     "agent_grpo": agent_training,
     "best_of_n": best_of_n_overoptimization,
     "rlhf_ppo": rlhf_overoptimization,
+    "mbrl": model_based,
 }
 
 CURVES_IN_FIGURES: dict[str, tuple[str, ...]] = {
