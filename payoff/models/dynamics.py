@@ -4,9 +4,11 @@ Each member maps (observation, action) to a diagonal Gaussian over
 
     [ obs' - obs  (the change of the observation),  reward ]
 
-and the probability that the step ends the episode (terminated: a Bernoulli, its logit),
-and is trained by Gaussian negative log-likelihood (plus the Bernoulli's: binary cross
-entropy) on its own bootstrap resample of the data. Inputs and targets are normalized with the data's mean and std (kept in buffers, so
+and the probability that the step ends the episode, and is trained by Gaussian negative
+log-likelihood on its own bootstrap resample of the data. The end of an episode is a
+property of the state reached (CartPole ends once the pole is past 12 degrees), so each
+member also has a small classifier of the next observation, p(terminated | s'), trained
+by cross entropy on the real next observations and applied to the predicted ones. Inputs and targets are normalized with the data's mean and std (kept in buffers, so
 they travel with the weights). The log-variance is bounded softly between learned limits,
 as in PETS, so the NLL cannot buy a tiny loss by shrinking the variance where data are
 scarce: `logvar = max - softplus(max - raw)`, then `min + softplus(logvar - min)`, with a
@@ -90,8 +92,14 @@ class DynamicsEnsemble(nn.Module):
         for a, b in zip(widths[:-1], widths[1:], strict=True):
             layers += [EnsembleLinear(members, a, b), ACTIVATIONS[activation]()]
         self.body = nn.Sequential(*layers)
-        # per member: mean and raw log-variance of each Gaussian output, the termination logit
-        self.head = EnsembleLinear(members, widths[-1], 2 * gaussian + 1)
+        # per member: mean and raw log-variance of each Gaussian output
+        self.head = EnsembleLinear(members, widths[-1], 2 * gaussian)
+        # per member: the logit of "this next observation ends the episode"
+        self.ends = nn.Sequential(
+            EnsembleLinear(members, obs_dim, widths[-1]),
+            ACTIVATIONS[activation](),
+            EnsembleLinear(members, widths[-1], 1),
+        )
         self.max_logvar = nn.Parameter(torch.full((1, 1, gaussian), 0.5))
         self.min_logvar = nn.Parameter(torch.full((1, 1, gaussian), -10.0))
         # normalization of inputs and Gaussian targets, set from the data by `set_normalizer`
@@ -122,14 +130,20 @@ class DynamicsEnsemble(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Raw inputs [E, N, in] -> the Gaussian outputs' mean and bounded log-variance
         [E, N, out - 1], in the normalized target space (what the NLL is computed in), and
-        the termination logit [E, N]."""
+        the logit that the predicted next observation (obs + its mean change) ends the
+        episode [E, N]."""
         hidden = self.body((inputs - self.in_mean) / self.in_std)
-        gaussian = self.obs_dim + 1
-        out = self.head(hidden)
-        mean, raw_logvar, logit = out[..., :gaussian], out[..., gaussian:-1], out[..., -1]
+        mean, raw_logvar = self.head(hidden).chunk(2, dim=-1)
         logvar = self.max_logvar - F.softplus(self.max_logvar - raw_logvar)
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
-        return mean, logvar, logit
+        o = self.obs_dim
+        next_obs = inputs[..., :o] + mean[..., :o] * self.out_std[:o] + self.out_mean[:o]
+        return mean, logvar, self.end_logit(next_obs)
+
+    def end_logit(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """The logit that an episode ends at next_obs [E, N, o] -> [E, N]."""
+        o = self.obs_dim
+        return self.ends((next_obs - self.in_mean[:o]) / self.in_std[:o])[..., 0]
 
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units
@@ -146,10 +160,13 @@ class DynamicsEnsemble(nn.Module):
         entropy of `terminated`, plus the PETS penalty that keeps the log-variance limits
         from drifting apart. end_weight weighs the terminated transitions' cross entropy
         (rare ones: one per episode)."""
-        mean, logvar, logit = self.forward_normalized(inputs)
+        mean, logvar, _ = self.forward_normalized(inputs)
         nll = gaussian_nll(mean, logvar, (targets[..., :-1] - self.out_mean) / self.out_std)
+        o = self.obs_dim
         ends = F.binary_cross_entropy_with_logits(
-            logit, targets[..., -1], pos_weight=torch.tensor(end_weight)
+            self.end_logit(inputs[..., :o] + targets[..., :o]),  # the real next observation
+            targets[..., -1],
+            pos_weight=torch.tensor(end_weight),
         )
         return nll + ends + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
 

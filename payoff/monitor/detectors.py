@@ -327,10 +327,10 @@ class ModelExploitationConfig:
         not fire on tiny absolute differences)...
     disagreement_above: ...while the disagreement is above this.
     patience: consecutive records meeting all three before firing.
-    The defaults come from Pendulum (payoff mbrl, horizon 15-40): healthy runs measured a
-    relative gap of at most 0.07 and a disagreement of at most 0.04; a model fitted on 30
-    random steps and planned through 40 steps ahead, a gap of 0.36-0.57 (the planner
-    expected -135, the env paid -307) and a disagreement of 15-25.
+    The defaults come from Pendulum (payoff mbrl): healthy runs (3 seeds, horizon 15)
+    measured a relative gap of at most 0.19 and a disagreement of at most 0.05; a model
+    fitted on 30 random steps and planned through 40 steps ahead (seeds 1, 2), planned
+    returns of +1,600 to +17,000 where the env paid about -335, disagreement 31-150.
     """
 
     planned: str = "train/planned_return"
