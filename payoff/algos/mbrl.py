@@ -22,9 +22,11 @@ model, not from the env's code: nothing about Pendulum or CartPole is written he
 Discrete actions (CartPole): the model reads the action one-hot; the planner's search
 distribution over a sequence is one categorical per step instead of a Gaussian, and CEM
 refits it to the elites' action frequencies (MPPI: to their exp(R / temperature)-weighted
-frequencies). The model also predicts `terminated` (regressed as 0/1), and an imagined
-trajectory collects reward only while it is predicted alive: on CartPole, where every
-step pays 1, staying alive is the whole task.
+frequencies). The model also predicts whether the episode ends, from the predicted next
+observation (a classifier per member), and an imagined trajectory collects reward only
+while it is predicted alive: on CartPole, where every step pays 1, staying alive is the
+whole task. (cartpole-mbrl balances longer than random actions but does not solve it;
+docs/model-based.md.)
 
 Where the planner exploits the model: the search favours whatever the model scores high;
 where the model has seen little data, those are its errors. Logged per episode: the return
