@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from payoff.algos.reinforce import Reinforce as REINFORCE
     from payoff.algos.reward_model import RewardModel
     from payoff.algos.rlhf_ppo import RLHFPPO
+    from payoff.algos.sac import SAC
     from payoff.algos.sft import SFT
+    from payoff.algos.td3 import TD3
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,8 @@ _LAZY = {
     "QLearning": "payoff.algos.qlearning:QLearning",
     "DQN": "payoff.algos.dqn:DQN",
     "PPO": "payoff.algos.ppo:PPO",
+    "SAC": "payoff.algos.sac:SAC",
+    "TD3": "payoff.algos.td3:TD3",
     "A2C": "payoff.algos.a2c:A2C",
     "Reinforce": "payoff.algos.reinforce:Reinforce",
     "REINFORCE": "payoff.algos.reinforce:Reinforce",
@@ -68,6 +72,8 @@ __all__ = [
     "QLearning",
     "DQN",
     "PPO",
+    "SAC",
+    "TD3",
     "A2C",
     "Reinforce",
     "REINFORCE",
