@@ -243,21 +243,22 @@ def _agent(recipe: str, *overrides: str):
 
 @pytest.mark.slow
 def test_sac_solves_pendulum():
-    # A random policy averages about -1200. Measured (seed 0, recipe pendulum-sac, evals of
-    # 10 episodes every 1000 steps): -1471, -1649, -863, -271, -153 (solved at 5000 steps).
+    # A random policy averages about -1200. Measured with recipe pendulum-sac (2 envs, 2
+    # updates every 2 steps, batch 128, 64-64), evals of 10 episodes every 1000 steps:
+    # seed 0 -1454, -1641, -845, -171 (solved at 4000 steps); seeds 1, 2 at 4000, 5000.
     agent = _agent(
-        "pendulum-sac", "eval_every=1000", "stop_at_return=-200", "total_steps=8000"
+        "pendulum-sac", "eval_every=1000", "stop_at_return=-200", "total_steps=7000"
     ).learn()
-    assert agent.solved_at is not None and agent.solved_at <= 8000
+    assert agent.solved_at is not None and agent.solved_at <= 7000
     assert agent.evaluate(20).mean_return >= -250
 
 
 @pytest.mark.slow
 def test_td3_solves_pendulum():
-    # Measured (seed 0, recipe pendulum-td3, evals every 1000 steps): -1444, -1455, -1265,
-    # -942, -893, -333, -196 (solved at 7000 steps).
+    # Measured with recipe pendulum-td3 (as SAC's, policy_delay 1), evals every 1000 steps:
+    # seed 0 -1440, -1433, -1032, -377, -161 (solved at 5000 steps); seed 1 at 5000.
     agent = _agent(
-        "pendulum-td3", "eval_every=1000", "stop_at_return=-200", "total_steps=10000"
+        "pendulum-td3", "eval_every=1000", "stop_at_return=-200", "total_steps=8000"
     ).learn()
-    assert agent.solved_at is not None and agent.solved_at <= 10_000
-    assert agent.evaluate(20).mean_return >= -300
+    assert agent.solved_at is not None and agent.solved_at <= 8000
+    assert agent.evaluate(20).mean_return >= -250
