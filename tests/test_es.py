@@ -235,6 +235,7 @@ def test_cartpole_es_solves():
     cls, config, _ = train.resolve("cartpole-es", [], seed=0)
     es = cls(config=config)
     es.learn()
-    # Measured (seed 0): solved at 72,799 env steps in ~1.5 s of training.
+    # Measured (seed 0): solved at 72,799 env steps, 2.05 s of training (load ~6), final
+    # evaluation 493.6; seeds 0-4 solved at 41-73k steps.
     assert es.solved_at is not None and es.solved_at <= 150_000
     assert es.history[-1]["final/mean_return"] >= 475
