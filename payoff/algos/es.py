@@ -236,7 +236,7 @@ class ES(Agent):
 
     # ---- one generation ---------------------------------------------------------------
     def sample_tasks(self) -> list[PairTask]:
-        """Step 1: the generation's noise seeds and, per pair, its episodes' env seeds."""
+        """1. Sample: the generation's noise seeds and, per pair, its episodes' env seeds."""
         config = self.config
         seeds = self.rng.integers(0, SEED_BOUND, size=config.pairs)
         base = int(self.rng.integers(0, SEED_BOUND))
@@ -251,27 +251,32 @@ class ES(Agent):
         config = self.config
         started = time.perf_counter()
         tasks = self.sample_tasks()
+        # 2. Evaluate theta +- sigma eps_i on the backend; back come (seed, F+, F-) per pair.
         results: list[PairResult] = self.population.evaluate(
             self.theta.copy(), config.sigma, tasks, *self.obs_stats()
         )
         results.sort(key=lambda r: r.index)
         evaluated = time.perf_counter()
 
-        fitness_pos = np.array([r.returns_pos.mean() for r in results])
-        fitness_neg = np.array([r.returns_neg.mean() for r in results])
+        # 3. Shape each perturbation's fitness (mean over its episodes): centered ranks by default.
+        fitness_pos = np.array([r.returns_pos.mean() for r in results])  # [n]
+        fitness_neg = np.array([r.returns_neg.mean() for r in results])  # [n]
         shaped = shape_fitness(np.stack([fitness_pos, fitness_neg]), config.fitness_shaping)
+        # 4. Estimate g from the shaped fitness and the regenerated noise.
         gradient = es_gradient(
             shaped[0], shaped[1], [r.seed for r in results], config.sigma, self.policy.dim
         )
+        # 5. Step: Adam minimizes, so it gets the negative of the ascent direction, plus decay.
         before = self.theta.copy()
         assert self.flat.leaf.grad is not None
-        # Adam minimizes: hand it the negative of the ascent direction, plus weight decay.
         descent = -gradient + config.weight_decay * before
         self.flat.leaf.grad.copy_(torch.from_numpy(descent.astype(np.float32)))
         self.optimizer.lr = config.learning_rate
         self.optimizer.step()
 
-        if config.normalize_obs:  # summed pair by pair, in order: any worker split adds alike
+        # 6. Normalize: the generation's observation sums join the running statistics, pair by
+        # pair in order, so any split of the pairs between workers adds up alike.
+        if config.normalize_obs:
             for r in results:
                 self.normalizer.add(r.obs_sum, r.obs_sumsq, r.obs_count)
         steps = sum(r.steps for r in results)

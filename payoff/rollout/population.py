@@ -20,7 +20,6 @@ generation (tested against the local backend).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -316,8 +315,3 @@ class LocalPopulation:
 
     def close(self) -> None:
         self.player.close()
-
-
-def as_data(result: PairResult) -> dict[str, Any]:
-    """A PairResult as plain data (a checkpointable dict)."""
-    return dataclasses.asdict(result)
