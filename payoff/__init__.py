@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from payoff.algos.dagger import DAgger
     from payoff.algos.dpo import DPO
     from payoff.algos.dqn import DQN
+    from payoff.algos.es import ES
     from payoff.algos.grpo import GRPO
     from payoff.algos.ippo import IPPO
     from payoff.algos.ppo import PPO
@@ -57,6 +58,7 @@ _LAZY = {
     "BC": "payoff.algos.bc:BC",
     "DAgger": "payoff.algos.dagger:DAgger",
     "AlphaZero": "payoff.algos.alphazero:AlphaZero",
+    "ES": "payoff.algos.es:ES",
     "SFT": "payoff.algos.sft:SFT",
     "GRPO": "payoff.algos.grpo:GRPO",
     "DPO": "payoff.algos.dpo:DPO",
@@ -82,6 +84,7 @@ __all__ = [
     "BC",
     "DAgger",
     "AlphaZero",
+    "ES",
     "SFT",
     "GRPO",
     "DPO",

@@ -35,6 +35,7 @@ STEPS = [
         "pendulum-sac",
         ["total_steps=6000"],
     ),
+    DemoStep("Evolution strategies (OpenAI-ES) on CartPole", "cartpole-es"),
     DemoStep("Imitation: behavior cloning vs DAgger on the kart track", "kart-bc-vs-dagger-quick"),
     DemoStep(
         "Reward hacking caught: PPO paid for targets loops in the lagoon",

@@ -46,6 +46,7 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "bc",
         "dagger",
         "dqn",
+        "es",
         "ippo",
         "ppo",
         "ppo_lagrangian",
