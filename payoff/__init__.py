@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from payoff.algos.dagger import DAgger
     from payoff.algos.dpo import DPO
     from payoff.algos.dqn import DQN
+    from payoff.algos.es import ES
     from payoff.algos.grpo import GRPO
     from payoff.algos.ippo import IPPO
     from payoff.algos.mbrl import MBRL
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
     from payoff.algos.reinforce import Reinforce as REINFORCE
     from payoff.algos.reward_model import RewardModel
     from payoff.algos.rlhf_ppo import RLHFPPO
+    from payoff.algos.sac import SAC
     from payoff.algos.sft import SFT
+    from payoff.algos.td3 import TD3
 
 __version__ = "0.1.0"
 
@@ -46,6 +49,8 @@ _LAZY = {
     "QLearning": "payoff.algos.qlearning:QLearning",
     "DQN": "payoff.algos.dqn:DQN",
     "PPO": "payoff.algos.ppo:PPO",
+    "SAC": "payoff.algos.sac:SAC",
+    "TD3": "payoff.algos.td3:TD3",
     "A2C": "payoff.algos.a2c:A2C",
     "Reinforce": "payoff.algos.reinforce:Reinforce",
     "REINFORCE": "payoff.algos.reinforce:Reinforce",
@@ -54,6 +59,7 @@ _LAZY = {
     "BC": "payoff.algos.bc:BC",
     "DAgger": "payoff.algos.dagger:DAgger",
     "AlphaZero": "payoff.algos.alphazero:AlphaZero",
+    "ES": "payoff.algos.es:ES",
     "SFT": "payoff.algos.sft:SFT",
     "GRPO": "payoff.algos.grpo:GRPO",
     "DPO": "payoff.algos.dpo:DPO",
@@ -70,6 +76,8 @@ __all__ = [
     "QLearning",
     "DQN",
     "PPO",
+    "SAC",
+    "TD3",
     "A2C",
     "Reinforce",
     "REINFORCE",
@@ -78,6 +86,7 @@ __all__ = [
     "BC",
     "DAgger",
     "AlphaZero",
+    "ES",
     "SFT",
     "GRPO",
     "DPO",

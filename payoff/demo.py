@@ -30,6 +30,12 @@ STEPS = [
         "cartpole-ppo",
         ["env.id=Acrobot-v1", "total_steps=60000"],
     ),
+    DemoStep(
+        "Soft Actor-Critic swings up the pendulum (continuous torque, replay buffer)",
+        "pendulum-sac",
+        ["total_steps=6000"],
+    ),
+    DemoStep("Evolution strategies (OpenAI-ES) on CartPole", "cartpole-es"),
     DemoStep("Imitation: behavior cloning vs DAgger on the kart track", "kart-bc-vs-dagger-quick"),
     DemoStep(
         "Reward hacking caught: PPO paid for targets loops in the lagoon",

@@ -46,12 +46,15 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "bc",
         "dagger",
         "dqn",
+        "es",
         "ippo",
         "mbrl",
         "ppo",
         "ppo_lagrangian",
         "qlearning",
         "reinforce",
+        "sac",
+        "td3",
     }
     found = {name for name in available_algorithms() if issubclass(get_algorithm(name), Agent)}
     assert found == agents

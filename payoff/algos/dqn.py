@@ -31,26 +31,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.base import Agent, VectorAgentKeys
-from payoff.algos.loop import crossed
-from payoff.core.device import resolve_device
-from payoff.core.errors import ConfigError, EnvError
+from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys
+from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
-from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork, as_numpy
-from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.replay import ReplayBuffer
-from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
-
-
-@dataclass
-class ReplayConfig:
-    """enabled: sample uniformly from the last `size` transitions; false = train on the
-    latest `batch_size` transitions only. size: capacity in transitions."""
-
-    enabled: bool = True
-    size: int = 100_000
 
 
 @dataclass
@@ -65,17 +50,16 @@ class TargetNetworkConfig:
 
 
 @dataclass
-class DQNConfig(VectorAgentKeys):
+class DQNConfig(OffPolicyKeys):
     """DQN on vectorized envs with a Discrete action space. The shared keys (env, seed,
     threads, total_steps, num_envs, vectorization, gamma, max_grad_norm, eval_every,
-    eval_episodes, final_eval_episodes, stop_at_return, checkpoint_every, check_finite)
-    are payoff.algos.base.VectorAgentKeys; the greedy policy is evaluated.
+    eval_episodes, final_eval_episodes, stop_at_return, checkpoint_every, check_finite) are
+    payoff.algos.base.VectorAgentKeys; the replay keys (learning_rate, batch_size,
+    learning_starts, train_every, gradient_steps, replay, log_every) are
+    payoff.algos.shared.offpolicy.OffPolicyKeys. The greedy policy is evaluated.
 
-    learning_rate: Adam step size.
-    batch_size: transitions per gradient step.
-    learning_starts: env steps of random-ish play before the first update.
-    train_every / gradient_steps: after every `train_every` env steps do this many updates.
-        Their ratio is the replay ratio; more updates learn more per sample but cost time.
+    learning_starts: env steps of epsilon-greedy play (epsilon near 1 early) before the
+        first update.
     epsilon: exploration rate, a schedule over training (fraction = share of training
         spent decaying it).
     hidden / activation: Q-network MLP.
@@ -87,16 +71,13 @@ class DQNConfig(VectorAgentKeys):
         where the network's layers allow it (ReLU/Tanh MLPs); false always uses autograd.
         CPU only: off the CPU the gradient is autograd's (the hand-derived path is tested
         against autograd on the CPU, and what it saves is per-op overhead there).
-    replay / target_network: see ReplayConfig and TargetNetworkConfig.
-    log_every: write train/... metrics every this many env steps.
+    target_network: see TargetNetworkConfig.
     """
 
     total_steps: int = 50_000
     num_envs: int = 4
     max_grad_norm: float = 10.0
-    learning_rate: float = 1e-3
     batch_size: int = 64
-    learning_starts: int = 1_000
     train_every: int = 64
     gradient_steps: int = 16
     epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.05, fraction=0.2))
@@ -105,47 +86,27 @@ class DQNConfig(VectorAgentKeys):
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"
     fast_backward: bool = True
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
     target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
-    log_every: int = 1_000
-    eval_every: int = 5_000
-    checkpoint_every: int = 50_000
-
-    def validate(self) -> None:
-        # Ranges of single keys (counts > 0, tau in (0, 1], ...) are checked by core.config.
-        if self.replay.enabled and self.replay.size < self.batch_size:
-            raise ConfigError(
-                f"replay.size {self.replay.size} is smaller than batch_size {self.batch_size}"
-            )
 
 
-class DQN(Agent):
+class DQN(OffPolicyAlgorithm):
     """DQN / double DQN with replay and target-network switches."""
 
-    total_key = "total_steps"
     config: DQNConfig
     saved = ("q_net", "target_net", "optimizer", "buffer", "rng", "runner", "gradient_updates")
 
-    def setup(self) -> None:
-        config = self.config
-        torch.set_num_threads(config.threads)
-        self.device = resolve_device(config.device)
-        self.on_cpu = self.device.type == "cpu"
-        self.rng = seed_everything(config.seed)
-        self.envs = make_vector_env(config.env, config.num_envs, config.vectorization)
-        self.observation_space = self.envs.single_observation_space
-        self.action_space = self.envs.single_action_space
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            self.envs.close()
+    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
             raise EnvError(
                 f"DQN takes the action with the largest Q-value, so it needs a Discrete action "
-                f"space; {config.env.id!r} has {self.action_space}. Use PPO (algo: ppo), which "
-                f"handles continuous actions (e.g. `payoff train pendulum-ppo`)."
+                f"space; {self.config.env.id!r} has {action_space}. Use SAC or TD3 (algo: sac, "
+                f"td3) or PPO (algo: ppo) for continuous actions (e.g. `payoff train "
+                f"pendulum-sac`)."
             )
+
+    def build(self) -> None:
+        config = self.config
         self.num_actions = int(self.action_space.n)
-        self.runner = VectorRunner(
-            self.envs, config.env.id, seed=config.seed, check_finite=config.check_finite
-        )
         self.q_net = QNetwork(
             self.observation_space, self.action_space, config.hidden, config.activation
         ).to(self.device)  # before the optimizer flattens the weights into one buffer there
@@ -156,63 +117,46 @@ class DQN(Agent):
         self.optimizer = FlatAdam(self.flat, lr=config.learning_rate)
         # The same gradients as autograd's, computed by hand (see MLP.backward_into).
         self.by_hand = config.fast_backward and self.q_net.fast_td_backward and self.on_cpu
-        capacity = config.replay.size if config.replay.enabled else config.batch_size
-        self.buffer = ReplayBuffer(capacity, tuple(self.observation_space.shape or ()))
-        self.gradient_updates = 0
         self._epsilon = config.epsilon(0.0)
         # Each gradient step's Q(s, a) and TD errors, kept until the next log.
         self._q_values: list[torch.Tensor] = []
         self._td_errors: list[torch.Tensor] = []
 
     # ---- acting -----------------------------------------------------------------------
-    def _tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """Observations as a float32 tensor on the device (no copy on the CPU)."""
-        tensor = torch.from_numpy(np.asarray(obs, dtype=np.float32))
-        return tensor if self.on_cpu else tensor.to(self.device)
-
     @torch.no_grad()
-    def _greedy(self, obs: torch.Tensor) -> np.ndarray:
+    def greedy(self, obs: torch.Tensor) -> np.ndarray:
         """argmax_a Q(s, a) for observations on the device, as NumPy."""
         return as_numpy(self.q_net(obs).argmax(-1))
 
-    def _explore(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        actions = self._greedy(self._tensor(obs))
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Epsilon-greedy actions, epsilon from its schedule at this point of training."""
+        self._epsilon = self.config.epsilon(self.step / self.config.total_steps)
+        return self._epsilon_greedy(obs, self._epsilon)
+
+    def _epsilon_greedy(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        actions = self.greedy(self.tensor(obs))
         explore = self.rng.random(len(actions)) < epsilon
         if explore.any():
             actions[explore] = self.rng.integers(0, self.num_actions, size=int(explore.sum()))
         return actions
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        if deterministic:
+            return super().predict(observation, deterministic=True)
+        # Exploration as at the end of training, not at the schedule's current point.
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.shape == tuple(self.observation_space.shape or ())
-        if deterministic:
-            actions = self._greedy(self._tensor(obs[None] if single else obs))
-        else:
-            actions = self._explore(obs[None] if single else obs, self.config.epsilon.end)
+        actions = self._epsilon_greedy(obs[None] if single else obs, self.config.epsilon.end)
         return int(actions[0]) if single else actions
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """Greedy policy on `episodes` fresh episodes of the real env, batched."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
-        return evaluate_batched(
-            self.config.env, self._greedy, episodes, seed, "sync", device=self.device
-        )
-
     # ---- learning ---------------------------------------------------------------------
-    def _train(self, steps: int) -> None:
+    def train(self, steps: int) -> None:
         """`steps` gradient steps. Their minibatches are drawn in one go (the buffer does not
         change in between), and while the target network stays fixed (between two target
         updates) the bootstrap targets of all those minibatches come from one forward pass:
         the same math as one step at a time, with a fraction of the small-op overhead."""
         config = self.config
-        if config.replay.enabled:
-            size = config.batch_size
-            batches = self.buffer.sample(steps * size, self.rng)
-        else:  # the same latest transitions for every step
-            size = min(config.batch_size, len(self.buffer))
-            batches = self.buffer.latest(size, repeat=steps)
-        if not self.on_cpu:  # one copy of all these steps' minibatches
-            batches = batches.to(self.device)
+        batches, size = self.minibatches(steps)
         fixed_target = config.target_network.enabled and not config.double_q
         done = 0
         while done < steps:
@@ -297,53 +241,14 @@ class DQN(Agent):
             return
         torch._foreach_lerp_(list(self.target_net.parameters()), self.flat.params, tau)
 
-    def iterate(self) -> None:
-        """One vector step of epsilon-greedy play into the buffer; every train_every, learn."""
-        config = self.config
-        before = self.step
-        self._epsilon = config.epsilon(self.step / config.total_steps)
-        obs = self.runner.obs
-        actions = self._explore(obs, self._epsilon)
-        next_obs, rewards, terminated, truncated, valid = self.runner.step(actions)
-        # Under NEXT_STEP autoreset a step that only reset an env is no transition.
-        self.buffer.add(
-            np.asarray(obs)[valid],
-            actions[valid],
-            rewards[valid],
-            np.asarray(next_obs)[valid],
-            np.asarray(terminated)[valid],
-        )
-        self.step = self.runner.env_steps
-        if self.step >= config.learning_starts and crossed(before, self.step, config.train_every):
-            self._train(config.gradient_steps)
-
-    def progress_postfix(self) -> dict[str, Any]:
-        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
-
-    def log_training(self) -> None:
-        returns, lengths = self.runner.drain_episodes()
-        self.state.add_returns(returns)
-        record: dict[str, Any] = {
-            "train/epsilon": self._epsilon,
-            "train/gradient_updates": self.gradient_updates,
-            "perf/sps": self.step / max(self.train_seconds, 1e-9),
-        }
+    def train_metrics(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"train/epsilon": self._epsilon}
         if self._td_errors:
             # The loss over every transition the steps trained on since the last log.
             record["train/loss"] = float(self._loss(torch.cat(self._td_errors)))
             record["train/mean_q"] = float(torch.cat(self._q_values).mean())
             self._q_values, self._td_errors = [], []
-        if self.recent_returns:
-            record["train/return"] = float(np.mean(self.recent_returns))
-        if lengths:
-            record["train/episode_length"] = float(np.mean(lengths))
-        self.log(self.step, **record)
-
-    def evaluate_now(self) -> None:
-        self.evaluate_returns()
-
-    def finish(self) -> None:
-        self.finish_returns(gradient_updates=self.gradient_updates)
+        return record
 
 
 ALGORITHM = DQN

@@ -22,6 +22,16 @@ class TransitionBatch:
     next_obs: torch.Tensor
     terminated: torch.Tensor
 
+    def rows(self, index: slice) -> TransitionBatch:
+        """The transitions at `index` (views, no copy)."""
+        return TransitionBatch(
+            self.obs[index],
+            self.actions[index],
+            self.rewards[index],
+            self.next_obs[index],
+            self.terminated[index],
+        )
+
     def to(self, device: torch.device) -> TransitionBatch:
         """The batch on `device`: one copy per field (the buffer itself is NumPy, on the CPU)."""
         return tensors_to(self, device)
@@ -34,11 +44,19 @@ class ReplayBuffer:
     the next observation, so it must not cut the target.
     """
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        act_shape: tuple[int, ...] = (),
+        act_dtype: type = np.int64,
+    ):
+        """act_shape / act_dtype: () and int64 for Discrete actions (indices), the Box's
+        shape and float32 for continuous ones."""
         self.capacity = int(capacity)
         self.obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
         self.next_obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
-        self.actions = np.zeros((self.capacity, *act_shape), dtype=np.int64)
+        self.actions = np.zeros((self.capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.terminated = np.zeros(self.capacity, dtype=np.float32)
         self.position = 0

@@ -1,0 +1,188 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, with the automatic temperature of their
+"SAC: algorithms and applications") for continuous (Box) actions.
+
+The agent maximizes return plus entropy, r + alpha * H(pi(.|s)). Per gradient step, on a
+minibatch (s, a, r, s', terminated) from the replay buffer:
+
+    a' ~ pi(.|s'),  y = r + gamma * (1 - terminated) * (min_i Q_target_i(s', a') - alpha log pi(a'|s'))
+    critic loss = sum_i mean (Q_i(s, a) - y)^2 / 2                   (two Q-networks, i = 1, 2)
+    ã ~ pi(.|s),   actor loss  = mean (alpha log pi(ã|s) - min_i Q_i(s, ã))
+    temperature loss = -mean log alpha * (log pi(ã|s) + target_entropy)    (if autotune)
+    Q_target <- (1 - tau) Q_target + tau Q
+
+The policy is a tanh-squashed Gaussian (payoff.models.continuous), so actions stay inside
+the Box; the replay buffer stores them in [-1, 1]. The twin critics run as one batched
+network (QEnsemble): one matmul per layer for both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys, TwinCritics
+from payoff.models.continuous import ActionScaler, SquashedGaussianActor, check_continuous
+from payoff.models.flat import FlatAdam, FlatParameters
+from payoff.rollout.replay import TransitionBatch
+
+
+@dataclass
+class SACConfig(OffPolicyKeys):
+    """SAC on vectorized envs with a Box action space. The shared keys are
+    payoff.algos.base.VectorAgentKeys (env, seed, total_steps, num_envs, gamma, ...) and
+    payoff.algos.shared.offpolicy.OffPolicyKeys (learning_rate, batch_size, learning_starts,
+    train_every, gradient_steps, replay, log_every). The deterministic policy tanh(mean) is
+    evaluated.
+
+    hidden / activation: the actor's and each critic's MLP.
+    tau: Polyak step of the target critics after each gradient step (1 = copy).
+    alpha: the entropy temperature; with autotune, its starting value.
+    autotune: learn alpha so that the policy's entropy stays near target_entropy.
+    target_entropy: null = -(action dimensions), the SAC paper's choice.
+    max_grad_norm: 0 (no clipping) by default, as in the paper; > 0 clips actor and critic
+        gradients separately.
+    """
+
+    total_steps: int = 20_000
+    num_envs: int = 1
+    learning_starts: int = 1_000
+    max_grad_norm: float = 0.0
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    activation: Literal["tanh", "relu", "gelu"] = "relu"
+    tau: float = 0.005
+    alpha: float = 1.0
+    autotune: bool = True
+    target_entropy: float | None = None
+
+
+class Temperature(nn.Module):
+    """SAC's entropy temperature, learned as log alpha so that alpha stays positive."""
+
+    def __init__(self, alpha: float):
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor([math.log(alpha)]))
+
+
+class SAC(OffPolicyAlgorithm):
+    """Soft Actor-Critic with twin critics and a learned temperature."""
+
+    config: SACConfig
+    saved = (
+        "actor",
+        "critics",
+        "actor_optimizer",
+        "temperature",
+        "alpha_optimizer",
+        "buffer",
+        "rng",
+        "runner",
+        "gradient_updates",
+    )
+
+    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        check_continuous(observation_space, action_space, "SAC", self.config.env.id)
+
+    def build(self) -> None:
+        config = self.config
+        self.scaler = ActionScaler(self.action_space)
+        self.actor = SquashedGaussianActor(
+            self.observation_space, self.scaler.dim, config.hidden, config.activation
+        ).to(self.device)
+        self.actor_flat = FlatParameters(list(self.actor.parameters()))
+        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate)
+        self.critics = TwinCritics(
+            self.observation_space,
+            self.scaler.dim,
+            config.hidden,
+            config.activation,
+            config.learning_rate,
+            config.max_grad_norm,
+            self.device,
+        )
+        self.temperature = Temperature(config.alpha).to(self.device)
+        self.alpha_flat = FlatParameters([self.temperature.log_alpha])
+        self.alpha_optimizer = FlatAdam(self.alpha_flat, lr=config.learning_rate)
+        self.target_entropy = (
+            -float(self.scaler.dim) if config.target_entropy is None else config.target_entropy
+        )
+        self._stats: list[torch.Tensor] = []  # per gradient step: losses, alpha, entropy, Q
+
+    # ---- acting ------------------------------------------------------------------------
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Uniform random actions until learning_starts, then samples of the policy."""
+        if self.step < self.config.learning_starts:
+            return self.rng.uniform(-1.0, 1.0, (len(obs), self.scaler.dim)).astype(np.float32)
+        return self.actor.act(self.tensor(obs), deterministic=False)
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        return self.scaler.to_env(actions)
+
+    def greedy(self, obs: torch.Tensor) -> np.ndarray:
+        return self.scaler.to_env(self.actor.act(obs, deterministic=True))
+
+    # ---- learning ----------------------------------------------------------------------
+    def train(self, steps: int) -> None:
+        batches, size = self.minibatches(steps)
+        for k in range(steps):
+            self._gradient_step(batches.rows(slice(k * size, (k + 1) * size)))
+
+    def _gradient_step(self, batch: TransitionBatch) -> None:
+        config = self.config
+        alpha = self.temperature.log_alpha.detach().exp()
+        # Critics: regress both Q(s, a) on the soft Bellman target.
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor.sample(batch.next_obs)
+            next_q = self.critics.target(batch.next_obs, next_actions).min(0).values
+            soft_value = next_q - alpha * next_log_prob
+            targets = batch.rewards + config.gamma * (1.0 - batch.terminated) * soft_value
+        critic_loss, q_values = self.critics.regress(batch.obs, batch.actions, targets)
+
+        # Actor: maximize min Q(s, ã) + alpha H; gradients reach only the actor's weights.
+        actions, log_prob = self.actor.sample(batch.obs)
+        q_new = self.critics.online(batch.obs, actions).min(0).values
+        actor_loss = (alpha * log_prob - q_new).mean()
+        self.actor_flat.zero_grad()
+        actor_loss.backward(inputs=self.actor_flat.params)
+        if config.max_grad_norm > 0:
+            self.actor_flat.clip_grad_norm(config.max_grad_norm)
+        self.actor_optimizer.step()
+
+        # Temperature: raise alpha when the entropy is below target, lower it when above.
+        log_prob = log_prob.detach()
+        if config.autotune:
+            # The temperature loss -mean(log alpha * (log pi + target_entropy)) has gradient
+            # -mean(log pi + target_entropy) in log alpha: written directly, no graph needed.
+            torch.neg(
+                (log_prob + self.target_entropy).mean(0, keepdim=True), out=self.alpha_flat.grads[0]
+            )
+            self.alpha_optimizer.step()
+
+        self.critics.update_targets(config.tau)
+        self.gradient_updates += 1
+        self._stats.append(
+            torch.stack(
+                [critic_loss.detach(), actor_loss.detach(), alpha[0], -log_prob.mean(), q_values]
+            )
+        )
+
+    def train_metrics(self) -> dict[str, Any]:
+        if not self._stats:
+            return {}
+        critic_loss, actor_loss, alpha, entropy, q = torch.stack(self._stats).mean(0).tolist()
+        self._stats = []
+        return {
+            "train/critic_loss": critic_loss,
+            "train/actor_loss": actor_loss,
+            "train/alpha": alpha,
+            "train/entropy": entropy,
+            "train/mean_q": q,
+        }
+
+
+ALGORITHM = SAC
