@@ -99,7 +99,7 @@ def test_sac_gradient_step_matches_the_paper_written_out():
     log_alpha = agent.temperature.log_alpha.detach().clone().requires_grad_(True)
     lr, gamma, tau = agent.config.learning_rate, agent.config.gamma, agent.config.tau
     state = torch.get_rng_state()
-    agent._gradient_step(batch)
+    agent.gradient_step(batch)
 
     torch.set_rng_state(state)
     alpha = log_alpha.detach().exp()
@@ -151,7 +151,7 @@ def test_td3_gradient_steps_match_the_paper_written_out():
     )
     actor, target_actor = copy.deepcopy(agent.actor), copy.deepcopy(agent.target_actor)
     state = torch.get_rng_state()
-    agent._gradient_step(batch)  # update 1: the critics only
+    agent.gradient_step(batch)  # update 1: the critics only
     for a, b in zip(agent.actor.parameters(), actor.parameters(), strict=True):
         assert torch.equal(a, b)
 
@@ -176,7 +176,7 @@ def test_td3_gradient_steps_match_the_paper_written_out():
     for got, want in zip(agent.critics.online.parameters(), critics.parameters(), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
-    agent._gradient_step(batch)  # update 2: critics, then the actor and all targets
+    agent.gradient_step(batch)  # update 2: critics, then the actor and all targets
     critic_step()
     actor_loss = -critics(batch.obs, actor(batch.obs))[0].mean()
     actor_opt.zero_grad()

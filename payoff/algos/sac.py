@@ -21,13 +21,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys, TwinCritics
-from payoff.models.continuous import ActionScaler, SquashedGaussianActor, check_continuous
+from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
+from payoff.models.continuous import SquashedGaussianActor
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.rollout.replay import TransitionBatch
 
@@ -69,7 +68,7 @@ class Temperature(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor([math.log(alpha)]))
 
 
-class SAC(OffPolicyAlgorithm):
+class SAC(ContinuousActorCritic):
     """Soft Actor-Critic with twin critics and a learned temperature."""
 
     config: SACConfig
@@ -85,26 +84,11 @@ class SAC(OffPolicyAlgorithm):
         "gradient_updates",
     )
 
-    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        check_continuous(observation_space, action_space, "SAC", self.config.env.id)
+    actor_class = SquashedGaussianActor
 
     def build(self) -> None:
+        super().build()  # actor, its flat Adam, the twin critics
         config = self.config
-        self.scaler = ActionScaler(self.action_space)
-        self.actor = SquashedGaussianActor(
-            self.observation_space, self.scaler.dim, config.hidden, config.activation
-        ).to(self.device)
-        self.actor_flat = FlatParameters(list(self.actor.parameters()))
-        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate)
-        self.critics = TwinCritics(
-            self.observation_space,
-            self.scaler.dim,
-            config.hidden,
-            config.activation,
-            config.learning_rate,
-            config.max_grad_norm,
-            self.device,
-        )
         self.temperature = Temperature(config.alpha).to(self.device)
         self.alpha_flat = FlatParameters([self.temperature.log_alpha])
         self.alpha_optimizer = FlatAdam(self.alpha_flat, lr=config.learning_rate)
@@ -113,26 +97,12 @@ class SAC(OffPolicyAlgorithm):
         )
         self._stats: list[torch.Tensor] = []  # per gradient step: losses, alpha, entropy, Q
 
-    # ---- acting ------------------------------------------------------------------------
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Uniform random actions until learning_starts, then samples of the policy."""
-        if self.step < self.config.learning_starts:
-            return self.rng.uniform(-1.0, 1.0, (len(obs), self.scaler.dim)).astype(np.float32)
+    def policy_actions(self, obs: np.ndarray) -> np.ndarray:
+        """Samples of the squashed Gaussian policy."""
         return self.actor.act(self.tensor(obs), deterministic=False)
 
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        return self.scaler.to_env(actions)
-
-    def greedy(self, obs: torch.Tensor) -> np.ndarray:
-        return self.scaler.to_env(self.actor.act(obs, deterministic=True))
-
     # ---- learning ----------------------------------------------------------------------
-    def train(self, steps: int) -> None:
-        batches, size = self.minibatches(steps)
-        for k in range(steps):
-            self._gradient_step(batches.rows(slice(k * size, (k + 1) * size)))
-
-    def _gradient_step(self, batch: TransitionBatch) -> None:
+    def gradient_step(self, batch: TransitionBatch) -> None:
         config = self.config
         alpha = self.temperature.log_alpha.detach().exp()
         # Critics: regress both Q(s, a) on the soft Bellman target.
@@ -147,11 +117,7 @@ class SAC(OffPolicyAlgorithm):
         actions, log_prob = self.actor.sample(batch.obs)
         q_new = self.critics.online(batch.obs, actions).min(0).values
         actor_loss = (alpha * log_prob - q_new).mean()
-        self.actor_flat.zero_grad()
-        actor_loss.backward(inputs=self.actor_flat.params)
-        if config.max_grad_norm > 0:
-            self.actor_flat.clip_grad_norm(config.max_grad_norm)
-        self.actor_optimizer.step()
+        self.step_actor(actor_loss)
 
         # Temperature: raise alpha when the entropy is below target, lower it when above.
         log_prob = log_prob.detach()

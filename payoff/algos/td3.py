@@ -21,13 +21,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys, TwinCritics
-from payoff.models.continuous import ActionScaler, DeterministicActor, check_continuous
-from payoff.models.flat import FlatAdam, FlatParameters
+from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
+from payoff.models.continuous import DeterministicActor
 from payoff.rollout.replay import TransitionBatch
 
 
@@ -60,7 +58,7 @@ class TD3Config(OffPolicyKeys):
     noise_clip: float = 0.5
 
 
-class TD3(OffPolicyAlgorithm):
+class TD3(ContinuousActorCritic):
     """TD3: clipped double Q, delayed policy updates, target policy smoothing."""
 
     config: TD3Config
@@ -75,53 +73,22 @@ class TD3(OffPolicyAlgorithm):
         "gradient_updates",
     )
 
-    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        check_continuous(observation_space, action_space, "TD3", self.config.env.id)
+    actor_class = DeterministicActor
 
     def build(self) -> None:
-        config = self.config
-        self.scaler = ActionScaler(self.action_space)
-        self.actor = DeterministicActor(
-            self.observation_space, self.scaler.dim, config.hidden, config.activation
-        ).to(self.device)
+        super().build()  # actor, its flat Adam, the twin critics
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.actor_flat = FlatParameters(list(self.actor.parameters()))
-        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate)
-        self.critics = TwinCritics(
-            self.observation_space,
-            self.scaler.dim,
-            config.hidden,
-            config.activation,
-            config.learning_rate,
-            config.max_grad_norm,
-            self.device,
-        )
         self._stats: list[torch.Tensor] = []  # per gradient step: critic loss, Q
         self._actor_losses: list[torch.Tensor] = []
 
-    # ---- acting ------------------------------------------------------------------------
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Uniform random actions until learning_starts, then mu(s) plus Gaussian noise."""
-        shape = (len(obs), self.scaler.dim)
-        if self.step < self.config.learning_starts:
-            return self.rng.uniform(-1.0, 1.0, shape).astype(np.float32)
-        noise = self.rng.normal(0.0, self.config.exploration_noise, shape)
+    def policy_actions(self, obs: np.ndarray) -> np.ndarray:
+        """mu(s) plus Gaussian exploration noise, clipped to [-1, 1]."""
+        noise = self.rng.normal(0.0, self.config.exploration_noise, (len(obs), self.scaler.dim))
         actions = self.actor.act(self.tensor(obs)) + noise
         return np.clip(actions, -1.0, 1.0).astype(np.float32)
 
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        return self.scaler.to_env(actions)
-
-    def greedy(self, obs: torch.Tensor) -> np.ndarray:
-        return self.scaler.to_env(self.actor.act(obs))
-
     # ---- learning ----------------------------------------------------------------------
-    def train(self, steps: int) -> None:
-        batches, size = self.minibatches(steps)
-        for k in range(steps):
-            self._gradient_step(batches.rows(slice(k * size, (k + 1) * size)))
-
-    def _gradient_step(self, batch: TransitionBatch) -> None:
+    def gradient_step(self, batch: TransitionBatch) -> None:
         config = self.config
         with torch.no_grad():
             next_actions = self.target_actor(batch.next_obs)
@@ -137,11 +104,7 @@ class TD3(OffPolicyAlgorithm):
             return
         # Actor: ascend Q_1(s, mu(s)); gradients reach only the actor's weights.
         actor_loss = -self.critics.online(batch.obs, self.actor(batch.obs))[0].mean()
-        self.actor_flat.zero_grad()
-        actor_loss.backward(inputs=self.actor_flat.params)
-        if config.max_grad_norm > 0:
-            self.actor_flat.clip_grad_norm(config.max_grad_norm)
-        self.actor_optimizer.step()
+        self.step_actor(actor_loss)
         self.critics.update_targets(config.tau)
         with torch.no_grad():
             torch._foreach_lerp_(

@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.loop import crossed
@@ -24,7 +25,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.core.state import cpu_state
-from payoff.models.continuous import QEnsemble
+from payoff.models.continuous import ActionScaler, QEnsemble, check_continuous
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.replay import ReplayBuffer, TransitionBatch
@@ -130,7 +131,13 @@ class OffPolicyAlgorithm(Agent):
         raise NotImplementedError
 
     def train(self, steps: int) -> None:
-        """`steps` gradient steps on minibatches from self.buffer."""
+        """`steps` gradient steps, on minibatches drawn together (`minibatches`)."""
+        batches, size = self.minibatches(steps)
+        for k in range(steps):
+            self.gradient_step(batches.rows(slice(k * size, (k + 1) * size)))
+
+    def gradient_step(self, batch: TransitionBatch) -> None:
+        """One update on one minibatch."""
         raise NotImplementedError
 
     def train_metrics(self) -> dict[str, Any]:
@@ -223,6 +230,61 @@ class OffPolicyAlgorithm(Agent):
 
     def finish(self) -> None:
         self.finish_returns(gradient_updates=self.gradient_updates)
+
+
+class ContinuousActorCritic(OffPolicyAlgorithm):
+    """What SAC and TD3 share around their different actors and updates: a bounded Box
+    action space, actions kept in [-1, 1] (scaled to the Box for the env), uniformly random
+    play until learning_starts, and TwinCritics. A subclass sets `actor_class` and
+    implements `policy_actions` and `gradient_step`."""
+
+    actor_class: type[nn.Module]
+
+    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        check_continuous(observation_space, action_space, type(self).__name__, self.config.env.id)
+
+    def build(self) -> None:
+        config = self.config
+        self.scaler = ActionScaler(self.action_space)
+        self.actor = self.actor_class(
+            self.observation_space, self.scaler.dim, config.hidden, config.activation
+        ).to(self.device)
+        self.actor_flat = FlatParameters(list(self.actor.parameters()))
+        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate)
+        self.critics = TwinCritics(
+            self.observation_space,
+            self.scaler.dim,
+            config.hidden,
+            config.activation,
+            config.learning_rate,
+            config.max_grad_norm,
+            self.device,
+        )
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Uniform random actions until learning_starts, then the policy's exploration."""
+        if self.step < self.config.learning_starts:
+            return self.rng.uniform(-1.0, 1.0, (len(obs), self.scaler.dim)).astype(np.float32)
+        return self.policy_actions(obs)
+
+    def policy_actions(self, obs: np.ndarray) -> np.ndarray:
+        """Exploring actions in [-1, 1] for observations [N, ...]."""
+        raise NotImplementedError
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        return self.scaler.to_env(actions)
+
+    def greedy(self, obs: torch.Tensor) -> np.ndarray:
+        return self.scaler.to_env(self.actor.act(obs, deterministic=True))
+
+    def step_actor(self, actor_loss: torch.Tensor) -> None:
+        """One Adam step of the actor on `actor_loss`; its gradient reaches only the actor's
+        weights (not the critics' it passes through)."""
+        self.actor_flat.zero_grad()
+        actor_loss.backward(inputs=self.actor_flat.params)
+        if self.config.max_grad_norm > 0:
+            self.actor_flat.clip_grad_norm(self.config.max_grad_norm)
+        self.actor_optimizer.step()
 
 
 class TwinCritics:
