@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from payoff.algos.ppo import PPO
     from payoff.algos.ppo_lagrangian import PPOLagrangian
     from payoff.algos.qlearning import QLearning
+    from payoff.algos.recurrent_ppo import RecurrentPPO
     from payoff.algos.reinforce import Reinforce
     from payoff.algos.reinforce import Reinforce as REINFORCE
     from payoff.algos.reward_model import RewardModel
@@ -46,6 +47,7 @@ _LAZY = {
     "DQN": "payoff.algos.dqn:DQN",
     "PPO": "payoff.algos.ppo:PPO",
     "A2C": "payoff.algos.a2c:A2C",
+    "RecurrentPPO": "payoff.algos.recurrent_ppo:RecurrentPPO",
     "Reinforce": "payoff.algos.reinforce:Reinforce",
     "REINFORCE": "payoff.algos.reinforce:Reinforce",
     "PPOLagrangian": "payoff.algos.ppo_lagrangian:PPOLagrangian",
@@ -69,6 +71,7 @@ __all__ = [
     "DQN",
     "PPO",
     "A2C",
+    "RecurrentPPO",
     "Reinforce",
     "REINFORCE",
     "PPOLagrangian",

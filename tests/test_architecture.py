@@ -50,6 +50,7 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "ppo",
         "ppo_lagrangian",
         "qlearning",
+        "recurrent_ppo",
         "reinforce",
     }
     found = {name for name in available_algorithms() if issubclass(get_algorithm(name), Agent)}

@@ -38,6 +38,15 @@ _register(
     max_episode_steps=500,
 )
 
+# CartPole with the velocities hidden (x and theta only): a partially observed task for
+# recurrent policies (payoff.envs.pomdp).
+_register(
+    "payoff/CartPoleNoVelocity-v1",
+    "payoff.envs.pomdp:CartPoleNoVelocityEnv",
+    vector_entry_point="payoff.envs.pomdp:CartPoleNoVelocityVectorEnv",
+    max_episode_steps=500,
+)
+
 # Any PettingZoo parallel env (env.kwargs.env_id), one agent per vector slot; the plain
 # entry point is one learning agent among random ones (payoff.envs.pettingzoo). Registered
 # only with the multiagent extra installed (find_spec imports nothing).
