@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from payoff import train
 from payoff.core.errors import EnvError
 from payoff.envs.bandits import (
     EpsilonGreedyPlayer,
@@ -20,7 +21,7 @@ from payoff.envs.bandits import (
     sample_bandits,
 )
 from payoff.envs.gridgoal import GridGoalEnv
-from payoff.report.bandits import held_out_bandits
+from payoff.report.bandits import compare_on_bandits, held_out_bandits
 
 
 # ---- the bandit task distribution ----------------------------------------------------------
@@ -170,3 +171,19 @@ def test_gridgoal_goals_are_random_and_never_the_start():
         env.reset(seed=seed)
         goals.add(tuple(env.goal))
     assert (1, 1) not in goals and len(goals) == 8
+
+
+# ---- RL² learns to explore -----------------------------------------------------------------
+@pytest.mark.slow
+def test_rl2_learns_to_explore_unseen_bandits():
+    # Measured (seed 0, bandits-rl2 cut to 200k env steps, learning rate annealed over them;
+    # 27 s of CPU, 104 s wall on 2 loaded cores), regret after 100 pulls on the 1,000
+    # held-out 5-armed bandits: RL² 25.5, random 33.6, UCB1 17.6, epsilon-greedy 9.0,
+    # Thompson 8.5. The full recipe (1.5M steps) gets much further: docs/recurrent-and-meta-rl.md.
+    cls, config, _ = train.resolve(
+        "bandits-rl2", ["total_steps=200000", "final_eval_episodes=1"], seed=0
+    )
+    agent = cls(config=config).learn()
+    regret = {result.name: result.mean_regret for result in compare_on_bandits(agent)}
+    assert regret["RL² (GRU)"] <= 29  # from a random initial policy: ~33.6
+    assert regret["RL² (GRU)"] <= 0.87 * regret["random"]
