@@ -75,6 +75,11 @@ def test_hand_computed_gru_step_from_zero_state():
     )
 
 
+def test_recurrent_actor_refuses_to_act_without_its_state():
+    with pytest.raises(EnvError, match=r"use step\(obs, starts, h\) or predict_step"):
+        _actor().predict(np.zeros((1, 2)))
+
+
 def test_recurrent_actor_rejects_continuous_actions():
     with pytest.raises(EnvError, match=r"Discrete action spaces, got Box.*use ppo"):
         RecurrentPPO(env="Pendulum-v1", **SMALL)

@@ -121,6 +121,15 @@ class RecurrentActor(Actor):
         entropy = -(logprobs.exp() * logprobs).sum(-1)
         return logprobs.gather(-1, actions.long()[..., None])[..., 0], entropy
 
+    def _needs_state(self, *args: Any) -> Any:
+        raise EnvError(
+            "a recurrent actor acts on its hidden state as well as the observation: use "
+            "step(obs, starts, h) or predict_step(obs, state, episode_start) (RecurrentPPO."
+            "predict); it cannot serve as a memoryless policy (e.g. an imitation expert)"
+        )
+
+    sample = mode = log_prob_entropy = _needs_state  # the stateless Actor interface
+
     @staticmethod
     def sample_logits(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled actions [B] (Gumbel-max, as CategoricalActor) and their log-probs [B]."""
