@@ -107,8 +107,10 @@ def main() -> None:
         "[0, 1], drawn from their own seed), each method on the same bandits with the same "
         "reward luck. RL² = recurrent PPO (GRU 64) trained with recipe `bandits-rl2` on "
         "that setting; it samples from its policy, as in training. epsilon-greedy: each "
-        "arm once, then epsilon 0.1. Figure: `docs/img/rl2-bandits-regret.png`.\n\n"
+        "arm once, then epsilon 0.1. Training times are wall seconds on the machine below, "
+        "as loaded as it was.\n\n"
         + "\n\n".join(sections)
+        + "\n\n![RL² vs classic bandit algorithms](img/rl2-bandits-regret.png)\n"
     )
     write_section("rl2_bandits", "RL² on Bernoulli bandits vs classic algorithms", body)
 
