@@ -279,9 +279,10 @@ class RecurrentPPO(OnPolicyAlgorithm):
 
     # ---- learning ---------------------------------------------------------------------
     def sequences(self, storage: RolloutStorage) -> tuple[dict[str, torch.Tensor], int]:
-        """The rollout as whole sequences: each field [L, S, ...] with S = num_envs *
-        num_steps / L sequences (sequence s = chunk k of env n, s = k * num_envs + n), and
-        the hidden states at each sequence's first step [S, H]. Returns (fields, L)."""
+        """GAE advantages and returns over the [T, N] rollout (truncated steps bootstrapped
+        first), then every field as whole sequences [L, S, ...], S = num_envs * num_steps / L
+        (sequence s = chunk k of env n, s = k * num_envs + n), and the hidden states at each
+        sequence's first step [S, H]. Returns (fields, L)."""
         config = self.config
         length = config.sequence_length or config.num_steps
         steps, n = storage.num_steps, config.num_envs
