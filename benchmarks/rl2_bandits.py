@@ -19,6 +19,7 @@ pulls, all methods) and writes its section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -79,7 +80,13 @@ def main() -> None:
     trained: dict[tuple[int, int], tuple[RecurrentPPO, str]] = {}
     for run_dir in args.runs:
         agent = RecurrentPPO.load(run_dir)
-        trained[bandit_setting(agent)] = (agent, f"{agent.step:,} steps ({Path(run_dir).name})")
+        summary = Path(run_dir) / "summary.json"
+        seconds = json.loads(summary.read_text()).get("train_seconds") if summary.exists() else None
+        took = f"{seconds:.0f} s of training, " if seconds else ""
+        trained[bandit_setting(agent)] = (
+            agent,
+            f"{agent.step:,} steps ({took}{Path(run_dir).name})",
+        )
     panels, sections = [], []
     for arms, pulls, trained_pulls in parse_settings(args.settings):
         if (arms, trained_pulls) not in trained:
@@ -92,6 +99,8 @@ def main() -> None:
         results = compare_on_bandits(agent, bandits=args.bandits, pulls=pulls)
         rows = regret_table(results)
         label = f"{arms} arms, {pulls} pulls"
+        if trained_pulls != pulls:
+            label += f" (trained on {trained_pulls})"
         print(f"\n{label} ({args.bandits} held-out bandits; RL² trained {how})")
         for name, regret, ratio in rows:
             print(f"  {name:24s} {regret:>16s}   x{ratio} Thompson")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from payoff.envs.bandits import (
     BanditResult,
@@ -44,12 +45,15 @@ def compare_on_bandits(
     agent: Any, bandits: int = 1000, pulls: int | None = None, seed: int = 0
 ) -> list[BanditResult]:
     """RL² (the agent's sampled policy, as it acts in training) and the classic algorithms
-    on `bandits` held-out bandits for `pulls` pulls (default: the training trial's)."""
+    on `bandits` held-out bandits for `pulls` pulls (default: the training trial's). `seed`
+    fixes the reward luck and every method's random choices, the agent's included."""
     arms, trained_pulls = bandit_setting(agent)
     pulls = trained_pulls if pulls is None else pulls
     means = held_out_bandits(bandits, arms)
     rl2 = PolicyPlayer(functools.partial(agent.predict, deterministic=False), "RL² (GRU)")
-    return [play_bandits(player, means, pulls, seed) for player in [rl2, *classic_players()]]
+    with torch.random.fork_rng():  # the agent's sampling: reproducible, and the run's RNG untouched
+        torch.manual_seed(seed)
+        return [play_bandits(player, means, pulls, seed) for player in [rl2, *classic_players()]]
 
 
 def regret_table(results: list[BanditResult]) -> list[list[object]]:
