@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from payoff.algos.ppo import PPO
     from payoff.algos.ppo_lagrangian import PPOLagrangian
     from payoff.algos.qlearning import QLearning
+    from payoff.algos.recurrent_ppo import RecurrentPPO
     from payoff.algos.reinforce import Reinforce
     from payoff.algos.reinforce import Reinforce as REINFORCE
     from payoff.algos.reward_model import RewardModel
@@ -52,6 +53,7 @@ _LAZY = {
     "SAC": "payoff.algos.sac:SAC",
     "TD3": "payoff.algos.td3:TD3",
     "A2C": "payoff.algos.a2c:A2C",
+    "RecurrentPPO": "payoff.algos.recurrent_ppo:RecurrentPPO",
     "Reinforce": "payoff.algos.reinforce:Reinforce",
     "REINFORCE": "payoff.algos.reinforce:Reinforce",
     "PPOLagrangian": "payoff.algos.ppo_lagrangian:PPOLagrangian",
@@ -79,6 +81,7 @@ __all__ = [
     "SAC",
     "TD3",
     "A2C",
+    "RecurrentPPO",
     "Reinforce",
     "REINFORCE",
     "PPOLagrangian",

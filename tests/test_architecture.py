@@ -52,6 +52,7 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "ppo",
         "ppo_lagrangian",
         "qlearning",
+        "recurrent_ppo",
         "reinforce",
         "sac",
         "td3",

@@ -38,6 +38,24 @@ _register(
     max_episode_steps=500,
 )
 
+# CartPole with the velocities hidden (x and theta only): a partially observed task for
+# recurrent policies (payoff.envs.pomdp).
+_register(
+    "payoff/CartPoleNoVelocity-v1",
+    "payoff.envs.pomdp:CartPoleNoVelocityEnv",
+    vector_entry_point="payoff.envs.pomdp:CartPoleNoVelocityVectorEnv",
+    max_episode_steps=500,
+)
+
+# Meta-RL task distributions for RL² (payoff.envs.bandits, payoff.envs.gridgoal): each
+# Gymnasium episode is a trial on a freshly drawn task.
+_register(
+    "payoff/BernoulliBandits-v0",
+    "payoff.envs.bandits:BernoulliBanditsEnv",
+    vector_entry_point="payoff.envs.bandits:BernoulliBanditsVectorEnv",
+)
+_register("payoff/GridGoal-v0", "payoff.envs.gridgoal:GridGoalEnv")
+
 # Any PettingZoo parallel env (env.kwargs.env_id), one agent per vector slot; the plain
 # entry point is one learning agent among random ones (payoff.envs.pettingzoo). Registered
 # only with the multiagent extra installed (find_spec imports nothing).

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from payoff.report.bandits import bandit_regret
 from payoff.report.elo import plot_elo, plot_league
 from payoff.report.imitation import comparison_figures, cross_track_figures
 from payoff.report.lm import (
@@ -109,6 +110,7 @@ FIGURES: dict[str, Figures] = {
     "best_of_n": best_of_n_overoptimization,
     "rlhf_ppo": rlhf_overoptimization,
     "mbrl": model_based,
+    "recurrent_ppo": bandit_regret,  # RL² on bandits: held-out regret vs the classics
 }
 
 CURVES_IN_FIGURES: dict[str, tuple[str, ...]] = {

@@ -132,17 +132,7 @@ class OnPolicyAlgorithm(Agent):
             )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
-        self.actor: Actor = actor_for(config, self.observation_space, self.action_space)
-        self.critic: Critic | None = (
-            Critic(
-                self.observation_space,
-                config.hidden,
-                config.activation,
-                normalizer=self.actor.normalizer,
-            )
-            if self.uses_critic
-            else None
-        )
+        self.actor, self.critic = self.make_networks()
         if self.critic is None:  # REINFORCE without a baseline: nothing to save for it
             self.saved = tuple(n for n in self.saved if n != "critic")
         # On the device before the optimizer flattens the weights into one buffer there.
@@ -176,6 +166,18 @@ class OnPolicyAlgorithm(Agent):
             info_keys=tuple(config.episode_info),
         )
         self._metrics: dict[str, float] = {}  # the last update's, until they are logged
+
+    def make_networks(self) -> tuple[Actor, Critic | None]:
+        """The actor and (unless uses_critic is False) the critic: MLPs from the config's
+        hidden/activation; recurrent PPO builds GRU networks here instead."""
+        config = self.config
+        actor = actor_for(config, self.observation_space, self.action_space)
+        if not self.uses_critic:
+            return actor, None
+        critic = Critic(
+            self.observation_space, config.hidden, config.activation, normalizer=actor.normalizer
+        )
+        return actor, critic
 
     def _make_optimizer(self) -> None:
         actor_params = list(self.actor.parameters())
