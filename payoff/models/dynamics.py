@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from payoff.core.errors import ConfigError
+from payoff.models.continuous import EnsembleLinear
 
 LOG_2PI = math.log(2.0 * math.pi)
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -42,21 +43,6 @@ def gaussian_nll(mean: torch.Tensor, logvar: torch.Tensor, target: torch.Tensor)
     """Mean over all elements of -log N(target; mean, exp(logvar)):
     0.5 * (log 2pi + logvar + (target - mean)^2 / exp(logvar))."""
     return 0.5 * (LOG_2PI + logvar + (target - mean).pow(2) * torch.exp(-logvar)).mean()
-
-
-class EnsembleLinear(nn.Module):
-    """E independent linear layers applied at once: x [E, N, in] -> [E, N, out]."""
-
-    def __init__(self, members: int, in_features: int, out_features: int):
-        super().__init__()
-        bound = 1.0 / math.sqrt(in_features)  # nn.Linear's default init, per member
-        self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
-        self.bias = nn.Parameter(torch.empty(members, 1, out_features))
-        nn.init.uniform_(self.weight, -bound, bound)
-        nn.init.uniform_(self.bias, -bound, bound)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
 
 
 class DynamicsEnsemble(nn.Module):

@@ -22,6 +22,8 @@ class TransitionBatch:
     next_obs: torch.Tensor
     terminated: torch.Tensor
 
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
     def rows(self, index: slice) -> TransitionBatch:
         """The transitions at `index` (views, no copy)."""
         return TransitionBatch(
@@ -35,6 +37,19 @@ class TransitionBatch:
     def to(self, device: torch.device) -> TransitionBatch:
         """The batch on `device`: one copy per field (the buffer itself is NumPy, on the CPU)."""
         return tensors_to(self, device)
+
+
+def interleave(first: TransitionBatch, second: TransitionBatch, steps: int) -> TransitionBatch:
+    """`steps` minibatches of two sources, one after the other: rows k*B..(k+1)*B (B = the two
+    parts' sizes together) are the k-th part of `first` then the k-th part of `second`."""
+
+    def join(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        parts = (a.reshape(steps, -1, *a.shape[1:]), b.reshape(steps, -1, *b.shape[1:]))
+        return torch.cat(parts, dim=1).reshape(-1, *a.shape[1:])
+
+    return TransitionBatch(
+        *(join(getattr(first, f), getattr(second, f)) for f in TransitionBatch.FIELDS)
+    )
 
 
 class ReplayBuffer:
