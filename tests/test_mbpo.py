@@ -44,8 +44,9 @@ def test_interleave_puts_each_steps_parts_together():
 def test_minibatches_draw_real_ratio_of_real_transitions():
     agent = MBPO(seed=0, total_steps=120, **TINY).learn()
     assert agent.fits >= 2 and len(agent.model_buffer) == 2 * 50  # two rounds retained
-    real_obs, imagined_obs = _rows(agent.buffer.obs[: len(agent.buffer)]), _rows(
-        agent.model_buffer.obs[: len(agent.model_buffer)]
+    real_obs, imagined_obs = (
+        _rows(agent.buffer.obs[: len(agent.buffer)]),
+        _rows(agent.model_buffer.obs[: len(agent.model_buffer)]),
     )
     batches, size = agent.minibatches(4)
     assert size == 20 and len(batches.obs) == 80
@@ -105,13 +106,13 @@ def test_bad_settings_name_the_value():
 
 
 @pytest.mark.slow
-def test_mbpo_solves_pendulum_in_a_fifth_of_sacs_steps():
-    # Measured with recipe pendulum-mbpo, evals of 5 episodes every 200 steps: seed 0 first
-    # at -200 or better at 800 steps (-175), seeds 1 and 2 at SEED12. pendulum-sac needs
-    # 4000-5000 steps (test_continuous_control).
+def test_mbpo_solves_pendulum_in_1400_steps():
+    # Measured with recipe pendulum-mbpo, evals of 5 episodes every 200 steps: seeds 0, 1, 2
+    # first at -200 or better at 800, 800 and 600 steps; each dips once more before it stays
+    # there, from 1000-1400 steps. Seed 0 after 1,400 steps: -154.6 on 20 fresh episodes.
+    # pendulum-sac needs 4000-5000 steps to first reach -200 (test_continuous_control).
     cls, config, _ = train.resolve(
-        "pendulum-mbpo", ["stop_at_return=-200", "total_steps=1400"], seed=0
+        "pendulum-mbpo", ["total_steps=1400", "eval_every=0", "final_eval_episodes=1"], seed=0
     )
     agent = cls(config=config).learn()
-    assert agent.solved_at is not None and agent.solved_at <= 1400
     assert agent.evaluate(20).mean_return >= -250
