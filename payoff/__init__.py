@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from payoff.algos.es import ES
     from payoff.algos.grpo import GRPO
     from payoff.algos.ippo import IPPO
+    from payoff.algos.mbpo import MBPO
     from payoff.algos.mbrl import MBRL
     from payoff.algos.ppo import PPO
     from payoff.algos.ppo_lagrangian import PPOLagrangian
@@ -69,6 +70,7 @@ _LAZY = {
     "RLHFPPO": "payoff.algos.rlhf_ppo:RLHFPPO",
     "BestOfN": "payoff.algos.best_of_n:BestOfN",
     "AgentGRPO": "payoff.algos.agent_grpo:AgentGRPO",
+    "MBPO": "payoff.algos.mbpo:MBPO",
     "MBRL": "payoff.algos.mbrl:MBRL",
 }
 
@@ -97,6 +99,7 @@ __all__ = [
     "RLHFPPO",
     "BestOfN",
     "AgentGRPO",
+    "MBPO",
     "MBRL",
 ]
 
