@@ -35,6 +35,11 @@ STEPS = [
         "pendulum-sac",
         ["total_steps=6000"],
     ),
+    DemoStep(
+        "Model-based RL: MBPO learns the pendulum from 1,400 real steps (SAC on model rollouts)",
+        "pendulum-mbpo",
+        ["total_steps=1400"],
+    ),
     DemoStep("Evolution strategies (OpenAI-ES) on CartPole", "cartpole-es"),
     DemoStep("Imitation: behavior cloning vs DAgger on the kart track", "kart-bc-vs-dagger-quick"),
     DemoStep(
