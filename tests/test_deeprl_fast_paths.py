@@ -1,19 +1,24 @@
 """The fast paths of classic RL compute what the reference paths compute.
 
-Backpropagation by hand (MLP.backward_into) against autograd, FlatParameters' clip against
-torch's, FlatAdam against torch.optim.Adam, and DQN trained both ways.
+Backpropagation by hand (MLP.backward_into, PPO's surrogate and value-loss gradients)
+against autograd, FlatParameters' clip against torch's, FlatAdam against torch.optim.Adam,
+and DQN and PPO trained both ways.
 """
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
 from torch import nn
 
 from payoff.algos.dqn import DQN
+from payoff.algos.ppo import PPO
+from payoff.algos.shared.advantages import normalize
+from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import CheckpointError
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import mlp
+from payoff.models.mlp import CategoricalActor, Critic, mlp
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -134,3 +139,84 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
     losses = [r["train/loss"] for r in fast.history if "train/loss" in r]
     assert losses == [r["train/loss"] for r in reference.history if "train/loss" in r]
     assert losses
+
+
+@pytest.mark.parametrize("batch", [512, 493, 37])
+@pytest.mark.parametrize("vf_coef", [0.5, 0.3])
+def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef):
+    torch.manual_seed(batch)
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,))
+    actor = CategoricalActor(observation_space, gym.spaces.Discrete(3), hidden=[64, 64])
+    critic = Critic(observation_space, [64, 64], "tanh")
+    assert actor.fast_surrogate_backward and critic.fast_value_backward
+    with torch.no_grad():  # away from the near-uniform initial policy: some ratios clip
+        for param in [*actor.parameters(), *critic.parameters()]:
+            param.add_(0.3 * torch.randn_like(param))
+    obs, actions = torch.randn(batch, 4), torch.randint(0, 3, (batch,))
+    with torch.no_grad():
+        old_logprobs = actor.log_prob_entropy(obs, actions)[0] + 0.3 * torch.randn(batch)
+    advantages, returns = normalize(torch.randn(batch)), 5 * torch.randn(batch)
+
+    new_logprobs, entropy = actor.log_prob_entropy(obs, actions)
+    surrogate = clipped_surrogate(new_logprobs, old_logprobs, advantages, 0.2)
+    v_loss = value_loss(critic(obs), returns)
+    (surrogate.loss + vf_coef * v_loss).backward()
+
+    actor_grads = [torch.empty_like(p) for p in actor.parameters()]
+    critic_grads = [torch.empty_like(p) for p in critic.parameters()]
+    loss, approx_kl, clip_fraction, my_entropy = actor.surrogate_backward(
+        obs, actions, old_logprobs, advantages, 0.2, actor_grads
+    )
+    my_v_loss = critic.value_loss_backward(obs, returns, vf_coef, critic_grads)
+    assert 0 < float(clip_fraction) < 1
+    assert torch.equal(loss, surrogate.loss) and torch.equal(my_v_loss, v_loss)
+    assert torch.equal(approx_kl, surrogate.approx_kl)
+    assert torch.equal(clip_fraction, surrogate.clip_fraction)
+    assert torch.equal(my_entropy, entropy.detach())
+    params = [*actor.parameters(), *critic.parameters()]
+    for mine, param in zip(actor_grads + critic_grads, params, strict=True):
+        assert torch.equal(mine, param.grad)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"activation": "relu", "epochs": 2, "vf_coef": 0.3, "normalize_obs": True}],
+)
+def test_ppo_by_hand_trains_exactly_like_autograd(overrides):
+    config = {
+        "env": "CartPole-v1",
+        "seed": 3,
+        "total_steps": 3000,
+        "num_envs": 7,
+        "num_steps": 64,
+        "minibatch_size": 100,
+        "epochs": 1,
+        "learning_rate": 1e-2,
+        "eval_every": 0,
+        "final_eval_episodes": 1,
+        "log_every": 448,
+        **overrides,
+    }
+    # One after the other: sampling draws from torch's global generator, seeded in setup.
+    fast = PPO(**config)
+    assert fast.by_hand
+    fast.learn()
+    reference = PPO(**config)
+    reference.by_hand = False
+    reference.learn()
+    for mine, theirs in zip(fast.flat.params, reference.flat.params, strict=True):
+        assert torch.equal(mine, theirs)
+    keys = ("train/policy_loss", "train/value_loss", "train/approx_kl", "train/entropy")
+    logged = [[r[k] for k in keys] for r in fast.history if "train/policy_loss" in r]
+    assert logged == [[r[k] for k in keys] for r in reference.history if "train/policy_loss" in r]
+    assert len(logged) >= 5
+
+
+def test_ppo_by_hand_only_where_it_applies():
+    base = {"env": "CartPole-v1", "num_envs": 2, "num_steps": 8, "minibatch_size": 8}
+    assert PPO(**base).by_hand
+    assert not PPO(**base, fast_backward=False).by_hand
+    assert not PPO(**base, ent_coef=0.01).by_hand
+    assert not PPO(**base, clip_value=0.2).by_hand
+    assert not PPO(**base, activation="gelu").by_hand
+    assert not PPO(**{**base, "env": "Pendulum-v1"}).by_hand

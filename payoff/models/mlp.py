@@ -320,6 +320,61 @@ class CategoricalActor(Actor):
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.argmax(self(obs), dim=-1)
 
+    @property
+    def fast_surrogate_backward(self) -> bool:
+        """Whether `surrogate_backward` can run: the logits MLP is one it derives by hand."""
+        return self.logits.backprop_by_hand
+
+    @torch.no_grad()
+    def surrogate_backward(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        clip: float,
+        grads: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fast path of `loss.backward()` for PPO's clipped surrogate (the loss of
+        payoff.algos.shared.policy_loss.clipped_surrogate, no entropy term).
+
+        Writes the gradient into `grads` (this actor's .grad views into FlatParameters'
+        buffer) with the ops autograd runs, in its order, so it is bitwise autograd's
+        gradient (tests/test_deeprl_fast_paths.py, on the CPU). Returns the loss, approx_kl,
+        clip_fraction (as clipped_surrogate) and the entropy per row [B].
+        """
+        logits, inputs = self.logits.forward_saving(self.encoder.forward(obs))  # [B, A]
+        logprobs = torch.log_softmax(logits, dim=-1)
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+        index = actions.long()[:, None]
+        log_ratio = logprobs.gather(-1, index)[:, 0] - old_logprobs
+        ratio = log_ratio.exp()
+        unclipped = -advantages * ratio
+        clipped = -advantages * ratio.clamp(1 - clip, 1 + clip)
+        loss = torch.max(unclipped, clipped).mean()
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+
+        # Backward, node by node as autograd's formulas (torch/csrc/autograd/FunctionsManual):
+        # mean: grad / n to every row; max: ties split the gradient in half.
+        grad = torch.ones_like(loss).expand(len(ratio)) / len(ratio)
+        tie = unclipped == clipped
+        grad_unclipped = torch.where(tie, grad / 2, grad).masked_fill_(unclipped < clipped, 0)
+        grad_clipped = torch.where(tie, grad / 2, grad).masked_fill_(unclipped > clipped, 0)
+        # mul by -A; clamp passes the gradient inside [1 - clip, 1 + clip]; exp: times ratio.
+        inside = (ratio >= 1 - clip).logical_and_(ratio <= 1 + clip)
+        grad_ratio = grad_unclipped * -advantages + torch.where(
+            inside, grad_clipped * -advantages, torch.zeros((), dtype=ratio.dtype)
+        )
+        grad_logprob = grad_ratio * ratio  # [B]
+        # gather: the taken action's log-prob only; then log_softmax's backward.
+        grad_logprobs = torch.zeros_like(logprobs).scatter_add_(-1, index, grad_logprob[:, None])
+        grad_logits = torch.ops.aten._log_softmax_backward_data(
+            grad_logprobs, logprobs, -1, logprobs.dtype
+        )
+        self.logits.backward_into(inputs, grad_logits, grads)  # overwrites the gradient
+        return loss, approx_kl, clip_fraction, entropy
+
 
 class GaussianActor(Actor):
     """Continuous actions: a diagonal Gaussian with an MLP mean and a state-independent log-std.
@@ -439,6 +494,31 @@ class Critic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value.forward(self.encoder.forward(obs))[:, 0]  # [B]
+
+    @property
+    def fast_value_backward(self) -> bool:
+        """Whether `value_loss_backward` can run: the value MLP is one it derives by hand."""
+        return self.value.backprop_by_hand
+
+    @torch.no_grad()
+    def value_loss_backward(
+        self, obs: torch.Tensor, returns: torch.Tensor, coef: float, grads: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The fast path of `(coef * value_loss).backward()` for the unclipped value loss
+        0.5 * mean((V - R)^2) (payoff.algos.shared.policy_loss.value_loss, clip None).
+
+        Writes the gradient into `grads` with autograd's ops in its order (bitwise the same,
+        tested on the CPU, like `CategoricalActor.surrogate_backward`); returns the loss.
+        """
+        values, inputs = self.value.forward_saving(self.encoder.forward(obs))  # [B, 1]
+        error = values[:, 0] - returns
+        loss = 0.5 * (error**2).mean()
+        # mul by coef, mul by 0.5, mean (grad / n), pow 2 (grad * 2 * error), select [:, 0].
+        grad = (torch.ones_like(loss) * coef * 0.5).expand(len(error)) / len(error)
+        grad_values = torch.zeros_like(values)
+        grad_values[:, 0] = grad * (2.0 * error.pow(1.0))
+        self.value.backward_into(inputs, grad_values, grads)  # overwrites the gradient
+        return loss
 
 
 class QNetwork(nn.Module):

@@ -318,6 +318,10 @@ class OnPolicyAlgorithm(Agent):
         """
         self.flat.zero_grad()
         loss.backward()
+        self.gradient_step()
+
+    def gradient_step(self) -> None:
+        """Clip the joint gradient norm and take one Adam step, from the gradients in place."""
         if self.config.max_grad_norm > 0:
             self.flat.clip_grad_norm(self.config.max_grad_norm)
         self.optimizer.step()
