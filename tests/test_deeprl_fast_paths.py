@@ -182,7 +182,8 @@ def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef):
     "overrides",
     [{}, {"activation": "relu", "epochs": 2, "vf_coef": 0.3, "normalize_obs": True}],
 )
-def test_ppo_by_hand_trains_exactly_like_autograd(overrides):
+def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
+    """Gradients by hand and the rollout sampler against autograd and `Actor.sample`."""
     config = {
         "env": "CartPole-v1",
         "seed": 3,
@@ -203,6 +204,7 @@ def test_ppo_by_hand_trains_exactly_like_autograd(overrides):
     fast.learn()
     reference = PPO(**config)
     reference.by_hand = False
+    reference.actor.rollout_sampler = lambda num_steps, num_envs: None  # type: ignore[method-assign]
     reference.learn()
     for mine, theirs in zip(fast.flat.params, reference.flat.params, strict=True):
         assert torch.equal(mine, theirs)
@@ -220,3 +222,33 @@ def test_ppo_by_hand_only_where_it_applies():
     assert not PPO(**base, clip_value=0.2).by_hand
     assert not PPO(**base, activation="gelu").by_hand
     assert not PPO(**{**base, "env": "Pendulum-v1"}).by_hand
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_rollout_sampler_samples_exactly_like_sample(activation):
+    """The same actions, log-probs and generator state after a rollout, step by step."""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
+    actor = CategoricalActor(
+        observation_space, gym.spaces.Discrete(4), hidden=[16, 8], activation=activation
+    )
+    actor.normalizer.enabled = True
+    actor.normalizer.update(torch.randn(50, 3) * 2 + 1)
+    observations = torch.randn(6, 5, 3)
+    torch.manual_seed(11)
+    sampler = actor.rollout_sampler(6, 5)
+    assert sampler is not None
+    fast = [sampler(obs) for obs in observations]
+    fast_after = torch.rand(3)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        reference = [actor.sample(obs) for obs in observations]
+    assert torch.equal(torch.rand(3), fast_after)
+    for (actions, logprobs), (ref_actions, ref_logprobs) in zip(fast, reference, strict=True):
+        assert torch.equal(actions, ref_actions) and torch.equal(logprobs, ref_logprobs)
+    assert len({tuple(a.tolist()) for a, _ in fast}) > 1  # it did sample
+    assert (
+        CategoricalActor(
+            observation_space, gym.spaces.Discrete(2), activation="gelu"
+        ).rollout_sampler(2, 2)
+        is None
+    )
