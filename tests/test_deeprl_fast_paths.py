@@ -14,7 +14,7 @@ from torch import nn
 
 from payoff.algos.dqn import DQN
 from payoff.algos.ppo import PPO
-from payoff.algos.shared.advantages import normalize
+from payoff.algos.shared.advantages import gae, normalize
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import CheckpointError
 from payoff.models.flat import FlatAdam, FlatParameters
@@ -252,3 +252,25 @@ def test_rollout_sampler_samples_exactly_like_sample(activation):
         ).rollout_sampler(2, 2)
         is None
     )
+
+
+@pytest.mark.parametrize("steps", [1, 32, 129])
+def test_gae_numpy_recursion_equals_torch_bitwise(steps):
+    """gae's CPU recursion (NumPy views) against the same recursion in torch ops."""
+    generator = torch.Generator().manual_seed(steps)
+    rewards = 3 * torch.rand(steps, 7, generator=generator)
+    values = 10 * torch.randn(steps, 7, generator=generator)
+    next_values = torch.randn(7, generator=generator)
+    dones = torch.rand(steps, 7, generator=generator) < 0.1
+    advantages, returns = gae(rewards, values, next_values, dones, 0.99, 0.95)
+
+    not_done = 1.0 - dones.float()
+    following = torch.cat([values[1:], next_values[None]])
+    deltas = rewards + 0.99 * following * not_done - values
+    discounts = 0.99 * 0.95 * not_done
+    expected = torch.empty_like(rewards)
+    last = torch.zeros_like(next_values)
+    for t in reversed(range(steps)):
+        last = torch.add(deltas[t], discounts[t] * last, out=expected[t])
+    assert torch.equal(advantages, expected)
+    assert torch.equal(returns, expected + values)

@@ -167,6 +167,9 @@ class VectorRunner:
             )
 
     # ---- a whole on-policy rollout --------------------------------------------------------
+    # Inference mode: no autograd bookkeeping (version counters, view tracking) on the
+    # rollout's many small tensors; the storage it fills stays an ordinary tensor.
+    @torch.inference_mode()
     def collect(self, policy: PolicyStep, storage: RolloutStorage, value_fn: Any = None) -> None:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
 

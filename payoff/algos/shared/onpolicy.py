@@ -295,10 +295,12 @@ class OnPolicyAlgorithm(Agent):
         advantages, returns = gae(
             storage.rewards, storage.values, storage.next_values, storage.dones, gamma, gae_lambda
         )
-        valid = storage.valid.reshape(-1)
+        # The valid steps' positions once, then one index_select per field (a boolean mask
+        # per field would find them six times).
+        valid = storage.valid.reshape(-1).nonzero()[:, 0]
 
         def flat(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.reshape(-1, *tensor.shape[2:])[valid]
+            return tensor.reshape(-1, *tensor.shape[2:]).index_select(0, valid)
 
         return FlatRollout(
             obs=flat(storage.obs),
