@@ -142,8 +142,8 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
 
 
 @pytest.mark.parametrize("batch", [512, 493, 37])
-@pytest.mark.parametrize("vf_coef", [0.5, 0.3])
-def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef):
+@pytest.mark.parametrize(("vf_coef", "ent_coef"), [(0.5, 0.0), (0.3, 0.0), (0.5, 0.01), (0.3, 0.2)])
+def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef, ent_coef):
     torch.manual_seed(batch)
     observation_space = gym.spaces.Box(-1.0, 1.0, (4,))
     actor = CategoricalActor(observation_space, gym.spaces.Discrete(3), hidden=[64, 64])
@@ -160,12 +160,15 @@ def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef):
     new_logprobs, entropy = actor.log_prob_entropy(obs, actions)
     surrogate = clipped_surrogate(new_logprobs, old_logprobs, advantages, 0.2)
     v_loss = value_loss(critic(obs), returns)
-    (surrogate.loss + vf_coef * v_loss).backward()
+    loss = surrogate.loss + vf_coef * v_loss
+    if ent_coef:  # as PPO.update writes it
+        loss = loss - ent_coef * entropy.mean()
+    loss.backward()
 
     actor_grads = [torch.empty_like(p) for p in actor.parameters()]
     critic_grads = [torch.empty_like(p) for p in critic.parameters()]
     loss, approx_kl, clip_fraction, my_entropy = actor.surrogate_backward(
-        obs, actions, old_logprobs, advantages, 0.2, actor_grads
+        obs, actions, old_logprobs, advantages, 0.2, actor_grads, ent_coef
     )
     my_v_loss = critic.value_loss_backward(obs, returns, vf_coef, critic_grads)
     assert 0 < float(clip_fraction) < 1
@@ -180,7 +183,11 @@ def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef):
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"activation": "relu", "epochs": 2, "vf_coef": 0.3, "normalize_obs": True}],
+    [
+        {},
+        {"activation": "relu", "epochs": 2, "vf_coef": 0.3, "normalize_obs": True},
+        {"env": "LunarLander-v3", "ent_coef": 0.01, "num_envs": 3, "total_steps": 1500},
+    ],
 )
 def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
     """Gradients by hand and the rollout sampler against autograd and `Actor.sample`."""
@@ -211,14 +218,13 @@ def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
     keys = ("train/policy_loss", "train/value_loss", "train/approx_kl", "train/entropy")
     logged = [[r[k] for k in keys] for r in fast.history if "train/policy_loss" in r]
     assert logged == [[r[k] for k in keys] for r in reference.history if "train/policy_loss" in r]
-    assert len(logged) >= 5
+    assert len(logged) >= 3
 
 
 def test_ppo_by_hand_only_where_it_applies():
     base = {"env": "CartPole-v1", "num_envs": 2, "num_steps": 8, "minibatch_size": 8}
     assert PPO(**base).by_hand
     assert not PPO(**base, fast_backward=False).by_hand
-    assert not PPO(**base, ent_coef=0.01).by_hand
     assert not PPO(**base, clip_value=0.2).by_hand
     assert not PPO(**base, activation="gelu").by_hand
     assert not PPO(**{**base, "env": "Pendulum-v1"}).by_hand

@@ -55,8 +55,8 @@ class PPOConfig(OnPolicyConfig):
     target_kl: stop an update's epochs early once approx_kl exceeds this; null = never.
     fast_backward: compute the gradients with CategoricalActor.surrogate_backward and
         Critic.value_loss_backward, derived by hand in payoff.models (bitwise the same as
-        autograd's, tested), where they apply: CPU, discrete actions, ReLU/Tanh MLPs,
-        ent_coef 0 and clip_value null; elsewhere, or false, autograd computes them.
+        autograd's, tested), where they apply: CPU, discrete actions, ReLU/Tanh MLPs and
+        clip_value null; elsewhere, or false, autograd computes them.
     """
 
     gae_lambda: float = 0.95
@@ -93,7 +93,6 @@ class PPO(OnPolicyAlgorithm):
         self.by_hand = bool(
             config.fast_backward
             and self.on_cpu
-            and config.ent_coef == 0
             and config.clip_value is None
             and isinstance(self.actor, CategoricalActor)
             and self.actor.fast_surrogate_backward
@@ -148,7 +147,13 @@ class PPO(OnPolicyAlgorithm):
                     mb_adv = normalize(mb_adv)
                 if self.by_hand:  # the same gradients, derived by hand in models/
                     *parts, entropy = self.actor.surrogate_backward(
-                        mb_obs, mb_actions, mb_old_logprobs, mb_adv, clip, actor_grads
+                        mb_obs,
+                        mb_actions,
+                        mb_old_logprobs,
+                        mb_adv,
+                        clip,
+                        actor_grads,
+                        config.ent_coef,
                     )
                     surrogate = SurrogateResult(*parts)
                     v_loss = self.critic.value_loss_backward(

@@ -391,9 +391,10 @@ class CategoricalActor(Actor):
         advantages: torch.Tensor,
         clip: float,
         grads: list[torch.Tensor],
+        ent_coef: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The fast path of `loss.backward()` for PPO's clipped surrogate (the loss of
-        payoff.algos.shared.policy_loss.clipped_surrogate, no entropy term).
+        payoff.algos.shared.policy_loss.clipped_surrogate) minus ent_coef * mean entropy.
 
         Writes the gradient into `grads` (this actor's .grad views into FlatParameters'
         buffer) with the ops autograd runs, in its order, so it is bitwise autograd's
@@ -402,7 +403,8 @@ class CategoricalActor(Actor):
         """
         logits, inputs = self.logits.forward_saving(self.encoder.forward(obs))  # [B, A]
         logprobs = torch.log_softmax(logits, dim=-1)
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
+        probs = logprobs.exp()
+        entropy = -(probs * logprobs).sum(-1)
         index = actions.long()[:, None]
         log_ratio = logprobs.gather(-1, index)[:, 0] - old_logprobs
         ratio = log_ratio.exp()
@@ -426,6 +428,14 @@ class CategoricalActor(Actor):
         grad_logprob = grad_ratio * ratio  # [B]
         # gather: the taken action's log-prob only; then log_softmax's backward.
         grad_logprobs = torch.zeros_like(logprobs).scatter_add_(-1, index, grad_logprob[:, None])
+        if ent_coef:
+            # - ent_coef * mean(-sum(p * log p)): sub, mul, mean, neg, sum; then the product's
+            # two factors, summed into the log-probs' gradient in autograd's order (the
+            # gather's, the product's, then exp's).
+            grad_entropy = (-torch.ones_like(loss) * ent_coef).expand(len(ratio)) / len(ratio)
+            grad_product = (-grad_entropy).unsqueeze(-1).expand_as(logprobs)
+            grad_logprobs = grad_logprobs + grad_product * probs
+            grad_logprobs = grad_logprobs + (grad_product * logprobs) * probs
         grad_logits = torch.ops.aten._log_softmax_backward_data(
             grad_logprobs, logprobs, -1, logprobs.dtype
         )
