@@ -19,7 +19,7 @@ hold CPU tensors (`load_policy(path, device=...)` puts them back on a device).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -254,12 +254,10 @@ class Actor(nn.Module):
         """Sampled actions and their log-probabilities."""
         raise NotImplementedError
 
-    def rollout_sampler(
-        self, num_steps: int, num_envs: int
-    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+    def rollout_sampler(self, num_steps: int, num_envs: int) -> RolloutSampler | None:
         """A faster `sample` for the next `num_steps` calls on `num_envs` rows (one
         rollout), giving the same actions and log-probabilities, or None where there is
-        none (the default)."""
+        none (the default; CategoricalActor has one on the CPU)."""
         return None
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -334,45 +332,10 @@ class CategoricalActor(Actor):
         logits = self(obs)
         return _gumbel_max(logits, _gumbel(torch.rand_like(logits)))
 
-    def rollout_sampler(
-        self, num_steps: int, num_envs: int
-    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
-        """`sample` for one rollout with less per-call work, the same numbers (tested).
-
-        On the CPU, torch draws uniforms one after another from one generator, so one
-        [T, N, A] draw holds the numbers of T draws of [N, A]: the rollout's Gumbel noise is
-        drawn ahead in one call. The forward pass runs each Linear as the addmm that
-        nn.Linear runs, into hidden-layer buffers reused every step, with the activations
-        in place. None off the CPU or for layers other than Linear, ReLU and Tanh.
-        """
+    def rollout_sampler(self, num_steps: int, num_envs: int) -> RolloutSampler | None:
         if self.device.type != "cpu" or not self.logits.backprop_by_hand:
             return None
-        n = int(self.action_space.n)  # type: ignore[attr-defined]
-        noise = iter(_gumbel(torch.rand(num_steps, num_envs, n)))  # [T, N, A]
-        linears = [layer for layer in self.logits if isinstance(layer, nn.Linear)]
-        # (bias, weight^T, output buffer, in-place activation or None), weights as they are now
-        plan = [
-            (
-                linear.bias.detach(),
-                linear.weight.detach().t(),
-                torch.empty(num_envs, linear.out_features) if i < len(linears) - 1 else None,
-                torch.tanh_ if self.activation == "tanh" else torch.relu_,
-            )
-            for i, linear in enumerate(linears)
-        ]
-        encode = self.encoder.forward
-
-        @torch.no_grad()
-        def sample(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            x = encode(obs)
-            for bias, weight_t, out, activation in plan:
-                if out is None:  # the head: logits
-                    x = torch.addmm(bias, x, weight_t)
-                else:
-                    x = activation(torch.addmm(bias, x, weight_t, out=out))
-            return _gumbel_max(x, next(noise))
-
-        return sample
+        return RolloutSampler(self, num_steps, num_envs)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.argmax(self(obs), dim=-1)
@@ -441,6 +404,64 @@ class CategoricalActor(Actor):
         )
         self.logits.backward_into(inputs, grad_logits, grads)  # overwrites the gradient
         return loss, approx_kl, clip_fraction, entropy
+
+
+class RolloutSampler:
+    """`CategoricalActor.sample` over the `num_steps` calls of one rollout, with less work
+    per call and the same numbers (tests/test_deeprl_fast_paths.py):
+
+    - On the CPU, torch draws uniforms one after another from one generator, so one
+      [T, N, A] draw holds the numbers of T draws of [N, A]: the rollout's Gumbel noise is
+      drawn ahead in one call.
+    - Each Linear runs as the addmm nn.Linear runs, into buffers, activations in place.
+    - A step returns the sampled actions only; `logprobs()` gives log pi(a_t | s_t) of all
+      steps after the rollout, from one log_softmax over the logits kept (log_softmax
+      works row by row: the same values as T calls).
+
+    Weights are read as they are when the sampler is made: make one per rollout.
+    """
+
+    def __init__(self, actor: CategoricalActor, num_steps: int, num_envs: int):
+        n = int(actor.action_space.n)  # type: ignore[attr-defined]
+        self.step = 0
+        self.noise = _gumbel(torch.rand(num_steps, num_envs, n))  # [T, N, A]
+        self.logits = torch.empty(num_steps, num_envs, n)
+        self.actions = torch.empty(num_steps, num_envs, dtype=torch.long)
+        self.perturbed = torch.empty(num_envs, n)
+        self.encode = actor.encoder.forward
+        linears = [layer for layer in actor.logits if isinstance(layer, nn.Linear)]
+        # (bias, weight^T, hidden buffer: None for the head, whose output is the logits)
+        self.layers = [
+            (
+                linear.bias.detach(),
+                linear.weight.detach().t(),
+                torch.empty(num_envs, linear.out_features) if i < len(linears) - 1 else None,
+            )
+            for i, linear in enumerate(linears)
+        ]
+        self.activation = torch.tanh_ if actor.activation == "tanh" else torch.relu_
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actions [N] sampled for the next step's observations [N, ...]."""
+        t = self.step
+        x = self.encode(obs)
+        for bias, weight_t, hidden in self.layers:
+            if hidden is None:
+                x = torch.addmm(bias, x, weight_t, out=self.logits[t])
+            else:
+                x = self.activation(torch.addmm(bias, x, weight_t, out=hidden))
+        # Gumbel-max, as _gumbel_max: argmax(logits + noise).
+        torch.add(x, self.noise[t], out=self.perturbed)
+        self.step += 1
+        return torch.argmax(self.perturbed, dim=-1, out=self.actions[t])
+
+    @torch.no_grad()
+    def logprobs(self) -> torch.Tensor:
+        """log pi(a_t | s_t) of the actions sampled so far: [steps taken, N]."""
+        taken = self.step
+        logprobs = torch.log_softmax(self.logits[:taken], dim=-1)
+        return logprobs.gather(-1, self.actions[:taken, :, None])[..., 0]
 
 
 class GaussianActor(Actor):

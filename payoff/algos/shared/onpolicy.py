@@ -337,8 +337,7 @@ class OnPolicyAlgorithm(Agent):
         started, before = time.perf_counter(), self.step
         fraction = self.step / self.config.total_steps
         self.optimizer.lr = self.config.learning_rate(fraction)
-        value_fn = self._values if self.critic is not None else None
-        self.runner.collect(self._rollout_policy(), self.storage, value_fn)
+        self.collect()
         self.step = self.runner.env_steps
         # The runner filled the CPU storage; the update learns from one copy on the device.
         storage = self.storage if self.on_cpu else self.storage.to(self.device)
@@ -348,23 +347,27 @@ class OnPolicyAlgorithm(Agent):
         self._metrics["train/learning_rate"] = self.config.learning_rate(fraction)
         self._metrics["perf/sps"] = (self.step - before) / max(time.perf_counter() - started, 1e-9)
 
-    def _rollout_policy(self) -> Any:
-        """The policy the runner calls each step: `_policy_step`, or the same sampling
-        through the actor's rollout sampler where it has one (local runner on the CPU; a
-        Ray runner's workers sample for themselves)."""
+    def collect(self) -> None:
+        """One rollout of num_envs x num_steps into self.storage, acting with `_policy_step`,
+        or with the actor's rollout sampler where it has one (local runner on the CPU; a
+        Ray runner's workers sample for themselves): the same actions and log-probs, with
+        the log-probs of the whole rollout computed in one call after it."""
+        value_fn = self._values if self.critic is not None else None
         sampler = (
             self.actor.rollout_sampler(self.config.num_steps, self.runner.num_envs)
             if isinstance(self.runner, VectorRunner)
             else None
         )
         if sampler is None:
-            return self._policy_step
+            self.runner.collect(self._policy_step, self.storage, value_fn)
+            return
 
-        def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
-            actions, logprobs = sampler(obs)
-            return actions, self.actor.to_env(actions), logprobs
+        def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
+            actions = sampler(obs)
+            return actions, self.actor.to_env(actions), None
 
-        return policy
+        self.runner.collect(policy, self.storage, value_fn)
+        self.storage.logprobs.copy_(sampler.logprobs())
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
