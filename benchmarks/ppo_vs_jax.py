@@ -16,20 +16,26 @@ set before jax is imported. Trials alternate payoff / JAX seed by seed.
 
 Measured per seed:
   - JAX, whole loop: compile seconds (trace + XLA compile of the 146-update loop) and
-    env steps/s of the compiled loop (rollout + update, like PureJaxRL's ppo.py);
+    env steps/s of the compiled loop (rollout + update, like PureJaxRL's ppo.py); and the
+    steps/s of the same loop with time limits treated as terminal, as PureJaxRL does;
   - JAX, time to solve: the same update compiled as a chunk of 4 updates (8,192 steps,
     payoff's eval_every), evaluated between chunks; compile seconds + training seconds
     until the solve;
   - payoff: training steps/s of the recipe with evaluation off (300k steps), split into
     rollout collection and update time, and time to solve (the recipe as shipped);
-  - payoff parts: its batched vector env alone with random actions (env-only steps/s).
+  - payoff parts: its batched vector env alone with random actions (env-only steps/s);
+  - LunarLander-v3: payoff's `lunarlander-ppo` training steps/s (two rollouts, evaluation
+    off) against Gymnasium's SyncVectorEnv of 16 stepped alone with random actions.
+
+Steps/s are given per CPU second of the pinned process (time.process_time: the seconds it
+ran, so they hold when other work shares the core) and per wall second.
 
 Solved = the deterministic policy (argmax) averages >= 475 over 20 episodes of Gymnasium's
 CartPole-v1, judged by the same function (payoff.rollout.vector.evaluate_batched) for both,
 evaluation time excluded on both sides: payoff's recipe criterion.
 
-    python benchmarks/ppo_vs_jax.py              # seeds 0-4, ~3 minutes on a quiet machine
-    python benchmarks/ppo_vs_jax.py --seeds 3
+    python benchmarks/ppo_vs_jax.py              # seeds 0-4, ~4 minutes on a quiet machine
+    python benchmarks/ppo_vs_jax.py --seeds 3 --lunar-seeds 0
     python benchmarks/ppo_vs_jax.py --no-write   # print only
 """
 
@@ -39,6 +45,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import markdown_table, worker_result, write_section  # noqa: E402
 
 RECIPE = "cartpole-ppo"
+LUNAR_RECIPE = "lunarlander-ppo"
+LUNAR_ROLLOUTS = 2
 TARGET = 475.0
 EVAL_EPISODES = 20
 EVAL_EVERY = 8192
@@ -87,8 +96,12 @@ def evaluate(act: Any, seed: int) -> float:
 
 
 # ---- JAX: PPO written the PureJaxRL way -------------------------------------------------------
-def make_jax_ppo(config: Any) -> dict[str, Any]:
-    """`init(key)`, `update(state)` (one rollout + its update) and `train(key, n)` in JAX."""
+def make_jax_ppo(config: Any, bootstrap_truncations: bool = True) -> dict[str, Any]:
+    """`init(key)`, `update(state)` (one rollout + its update) and `train(key, n)` in JAX.
+
+    bootstrap_truncations=False treats time limits as terminal, as PureJaxRL's ppo.py does:
+    the critic then runs on T + 1 observations per env instead of 2T.
+    """
     from collections.abc import Sequence
 
     import flax.linen as nn
@@ -184,14 +197,20 @@ def make_jax_ppo(config: Any) -> dict[str, Any]:
             env_step, (params, env_state, obs, key), None, num_steps
         )
         r_obs, action, logprob, reward, terminated, truncated, final_obs = rollout  # [T, N, ...]
-        # Critic on every observation and every final observation in one batch.
-        both = jnp.concatenate([r_obs, final_obs]).reshape(2 * batch, -1)
-        values = critic.apply(params["critic"], both)[:, 0].reshape(2, num_steps, num_envs)
-        value, final_value = values[0], values[1]
-        # delta_t = r_t + gamma V(s'_t) (1 - terminated_t) - V(s_t), s'_t the final observation
-        # (= s_{t+1} unless the episode ended): payoff's bootstrap of truncations.
-        deltas = reward + gamma * final_value * (1.0 - terminated) - value
         continues = 1.0 - (terminated | truncated)
+        if bootstrap_truncations:
+            # Critic on every observation and every final observation in one batch.
+            both = jnp.concatenate([r_obs, final_obs]).reshape(2 * batch, -1)
+            values = critic.apply(params["critic"], both)[:, 0].reshape(2, num_steps, num_envs)
+            value, final_value = values[0], values[1]
+            # delta_t = r_t + gamma V(s'_t) (1 - terminated_t) - V(s_t), s'_t the final
+            # observation (= s_{t+1} unless the episode ended): payoff's bootstrap of cuts.
+            deltas = reward + gamma * final_value * (1.0 - terminated) - value
+        else:  # PureJaxRL: V(s_0..s_T), every end of episode terminal
+            every = jnp.concatenate([r_obs, obs[None]]).reshape((num_steps + 1) * num_envs, -1)
+            values = critic.apply(params["critic"], every)[:, 0].reshape(-1, num_envs)
+            value = values[:-1]
+            deltas = reward + gamma * values[1:] * continues - value
 
         def gae_step(last: jax.Array, xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
             delta, cont = xs
@@ -325,8 +344,20 @@ def run_jax(seed: int) -> dict[str, Any]:
         "seconds": chunk_compile.wall + training.wall,
         "seconds_cpu": chunk_compile.cpu + training.cpu,
         "steps": steps,
+        "pure_sps": pure_jax_sps(config, key, num_updates),
         "jax": jax.__version__,
     }
+
+
+def pure_jax_sps(config: Any, key: Any, num_updates: int) -> float:
+    """Steps/s of the compiled whole loop with time limits treated as terminal (PureJaxRL)."""
+    import jax
+
+    ppo = make_jax_ppo(config, bootstrap_truncations=False)
+    train = jax.jit(ppo["train"], static_argnums=1).lower(key, num_updates).compile()
+    with Stopwatch() as clock:
+        jax.block_until_ready(train(key))
+    return num_updates * config.num_envs * config.num_steps / clock.cpu
 
 
 # ---- payoff -----------------------------------------------------------------------------------
@@ -385,10 +416,48 @@ def run_payoff(seed: int) -> dict[str, Any]:
     }
 
 
+def run_lunar(seed: int) -> dict[str, Any]:
+    """lunarlander-ppo's training steps/s (two rollouts, evaluation off) and the env alone:
+    Gymnasium's SyncVectorEnv of 16 LunarLander-v3 with random actions."""
+    import gymnasium as gym
+    import numpy as np
+
+    from payoff import train
+    from payoff.algos.ppo import PPO
+
+    _, config, _ = train.resolve(LUNAR_RECIPE, ["eval_every=0"], seed=seed)
+    config.total_steps = LUNAR_ROLLOUTS * config.num_envs * config.num_steps
+    config.final_eval_episodes = 1
+    agent = PPO(config=config)
+    training, collect, update = Stopwatch(), Stopwatch(), Stopwatch()
+    training.wrap(agent, "iterate")
+    collect.wrap(agent.runner, "collect")
+    update.wrap(agent, "update")
+    agent.learn()
+
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(config.env.id) for _ in range(config.num_envs)]
+    )
+    envs.reset(seed=seed)
+    rounds = config.num_steps
+    actions = np.random.default_rng(seed).integers(0, 4, size=(rounds, config.num_envs))
+    with Stopwatch() as env_clock:
+        for row in actions:
+            envs.step(row)
+    envs.close()
+    return {
+        "sps_cpu": agent.step / training.cpu,
+        "collect_sps": agent.step / collect.cpu,
+        "update_sps": agent.step / update.cpu,
+        "env_sps": rounds * config.num_envs / env_clock.cpu,
+        "by_hand": getattr(agent, "by_hand", False),
+    }
+
+
 def worker(spec: str) -> None:
     job = json.loads(spec)
     pin_one_thread(job["cpu"])
-    runner = run_jax if job["lib"] == "jax" else run_payoff
+    runner = {"jax": run_jax, "payoff": run_payoff, "lunar": run_lunar}[job["lib"]]
     print(json.dumps(runner(job["seed"])))
 
 
@@ -401,6 +470,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--cpu", type=int, default=0, help="the CPU every trial is pinned to")
+    parser.add_argument(
+        "--lunar-seeds", type=int, default=3, help="LunarLander throughput seeds (0 skips it)"
+    )
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -418,6 +490,21 @@ def main() -> None:
             )
             print(f"         {extra}", flush=True)
             results[lib].append(result)
+    lunar = []
+    for seed in range(args.lunar_seeds):
+        job = {"lib": "lunar", "seed": seed, "cpu": args.cpu}
+        out = subprocess.run(
+            [sys.executable, __file__, "--worker", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        lunar.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(
+            f"lunarlander seed {seed}: payoff trains {lunar[-1]['sps_cpu']:,.0f} steps/s, "
+            f"SyncVectorEnv alone {lunar[-1]['env_sps']:,.0f}",
+            flush=True,
+        )
     load_after = os.getloadavg()
 
     def med(lib: str, key: str) -> float:
@@ -452,6 +539,19 @@ def main() -> None:
                 per_seed(lib, "seconds_cpu", "{:.2f}"),
             ]
         )
+    rows.insert(
+        1,
+        [
+            "JAX, time limits as terminal (PureJaxRL's ppo.py), whole loop jitted",
+            "-",
+            f"{med('jax', 'pure_sps'):,.0f}",
+            per_seed("jax", "pure_sps"),
+            "-",
+            "-",
+            "-",
+            "-",
+        ],
+    )
     table = markdown_table(
         [
             "library",
@@ -512,6 +612,43 @@ def main() -> None:
         f"end, on 2 cores shared with other work.\n\n{table}\n\nWhere payoff's time goes "
         f"(medians over the same runs):\n\n{parts}\n\n- {summary}"
     )
+    if lunar:
+        lunar_ratio = median([r["env_sps"] for r in lunar]) / median([r["sps_cpu"] for r in lunar])
+        lunar_table = markdown_table(
+            ["LunarLander-v3, 16 envs", "steps/s per CPU second (median)", "per seed"],
+            [
+                [
+                    "Gymnasium SyncVectorEnv alone, random actions",
+                    f"{median([r['env_sps'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['env_sps']:,.0f}" for r in lunar),
+                ],
+                [
+                    f"payoff `{LUNAR_RECIPE}` training (evaluation off)",
+                    f"{median([r['sps_cpu'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['sps_cpu']:,.0f}" for r in lunar),
+                ],
+                [
+                    "... its rollout collection alone",
+                    f"{median([r['collect_sps'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['collect_sps']:,.0f}" for r in lunar),
+                ],
+                [
+                    "... its update alone (4 epochs x 256 minibatches of 64)",
+                    f"{median([r['update_sps'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['update_sps']:,.0f}" for r in lunar),
+                ],
+            ],
+        )
+        lunar_summary = (
+            f"**LunarLander: env alone / payoff training = {lunar_ratio:.2f}x** (goal <= 1.5)."
+        )
+        print(lunar_summary)
+        body += (
+            f"\n\nLunarLander-v3 with `{LUNAR_RECIPE}` (16 envs x 1024 steps, 4 epochs of "
+            f"minibatch 64, entropy 0.01): payoff's training over {LUNAR_ROLLOUTS} rollouts "
+            f"against the env alone, each seed in a fresh process on the same pinned CPU "
+            f"(seeds 0-{args.lunar_seeds - 1}).\n\n{lunar_table}\n\n- {lunar_summary}"
+        )
     if not args.no_write:
         path = write_section("ppo_vs_jax", "CartPole-v1 PPO: payoff vs a jitted JAX loop", body)
         print(f"wrote {path}")
