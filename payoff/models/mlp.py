@@ -345,7 +345,7 @@ class CategoricalActor(Actor):
         """Whether `surrogate_backward` can run: the logits MLP is one it derives by hand."""
         return self.logits.backprop_by_hand
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def surrogate_backward(
         self,
         obs: torch.Tensor,
@@ -371,22 +371,24 @@ class CategoricalActor(Actor):
         index = actions.long()[:, None]
         log_ratio = logprobs.gather(-1, index)[:, 0] - old_logprobs
         ratio = log_ratio.exp()
-        unclipped = -advantages * ratio
-        clipped = -advantages * ratio.clamp(1 - clip, 1 + clip)
+        neg_advantages = -advantages  # each value computed once, used where the loss uses it
+        unclipped = neg_advantages * ratio
+        clipped = neg_advantages * ratio.clamp(1 - clip, 1 + clip)
         loss = torch.max(unclipped, clipped).mean()
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+        ratio_minus_one = ratio - 1
+        approx_kl = (ratio_minus_one - log_ratio).mean()
+        clip_fraction = (ratio_minus_one.abs() > clip).float().mean()
 
         # Backward, node by node as autograd's formulas (torch/csrc/autograd/FunctionsManual):
         # mean: grad / n to every row; max: ties split the gradient in half.
         grad = torch.ones_like(loss).expand(len(ratio)) / len(ratio)
-        tie = unclipped == clipped
-        grad_unclipped = torch.where(tie, grad / 2, grad).masked_fill_(unclipped < clipped, 0)
-        grad_clipped = torch.where(tie, grad / 2, grad).masked_fill_(unclipped > clipped, 0)
+        split = torch.where(unclipped == clipped, grad / 2, grad)
+        grad_unclipped = split.masked_fill(unclipped < clipped, 0)
+        grad_clipped = split.masked_fill_(unclipped > clipped, 0)
         # mul by -A; clamp passes the gradient inside [1 - clip, 1 + clip]; exp: times ratio.
         inside = (ratio >= 1 - clip).logical_and_(ratio <= 1 + clip)
-        grad_ratio = grad_unclipped * -advantages + torch.where(
-            inside, grad_clipped * -advantages, torch.zeros((), dtype=ratio.dtype)
+        grad_ratio = grad_unclipped * neg_advantages + torch.where(
+            inside, grad_clipped.mul_(neg_advantages), 0.0
         )
         grad_logprob = grad_ratio * ratio  # [B]
         # gather: the taken action's log-prob only; then log_softmax's backward.
@@ -588,7 +590,7 @@ class Critic(nn.Module):
         """Whether `value_loss_backward` can run: the value MLP is one it derives by hand."""
         return self.value.backprop_by_hand
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def value_loss_backward(
         self, obs: torch.Tensor, returns: torch.Tensor, coef: float, grads: list[torch.Tensor]
     ) -> torch.Tensor:
@@ -604,7 +606,7 @@ class Critic(nn.Module):
         # mul by coef, mul by 0.5, mean (grad / n), pow 2 (grad * 2 * error), select [:, 0].
         grad = (torch.ones_like(loss) * coef * 0.5).expand(len(error)) / len(error)
         grad_values = torch.zeros_like(values)
-        grad_values[:, 0] = grad * (2.0 * error.pow(1.0))
+        grad_values[:, 0] = grad * (2.0 * error)  # error.pow(1.0) is error
         self.value.backward_into(inputs, grad_values, grads)  # overwrites the gradient
         return loss
 
