@@ -212,7 +212,9 @@ def make_jax_ppo(config: Any, bootstrap_truncations: bool = True) -> dict[str, A
             value = values[:-1]
             deltas = reward + gamma * values[1:] * continues - value
 
-        def gae_step(last: jax.Array, xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
+        def gae_step(
+            last: jax.Array, xs: tuple[jax.Array, jax.Array]
+        ) -> tuple[jax.Array, jax.Array]:
             delta, cont = xs
             last = delta + gamma * lam * cont * last
             return last, last

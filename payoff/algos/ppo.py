@@ -17,7 +17,7 @@ Python API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -125,8 +125,10 @@ class PPO(OnPolicyAlgorithm):
         # Diagnostics stay tensors until the end: one conversion per update, not five per step.
         stats: list[torch.Tensor] = []
         if self.by_hand:  # where to write the gradients: the views into the flat buffer
-            actor_grads = [p.grad for p in self.actor.parameters()]
-            critic_grads = [p.grad for p in self.critic.parameters()]
+            assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
+            actor, critic = self.actor, self.critic
+            actor_grads = [cast(torch.Tensor, p.grad) for p in actor.parameters()]
+            critic_grads = [cast(torch.Tensor, p.grad) for p in critic.parameters()]
         for _ in range(config.epochs):
             if batch <= config.minibatch_size:  # the mean gradient ignores order: no shuffle
                 minibatches: Any = [fields]
@@ -146,7 +148,7 @@ class PPO(OnPolicyAlgorithm):
                 if normalize_per_minibatch and len(mb_adv) > 1:
                     mb_adv = normalize(mb_adv)
                 if self.by_hand:  # the same gradients, derived by hand in models/
-                    *parts, entropy = self.actor.surrogate_backward(
+                    *parts, entropy = actor.surrogate_backward(
                         mb_obs,
                         mb_actions,
                         mb_old_logprobs,
@@ -156,7 +158,7 @@ class PPO(OnPolicyAlgorithm):
                         config.ent_coef,
                     )
                     surrogate = SurrogateResult(*parts)
-                    v_loss = self.critic.value_loss_backward(
+                    v_loss = critic.value_loss_backward(
                         mb_obs, mb_returns, config.vf_coef, critic_grads
                     )
                     entropy_loss = entropy.mean()
