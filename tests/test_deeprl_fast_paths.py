@@ -1,19 +1,24 @@
 """The fast paths of classic RL compute what the reference paths compute.
 
-Backpropagation by hand (MLP.backward_into) against autograd, FlatParameters' clip against
-torch's, FlatAdam against torch.optim.Adam, and DQN trained both ways.
+Backpropagation by hand (MLP.backward_into, PPO's surrogate and value-loss gradients)
+against autograd, FlatParameters' clip against torch's, FlatAdam against torch.optim.Adam,
+and DQN and PPO trained both ways.
 """
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
 from torch import nn
 
 from payoff.algos.dqn import DQN
+from payoff.algos.ppo import PPO
+from payoff.algos.shared.advantages import gae, normalize
+from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import CheckpointError
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import mlp
+from payoff.models.mlp import CategoricalActor, Critic, mlp
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -134,3 +139,149 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
     losses = [r["train/loss"] for r in fast.history if "train/loss" in r]
     assert losses == [r["train/loss"] for r in reference.history if "train/loss" in r]
     assert losses
+
+
+@pytest.mark.parametrize("batch", [512, 493, 37])
+@pytest.mark.parametrize(("vf_coef", "ent_coef"), [(0.5, 0.0), (0.3, 0.0), (0.5, 0.01), (0.3, 0.2)])
+def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef, ent_coef):
+    torch.manual_seed(batch)
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,))
+    actor = CategoricalActor(observation_space, gym.spaces.Discrete(3), hidden=[64, 64])
+    critic = Critic(observation_space, [64, 64], "tanh")
+    assert actor.fast_surrogate_backward and critic.fast_value_backward
+    with torch.no_grad():  # away from the near-uniform initial policy: some ratios clip
+        for param in [*actor.parameters(), *critic.parameters()]:
+            param.add_(0.3 * torch.randn_like(param))
+    obs, actions = torch.randn(batch, 4), torch.randint(0, 3, (batch,))
+    with torch.no_grad():
+        old_logprobs = actor.log_prob_entropy(obs, actions)[0] + 0.3 * torch.randn(batch)
+    advantages, returns = normalize(torch.randn(batch)), 5 * torch.randn(batch)
+
+    new_logprobs, entropy = actor.log_prob_entropy(obs, actions)
+    surrogate = clipped_surrogate(new_logprobs, old_logprobs, advantages, 0.2)
+    v_loss = value_loss(critic(obs), returns)
+    loss = surrogate.loss + vf_coef * v_loss
+    if ent_coef:  # as PPO.update writes it
+        loss = loss - ent_coef * entropy.mean()
+    loss.backward()
+
+    actor_grads = [torch.empty_like(p) for p in actor.parameters()]
+    critic_grads = [torch.empty_like(p) for p in critic.parameters()]
+    loss, approx_kl, clip_fraction, my_entropy = actor.surrogate_backward(
+        obs, actions, old_logprobs, advantages, 0.2, actor_grads, ent_coef
+    )
+    my_v_loss = critic.value_loss_backward(obs, returns, vf_coef, critic_grads)
+    assert 0 < float(clip_fraction) < 1
+    assert torch.equal(loss, surrogate.loss) and torch.equal(my_v_loss, v_loss)
+    assert torch.equal(approx_kl, surrogate.approx_kl)
+    assert torch.equal(clip_fraction, surrogate.clip_fraction)
+    assert torch.equal(my_entropy, entropy.detach())
+    params = [*actor.parameters(), *critic.parameters()]
+    for mine, param in zip(actor_grads + critic_grads, params, strict=True):
+        assert torch.equal(mine, param.grad)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"activation": "relu", "epochs": 2, "vf_coef": 0.3, "normalize_obs": True},
+        {"env": "LunarLander-v3", "ent_coef": 0.01, "num_envs": 3, "total_steps": 1500},
+    ],
+)
+def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
+    """Gradients by hand and the rollout sampler against autograd and `Actor.sample`."""
+    config = {
+        "env": "CartPole-v1",
+        "seed": 3,
+        "total_steps": 3000,
+        "num_envs": 7,
+        "num_steps": 64,
+        "minibatch_size": 100,
+        "epochs": 1,
+        "learning_rate": 1e-2,
+        "eval_every": 0,
+        "final_eval_episodes": 1,
+        "log_every": 448,
+        **overrides,
+    }
+    # One after the other: sampling draws from torch's global generator, seeded in setup.
+    fast = PPO(**config)
+    assert fast.by_hand
+    fast.learn()
+    reference = PPO(**config)
+    reference.by_hand = False
+    reference.actor.rollout_sampler = lambda num_steps, num_envs: None  # type: ignore[method-assign]
+    reference.learn()
+    for mine, theirs in zip(fast.flat.params, reference.flat.params, strict=True):
+        assert torch.equal(mine, theirs)
+    keys = ("train/policy_loss", "train/value_loss", "train/approx_kl", "train/entropy")
+    logged = [[r[k] for k in keys] for r in fast.history if "train/policy_loss" in r]
+    assert logged == [[r[k] for k in keys] for r in reference.history if "train/policy_loss" in r]
+    assert len(logged) >= 3
+
+
+def test_ppo_by_hand_only_where_it_applies():
+    base = {"env": "CartPole-v1", "num_envs": 2, "num_steps": 8, "minibatch_size": 8}
+    assert PPO(**base).by_hand
+    assert not PPO(**base, fast_backward=False).by_hand
+    assert not PPO(**base, clip_value=0.2).by_hand
+    assert not PPO(**base, activation="gelu").by_hand
+    assert not PPO(**{**base, "env": "Pendulum-v1"}).by_hand
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_rollout_sampler_samples_exactly_like_sample(activation):
+    """The same actions, log-probs and generator state after a rollout, step by step."""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
+    actor = CategoricalActor(
+        observation_space, gym.spaces.Discrete(4), hidden=[16, 8], activation=activation
+    )
+    actor.normalizer.enabled = True
+    actor.normalizer.update(torch.randn(50, 3) * 2 + 1)
+    observations = torch.randn(6, 5, 3)
+    torch.manual_seed(11)
+    sampler = actor.rollout_sampler(6, 5)
+    assert sampler is not None
+    fast_actions = torch.stack([sampler(obs).clone() for obs in observations[:4]])
+    assert sampler.logprobs().shape == (4, 5)  # the steps taken so far
+    fast_actions = torch.cat(
+        [fast_actions, torch.stack([sampler(obs) for obs in observations[4:]])]
+    )
+    fast_logprobs = sampler.logprobs()
+    fast_after = torch.rand(3)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        reference = [actor.sample(obs) for obs in observations]
+    assert torch.equal(torch.rand(3), fast_after)
+    assert torch.equal(fast_actions, torch.stack([actions for actions, _ in reference]))
+    assert torch.equal(fast_logprobs, torch.stack([logprobs for _, logprobs in reference]))
+    assert len({tuple(a.tolist()) for a in fast_actions}) > 1  # it did sample
+    assert (
+        CategoricalActor(
+            observation_space, gym.spaces.Discrete(2), activation="gelu"
+        ).rollout_sampler(2, 2)
+        is None
+    )
+
+
+@pytest.mark.parametrize("steps", [1, 32, 129])
+def test_gae_numpy_recursion_equals_torch_bitwise(steps):
+    """gae's CPU recursion (NumPy views) against the same recursion in torch ops."""
+    generator = torch.Generator().manual_seed(steps)
+    rewards = 3 * torch.rand(steps, 7, generator=generator)
+    values = 10 * torch.randn(steps, 7, generator=generator)
+    next_values = torch.randn(7, generator=generator)
+    dones = torch.rand(steps, 7, generator=generator) < 0.1
+    advantages, returns = gae(rewards, values, next_values, dones, 0.99, 0.95)
+
+    not_done = 1.0 - dones.float()
+    following = torch.cat([values[1:], next_values[None]])
+    deltas = rewards + 0.99 * following * not_done - values
+    discounts = 0.99 * 0.95 * not_done
+    expected = torch.empty_like(rewards)
+    last = torch.zeros_like(next_values)
+    for t in reversed(range(steps)):
+        last = torch.add(deltas[t], discounts[t] * last, out=expected[t])
+    assert torch.equal(advantages, expected)
+    assert torch.equal(returns, expected + values)

@@ -17,15 +17,21 @@ Python API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from payoff.algos.shared.policy_loss import clipped_surrogate, explained_variance, value_loss
+from payoff.algos.shared.policy_loss import (
+    SurrogateResult,
+    clipped_surrogate,
+    explained_variance,
+    value_loss,
+)
 from payoff.core.errors import ConfigError
 from payoff.core.schedules import Schedule
+from payoff.models.mlp import CategoricalActor, Critic
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -47,6 +53,10 @@ class PPOConfig(OnPolicyConfig):
     vf_coef: value-loss weight (actor and critic are separate nets, so it mainly rescales
         the critic's step under the shared gradient clipping).
     target_kl: stop an update's epochs early once approx_kl exceeds this; null = never.
+    fast_backward: compute the gradients with CategoricalActor.surrogate_backward and
+        Critic.value_loss_backward, derived by hand in payoff.models (bitwise the same as
+        autograd's, tested), where they apply: CPU, discrete actions, ReLU/Tanh MLPs and
+        clip_value null; elsewhere, or false, autograd computes them.
     """
 
     gae_lambda: float = 0.95
@@ -58,6 +68,7 @@ class PPOConfig(OnPolicyConfig):
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     target_kl: float | None = None
+    fast_backward: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -75,6 +86,19 @@ class PPO(OnPolicyAlgorithm):
     """PPO-clip with GAE, separate actor and critic MLPs, on vectorized envs."""
 
     config: PPOConfig
+
+    def setup(self) -> None:
+        super().setup()
+        config = self.config
+        self.by_hand = bool(
+            config.fast_backward
+            and self.on_cpu
+            and config.clip_value is None
+            and isinstance(self.actor, CategoricalActor)
+            and self.actor.fast_surrogate_backward
+            and isinstance(self.critic, Critic)
+            and self.critic.fast_value_backward
+        )
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         config = self.config
@@ -100,6 +124,11 @@ class PPO(OnPolicyAlgorithm):
         )
         # Diagnostics stay tensors until the end: one conversion per update, not five per step.
         stats: list[torch.Tensor] = []
+        if self.by_hand:  # where to write the gradients: the views into the flat buffer
+            assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
+            actor, critic = self.actor, self.critic
+            actor_grads = [cast(torch.Tensor, p.grad) for p in actor.parameters()]
+            critic_grads = [cast(torch.Tensor, p.grad) for p in critic.parameters()]
         for _ in range(config.epochs):
             if batch <= config.minibatch_size:  # the mean gradient ignores order: no shuffle
                 minibatches: Any = [fields]
@@ -116,19 +145,35 @@ class PPO(OnPolicyAlgorithm):
                 mb_adv,
                 mb_returns,
             ) in minibatches:
-                new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
                 if normalize_per_minibatch and len(mb_adv) > 1:
                     mb_adv = normalize(mb_adv)
-                surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
-                v_loss = value_loss(
-                    self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
-                )
-                entropy_loss = entropy.mean()
-                loss = surrogate.loss + config.vf_coef * v_loss
-                if config.ent_coef:  # with ent_coef 0 the entropy's backward pass is skipped
-                    loss = loss - config.ent_coef * entropy_loss
-
-                self.optimizer_step(loss)
+                if self.by_hand:  # the same gradients, derived by hand in models/
+                    *parts, entropy = actor.surrogate_backward(
+                        mb_obs,
+                        mb_actions,
+                        mb_old_logprobs,
+                        mb_adv,
+                        clip,
+                        actor_grads,
+                        config.ent_coef,
+                    )
+                    surrogate = SurrogateResult(*parts)
+                    v_loss = critic.value_loss_backward(
+                        mb_obs, mb_returns, config.vf_coef, critic_grads
+                    )
+                    entropy_loss = entropy.mean()
+                    self.gradient_step()
+                else:
+                    new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
+                    surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
+                    v_loss = value_loss(
+                        self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
+                    )
+                    entropy_loss = entropy.mean()
+                    loss = surrogate.loss + config.vf_coef * v_loss
+                    if config.ent_coef:  # with ent_coef 0 the entropy's backward is skipped
+                        loss = loss - config.ent_coef * entropy_loss
+                    self.optimizer_step(loss)
 
                 stats.append(
                     torch.stack(

@@ -202,6 +202,19 @@ class _ObsEncoder(nn.Module):
 
 
 # ---- actors --------------------------------------------------------------------------
+def _gumbel(uniform: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise from uniforms in [0, 1), in place: -log(-log(u))."""
+    return uniform.clamp_min_(1e-20).log_().neg_().log_().neg_()
+
+
+def _gumbel_max(logits: torch.Tensor, gumbel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions sampled from softmax(logits) by the Gumbel-max trick, and their log-probs."""
+    # One fused op, cheaper than building a Categorical per step.
+    actions = torch.argmax(logits + gumbel, dim=-1)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, actions[:, None])[:, 0]
+    return actions, logprobs
+
+
 class Actor(nn.Module):
     """A stochastic policy pi(a | s). Subclasses pick the action distribution."""
 
@@ -240,6 +253,12 @@ class Actor(nn.Module):
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled actions and their log-probabilities."""
         raise NotImplementedError
+
+    def rollout_sampler(self, num_steps: int, num_envs: int) -> RolloutSampler | None:
+        """A faster `sample` for the next `num_steps` calls on `num_envs` rows (one
+        rollout), giving the same actions and log-probabilities, or None where there is
+        none (the default; CategoricalActor has one on the CPU)."""
+        return None
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """The most likely action (deterministic policy)."""
@@ -311,14 +330,140 @@ class CategoricalActor(Actor):
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self(obs)
-        # Gumbel-max sampling: one fused op, cheaper than building a Categorical per step.
-        gumbel = torch.rand_like(logits).clamp_min_(1e-20).log_().neg_().log_().neg_()
-        actions = torch.argmax(logits + gumbel, dim=-1)
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, actions[:, None])[:, 0]
-        return actions, logprobs
+        return _gumbel_max(logits, _gumbel(torch.rand_like(logits)))
+
+    def rollout_sampler(self, num_steps: int, num_envs: int) -> RolloutSampler | None:
+        if self.device.type != "cpu" or not self.logits.backprop_by_hand:
+            return None
+        return RolloutSampler(self, num_steps, num_envs)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.argmax(self(obs), dim=-1)
+
+    @property
+    def fast_surrogate_backward(self) -> bool:
+        """Whether `surrogate_backward` can run: the logits MLP is one it derives by hand."""
+        return self.logits.backprop_by_hand
+
+    @torch.inference_mode()
+    def surrogate_backward(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        clip: float,
+        grads: list[torch.Tensor],
+        ent_coef: float = 0.0,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fast path of `loss.backward()` for PPO's clipped surrogate (the loss of
+        payoff.algos.shared.policy_loss.clipped_surrogate) minus ent_coef * mean entropy.
+
+        Writes the gradient into `grads` (this actor's .grad views into FlatParameters'
+        buffer) with the ops autograd runs, in its order, so it is bitwise autograd's
+        gradient (tests/test_deeprl_fast_paths.py, on the CPU). Returns the loss, approx_kl,
+        clip_fraction (as clipped_surrogate) and the entropy per row [B].
+        """
+        logits, inputs = self.logits.forward_saving(self.encoder.forward(obs))  # [B, A]
+        logprobs = torch.log_softmax(logits, dim=-1)
+        probs = logprobs.exp()
+        entropy = -(probs * logprobs).sum(-1)
+        index = actions.long()[:, None]
+        log_ratio = logprobs.gather(-1, index)[:, 0] - old_logprobs
+        ratio = log_ratio.exp()
+        neg_advantages = -advantages  # each value computed once, used where the loss uses it
+        unclipped = neg_advantages * ratio
+        clipped = neg_advantages * ratio.clamp(1 - clip, 1 + clip)
+        loss = torch.max(unclipped, clipped).mean()
+        ratio_minus_one = ratio - 1
+        approx_kl = (ratio_minus_one - log_ratio).mean()
+        clip_fraction = (ratio_minus_one.abs() > clip).float().mean()
+
+        # Backward, node by node as autograd's formulas (torch/csrc/autograd/FunctionsManual):
+        # mean: grad / n to every row; max: ties split the gradient in half.
+        grad = torch.ones_like(loss).expand(len(ratio)) / len(ratio)
+        split = torch.where(unclipped == clipped, grad / 2, grad)
+        grad_unclipped = split.masked_fill(unclipped < clipped, 0)
+        grad_clipped = split.masked_fill_(unclipped > clipped, 0)
+        # mul by -A; clamp passes the gradient inside [1 - clip, 1 + clip]; exp: times ratio.
+        inside = (ratio >= 1 - clip).logical_and_(ratio <= 1 + clip)
+        grad_ratio = grad_unclipped * neg_advantages + torch.where(
+            inside, grad_clipped.mul_(neg_advantages), 0.0
+        )
+        grad_logprob = grad_ratio * ratio  # [B]
+        # gather: the taken action's log-prob only; then log_softmax's backward.
+        grad_logprobs = torch.zeros_like(logprobs).scatter_add_(-1, index, grad_logprob[:, None])
+        if ent_coef:
+            # - ent_coef * mean(-sum(p * log p)): sub, mul, mean, neg, sum; then the product's
+            # two factors, summed into the log-probs' gradient in autograd's order (the
+            # gather's, the product's, then exp's).
+            grad_entropy = (-torch.ones_like(loss) * ent_coef).expand(len(ratio)) / len(ratio)
+            grad_product = (-grad_entropy).unsqueeze(-1).expand_as(logprobs)
+            grad_logprobs = grad_logprobs + grad_product * probs
+            grad_logprobs = grad_logprobs + (grad_product * logprobs) * probs
+        grad_logits = torch.ops.aten._log_softmax_backward_data(
+            grad_logprobs, logprobs, -1, logprobs.dtype
+        )
+        self.logits.backward_into(inputs, grad_logits, grads)  # overwrites the gradient
+        return loss, approx_kl, clip_fraction, entropy
+
+
+class RolloutSampler:
+    """`CategoricalActor.sample` over the `num_steps` calls of one rollout, with less work
+    per call and the same numbers (tests/test_deeprl_fast_paths.py):
+
+    - On the CPU, torch draws uniforms one after another from one generator, so one
+      [T, N, A] draw holds the numbers of T draws of [N, A]: the rollout's Gumbel noise is
+      drawn ahead in one call.
+    - Each Linear runs as the addmm nn.Linear runs, into buffers, activations in place.
+    - A step returns the sampled actions only; `logprobs()` gives log pi(a_t | s_t) of all
+      steps after the rollout, from one log_softmax over the logits kept (log_softmax
+      works row by row: the same values as T calls).
+
+    Weights are read as they are when the sampler is made: make one per rollout.
+    """
+
+    def __init__(self, actor: CategoricalActor, num_steps: int, num_envs: int):
+        n = int(actor.action_space.n)  # type: ignore[attr-defined]
+        self.step = 0
+        self.noise = _gumbel(torch.rand(num_steps, num_envs, n))  # [T, N, A]
+        self.logits = torch.empty(num_steps, num_envs, n)
+        self.actions = torch.empty(num_steps, num_envs, dtype=torch.long)
+        self.perturbed = torch.empty(num_envs, n)
+        self.encode = actor.encoder.forward
+        linears = [layer for layer in actor.logits if isinstance(layer, nn.Linear)]
+        # (bias, weight^T, hidden buffer: None for the head, whose output is the logits)
+        self.layers = [
+            (
+                linear.bias.detach(),
+                linear.weight.detach().t(),
+                torch.empty(num_envs, linear.out_features) if i < len(linears) - 1 else None,
+            )
+            for i, linear in enumerate(linears)
+        ]
+        self.activation = torch.tanh_ if actor.activation == "tanh" else torch.relu_
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actions [N] sampled for the next step's observations [N, ...]."""
+        t = self.step
+        x = self.encode(obs)
+        for bias, weight_t, hidden in self.layers:
+            if hidden is None:
+                x = torch.addmm(bias, x, weight_t, out=self.logits[t])
+            else:
+                x = self.activation(torch.addmm(bias, x, weight_t, out=hidden))
+        # Gumbel-max, as _gumbel_max: argmax(logits + noise).
+        torch.add(x, self.noise[t], out=self.perturbed)
+        self.step += 1
+        return torch.argmax(self.perturbed, dim=-1, out=self.actions[t])
+
+    @torch.no_grad()
+    def logprobs(self) -> torch.Tensor:
+        """log pi(a_t | s_t) of the actions sampled so far: [steps taken, N]."""
+        taken = self.step
+        logprobs = torch.log_softmax(self.logits[:taken], dim=-1)
+        return logprobs.gather(-1, self.actions[:taken, :, None])[..., 0]
 
 
 class GaussianActor(Actor):
@@ -439,6 +584,31 @@ class Critic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value.forward(self.encoder.forward(obs))[:, 0]  # [B]
+
+    @property
+    def fast_value_backward(self) -> bool:
+        """Whether `value_loss_backward` can run: the value MLP is one it derives by hand."""
+        return self.value.backprop_by_hand
+
+    @torch.inference_mode()
+    def value_loss_backward(
+        self, obs: torch.Tensor, returns: torch.Tensor, coef: float, grads: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The fast path of `(coef * value_loss).backward()` for the unclipped value loss
+        0.5 * mean((V - R)^2) (payoff.algos.shared.policy_loss.value_loss, clip None).
+
+        Writes the gradient into `grads` with autograd's ops in its order (bitwise the same,
+        tested on the CPU, like `CategoricalActor.surrogate_backward`); returns the loss.
+        """
+        values, inputs = self.value.forward_saving(self.encoder.forward(obs))  # [B, 1]
+        error = values[:, 0] - returns
+        loss = 0.5 * (error**2).mean()
+        # mul by coef, mul by 0.5, mean (grad / n), pow 2 (grad * 2 * error), select [:, 0].
+        grad = (torch.ones_like(loss) * coef * 0.5).expand(len(error)) / len(error)
+        grad_values = torch.zeros_like(values)
+        grad_values[:, 0] = grad * (2.0 * error)  # error.pow(1.0) is error
+        self.value.backward_into(inputs, grad_values, grads)  # overwrites the gradient
+        return loss
 
 
 class QNetwork(nn.Module):

@@ -122,7 +122,7 @@ class VectorRunner:
         next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
         rewards = np.asarray(rewards, dtype=np.float32)
         self._check(next_obs, rewards, self.env_steps)
-        self.env_steps += int(valid.sum())
+        self.env_steps += int(np.count_nonzero(valid))
         self.episode_return += rewards
         self.episode_length += valid
         for key in self.info_keys:
@@ -134,13 +134,12 @@ class VectorRunner:
             self.step_info[key] = np.where(valid, np.asarray(infos[key], dtype=np.float64), 0.0)
             self.episode_info[key] += self.step_info[key]
         done = terminated | truncated
-        if done.any():
-            for i in np.flatnonzero(done):
-                self.finished_returns.append(float(self.episode_return[i]))
-                self.finished_lengths.append(int(self.episode_length[i]))
-                for key in self.info_keys:
-                    self.finished_info[key].append(float(self.episode_info[key][i]))
-                    self.episode_info[key][i] = 0.0
+        if done.any():  # tolist: one call for all the episodes that ended (the same floats)
+            self.finished_returns += self.episode_return[done].tolist()
+            self.finished_lengths += self.episode_length[done].tolist()
+            for key in self.info_keys:
+                self.finished_info[key] += self.episode_info[key][done].tolist()
+                self.episode_info[key][done] = 0.0
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
         self.resetting = done
@@ -167,6 +166,9 @@ class VectorRunner:
             )
 
     # ---- a whole on-policy rollout --------------------------------------------------------
+    # Inference mode: no autograd bookkeeping (version counters, view tracking) on the
+    # rollout's many small tensors; the storage it fills stays an ordinary tensor.
+    @torch.inference_mode()
     def collect(self, policy: PolicyStep, storage: RolloutStorage, value_fn: Any = None) -> None:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
 

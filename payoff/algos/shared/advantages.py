@@ -6,6 +6,8 @@ by termination or truncation; a truncated step's reward already carries the boot
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -31,9 +33,19 @@ def gae(
     deltas = rewards + gamma * following * not_done - values  # all steps at once
     discounts = gamma * lam * not_done
     advantages = torch.empty_like(rewards)
-    last = torch.zeros_like(next_values)
-    for t in reversed(range(rewards.shape[0])):  # only the recursion itself runs per step
-        last = torch.add(deltas[t], discounts[t] * last, out=advantages[t])
+    # Only the recursion itself runs per step. On the CPU it runs on NumPy views of the same
+    # memory: the same float32 ops (bitwise, tested), each a fraction of a torch call's cost.
+    on_cpu = rewards.device.type == "cpu"
+    steps: tuple[Any, Any, Any] = (
+        (deltas.numpy(), discounts.numpy(), advantages.numpy())
+        if on_cpu
+        else (deltas, discounts, advantages)
+    )
+    step_deltas, step_discounts, out = steps
+    last: Any = 0.0
+    for t in reversed(range(rewards.shape[0])):
+        last = step_deltas[t] + step_discounts[t] * last
+        out[t] = last
     return advantages, advantages + values
 
 

@@ -295,10 +295,12 @@ class OnPolicyAlgorithm(Agent):
         advantages, returns = gae(
             storage.rewards, storage.values, storage.next_values, storage.dones, gamma, gae_lambda
         )
-        valid = storage.valid.reshape(-1)
+        # The valid steps' positions once, then one index_select per field (a boolean mask
+        # per field would find them six times).
+        valid = storage.valid.reshape(-1).nonzero()[:, 0]
 
         def flat(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.reshape(-1, *tensor.shape[2:])[valid]
+            return tensor.reshape(-1, *tensor.shape[2:]).index_select(0, valid)
 
         return FlatRollout(
             obs=flat(storage.obs),
@@ -318,6 +320,10 @@ class OnPolicyAlgorithm(Agent):
         """
         self.flat.zero_grad()
         loss.backward()
+        self.gradient_step()
+
+    def gradient_step(self) -> None:
+        """Clip the joint gradient norm and take one Adam step, from the gradients in place."""
         if self.config.max_grad_norm > 0:
             self.flat.clip_grad_norm(self.config.max_grad_norm)
         self.optimizer.step()
@@ -331,8 +337,7 @@ class OnPolicyAlgorithm(Agent):
         started, before = time.perf_counter(), self.step
         fraction = self.step / self.config.total_steps
         self.optimizer.lr = self.config.learning_rate(fraction)
-        value_fn = self._values if self.critic is not None else None
-        self.runner.collect(self._policy_step, self.storage, value_fn)
+        self.collect()
         self.step = self.runner.env_steps
         # The runner filled the CPU storage; the update learns from one copy on the device.
         storage = self.storage if self.on_cpu else self.storage.to(self.device)
@@ -341,6 +346,28 @@ class OnPolicyAlgorithm(Agent):
             self.actor.normalizer.update(self.storage.obs[self.storage.valid])
         self._metrics["train/learning_rate"] = self.config.learning_rate(fraction)
         self._metrics["perf/sps"] = (self.step - before) / max(time.perf_counter() - started, 1e-9)
+
+    def collect(self) -> None:
+        """One rollout of num_envs x num_steps into self.storage, acting with `_policy_step`,
+        or with the actor's rollout sampler where it has one (local runner on the CPU; a
+        Ray runner's workers sample for themselves): the same actions and log-probs, with
+        the log-probs of the whole rollout computed in one call after it."""
+        value_fn = self._values if self.critic is not None else None
+        sampler = (
+            self.actor.rollout_sampler(self.config.num_steps, self.runner.num_envs)
+            if isinstance(self.runner, VectorRunner)
+            else None
+        )
+        if sampler is None:
+            self.runner.collect(self._policy_step, self.storage, value_fn)
+            return
+
+        def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
+            actions = sampler(obs)
+            return actions, self.actor.to_env(actions), None
+
+        self.runner.collect(policy, self.storage, value_fn)
+        self.storage.logprobs.copy_(sampler.logprobs())
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
