@@ -340,7 +340,7 @@ def draw(results: dict[str, list[dict[str, Any]]], numbers: dict[str, Any]) -> l
         )
     right.set_yscale("log")
     right.set_xlabel("environment steps")
-    right.set_title("held-out one-step and multi-step error over training (mbrl)")
+    right.set_title("held-out 1- and 10-step error over training (mbrl)")
     right.legend(fontsize=7)
     right.grid(alpha=0.3)
     fig.tight_layout()
