@@ -22,8 +22,8 @@ import torch
 
 from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
+from payoff.models.lean_forward import lm_forward
 from payoff.models.logprobs import prompt_pass
-from payoff.models.transformers_compat import cache_kwargs, output_cache
 
 
 @dataclass
@@ -295,14 +295,8 @@ class LocalSampler:
             if bool(done.all()):
                 break
             attention = torch.cat([attention, torch.ones_like(tokens)[:, None]], 1)
-            out = model(
-                input_ids=tokens[:, None],
-                attention_mask=attention,
-                position_ids=next_position,
-                use_cache=True,
-                **cache_kwargs(model, cache),
-            )
-            cache, logits = output_cache(out), out.logits[:, -1]
+            logits, cache = lm_forward(model, tokens[:, None], attention, next_position, cache)
+            logits = logits[:, -1]
             next_position = next_position + 1
 
         model.train(was_training)
