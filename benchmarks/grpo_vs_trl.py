@@ -21,7 +21,10 @@ every one on each of --seeds. Then the same-wall-clock comparison: the payoff
 configurations train again for as long as TRL's dapo took for its steps (mean over
 seeds), as many steps as fit, and are scored the same way.
 
-Run: python benchmarks/grpo_vs_trl.py [--quick]
+Run: python benchmarks/grpo_vs_trl.py [--quick] [--speed-only]
+
+--speed-only measures the steps/s and accuracy at --steps alone: no same-wall-clock reruns and
+no async pair at --async-prompts (about a third of the full run's time).
 """
 
 from __future__ import annotations
@@ -261,6 +264,11 @@ def main() -> None:
         "--async-prompts", type=int, default=64, help="prompts per step of the async rerun"
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="skip the same-wall-clock reruns and the async pair at --async-prompts",
+    )
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--side", choices=["payoff", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
@@ -286,7 +294,10 @@ def main() -> None:
     reference = "trl dapo" if "trl dapo" in args.configs else args.configs[0]
     budget = mean(reference, "seconds")
     payoff_names = [n for n in args.configs if CONFIGS[n][0] == "payoff"]
-    results += [run_one(name, args, model, seed, budget) for seed in seeds for name in payoff_names]
+    if not args.speed_only:
+        results += [
+            run_one(name, args, model, seed, budget) for seed in seeds for name in payoff_names
+        ]
     load_after = os.getloadavg()[0]
     from benchmarks.common import markdown_table, write_section
 
@@ -299,8 +310,10 @@ def main() -> None:
             mean(name, "start_accuracy"),
             mean(name, "accuracy"),
         ]
-        if CONFIGS[name][0] == "payoff":
+        if CONFIGS[name][0] == "payoff" and not args.speed_only:
             row += [round(mean(name, "steps", True)), mean(name, "accuracy", True)]
+        elif CONFIGS[name][0] == "payoff":
+            row += ["-", "-"]
         else:
             row += [args.steps if name == reference else "-", "-"]
         rows.append(row)
@@ -326,6 +339,16 @@ def main() -> None:
     async_line = ""
     if "payoff async" in args.configs and "payoff sync x2" in args.configs:
         speedup = mean("payoff async", "steps_per_s") / mean("payoff sync x2", "steps_per_s")
+        one_thread = ""
+        if "payoff dapo" in args.configs:
+            over = mean("payoff async", "steps_per_s") / mean("payoff dapo", "steps_per_s")
+            one_thread = f"; {over:.2f}x synchronous payoff with 1 thread (payoff dapo)"
+        async_line = (
+            f" **Asynchronous payoff runs {speedup:.2f}x synchronous payoff with 2 threads** "
+            f"(the same 2 cores) at {args.prompts} prompts x {args.group}{one_thread}."
+        )
+        print(f"async / sync x2: {speedup:.2f}x{one_thread}")
+    if async_line and not args.speed_only:
         # The same pair at the arithmetic-grpo recipe's batch, where generation is a
         # larger share of a step.
         big = argparse.Namespace(**{**vars(args), "prompts": args.async_prompts, "steps": 40})
@@ -334,17 +357,14 @@ def main() -> None:
             for name in ("payoff async", "payoff sync x2", "payoff dapo")
         }
         big_speedup = float(np.mean(pair["payoff async"]) / np.mean(pair["payoff sync x2"]))
-        async_line = (
-            f" **Asynchronous payoff runs {speedup:.2f}x synchronous payoff with 2 threads** "
-            f"(the same 2 cores) at {args.prompts} prompts x {args.group}, and "
-            f"{big_speedup:.2f}x at {args.async_prompts} prompts x {args.group} (40 steps: "
+        async_line = async_line[:-1] + (
+            f"; {big_speedup:.2f}x synchronous with 2 threads at {args.async_prompts} prompts "
+            f"x {args.group} (40 steps: "
             f"async {np.mean(pair['payoff async']):.2f}, sync with 2 threads "
             f"{np.mean(pair['payoff sync x2']):.2f}, sync with 1 thread "
             f"{np.mean(pair['payoff dapo']):.2f} steps/s)."
         )
-        print(
-            f"async / sync x2: {speedup:.2f}x, at {args.async_prompts} prompts {big_speedup:.2f}x"
-        )
+        print(f"async / sync x2 at {args.async_prompts} prompts: {big_speedup:.2f}x")
     print("; ".join(ratios), flush=True)
     body = (
         f"Same base model (payoff's tiny Llama pretrained {BASE['steps']} SFT steps on 2-digit "
@@ -353,9 +373,15 @@ def main() -> None:
         f"each run in its own process; means over seeds {', '.join(map(str, seeds))}. Seconds "
         "are training only (payoff's evaluations are subtracted; TRL's train() runs none). "
         "TRL's importance-sampling correction needs vLLM, so TRL runs without it on CPU. "
-        f"Accuracy: greedy, 200 held-out problems, the same evaluation code for both. The last "
-        f"two columns: the payoff configurations trained again for the mean seconds "
-        f"{reference} took for {args.steps} steps.\n\n{table}\n\nSpeed ratios (optimizer "
+        f"Accuracy: greedy, 200 held-out problems, the same evaluation code for both. "
+        + (
+            "Run with --speed-only: no same-wall-clock reruns (the last two columns) and no "
+            "async pair at a larger batch."
+            if args.speed_only
+            else f"The last two columns: the payoff configurations trained again for the mean "
+            f"seconds {reference} took for {args.steps} steps."
+        )
+        + f"\n\n{table}\n\nSpeed ratios (optimizer "
         f"steps/s): " + "; ".join(ratios) + "." + async_line + " Peak RSS: the training "
         "process's peak (each library's imports included; TRL pulls in datasets/pyarrow) plus "
         "the largest peak among the processes it started (payoff async: its sampling "

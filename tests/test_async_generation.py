@@ -86,6 +86,23 @@ def test_a_batch_keeps_the_weights_it_was_submitted_with(learner):
         again.result()
 
 
+def test_weight_files_are_deleted_once_loaded_and_their_folder_at_close():
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    sampler = ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id, seed=1, threads=1)
+    try:
+        for step in range(3):  # three versions, each through its own file
+            with torch.no_grad():
+                next(model.parameters()).add_(0.01)
+            sampler.weights_updated()
+            generation = sampler.generate(PROMPTS, SAMPLING, torch.Generator().manual_seed(step))
+            assert_same(generation, local(model, tokenizer, torch.Generator().manual_seed(step)))
+        folder = sampler.start().weights_dir
+        assert sampler.counters["weight_pushes"] == 3 and os.listdir(folder) == []
+    finally:
+        sampler.close()
+    assert not os.path.exists(folder)
+
+
 def test_seeded_batches_in_flight_together_are_reproducible(learner):
     model, tokenizer, sampler = learner
     first, second, other = (sampler.submit(PROMPTS, SAMPLING, seed=s) for s in (7, 7, 8))

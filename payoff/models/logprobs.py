@@ -9,6 +9,7 @@
 
 Token tensors may live anywhere: each function moves its inputs to the model's device and
 returns results there. Training forward passes ask for no key/value cache (`use_cache=False`).
+Forward passes go through `lean_forward.lm_forward` (equal to `model(...)`, less overhead).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 import torch
 
-from payoff.models.transformers_compat import cache_kwargs, is_checkpointing, output_cache
+from payoff.models.lean_forward import lm_forward
+from payoff.models.transformers_compat import is_checkpointing
 
 
 def gather_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -78,13 +80,8 @@ def completion_logprobs(
         attention = torch.cat([prompt_mask, completion_mask], 1)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         length = completion_ids.shape[1]
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            logits_to_keep=length + 1,
-            use_cache=False,
-        ).logits[:, :-1]  # [B, T, V]
+        logits = lm_forward(model, input_ids, attention, positions, logits_to_keep=length + 1)[0]
+        logits = logits[:, :-1]  # [B, T, V]
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     logprobs = gather_token_logprobs(logits, completion_ids)
@@ -123,14 +120,10 @@ def prompt_pass(
     a group flow back into its one prompt pass.
     """
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens from 0
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
+    logits, cache = lm_forward(
+        model, prompt_ids, prompt_mask, positions, use_cache=True, logits_to_keep=1
     )
-    cache, logits = output_cache(out), out.logits[:, -1]
+    logits = logits[:, -1]
     if group > 1:
         cache.batch_repeat_interleave(group)
         logits = logits.repeat_interleave(group, 0)
@@ -170,13 +163,13 @@ def _shared_prompt_logits(
     if length == 1:
         return first
     steps = torch.arange(1, length, device=positions.device)
-    rest = model(
-        input_ids=completion_ids[:, :-1],  # the last token predicts nothing we score
-        attention_mask=torch.cat([prompt_mask, completion_mask[:, :-1]], 1),
-        position_ids=positions[:, -1:] + steps,
-        use_cache=True,
-        **cache_kwargs(model, cache),
-    ).logits
+    rest, _ = lm_forward(
+        model,
+        completion_ids[:, :-1],  # the last token predicts nothing we score
+        torch.cat([prompt_mask, completion_mask[:, :-1]], 1),
+        positions[:, -1:] + steps,
+        cache,
+    )
     return torch.cat([first, rest], 1)
 
 

@@ -1,0 +1,159 @@
+"""A lean forward pass for transformers' Llama: the same modules and kernels, less framework.
+
+A tiny model's forward pass on a CPU is mostly framework work, not arithmetic: at 64 rows
+of payoff's 1M-parameter Llama a decode step spends ~40% of its time in transformers'
+wrappers (output capturing, kwarg deprecation, mask construction, cache classes) rather
+than in the matrix products. `lm_forward` runs the same computation by calling the model's
+own submodules (embedding, rotary embedding, norms, projections, MLPs, head) and the same
+`scaled_dot_product_attention` call with the same mask transformers builds, so its logits
+and gradients equal `model(...)`'s bit for bit (tests/test_lean_forward.py). Any model it
+does not know (another architecture, a peft wrapper, eager or flash attention, grouped
+query attention, activation checkpointing, forward hooks on the model) goes through
+`model(...)` unchanged. `PAYOFF_LEAN_FORWARD=0` turns it off.
+
+    logits, cache = lm_forward(model, ids, mask, positions, use_cache=True)   # prefill
+    logits, cache = lm_forward(model, next_ids, mask, next_positions, cache)  # decode
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from payoff.models.transformers_compat import cache_kwargs, is_checkpointing, output_cache
+
+
+class KVCache:
+    """Keys and values per layer, [B, heads, S, head_dim] each; a step appends along S.
+
+    The same layout and concatenation as transformers' DynamicCache, without its
+    per-call bookkeeping. Gradients flow through it when the forward that filled it had them.
+    """
+
+    def __init__(self, layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+
+    def length(self) -> int:
+        """Tokens held (0 when empty)."""
+        keys = self.keys[0]
+        return 0 if keys is None else keys.shape[-2]
+
+    def update(
+        self, layer: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        old_keys, old_values = self.keys[layer], self.values[layer]
+        if old_keys is not None and old_values is not None:
+            keys = torch.cat([old_keys, keys], dim=-2)
+            values = torch.cat([old_values, values], dim=-2)
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Each row `repeats` times in a row (a prompt's cache shared by its G samples)."""
+        self.keys = [None if k is None else k.repeat_interleave(repeats, 0) for k in self.keys]
+        self.values = [None if v is None else v.repeat_interleave(repeats, 0) for v in self.values]
+
+
+def lean_supported(model: Any) -> bool:
+    """True when `lm_forward` computes `model`'s forward itself (see the module docstring)."""
+    if os.environ.get("PAYOFF_LEAN_FORWARD", "1") == "0":
+        return False
+    try:
+        from transformers import LlamaForCausalLM
+    except ImportError:  # pragma: no cover - transformers is the llm extra
+        return False
+    if type(model) is not LlamaForCausalLM:  # peft wrappers, subclasses, other architectures
+        return False
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    if config.num_key_value_heads != config.num_attention_heads:
+        return False
+    if model.training and (config.attention_dropout or is_checkpointing(model)):
+        return False
+    # Hooks on the outer modules (autocast, user instrumentation) expect model(...) itself.
+    if torch.nn.modules.module._global_forward_hooks:
+        return False
+    return not any(m._forward_hooks or m._forward_pre_hooks for m in (model, model.model))
+
+
+def _attention_mask(
+    padding: torch.Tensor, queries: int, past: int
+) -> tuple[torch.Tensor | None, bool]:
+    """SDPA's (attn_mask, is_causal) for `queries` new tokens after `past` cached ones, as
+    transformers builds them: no mask when nothing is padded and the causal pattern is
+    SDPA's own (one query, or no cache); else a boolean [B, 1, Q, K] mask of keys that are
+    real tokens at or before each query's cache index."""
+    keys = padding.shape[1]
+    if (queries == 1 or keys == queries) and bool(padding.all()):
+        return None, queries > 1
+    query_index = torch.arange(past, past + queries, device=padding.device)
+    key_index = torch.arange(keys, device=padding.device)
+    causal = key_index[None, :] <= query_index[:, None]  # [Q, K]
+    return (causal[None] & padding.bool()[:, None, :])[:, None], False
+
+
+def lm_forward(
+    model: Any,
+    input_ids: torch.Tensor,  # [B, L]
+    attention_mask: torch.Tensor,  # [B, past + L], 1 = a real token
+    position_ids: torch.Tensor,  # [B, L]
+    cache: Any = None,
+    use_cache: bool = False,
+    logits_to_keep: int = 0,
+) -> tuple[torch.Tensor, Any]:
+    """Next-token logits [B, L or logits_to_keep, V] and the key/value cache (None without
+    `use_cache`). `cache` is what an earlier call returned; pass it back as it came."""
+    if not lean_supported(model):
+        if cache is not None:
+            use_cache = True
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            **({} if cache is None else cache_kwargs(model, cache)),
+        )
+        return out.logits, output_cache(out) if use_cache else None
+    body = model.model
+    layers = body.layers[: model.config.num_hidden_layers]
+    if cache is None and use_cache:
+        cache = KVCache(len(layers))
+    past = cache.length() if cache is not None else 0
+    queries = input_ids.shape[1]
+    mask, is_causal = _attention_mask(attention_mask, queries, past)
+    hidden = body.embed_tokens(input_ids)
+    cos, sin = body.rotary_emb(hidden, position_ids=position_ids)
+    cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, head_dim]: broadcast over heads
+    for index, layer in enumerate(layers):
+        attention = layer.self_attn
+        x = layer.input_layernorm(hidden)
+        shape = (*x.shape[:-1], -1, attention.head_dim)
+        q = attention.q_proj(x).view(shape).transpose(1, 2)  # [B, heads, L, head_dim]
+        k = attention.k_proj(x).view(shape).transpose(1, 2)
+        v = attention.v_proj(x).view(shape).transpose(1, 2)
+        q = (q * cos) + (_rotate_half(q) * sin)
+        k = (k * cos) + (_rotate_half(k) * sin)
+        if cache is not None:
+            k, v = cache.update(index, k, v)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=0.0, scale=attention.scaling, is_causal=is_causal
+        )
+        out = out.transpose(1, 2).contiguous().reshape(*x.shape[:-1], -1).contiguous()
+        hidden = hidden + attention.o_proj(out)
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    hidden = body.norm(hidden)
+    if logits_to_keep:
+        hidden = hidden[:, -logits_to_keep:]
+    return model.lm_head(hidden), cache
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Llama's rotation of the two halves of the head dimension (transformers' rotate_half)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
