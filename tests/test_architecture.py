@@ -48,6 +48,7 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
         "dqn",
         "es",
         "ippo",
+        "mbpo",
         "mbrl",
         "ppo",
         "ppo_lagrangian",
