@@ -388,6 +388,14 @@ def main() -> None:
         "process). Machine load average (1 min) "
         f"{load_before:.1f} at the start, {load_after:.1f} at the end (2 cores)."
     )
+    cores = os.cpu_count() or 1
+    if max(load_before, load_after) > cores:
+        body += (
+            f" The load was above the {cores} cores: a process with 2 torch threads then "
+            "spin-waits for cores that other processes hold, so the 2-thread rows (trl dapo "
+            "x2, payoff sync x2) measure that contention more than the library, and async "
+            "(two processes of 1 thread) is better compared with payoff on 1 thread."
+        )
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)
 
 

@@ -115,3 +115,17 @@ def test_steps_aside_for_what_it_does_not_know(tiny):
     eager = type(model)(model.config.__class__(**{**model.config.to_dict()}))
     eager.config._attn_implementation = "eager"
     assert not lean_supported(eager)
+
+
+def test_inference_mode_sampling_equals_no_grad_sampling(tiny):
+    model, tokenizer = tiny
+    prompts = [p for p in ("12+34=", "7+5=") for _ in range(4)]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=5)
+    sampler = LocalSampler(model, tokenizer)
+    with torch.no_grad():
+        plain = sampler._generate(prompts, sampling, torch.Generator().manual_seed(4))
+    fast = sampler.generate(prompts, sampling, torch.Generator().manual_seed(4))
+    assert not fast.logprobs.is_inference()  # usable in a learner's backward pass
+    assert fast.completions == plain.completions
+    for name in ("prompt_ids", "completion_ids", "completion_mask", "logprobs", "truncated"):
+        assert torch.equal(getattr(fast, name), getattr(plain, name)), name
