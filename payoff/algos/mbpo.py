@@ -38,7 +38,7 @@ import torch
 from payoff.algos.sac import SAC, SACConfig
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
-from payoff.models.dynamics import DynamicsEnsemble
+from payoff.models.dynamics import DynamicsEnsemble, model_io
 from payoff.rollout.replay import ReplayBuffer, TransitionBatch, interleave
 
 
@@ -133,18 +133,10 @@ class MBPO(SAC):
     def model_data(self, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """The real transitions start..size as model inputs [N, o + a] (the action in
         [-1, 1]) and targets [N, o + 2] (change of observation, reward, terminated)."""
-        b, end = self.buffer, len(self.buffer)
-        obs, next_obs = b.obs[start:end].reshape(end - start, -1), b.next_obs[start:end]
-        inputs = np.concatenate([obs, b.actions[start:end]], axis=1)
-        targets = np.concatenate(
-            [
-                next_obs.reshape(end - start, -1) - obs,
-                b.rewards[start:end, None],
-                b.terminated[start:end, None],
-            ],
-            axis=1,
+        b, part = self.buffer, slice(start, len(self.buffer))
+        return model_io(
+            b.obs[part], b.actions[part], b.rewards[part], b.next_obs[part], b.terminated[part]
         )
-        return torch.from_numpy(inputs), torch.from_numpy(targets)
 
     def refit(self) -> None:
         """Score the model on the real transitions it has not seen, then refit it on all."""

@@ -55,7 +55,7 @@ from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
-from payoff.models.dynamics import DynamicsEnsemble
+from payoff.models.dynamics import DynamicsEnsemble, model_io
 from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
@@ -277,16 +277,13 @@ class TransitionStore:
     def model_data(self, start: int = 0, end: int | None = None) -> tuple[torch.Tensor, ...]:
         """Model inputs [N, o + a] and targets [N, o + 2] of transitions start..end."""
         part = slice(start, self.size if end is None else end)
-        inputs = np.concatenate([self.obs[part], self.actions[part]], axis=1)
-        targets = np.concatenate(
-            [
-                self.next_obs[part] - self.obs[part],
-                self.rewards[part, None],
-                self.terminated[part, None],
-            ],
-            axis=1,
+        return model_io(
+            self.obs[part],
+            self.actions[part],
+            self.rewards[part],
+            self.next_obs[part],
+            self.terminated[part],
         )
-        return torch.from_numpy(inputs), torch.from_numpy(targets)
 
     def state_dict(self) -> dict[str, Any]:
         return {"size": self.size, **{n: getattr(self, n)[: self.size].copy() for n in self.FIELDS}}

@@ -45,6 +45,22 @@ def gaussian_nll(mean: torch.Tensor, logvar: torch.Tensor, target: torch.Tensor)
     return 0.5 * (LOG_2PI + logvar + (target - mean).pow(2) * torch.exp(-logvar)).mean()
 
 
+def model_io(
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    terminated: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transitions [N, ...] as the ensemble's inputs [N, o + a] (observation, action as the
+    model reads it) and targets [N, o + 2] (change of observation, reward, terminated)."""
+    n = len(rewards)
+    obs, next_obs = obs.reshape(n, -1), next_obs.reshape(n, -1)
+    inputs = np.concatenate([obs, actions.reshape(n, -1)], axis=1)
+    targets = np.concatenate([next_obs - obs, rewards[:, None], terminated[:, None]], axis=1)
+    return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
 class DynamicsEnsemble(nn.Module):
     """E probabilistic MLPs predicting (delta obs, reward, terminated) from (obs, action).
 
