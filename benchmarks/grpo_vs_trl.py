@@ -106,7 +106,8 @@ def run_payoff(args) -> dict:
 
     steps = args.steps * 20 if args.budget else args.steps
     grpo = TimedGRPO(
-        model={"path": args.model},
+        # on a GPU: float32 weights, the decoder under bf16 autocast (TRL's bf16=True)
+        model={"path": args.model, "autocast": args.device == "cuda"},
         task=TASK,
         steps=steps,
         prompts_per_step=args.prompts,
@@ -120,6 +121,7 @@ def run_payoff(args) -> dict:
         checkpoint_every=10**9,
         seed=args.seed,
         threads=args.threads,
+        device=args.device,
         **json.loads(args.options),
     )
     start_accuracy = held_out_accuracy(grpo.model, grpo.tokenizer)
@@ -178,7 +180,8 @@ def run_trl(args) -> dict:
             logging_steps=1,
             save_strategy="no",
             report_to="none",
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
+            bf16=args.device == "cuda",
             seed=args.seed,
             disable_dropout=True,
             dataloader_num_workers=0,
@@ -230,7 +233,7 @@ def run_one(name: str, args, model: str, seed: int, budget: float = 0.0) -> dict
     command += ["--lr", str(args.lr), "--steps", str(args.steps), "--seed", str(seed)]
     command += ["--prompts", str(args.prompts), "--group", str(args.group)]
     command += ["--threads", str(threads), "--options", json.dumps(options)]
-    command += ["--budget", str(budget)]
+    command += ["--budget", str(budget), "--device", args.device]
     out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -270,6 +273,13 @@ def main() -> None:
         help="skip the same-wall-clock reruns and the async pair at --async-prompts",
     )
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where both libraries train (cuda: bf16 autocast for payoff, bf16=True for TRL); "
+        "a GPU run writes its own section, grpo_vs_trl_gpu",
+    )
     parser.add_argument("--side", choices=["payoff", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -396,6 +406,21 @@ def main() -> None:
             "x2, payoff sync x2) measure that contention more than the library, and async "
             "(two processes of 1 thread) is better compared with payoff on 1 thread."
         )
+    if args.device == "cuda":
+        import torch
+
+        body = (
+            f"On a GPU ({torch.cuda.get_device_name(0)}, torch {torch.__version__}): both "
+            "libraries train on CUDA, payoff with float32 weights and the decoder under bf16 "
+            "autocast, TRL with bf16=True; 'one thread' means one torch CPU thread. "
+            + body.replace(" (2 cores)", "").replace(
+                "so TRL runs without it on CPU", "and vLLM is not installed, so TRL runs without it"
+            )
+        )
+        shape = "" if (args.prompts, args.group) == (8, 8) else f"_{args.prompts}x{args.group}"
+        title = f"GRPO on a GPU: payoff vs TRL GRPOTrainer ({args.prompts} x {args.group})"
+        write_section(f"grpo_vs_trl_gpu{shape}", title, body)
+        return
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)
 
 
