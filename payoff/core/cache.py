@@ -36,8 +36,12 @@ def publish_folder(built: Path, path: Path) -> Path:
 
     When another process finished `path` first, theirs is kept and `built` removed.
     """
-    if path.exists():
-        shutil.rmtree(built, ignore_errors=True)
-    else:
-        built.rename(path)
+    if not path.exists():
+        try:
+            built.rename(path)
+            return path
+        except OSError:  # another process renamed its copy into place between the two lines
+            if not path.exists():
+                raise
+    shutil.rmtree(built, ignore_errors=True)
     return path
