@@ -17,7 +17,7 @@ demo: install
 	$(BIN)/python -m payoff.demo
 
 test: install
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 test-expensive: install
 	$(BIN)/python -m pytest -q -m expensive
