@@ -159,8 +159,10 @@ def test_league_and_final_matches_search_with_their_own_simulations(monkeypatch)
     original = SelfPlayPool.play_matches
 
     def recording(self, matches):
-        for a, b, _ in matches:
-            played.extend((p.name, p.simulations) for p in (a, b) if p.weights is not None)
+        for match in matches:
+            played.extend(
+                (p.name, p.simulations) for p in (match.a, match.b) if p.weights is not None
+            )
         return original(self, matches)
 
     monkeypatch.setattr(SelfPlayPool, "play_matches", recording)

@@ -7,7 +7,7 @@ import pytest
 
 from payoff.algos.alphazero import AlphaZero
 from payoff.core.errors import ConfigError
-from payoff.rollout.network_players import PlayerSpec, network_weights
+from payoff.rollout.network_players import Match, PlayerSpec, network_weights
 
 TINY = dict(
     game="tictactoe",
@@ -79,18 +79,22 @@ def test_evaluation_matches_in_workers_equal_the_main_process() -> None:
     local.best.load_state_dict(pooled.best.state_dict())
     weights = network_weights(pooled.best)
     matches = [
-        (PlayerSpec("net", 5, weights, 8), PlayerSpec("random", 6), 6),
-        (PlayerSpec("net", 5, weights, 8, random_moves=2), PlayerSpec("greedy", 7), 6),
-        (PlayerSpec("net", 5, weights, 8, 2), PlayerSpec("old", 8, weights, 4, 2), 4),
+        Match(PlayerSpec("net", 5, weights, 8), PlayerSpec("random", 6), 6),
+        Match(PlayerSpec("net", 5, weights, 8, random_moves=2), PlayerSpec("greedy", 7), 6),
+        Match(PlayerSpec("net", 5, weights, 8, 2), PlayerSpec("old", 8, weights, 4, 2), 4),
+        Match(PlayerSpec("net", 5, weights, 8), PlayerSpec("greedy", 7), 6, openings=2, seed=3),
     ]
     try:
         in_workers = pooled.pool.play_matches(matches)
         assert pooled.pool.cpu_seconds  # the workers played (and their CPU is counted)
     finally:
         pooled.pool.close()
-    assert [(r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in in_workers] == [
-        (r.a, r.b, r.wins, r.draws, r.losses, r.lengths) for r in local.pool.play_matches(matches)
-    ]
+
+    def seen(r):
+        return (r.a, r.b, r.wins, r.draws, r.losses, r.lengths, r.distinct)
+
+    assert [seen(r) for r in in_workers] == [seen(r) for r in local.pool.play_matches(matches)]
+    assert in_workers[-1].distinct >= 3  # three pairs, three openings
 
 
 def test_league_and_final_matches_run_in_workers() -> None:

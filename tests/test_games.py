@@ -9,7 +9,7 @@ from payoff.core.errors import ConfigError
 from payoff.envs.games import IllegalMoveError, make_game
 from payoff.envs.games.arena import play_match
 from payoff.envs.games.base import state_from_planes
-from payoff.envs.games.players import AlphaBetaPlayer, MinimaxPlayer, make_player
+from payoff.envs.games.players import AlphaBetaPlayer, MinimaxPlayer, Player, make_player
 
 
 def _pettingzoo_env(name: str):
@@ -121,3 +121,31 @@ def test_baselines() -> None:
         make_player("alphabeta", connect4)
     with pytest.raises(ConfigError, match="Known games"):
         make_game("chess")
+
+
+class _LowestColumn(Player):
+    """Deterministic: always the lowest legal action."""
+
+    name = "lowest"
+
+    def __init__(self, game):
+        self.game = game
+
+    def act(self, states):
+        return [int(np.flatnonzero(self.game.legal_mask(s))[0]) for s in states]
+
+
+def test_random_openings_make_a_match_of_deterministic_players_distinct() -> None:
+    game = make_game("connect4")
+    player = _LowestColumn(game)
+    # From the empty board the same policy on both sides plays one game ten times.
+    assert play_match(game, player, player, 10).distinct == 1
+    # Each pair of games shares its opening (here both games of a pair are the same line,
+    # since A and B are one policy), and the pairs' openings differ.
+    result = play_match(game, player, player, 10, openings=3, seed=4)
+    assert result.distinct == 5 and result.games == 10
+    again = play_match(game, player, player, 10, openings=3, seed=4)
+    assert (again.wins, again.losses, again.lengths) == (result.wins, result.losses, result.lengths)
+    assert "5 distinct games" in result.line()
+    # Only 7 one-ply openings exist: asking for more pairs repeats some rather than failing.
+    assert play_match(game, player, player, 20, openings=1, seed=0).distinct == 7

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 
 from payoff.algos.base import Agent, RunKeys
 from payoff.algos.loop import TrainLoop
+from payoff.core.config import in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
@@ -121,6 +122,10 @@ class AlphaZeroConfig(RunKeys):
     baselines: fixed opponents ('random', 'greedy', 'minimax', 'alphabeta-<depth>'); the
         last one is the "target" used by `payoff eval`.
     final_eval_games: games against each baseline at the end (alternating colours).
+    final_eval_openings: random legal plies that start each pair of final games, one game
+        with each colour (0: every game from the empty board). Deterministic players
+        replay the same few lines from the empty board; openings make the games distinct
+        (the summary's final_matches count them: distinct_games).
     workers: processes that play an iteration's self-play games (split as evenly as
         possible); 1 plays them in this process. Each worker is a separate process with one
         torch thread that is started once (the pool lives until learn() returns), gets the
@@ -163,6 +168,7 @@ class AlphaZeroConfig(RunKeys):
     league_simulations: int | None = None
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
     final_eval_games: int = 100
+    final_eval_openings: int = field(default=0, metadata=in_range(0))
     checkpoint_every: int = 1
     workers: int = 1
     train_threads: int = 0
@@ -523,7 +529,9 @@ class AlphaZero(Agent):
             config.eval_simulations,
         )
         baselines = config.baselines if config.final_eval_games else []
-        matches = final_matches(agent, baselines, config.final_eval_games)
+        matches = final_matches(
+            agent, baselines, config.final_eval_games, config.final_eval_openings
+        )
         for baseline, result in zip(baselines, self.pool.play_matches(matches), strict=True):
             finals[baseline] = final_record(result)
             self.log(self.games_played, **{f"final/score_vs_{baseline}": result.score})

@@ -34,7 +34,7 @@ def league_rows(results: list[Result], baselines: list[str]) -> list[LeagueRow]:
 def calibration_matches(baselines: list[str], seed: int, games: int) -> list[Match]:
     """Every baseline against every later one."""
     return [
-        (PlayerSpec(first, seed + 11), PlayerSpec(second, seed + 12), games)
+        Match(PlayerSpec(first, seed + 11), PlayerSpec(second, seed + 12), games)
         for i, first in enumerate(baselines)
         for second in baselines[i + 1 :]
     ]
@@ -49,11 +49,11 @@ def league_matches(
     plies: two searchers would otherwise replay one game.
     """
     matches = [
-        (agent, PlayerSpec(baseline, agent.seed + 1 + k), games)
+        Match(agent, PlayerSpec(baseline, agent.seed + 1 + k), games)
         for k, baseline in enumerate(baselines)
     ]
     if previous is not None:
-        matches.append((replace(agent, random_moves=previous.random_moves), previous, games))
+        matches.append(Match(replace(agent, random_moves=previous.random_moves), previous, games))
     return matches
 
 
@@ -68,10 +68,19 @@ def league_metrics(baselines: list[str], results: list[MatchResult]) -> dict[str
     return metrics
 
 
-def final_matches(agent: PlayerSpec, baselines: list[str], games: int) -> list[Match]:
-    """The final agent against baseline k, the agent seeded agent.seed + k, the baseline + 1."""
+def final_matches(
+    agent: PlayerSpec, baselines: list[str], games: int, openings: int = 0
+) -> list[Match]:
+    """The final agent against baseline k, the agent seeded agent.seed + k, the baseline + 1;
+    `openings` random plies start each pair of games (drawn from the agent's seed + k)."""
     return [
-        (replace(agent, seed=agent.seed + k), PlayerSpec(baseline, agent.seed + k + 1), games)
+        Match(
+            replace(agent, seed=agent.seed + k),
+            PlayerSpec(baseline, agent.seed + k + 1),
+            games,
+            openings,
+            agent.seed + k,
+        )
         for k, baseline in enumerate(baselines)
     ]
 
@@ -84,6 +93,7 @@ def final_record(result: MatchResult) -> dict[str, Any]:
         "lost": result.losses,
         "lost_moving_first": result.losses_first,
         "score": round(result.score, 3),
+        "distinct_games": result.distinct,
     }
 
 

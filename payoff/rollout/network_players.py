@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -91,7 +91,15 @@ class PlayerSpec:
 
 
 # An evaluation match: player A, player B, and how many games (A moves first in even ones).
-Match = tuple[PlayerSpec, PlayerSpec, int]
+class Match(NamedTuple):
+    """An evaluation match: A against B for `games` games, each pair of games starting from
+    the same `openings` random plies drawn from `seed` (payoff.envs.games.arena.play_match)."""
+
+    a: PlayerSpec
+    b: PlayerSpec
+    games: int
+    openings: int = 0
+    seed: int = 0
 
 
 def build_player(spec: PlayerSpec, game: Any, net: PolicyValueNet, mcts: MCTSConfig) -> Player:

@@ -30,7 +30,7 @@ from payoff.core.errors import RunError
 from payoff.envs.games.arena import MatchResult, play_match
 from payoff.models.game_nets import PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, SearchStats, select_action
-from payoff.rollout.network_players import Match, PlayerSpec, build_player, network_evaluator
+from payoff.rollout.network_players import Match, build_player, network_evaluator
 from payoff.track.interrupt import ignore_ctrl_c_in_worker
 
 # One finished self-play game: (planes, visit distribution pi, player to move, root value q
@@ -66,10 +66,12 @@ def play_matches(
     game: Any, net: PolicyValueNet, mcts: MCTSConfig, matches: list[Match]
 ) -> list[MatchResult]:
     """Evaluation matches (A, B, games) in this process, in order."""
-    return [
-        play_match(game, build_player(a, game, net, mcts), build_player(b, game, net, mcts), games)
-        for a, b, games in matches
-    ]
+    return [_play(game, net, mcts, match) for match in matches]
+
+
+def _play(game: Any, net: PolicyValueNet, mcts: MCTSConfig, match: Match) -> MatchResult:
+    a, b = (build_player(spec, game, net, mcts) for spec in (match.a, match.b))
+    return play_match(game, a, b, match.games, match.openings, match.seed)
 
 
 # ---- worker processes -------------------------------------------------------------------
@@ -113,14 +115,9 @@ def _worker_play(
     )
 
 
-def _worker_match(
-    a: PlayerSpec, b: PlayerSpec, games: int
-) -> tuple[MatchResult, tuple[int, float]]:
+def _worker_match(match: Match) -> tuple[MatchResult, tuple[int, float]]:
     """One evaluation match in a worker process (the same games as in the main process)."""
-    game, net, mcts = _WORKER["game"], _WORKER["net"], _WORKER["mcts"]
-    result = play_match(
-        game, build_player(a, game, net, mcts), build_player(b, game, net, mcts), games
-    )
+    result = _play(_WORKER["game"], _WORKER["net"], _WORKER["mcts"], Match(*match))
     return result, (os.getpid(), time.process_time())
 
 
@@ -187,7 +184,7 @@ class SelfPlayPool:
         if self.processes > 1:
             # Started last-first: the list ends with the strongest (slowest) opponents, and a
             # long match started late would leave the other worker idle at the end.
-            jobs = [(_worker_match, a, b, games) for a, b, games in reversed(matches)]
+            jobs = [(_worker_match, tuple(match)) for match in reversed(matches)]
             return self._run(jobs)[::-1]
         return play_matches(self.game, self.net, self.mcts, matches)
 

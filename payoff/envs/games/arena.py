@@ -2,11 +2,18 @@
 
 Playing the games together lets a search player evaluate positions from many games in one
 network batch. Colours alternate: player A moves first in games 0, 2, 4, ...
+
+Two deterministic players replay one game over and over, so a match of 100 games can be a
+handful of distinct lines. `openings=k` starts each pair of games (2i, 2i + 1) from the same
+k random legal plies, played for both sides before either player moves, with A on each
+side once; `distinct` counts the different move sequences the match actually played.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from payoff.envs.games.base import DRAW, Game, GameState
 from payoff.envs.games.players import Player
@@ -24,6 +31,7 @@ class MatchResult:
     wins_first: int = 0  # wins with A moving first (the advantage side in most games)
     losses_first: int = 0
     lengths: list[int] = field(default_factory=list)
+    distinct: int = 0  # different move sequences among the games
 
     @property
     def games(self) -> int:
@@ -36,13 +44,30 @@ class MatchResult:
     def line(self) -> str:
         return (
             f"{self.a} vs {self.b}: {self.wins} won, {self.draws} drawn, {self.losses} lost "
-            f"of {self.games} (score {self.score:.3f})"
+            f"of {self.games} (score {self.score:.3f}; {self.distinct} distinct games)"
         )
 
 
-def play_match(game: Game, a: Player, b: Player, games: int) -> MatchResult:
-    """Play `games` games of A against B (A first in even-numbered games) and count results."""
+def play_match(
+    game: Game, a: Player, b: Player, games: int, openings: int = 0, seed: int = 0
+) -> MatchResult:
+    """Play `games` games of A against B (A first in even-numbered games) and count results.
+
+    openings: random legal plies that start each pair of games (see the module docstring),
+        drawn from `seed`; an opening that would end the game is drawn again.
+    """
     states: list[GameState] = [game.initial_state() for _ in range(games)]
+    moves: list[list[int]] = [[] for _ in range(games)]
+    if openings:
+        rng = np.random.default_rng(seed)
+        used: set[tuple[int, ...]] = set()
+        for pair in range(0, games, 2):
+            line = random_opening(game, openings, rng, used)
+            used.add(tuple(line))
+            for i in range(pair, min(pair + 2, games)):
+                for action in line:
+                    states[i] = game.play(states[i], action)
+                moves[i] = list(line)
     a_seat = [0 if i % 2 == 0 else 1 for i in range(games)]  # which side A plays in game i
     running = [i for i in range(games)]
     while running:
@@ -57,6 +82,7 @@ def play_match(game: Game, a: Player, b: Player, games: int) -> MatchResult:
             actions = player.act([states[i] for i in turn])
             for i, action in zip(turn, actions, strict=True):
                 states[i] = game.play(states[i], action)
+                moves[i].append(int(action))
         running = [i for i in running if states[i].winner is None]
     result = MatchResult(a=a.name, b=b.name)
     for i, state in enumerate(states):
@@ -69,4 +95,29 @@ def play_match(game: Game, a: Player, b: Player, games: int) -> MatchResult:
         else:
             result.losses += 1
             result.losses_first += int(a_seat[i] == 0)
+    result.distinct = len({tuple(line) for line in moves})
     return result
+
+
+def random_opening(
+    game: Game, plies: int, rng: np.random.Generator, avoid: set[tuple[int, ...]] = frozenset()
+) -> list[int]:
+    """`plies` uniformly random legal moves from the start that leave the game running, not
+    one of `avoid` while fresh ones turn up (after 100 draws a repeat is accepted)."""
+    repeat: list[int] | None = None
+    for attempt in range(1000):
+        state, line = game.initial_state(), []
+        while len(line) < plies and state.winner is None:
+            action = int(rng.choice(np.flatnonzero(game.legal_mask(state))))
+            state = game.play(state, action)
+            line.append(action)
+        if state.winner is not None:
+            continue
+        if tuple(line) not in avoid:
+            return line
+        repeat = repeat or line
+        if attempt >= 100:
+            break
+    if repeat is None:
+        raise ValueError(f"no opening of {plies} plies leaves this game running")
+    return repeat
