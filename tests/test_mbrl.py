@@ -18,10 +18,11 @@ from payoff.algos.mbrl import (
     categorical_update,
     cem_update,
     elite_weights,
+    imagine,
     mppi_weights,
 )
 from payoff.core.errors import ConfigError, EnvError
-from payoff.models.dynamics import DynamicsEnsemble, EnsembleLinear, gaussian_nll
+from payoff.models.dynamics import DynamicsEnsemble, EnsembleLinear, TerminalValue, gaussian_nll
 from payoff.monitor.detectors import ModelExploitation, build_monitors
 
 torch.set_num_threads(1)  # small models; more threads fight over the shared cores
@@ -175,6 +176,41 @@ def test_risk_scores_the_mean_return_less_the_members_spread():
     torch.testing.assert_close(planner._score(member_returns), torch.tensor([[1.5, 4.0]]))
 
 
+def test_terminal_value_fits_the_discounted_return_of_a_two_state_chain():
+    # State 0 pays 1 and stays (V = 1 / (1 - 0.5) = 2); state 1 pays 1 and ends (V = 1).
+    torch.manual_seed(0)
+    value = TerminalValue(1, hidden=[16], gamma=0.5)
+    obs = torch.tensor([[0.0], [1.0]]).repeat(64, 1)
+    rewards = torch.ones(128)
+    terminated = torch.tensor([0.0, 1.0]).repeat(64)
+    optimizer = torch.optim.Adam(value.net.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    value.fit(obs, rewards, obs, terminated, optimizer, 1500, 32, rng, tau=0.05)
+    torch.testing.assert_close(
+        value(torch.tensor([[0.0], [1.0]])), torch.tensor([2.0, 1.0]), atol=0.1, rtol=0
+    )
+
+
+def test_imagined_returns_add_the_discounted_value_of_the_final_state_while_alive():
+    torch.manual_seed(0)
+    model = DynamicsEnsemble(2, 1, members=2, hidden=[4])
+    value = TerminalValue(2, hidden=[4], gamma=0.9)
+    obs = torch.randn(3, 2)
+    actions = torch.rand(3, 5, 4, 1)
+    plain, states = imagine(model, obs, actions)
+    with_value, _ = imagine(model, obs, actions, value=value)
+    # the same states; alive after 4 steps from each member's predicted end probability
+    alive = torch.ones(2, 15)
+    state = obs[:, None, :].expand(3, 5, 2).reshape(1, -1, 2).expand(2, -1, 2)
+    for t in range(4):
+        inputs = torch.cat([state, actions[:, :, t].reshape(1, 15, 1).expand(2, -1, -1)], -1)
+        mean, _ = model(inputs)
+        alive = alive * (1 - mean[..., 3].clamp(0, 1))
+        state = state + mean[..., :2]
+    expected = plain + (0.9**4 * alive * value(states[-1].reshape(2, 15, 2))).reshape(2, 3, 5)
+    torch.testing.assert_close(with_value, expected)
+
+
 # ---- bad input ----------------------------------------------------------------------------
 def test_more_elites_than_population_is_a_config_error():
     with pytest.raises(ConfigError, match="elites 50 is more than planner.population 10"):
@@ -197,8 +233,11 @@ def test_gpu_device_is_refused_with_the_reason():
 
 
 # ---- resume -------------------------------------------------------------------------------
-def test_resume_continues_exactly(tmp_path):
-    agent = MBRL("Pendulum-v1", **{**TINY, "total_steps": 40}).learn()
+@pytest.mark.parametrize("value", [False, True], ids=["plain", "terminal-value"])
+def test_resume_continues_exactly(tmp_path, value):
+    extra = {"value": {"enabled": True, "fit_steps": 5, "hidden": [8]}} if value else {}
+    agent = MBRL("Pendulum-v1", **{**TINY, "total_steps": 40, **extra}).learn()
+    assert any("value/td_loss" in r for r in agent.history) == value
     path = agent.save(tmp_path / "mbrl.safetensors")
     resumed = MBRL.load(path)
     assert resumed.fits == agent.fits and len(resumed.store) == len(agent.store) == 40
@@ -209,6 +248,8 @@ def test_resume_continues_exactly(tmp_path):
     for a, b in zip(agent.model.parameters(), resumed.model.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert agent.model_errors == resumed.model_errors
+    for a, b in zip(agent.value.parameters(), resumed.value.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def test_discrete_actions_plan_on_cartpole():

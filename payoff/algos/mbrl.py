@@ -55,7 +55,7 @@ from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
-from payoff.models.dynamics import DynamicsEnsemble, model_io
+from payoff.models.dynamics import DynamicsEnsemble, TerminalValue, model_io
 from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
@@ -116,13 +116,15 @@ def imagine(
     obs: torch.Tensor,
     action_inputs: torch.Tensor,
     generator: torch.Generator | None = None,
+    value: TerminalValue | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Roll action sequences through every member of the ensemble.
 
     obs [B, o]; action_inputs [B, P, H, a] (Box actions, or one-hot discrete ones).
     With a generator, each member samples its next state and reward from its Gaussian
     (trajectory sampling, TS-inf: a particle stays with its member); without, it follows
-    its mean. Returns the imagined returns [E, B, P] and states [H, E, B, P, o].
+    its mean. With a value, each return also gets gamma^H * V(the state it ends in) while
+    still alive. Returns the imagined returns [E, B, P] and states [H, E, B, P, o].
     """
     members, o = model.members, model.obs_dim
     batch, population, horizon, _ = action_inputs.shape
@@ -142,6 +144,8 @@ def imagine(
         alive = alive * (1.0 - mean[..., o + 1].clamp(0.0, 1.0))
         state = state + sample[..., :o]
         states.append(state.reshape(members, batch, population, o))
+    if value is not None:
+        total = total + value.gamma**horizon * alive * value(state)
     return total.reshape(members, batch, population), torch.stack(states)
 
 
@@ -181,6 +185,27 @@ class PlannerConfig:
 
 
 @dataclass
+class ValueKeys:
+    """A learned terminal value (payoff.models.dynamics.TerminalValue): the planner adds
+    gamma^horizon * V(the imagined final state) to each sequence's return, so it sees past
+    its horizon. Fitted by TD(0) on the real transitions at every model refit.
+
+    enabled: off by default (PETS plans on the horizon's return alone).
+    gamma: the value's discount. hidden: its MLP's widths (tanh).
+    fit_steps / batch_size / learning_rate: its Adam steps per refit.
+    tau: how fast its target copy follows (Polyak, per step).
+    """
+
+    enabled: bool = False
+    gamma: float = field(default=0.99, metadata=in_range(0, 1, low_open=True, high_open=True))
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    fit_steps: int = field(default=200, metadata=in_range(1))
+    batch_size: int = field(default=256, metadata=in_range(1))
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    tau: float = field(default=0.01, metadata=in_range(0, 1, low_open=True))
+
+
+@dataclass
 class ExploitationKeys(ModelExploitationConfig):
     """The model_exploitation monitor's settings (ModelExploitationConfig), and whether the
     run gets it (enabled)."""
@@ -201,6 +226,7 @@ class MBRLConfig(AgentKeys):
     learning_rate / weight_decay: the model's Adam (weight decay as L2 on the weights).
     fit_steps: gradient steps per refit. batch_size: transitions per member per step.
     planner: see PlannerConfig.
+    value: a learned terminal value for the planner (see ValueKeys; off by default).
     multistep_horizon: the longest open-loop horizon of the model-error diagnostic
         (model/open_loop_mse_hK): the model predicts K steps from a real state with the real
         actions, without seeing the states in between.
@@ -223,6 +249,7 @@ class MBRLConfig(AgentKeys):
     fit_steps: int = field(default=300, metadata=in_range(1))
     batch_size: int = 256
     planner: PlannerConfig = field(default_factory=PlannerConfig)
+    value: ValueKeys = field(default_factory=ValueKeys)
     multistep_horizon: int = field(default=10, metadata=in_range(1))
     exploitation: ExploitationKeys = field(default_factory=ExploitationKeys)
     stop_at_return: float | None = None
@@ -305,9 +332,13 @@ class Planner:
     search's start (warm start)."""
 
     def __init__(
-        self, model: DynamicsEnsemble, action_space: gym.Space, config: PlannerConfig
+        self,
+        model: DynamicsEnsemble,
+        action_space: gym.Space,
+        config: PlannerConfig,
+        value: TerminalValue | None = None,
     ) -> None:
-        self.model, self.config = model, config
+        self.model, self.config, self.value = model, config, value
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
@@ -351,7 +382,8 @@ class Planner:
                     probs.reshape(-1, self.num_actions), c.population, True, generator=generator
                 )  # [B * H, P]
                 samples = samples.reshape(batch, c.horizon, c.population).transpose(1, 2)
-                returns = self._score(imagine(self.model, obs, self._inputs(samples), noise)[0])
+                imagined = imagine(self.model, obs, self._inputs(samples), noise, self.value)
+                returns = self._score(imagined[0])
                 weights = (
                     elite_weights(returns, c.elites)
                     if c.method == "cem"
@@ -370,7 +402,7 @@ class Planner:
                 samples = torch.maximum(
                     torch.minimum(mean[:, None] + std[:, None] * steps, self.high), self.low
                 )  # [B, P, H, A]
-                returns = self._score(imagine(self.model, obs, samples, noise)[0])  # [B, P]
+                returns = self._score(imagine(self.model, obs, samples, noise, self.value)[0])
                 if c.method == "cem":
                     mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
                 else:
@@ -423,6 +455,8 @@ class MBRL(Agent):
         "fitted_size",
         "gap_cursor",
         "model_errors",
+        "value",
+        "value_optimizer",
     )
 
     def setup(self) -> None:
@@ -475,7 +509,10 @@ class MBRL(Agent):
             self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
         self.store = TransitionStore(obs_dim, action_dim)
-        self.planner = Planner(self.model, self.action_space, config.planner)
+        keys = config.value
+        self.value = TerminalValue(obs_dim, keys.hidden, keys.gamma)
+        self.value_optimizer = torch.optim.Adam(self.value.net.parameters(), lr=keys.learning_rate)
+        self.planner = self._planner()
         self.fits = 0  # model refits so far
         self.fitted_size = 0  # transitions the model was last fitted on
         self.gap_cursor = 0  # first transition whose planned-vs-realized window is not scored
@@ -502,7 +539,7 @@ class MBRL(Agent):
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.ndim == 1
         if not hasattr(self, "_predict_planner"):
-            self._predict_planner = Planner(self.model, self.action_space, self.config.planner)
+            self._predict_planner = self._planner()
         actions, _ = self._predict_planner.plan(
             torch.from_numpy(obs[None] if single else obs), self.generator
         )
@@ -512,13 +549,17 @@ class MBRL(Agent):
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """The planner on `episodes` fresh episodes of the real env, all planned in one batch."""
         seed = self.config.seed + 1_000_000 if seed is None else seed
-        planner = Planner(self.model, self.action_space, self.config.planner)
+        planner = self._planner()
         generator = torch.Generator().manual_seed(seed)
 
         def act(obs: torch.Tensor) -> np.ndarray:
             return self._act_space(planner.plan(obs.float(), generator)[0])
 
         return evaluate_batched(self.config.env, act, episodes, seed, "sync")
+
+    def _planner(self) -> Planner:
+        value = self.value if self.config.value.enabled else None
+        return Planner(self.model, self.action_space, self.config.planner, value)
 
     def _model_input(self, action: Any) -> np.ndarray:
         if self.planner.discrete:
@@ -582,6 +623,22 @@ class MBRL(Agent):
         record["model/train_loss"] = self.model.fit(
             inputs, targets, self.optimizer, config.fit_steps, config.batch_size, self.rng
         )
+        keys = config.value
+        if keys.enabled:
+            n = store.size
+            record["value/td_loss"] = self.value.fit(
+                torch.from_numpy(store.obs[:n]),
+                torch.from_numpy(store.rewards[:n]),
+                torch.from_numpy(store.next_obs[:n]),
+                torch.from_numpy(store.terminated[:n]),
+                self.value_optimizer,
+                keys.fit_steps,
+                keys.batch_size,
+                self.rng,
+                keys.tau,
+            )
+            with torch.no_grad():
+                record["value/mean"] = float(self.value(torch.from_numpy(store.obs[:n])).mean())
         self.fits += 1
         self.fitted_size = store.size
         record["model/fits"] = float(self.fits)

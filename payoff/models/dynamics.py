@@ -34,6 +34,7 @@ from torch.nn import functional as F
 
 from payoff.core.errors import ConfigError
 from payoff.models.continuous import EnsembleLinear
+from payoff.models.mlp import mlp
 
 LOG_2PI = math.log(2.0 * math.pi)
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -221,3 +222,79 @@ class DynamicsEnsemble(nn.Module):
             "obs_mse": float(error[:, : self.obs_dim].mean()),
             "reward_mse": float(error[:, self.obs_dim].mean()),
         }
+
+
+class TerminalValue(nn.Module):
+    """V(s): the discounted return expected from a state, for the end of a planned sequence.
+
+    A planner that imagines H steps cannot see what comes after them (CartPole's cart
+    drifting to the edge over a hundred steps; the last part of a swing-up). V, fitted on the
+    real transitions, scores the state a plan ends in, so the search prefers sequences that
+    leave the system where the data say the future is good. It is fitted by temporal
+    differences against a slowly following copy of itself (fitted value iteration of the
+    policy that collected the data):
+
+        V(s) <- r + gamma * (1 - terminated) * V_target(s')    (time limits bootstrap)
+
+    The network predicts (1 - gamma) V, in the reward's units, so its outputs stay small
+    whatever the horizon 1 / (1 - gamma); observations are normalized by the data's mean
+    and std (buffers, so they travel with the weights).
+    """
+
+    def __init__(
+        self, obs_dim: int, hidden: list[int] | tuple[int, ...] = (64, 64), gamma: float = 0.99
+    ):
+        super().__init__()
+        self.gamma = gamma
+        self.net = mlp(obs_dim, list(hidden), 1, "tanh", 1.0)
+        self.target = mlp(obs_dim, list(hidden), 1, "tanh", 1.0)
+        self.target.load_state_dict(self.net.state_dict())
+        self.target.requires_grad_(False)
+        self.register_buffer("obs_mean", torch.zeros(obs_dim))
+        self.register_buffer("obs_std", torch.ones(obs_dim))
+
+    def _scaled(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        return net((obs - self.obs_mean) / self.obs_std)[..., 0]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) for obs [..., o] -> [...]."""
+        return self._scaled(self.net, obs) / (1.0 - self.gamma)
+
+    def fit(
+        self,
+        obs: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        steps: int,
+        batch_size: int,
+        rng: np.random.Generator,
+        tau: float = 0.01,
+    ) -> float:
+        """`steps` TD(0) steps on minibatches of the transitions [N, ...]; the target copy
+        follows by Polyak averaging (`tau` per step). Returns the mean squared TD error
+        (in (1 - gamma)-scaled reward units) of the last 10% of steps."""
+        with torch.no_grad():
+            self.obs_mean.copy_(obs.mean(0))
+            std = obs.std(0) if len(obs) > 1 else torch.ones(obs.shape[1:])
+            self.obs_std.copy_(torch.where(std < 1e-6, torch.ones_like(std), std))
+        n, size = len(obs), min(batch_size, len(obs))
+        g = self.gamma
+        losses = []
+        for _ in range(steps):
+            index = torch.from_numpy(rng.integers(0, n, size=size))
+            with torch.no_grad():
+                following = self._scaled(self.target, next_obs[index])
+                target = (1 - g) * rewards[index] + g * (1 - terminated[index]) * following
+            loss = (self._scaled(self.net, obs[index]) - target).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                for mine, theirs in zip(
+                    self.net.parameters(), self.target.parameters(), strict=True
+                ):
+                    theirs.lerp_(mine, tau)
+            losses.append(float(loss.detach()))
+        return float(np.mean(losses[-max(1, steps // 10) :]))
