@@ -103,7 +103,7 @@ def sb3_stop_callback(every: int, target: float, seed: int, env_id: str = "CartP
     return SolveCallback()
 
 
-def sb3_ppo(env_id: str, p: dict[str, Any], seed: int, **extra: Any) -> Any:
+def sb3_ppo(env_id: str, p: dict[str, Any], seed: int, device: str = "cpu", **extra: Any) -> Any:
     """SB3's PPO on `p["n_envs"]` DummyVecEnv copies of env_id with rl-zoo's settings `p`."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -118,7 +118,7 @@ def sb3_ppo(env_id: str, p: dict[str, Any], seed: int, **extra: Any) -> Any:
         gamma=p["gamma"],
         ent_coef=p["ent_coef"],
         seed=seed,
-        device="cpu",
+        device=device,
         **extra,
     )
 

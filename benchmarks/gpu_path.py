@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cartpole_vs_sb3 import SB3_PPO  # noqa: E402
+from benchmarks.cartpole_vs_sb3 import SB3_PPO, sb3_ppo  # noqa: E402
 from benchmarks.common import markdown_table, write_section  # noqa: E402
 from benchmarks.continuous_vs_sb3 import SB3_SETTINGS  # noqa: E402
 
@@ -52,23 +52,8 @@ def run_payoff(recipe: str, steps: int, device: str) -> float:
 
 def run_sb3(algo: str, env_id: str, steps: int, device: str) -> float:
     if algo == "ppo":
-        from stable_baselines3 import PPO
-        from stable_baselines3.common.env_util import make_vec_env
-
         p = SB3_PPO
-        model = PPO(
-            "MlpPolicy",
-            make_vec_env(env_id, n_envs=p["n_envs"], seed=0),
-            n_steps=p["n_steps"],
-            batch_size=p["batch_size"],
-            n_epochs=p["n_epochs"],
-            gae_lambda=p["gae_lambda"],
-            gamma=p["gamma"],
-            ent_coef=p["ent_coef"],
-            learning_rate=p["learning_rate"],
-            seed=0,
-            device=device,
-        )
+        model = sb3_ppo(env_id, p, 0, device, learning_rate=p["learning_rate"])
     else:
         from stable_baselines3 import SAC
 
