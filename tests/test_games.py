@@ -149,3 +149,5 @@ def test_random_openings_make_a_match_of_deterministic_players_distinct() -> Non
     assert "5 distinct games" in result.line()
     # Only 7 one-ply openings exist: asking for more pairs repeats some rather than failing.
     assert play_match(game, player, player, 20, openings=1, seed=0).distinct == 7
+    with pytest.raises(ConfigError, match="openings 9: no 9 random plies"):
+        play_match(make_game("tictactoe"), player, player, 2, openings=9)

@@ -11,10 +11,12 @@ side once; `distinct` counts the different move sequences the match actually pla
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from payoff.core.errors import ConfigError
 from payoff.envs.games.base import DRAW, Game, GameState
 from payoff.envs.games.players import Player
 
@@ -100,7 +102,10 @@ def play_match(
 
 
 def random_opening(
-    game: Game, plies: int, rng: np.random.Generator, avoid: set[tuple[int, ...]] = frozenset()
+    game: Game,
+    plies: int,
+    rng: np.random.Generator,
+    avoid: AbstractSet[tuple[int, ...]] = frozenset(),
 ) -> list[int]:
     """`plies` uniformly random legal moves from the start that leave the game running, not
     one of `avoid` while fresh ones turn up (after 100 draws a repeat is accepted)."""
@@ -119,5 +124,8 @@ def random_opening(
         if attempt >= 100:
             break
     if repeat is None:
-        raise ValueError(f"no opening of {plies} plies leaves this game running")
+        raise ConfigError(
+            f"openings {plies}: no {plies} random plies that leave the game running were "
+            f"found in 1000 tries; use fewer opening plies"
+        )
     return repeat
