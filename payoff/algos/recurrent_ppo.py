@@ -62,10 +62,12 @@ class RecurrentPPOConfig(PPOConfig):
         learns slower.
     minibatch_size: steps per gradient step, in whole sequences: a multiple of
         sequence_length, at most num_envs * num_steps.
-    Not supported: continuous actions, backend ray, init_from.
+    Not supported: continuous actions, backend ray, init_from, fast_backward (PPO's
+    hand-derived gradients are for feed-forward MLPs; the GRU's come from autograd).
     """
 
     hidden: list[int] = field(default_factory=lambda: [64])
+    fast_backward: bool = False
     rnn_hidden: int = 64
     sequence_length: int | None = None
 
@@ -88,6 +90,11 @@ class RecurrentPPOConfig(PPOConfig):
             raise ConfigError(
                 f"recurrent_ppo collects rollouts locally only (backend 'local'), got "
                 f"{self.backend!r}"
+            )
+        if self.fast_backward:
+            raise ConfigError(
+                "recurrent_ppo has no fast_backward: PPO's hand-derived gradients are for "
+                "feed-forward MLPs, the GRU's come from autograd; leave fast_backward unset"
             )
         if self.init_from:
             raise ConfigError(
