@@ -626,8 +626,9 @@ class MBRL(Agent):
         keys = config.value
         if keys.enabled:
             n = store.size
+            seen = torch.from_numpy(store.obs[:n])
             record["value/td_loss"] = self.value.fit(
-                torch.from_numpy(store.obs[:n]),
+                seen,
                 torch.from_numpy(store.rewards[:n]),
                 torch.from_numpy(store.next_obs[:n]),
                 torch.from_numpy(store.terminated[:n]),
@@ -638,7 +639,7 @@ class MBRL(Agent):
                 keys.tau,
             )
             with torch.no_grad():
-                record["value/mean"] = float(self.value(torch.from_numpy(store.obs[:n])).mean())
+                record["value/mean"] = float(self.value(seen).mean())
         self.fits += 1
         self.fitted_size = store.size
         record["model/fits"] = float(self.fits)

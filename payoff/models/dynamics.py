@@ -277,8 +277,7 @@ class TerminalValue(nn.Module):
         (in (1 - gamma)-scaled reward units) of the last 10% of steps."""
         with torch.no_grad():
             self.obs_mean.copy_(obs.mean(0))
-            std = obs.std(0) if len(obs) > 1 else torch.ones(obs.shape[1:])
-            self.obs_std.copy_(torch.where(std < 1e-6, torch.ones_like(std), std))
+            self.obs_std.copy_(DynamicsEnsemble._std(obs))
         n, size = len(obs), min(batch_size, len(obs))
         g = self.gamma
         losses = []
