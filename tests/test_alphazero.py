@@ -234,3 +234,28 @@ def test_colour_plane_tells_the_network_who_moved_first(game_name: str, kind: st
     assert logits.shape == (2, game.num_actions) and values.shape == (2,)
     colour = seen[0].reshape(2, 3, -1)[:, 2]  # conv input [2, 3, H, W] or the flat mlp input
     assert (colour[0] == 1).all() and (colour[1] == 0).all()  # first player to move, then not
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_selfplay_openings_start_games_off_the_searched_lines(workers: int) -> None:
+    """selfplay_openings k: each game's first stored position has 0..k stones, not always 0;
+    the random plies are not stored, so there are fewer positions than from the empty board."""
+    config = {**TINY, "games_per_iteration": 24, "gate_games": 0, "eval_games": 0}
+    config.update(final_eval_games=0, workers=workers)
+    plain = AlphaZero(iterations=1, **config).learn()
+    opened = AlphaZero(iterations=1, selfplay_openings=3, **config).learn()
+    assert opened.history[-1]["selfplay/games"] == 24
+
+    def first_stones(agent: AlphaZero) -> list[int]:
+        n = agent.replay.size
+        planes = agent.replay.planes[:n:8]  # one of each position's 8 symmetries
+        stones = planes[:, :2].sum(axis=(1, 2, 3)).astype(int)
+        # a game's first stored position is where the stone count does not grow by one
+        return [int(s) for i, s in enumerate(stones) if i == 0 or s != stones[i - 1] + 1]
+
+    assert set(first_stones(plain)) == {0}
+    starts = first_stones(opened)
+    assert len(starts) == 24 and set(starts) <= {0, 1, 2, 3} and len(set(starts)) >= 3
+    assert opened.replay.size < plain.replay.size
+    with pytest.raises(ConfigError, match="selfplay_openings"):
+        AlphaZero(iterations=1, selfplay_openings=-1, **config)

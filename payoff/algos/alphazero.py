@@ -94,6 +94,10 @@ class AlphaZeroConfig(RunKeys):
     temperature_moves: plies at the start of each self-play game sampled from the visit
         counts (temperature 1); later plies take the most visited move. Too few and all
         games look alike; too many and the targets are full of deliberate mistakes.
+    selfplay_openings: k > 0 starts each self-play game from 0 to k (uniformly) random
+        legal plies, which are not stored. Search-guided openings soon settle on a few
+        lines, and a network that never saw anything else misjudges positions off them
+        (an opponent's odd move, or a final evaluation from random openings).
     net: network shape (kind resnet|mlp, channels, blocks, hidden).
     replay_size: positions kept (after symmetry augmentation); older ones are dropped.
         Trap: too large keeps stale targets from weak early networks around for long.
@@ -149,6 +153,7 @@ class AlphaZeroConfig(RunKeys):
         default_factory=lambda: MCTSConfig(simulations=50, dirichlet_alpha=1.0)
     )
     temperature_moves: int = 4
+    selfplay_openings: int = field(default=0, metadata=in_range(0))
     net: GameNetConfig = field(default_factory=lambda: GameNetConfig(kind="mlp", hidden=128))
     replay_size: int = 40_000
     batch_size: int = 256
@@ -229,7 +234,12 @@ class AlphaZero(Agent):
         self.last_evaluated: str | None = None
         # self-play workers (processes only while learning) and the league's matches
         self.pool = SelfPlayPool(
-            config.workers, self.game, self.best, config.mcts, config.temperature_moves
+            config.workers,
+            self.game,
+            self.best,
+            config.mcts,
+            config.temperature_moves,
+            config.selfplay_openings,
         )
 
     def spaces(self) -> dict[str, str]:
@@ -360,7 +370,9 @@ class AlphaZero(Agent):
         n = config.games_per_iteration
         if config.workers == 1:
             search = MCTS(game, network_evaluator(self.best, game), config.mcts, self.rng)
-            records = self_play_games(game, search, n, config.temperature_moves, self.rng)
+            records = self_play_games(
+                game, search, n, config.temperature_moves, self.rng, config.selfplay_openings
+            )
             stats = search.stats
             sims_per_s = stats.simulations_per_second
         else:

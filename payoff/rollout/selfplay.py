@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from payoff.core.errors import RunError
-from payoff.envs.games.arena import MatchResult, play_match
+from payoff.envs.games.arena import MatchResult, play_match, random_opening
 from payoff.models.game_nets import PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, SearchStats, select_action
 from payoff.rollout.network_players import Match, build_player, network_evaluator
@@ -39,14 +39,25 @@ GameRecord = tuple[list[tuple[np.ndarray, np.ndarray, int, float]], int]
 
 
 def self_play_games(
-    game: Any, search: MCTS, n: int, temperature_moves: int, rng: np.random.Generator
+    game: Any,
+    search: MCTS,
+    n: int,
+    temperature_moves: int,
+    rng: np.random.Generator,
+    opening_plies: int = 0,
 ) -> list[GameRecord]:
     """Play n games of the search against itself, side by side; returns them in order.
 
     The first `temperature_moves` plies of each game are sampled from the visit counts
-    (temperature 1); later plies take the most visited move.
+    (temperature 1); later plies take the most visited move. opening_plies > 0 starts each
+    game from a uniformly random number (0 to opening_plies) of uniformly random legal
+    plies; those plies were not searched, so they are not stored.
     """
     states = [game.initial_state() for _ in range(n)]
+    if opening_plies:
+        for i in range(n):
+            for action in random_opening(game, int(rng.integers(opening_plies + 1)), rng):
+                states[i] = game.play(states[i], action)
     history: list[list[tuple[np.ndarray, np.ndarray, int, float]]] = [[] for _ in range(n)]
     running = list(range(n))
     while running:
@@ -91,12 +102,20 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def _worker_start(game: Any, net: PolicyValueNet, mcts: MCTSConfig, temperature_moves: int) -> None:
+def _worker_start(
+    game: Any, net: PolicyValueNet, mcts: MCTSConfig, temperature_moves: int, opening_plies: int
+) -> None:
     """Runs once in each new worker process."""
     ignore_ctrl_c_in_worker()
     torch.set_num_threads(1)
     net.eval()
-    _WORKER.update(game=game, net=net, mcts=mcts, temperature_moves=temperature_moves)
+    _WORKER.update(
+        game=game,
+        net=net,
+        mcts=mcts,
+        temperature_moves=temperature_moves,
+        opening_plies=opening_plies,
+    )
 
 
 def _worker_play(
@@ -107,7 +126,9 @@ def _worker_play(
     net.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     rng = np.random.default_rng(list(seed))
     search = MCTS(game, network_evaluator(net, game), _WORKER["mcts"], rng)
-    records = self_play_games(game, search, n, _WORKER["temperature_moves"], rng)
+    records = self_play_games(
+        game, search, n, _WORKER["temperature_moves"], rng, _WORKER["opening_plies"]
+    )
     stats = search.stats
     return (
         (records, (stats.simulations, stats.evaluations, stats.batches)),
@@ -140,9 +161,11 @@ class SelfPlayPool:
         net: PolicyValueNet,
         mcts: MCTSConfig,
         temperature_moves: int,
+        opening_plies: int = 0,
     ):
         self.processes, self.game, self.net = processes, game, net
         self.mcts, self.temperature_moves = mcts, temperature_moves
+        self.opening_plies = opening_plies
         self.cpu_seconds: dict[int, float] = {}  # worker pid -> its CPU seconds so far
         self._executor: ProcessPoolExecutor | None = None
 
@@ -201,7 +224,7 @@ class SelfPlayPool:
                 max_workers=self.processes,
                 mp_context=_worker_context(),
                 initializer=_worker_start,
-                initargs=(self.game, net, self.mcts, self.temperature_moves),
+                initargs=(self.game, net, self.mcts, self.temperature_moves, self.opening_plies),
             )
         futures = [self._executor.submit(*job) for job in jobs]
         results = []
