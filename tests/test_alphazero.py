@@ -259,3 +259,20 @@ def test_selfplay_openings_start_games_off_the_searched_lines(workers: int) -> N
     assert opened.replay.size < plain.replay.size
     with pytest.raises(ConfigError, match="selfplay_openings"):
         AlphaZero(iterations=1, selfplay_openings=-1, **config)
+
+
+def test_evaluate_plays_from_the_final_evaluations_openings(monkeypatch) -> None:
+    import payoff.algos.alphazero as module
+
+    seen: list[tuple[int, int]] = []
+
+    def recording(game, a, b, games, openings=0, seed=0):
+        result = play_match(game, a, b, games, openings, seed)
+        seen.append((openings, result.distinct))
+        return result
+
+    agent = AlphaZero(iterations=1, **{**TINY, "final_eval_openings": 2})
+    monkeypatch.setattr(module, "play_match", recording)
+    result = agent.evaluate(episodes=8, seed=3)
+    assert result.episodes == 8
+    assert seen[0][0] == 2 and seen[0][1] >= 4  # 4 distinct 2-ply openings, both colours

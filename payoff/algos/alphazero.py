@@ -518,7 +518,8 @@ class AlphaZero(Agent):
         """The best network against the last baseline; return +1 win / 0 draw / -1 loss.
 
         success_rate is the share of games not lost (against a perfect player a draw is
-        the best possible result).
+        the best possible result). Games start from `final_eval_openings` random plies, as
+        the final evaluation's do (other openings: they are drawn from `seed`).
         """
         seed = self.config.seed + 1_000_000 if seed is None else seed
         baseline = self.config.baselines[-1]
@@ -527,6 +528,8 @@ class AlphaZero(Agent):
             self.player(seed=seed),
             make_player(baseline, self.game, seed + 1),
             episodes,
+            self.config.final_eval_openings,
+            seed,
         )
         return eval_result(result)
 
