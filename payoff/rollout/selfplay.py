@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from payoff.core.errors import RunError
-from payoff.envs.games.arena import MatchResult, play_match, random_opening
+from payoff.envs.games.arena import MatchResult, play_line, play_match, random_opening
 from payoff.models.game_nets import PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, SearchStats, select_action
 from payoff.rollout.network_players import Match, build_player, network_evaluator
@@ -53,11 +53,12 @@ def self_play_games(
     game from a uniformly random number (0 to opening_plies) of uniformly random legal
     plies; those plies were not searched, so they are not stored.
     """
-    states = [game.initial_state() for _ in range(n)]
-    if opening_plies:
-        for i in range(n):
-            for action in random_opening(game, int(rng.integers(opening_plies + 1)), rng):
-                states[i] = game.play(states[i], action)
+    states = [
+        play_line(game, random_opening(game, int(rng.integers(opening_plies + 1)), rng))
+        if opening_plies
+        else game.initial_state()
+        for _ in range(n)
+    ]
     history: list[list[tuple[np.ndarray, np.ndarray, int, float]]] = [[] for _ in range(n)]
     running = list(range(n))
     while running:

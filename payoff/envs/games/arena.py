@@ -67,8 +67,7 @@ def play_match(
             line = random_opening(game, openings, rng, used)
             used.add(tuple(line))
             for i in range(pair, min(pair + 2, games)):
-                for action in line:
-                    states[i] = game.play(states[i], action)
+                states[i] = play_line(game, line)
                 moves[i] = list(line)
     a_seat = [0 if i % 2 == 0 else 1 for i in range(games)]  # which side A plays in game i
     running = [i for i in range(games)]
@@ -99,6 +98,14 @@ def play_match(
             result.losses_first += int(a_seat[i] == 0)
     result.distinct = len({tuple(line) for line in moves})
     return result
+
+
+def play_line(game: Game, line: list[int]) -> GameState:
+    """The position after playing `line` from the start."""
+    state = game.initial_state()
+    for action in line:
+        state = game.play(state, action)
+    return state
 
 
 def random_opening(
