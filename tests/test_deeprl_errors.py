@@ -117,6 +117,16 @@ def _train_metrics(history):
     "cls, config",
     [
         (PPO, {"num_envs": 4, "num_steps": 64, "minibatch_size": 64, "epochs": 2}),
+        (
+            PPO,
+            {
+                "num_envs": 4,
+                "num_steps": 64,
+                "minibatch_size": 64,
+                "epochs": 2,
+                "numpy_fast_path": True,
+            },
+        ),
         (A2C, {"num_envs": 4, "num_steps": 8}),
         (
             DQN,

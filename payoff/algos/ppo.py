@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import torch
 
 from payoff.algos.shared.advantages import normalize
@@ -32,6 +33,7 @@ from payoff.algos.shared.policy_loss import (
 from payoff.core.errors import ConfigError
 from payoff.core.schedules import Schedule
 from payoff.models.mlp import CategoricalActor, Critic
+from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -57,6 +59,12 @@ class PPOConfig(OnPolicyConfig):
         Critic.value_loss_backward, derived by hand in payoff.models (bitwise the same as
         autograd's, tested), where they apply: CPU, discrete actions, ReLU/Tanh MLPs and
         clip_value null; elsewhere, or false, autograd computes them.
+    numpy_fast_path: sample the rollout's actions and run each minibatch step (forward,
+        losses, gradients, clip, Adam) in NumPy (payoff.models.numpy_ac), where it applies:
+        CPU, discrete actions, Box observations for the sampler, tanh/ReLU MLPs, clip_value
+        null. ~4x faster per minibatch for 64-64 networks at minibatch 64. Equal to the
+        torch path to float32 rounding, not bit for bit, so a seed's run differs from the
+        same seed without it.
     """
 
     gae_lambda: float = 0.95
@@ -69,6 +77,7 @@ class PPOConfig(OnPolicyConfig):
     vf_coef: float = 0.5
     target_kl: float | None = None
     fast_backward: bool = True
+    numpy_fast_path: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -99,6 +108,28 @@ class PPO(OnPolicyAlgorithm):
             and isinstance(self.critic, Critic)
             and self.critic.fast_value_backward
         )
+        self._numpy_ac: NumpyActorCritic | None = None
+
+    @property
+    def numpy_ac(self) -> NumpyActorCritic | None:
+        """The NumPy minibatch step (numpy_fast_path) over the current networks and optimizer,
+        or None where it does not apply. Rebuilt when init_policy made a new optimizer."""
+        if not self.config.numpy_fast_path or self.config.clip_value is not None:
+            return None
+        current = self._numpy_ac
+        if current is None or current.flat is not self.flat:
+            if not NumpyActorCritic.supports(self.actor, self.critic, self.flat, self.optimizer):
+                return None
+            assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
+            current = NumpyActorCritic(self.actor, self.critic, self.flat, self.optimizer)
+            self._numpy_ac = current
+        return current
+
+    def rollout_sampler(self) -> Any:
+        if self.numpy_ac is not None and NumpyRolloutSampler.supports(self.actor):
+            assert isinstance(self.actor, CategoricalActor)
+            return NumpyRolloutSampler(self.actor, self.config.num_steps, self.runner.num_envs)
+        return super().rollout_sampler()
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:
         config = self.config
@@ -114,6 +145,19 @@ class PPO(OnPolicyAlgorithm):
         if batch <= config.minibatch_size and normalize_per_minibatch:
             # One minibatch holds the whole rollout: normalize once, not once per epoch.
             advantages, normalize_per_minibatch = normalize(advantages), False
+        numpy_ac = self.numpy_ac
+        if numpy_ac is not None:
+            return self._update_numpy(
+                numpy_ac,
+                rollout.obs,
+                rollout.actions,
+                rollout.old_logprobs,
+                advantages,
+                returns,
+                clip,
+                normalize_per_minibatch,
+                rollout.old_values,
+            )
         fields = (
             rollout.obs,
             rollout.actions,
@@ -191,6 +235,78 @@ class PPO(OnPolicyAlgorithm):
                 break
 
         pg, v, ent, kl, clipfrac = torch.stack(stats).mean(0).tolist()
+        return self._metrics_from(pg, v, ent, kl, clipfrac, clip, rollout.old_values, returns)
+
+    def _update_numpy(
+        self,
+        numpy_ac: NumpyActorCritic,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        clip: float,
+        normalize_per_minibatch: bool,
+        old_values: torch.Tensor,
+    ) -> dict[str, float]:
+        """`update`'s epochs and minibatches with each step in NumPy (numpy_fast_path): the
+        same shuffles (torch.randperm), minibatches and per-minibatch normalization."""
+        config = self.config
+        numpy_ac.pull()
+        fields = (
+            numpy_ac.encode(obs),
+            actions.numpy(),
+            old_logprobs.numpy(),
+            advantages.numpy(),
+            returns.numpy(),
+        )
+        batch, size = len(fields[1]), min(config.minibatch_size, len(fields[1]))
+        # Row r of a minibatch starts at r * num_actions in its flattened [B, A] log-probs.
+        row_offsets = (np.arange(batch) % size) * numpy_ac.num_actions
+        stats = []
+        for _ in range(config.epochs):
+            if batch <= size:  # the mean gradient ignores order: no shuffle
+                x, acts, old, adv, ret = fields
+            else:
+                order = torch.randperm(batch).numpy()
+                x, acts, old, adv, ret = (f[order] for f in fields)
+            action_index = row_offsets + acts
+            if normalize_per_minibatch:
+                adv = _normalize_blocks(adv, size)
+            for start in range(0, batch, size):
+                end = start + size
+                stats.append(
+                    numpy_ac.ppo_step(
+                        x[start:end],
+                        action_index[start:end],
+                        old[start:end],
+                        adv[start:end],
+                        ret[start:end],
+                        clip,
+                        config.ent_coef,
+                        config.vf_coef,
+                        config.max_grad_norm,
+                        self.optimizer.lr,
+                    )
+                )
+            approx_kl = stats[-1][3]  # of the epoch's last minibatch, as in CleanRL
+            if config.target_kl is not None and float(approx_kl) > config.target_kl:
+                break
+        numpy_ac.push()
+        pg, v, ent, kl, clipfrac = np.mean(stats, axis=0).tolist()
+        return self._metrics_from(pg, v, ent, kl, clipfrac, clip, old_values, returns)
+
+    def _metrics_from(
+        self,
+        pg: float,
+        v: float,
+        ent: float,
+        kl: float,
+        clipfrac: float,
+        clip: float,
+        old_values: torch.Tensor,
+        returns: torch.Tensor,
+    ) -> dict[str, float]:
         metrics = {
             "train/policy_loss": pg,
             "train/value_loss": v,
@@ -198,11 +314,29 @@ class PPO(OnPolicyAlgorithm):
             "train/approx_kl": kl,
             "train/clip_fraction": clipfrac,
             "train/clip_range": clip,
-            "train/explained_variance": explained_variance(rollout.old_values, returns),
+            "train/explained_variance": explained_variance(old_values, returns),
         }
         if self.action_space.shape:
             metrics["train/std"] = float(self.actor.log_std.detach().exp().mean())  # type: ignore[operator]
         return metrics
+
+
+def _normalize_blocks(values: np.ndarray, size: int) -> np.ndarray:
+    """`normalize` (zero mean, unit unbiased std) applied to each consecutive block of
+    `size` (the minibatches of one epoch) at once; a last block of one value stays as is."""
+    out = np.empty_like(values)
+    full = len(values) // size * size
+    if full:
+        blocks = values[:full].reshape(-1, size)
+        mean = blocks.mean(axis=1, keepdims=True)
+        std = blocks.std(axis=1, ddof=1, keepdims=True)
+        out[:full].reshape(-1, size)[:] = (blocks - mean) / (std + 1e-8)
+    rest = values[full:]
+    if len(rest) > 1:
+        out[full:] = (rest - rest.mean()) / (rest.std(ddof=1) + 1e-8)
+    elif len(rest) == 1:
+        out[full:] = rest
+    return out
 
 
 ALGORITHM = PPO

@@ -353,11 +353,7 @@ class OnPolicyAlgorithm(Agent):
         Ray runner's workers sample for themselves): the same actions and log-probs, with
         the log-probs of the whole rollout computed in one call after it."""
         value_fn = self._values if self.critic is not None else None
-        sampler = (
-            self.actor.rollout_sampler(self.config.num_steps, self.runner.num_envs)
-            if isinstance(self.runner, VectorRunner)
-            else None
-        )
+        sampler = self.rollout_sampler() if isinstance(self.runner, VectorRunner) else None
         if sampler is None:
             self.runner.collect(self._policy_step, self.storage, value_fn)
             return
@@ -368,6 +364,10 @@ class OnPolicyAlgorithm(Agent):
 
         self.runner.collect(policy, self.storage, value_fn)
         self.storage.logprobs.copy_(sampler.logprobs())
+
+    def rollout_sampler(self) -> Any:
+        """The fast sampler for the next local rollout (the actor's), or None."""
+        return self.actor.rollout_sampler(self.config.num_steps, self.runner.num_envs)
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}

@@ -1,0 +1,358 @@
+"""PPO's minibatch step for a small categorical actor and its critic, in NumPy.
+
+For the 64-64 networks of classic control, a PPO minibatch of 64 is a few dozen tiny
+array operations, and what each costs is the call, not the arithmetic: torch dispatches
+one in ~5 us, NumPy in ~1 us. `lunarlander-ppo` takes 1,024 such steps per rollout, and
+through torch (gradients by hand, `CategoricalActor.surrogate_backward`) they cost as much
+CPU time as stepping the 16 Box2D envs. `NumpyActorCritic` runs the whole step (forward,
+the clipped surrogate, entropy and value losses, their gradients, the joint gradient-norm
+clip and Adam) as NumPy calls on float32 arrays:
+
+- The actor and the critic have the same hidden sizes, so they run side by side: each
+  layer's two weight matrices are one stacked [2, in, out] array, one batched matmul for
+  both networks. The critic's head is padded to the actor's width; its extra columns get
+  zero gradients, so Adam never moves them from zero.
+- Weights are stored transposed ([in, out]), the layout BLAS multiplies fastest from the
+  left, in one flat float32 buffer with the gradients and Adam's moments in three more.
+
+The torch modules stay the source of truth between updates: `pull()` copies their weights
+and FlatAdam's moments in (one gather), `push()` writes them back (one scatter), so
+checkpoints, saved policies, evaluation and the rollout see the ordinary modules. The
+arithmetic is autograd's and torch's Adam's, but summed in another order: results agree to
+float32 rounding (~1e-6 relative), not bit for bit (tests/test_numpy_ac.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from payoff.models.flat import FlatAdam, FlatParameters
+from payoff.models.mlp import CategoricalActor, Critic, _gumbel
+
+_F32 = np.float32
+
+
+def _linears(network: nn.Module) -> list[nn.Linear]:
+    return [layer for layer in network if isinstance(layer, nn.Linear)]
+
+
+class NumpyActorCritic:
+    """A CategoricalActor and Critic (same hidden sizes and activation, tanh or ReLU) with
+    FlatParameters/FlatAdam over actor then critic parameters, as PPO builds them."""
+
+    @staticmethod
+    def supports(actor: Any, critic: Any, flat: Any, optimizer: Any) -> bool:
+        """Whether these networks and optimizer are ones this class can run."""
+        if not (
+            isinstance(actor, CategoricalActor)
+            and isinstance(critic, Critic)
+            and isinstance(flat, FlatParameters)
+            and isinstance(optimizer, FlatAdam)
+            and optimizer.flat is flat
+            and actor.device.type == "cpu"
+            and actor.logits.backprop_by_hand
+            and critic.value.backprop_by_hand
+            and actor.activation in ("tanh", "relu")
+            and critic.activation == actor.activation
+            and critic.hidden == actor.hidden
+            and len(actor.hidden) >= 1
+            and critic.encoder.normalizer is actor.encoder.normalizer
+        ):
+            return False
+        expected = [*actor.parameters(), *critic.parameters()]
+        return len(expected) == len(flat.params) and all(
+            p is q for p, q in zip(expected, flat.params, strict=True)
+        )
+
+    def __init__(
+        self, actor: CategoricalActor, critic: Critic, flat: FlatParameters, optimizer: FlatAdam
+    ):
+        if not self.supports(actor, critic, flat, optimizer):
+            raise ValueError(
+                "NumpyActorCritic needs a CPU CategoricalActor and Critic with the same hidden "
+                "sizes and tanh/relu activation, flattened actor-then-critic into FlatParameters "
+                "with a FlatAdam"
+            )
+        self.actor, self.critic, self.flat, self.optimizer = actor, critic, flat, optimizer
+        self.tanh = actor.activation == "tanh"
+        actor_linears, critic_linears = _linears(actor.logits), _linears(critic.value)
+        self.num_actions = actor_linears[-1].out_features
+        # Stacked shapes: per layer W^T [2, in, out] and bias [2, 1, out]. The first layer's
+        # input is shared, so it is [2, in, out] too (broadcast against x [1, B, in]).
+        shapes: list[tuple[int, ...]] = []
+        for layer in actor_linears:
+            shapes += [(2, layer.in_features, layer.out_features), (2, 1, layer.out_features)]
+        sizes = [int(np.prod(s)) for s in shapes]
+        total = sum(sizes)
+        self.params = np.zeros(total, _F32)
+        self.grads = np.zeros(total, _F32)
+        self.exp_avg = np.zeros(total, _F32)
+        self.exp_avg_sq = np.zeros(total, _F32)
+        self.scratch = np.zeros(total, _F32)
+
+        def views(buffer: np.ndarray) -> list[np.ndarray]:
+            out, offset = [], 0
+            for shape, size in zip(shapes, sizes, strict=True):
+                out.append(buffer[offset : offset + size].reshape(shape))
+                offset += size
+            return out
+
+        self.weights, self.grad_views = views(self.params), views(self.grads)
+        # Where each element of the torch flat buffer (actor's W, b, ..., critic's W, b, ...)
+        # sits in the stacked buffer: torch W [out, in] is the stacked W^T's transpose; the
+        # critic's head [1, in] is column 0 of its padded [in, A].
+        positions = views(np.arange(total))
+        index: list[np.ndarray] = []
+        for side, linears in ((0, actor_linears), (1, critic_linears)):
+            for k, layer in enumerate(linears):
+                out_features = layer.out_features
+                index.append(positions[2 * k][side][:, :out_features].T.reshape(-1))
+                index.append(positions[2 * k + 1][side][0, :out_features].reshape(-1))
+        self.index = np.concatenate(index)
+        if len(self.index) != flat.leaf.numel():
+            raise ValueError("NumpyActorCritic: the flat buffer does not match the networks")
+        self.torch_params = flat.leaf.data.numpy()
+        self.torch_exp_avg = optimizer.exp_avg.numpy()
+        self.torch_exp_avg_sq = optimizer.exp_avg_sq.numpy()
+        self._grad_out: np.ndarray | None = None  # [2, B, A], reused while B is the same
+
+    # ---- to and from the torch modules ------------------------------------------------
+    def pull(self) -> None:
+        """Copy the modules' weights and the optimizer's moments in."""
+        self.params[self.index] = self.torch_params
+        self.exp_avg[self.index] = self.torch_exp_avg
+        self.exp_avg_sq[self.index] = self.torch_exp_avg_sq
+
+    def push(self) -> None:
+        """Write the weights and moments back into the modules and FlatAdam."""
+        self.torch_params[:] = self.params[self.index]
+        self.torch_exp_avg[:] = self.exp_avg[self.index]
+        self.torch_exp_avg_sq[:] = self.exp_avg_sq[self.index]
+
+    def encode(self, obs: torch.Tensor) -> np.ndarray:
+        """The networks' input for a batch of observations (one-hot, normalized): [B, in]."""
+        with torch.inference_mode():
+            return np.ascontiguousarray(self.actor.encoder.forward(obs).numpy(), dtype=_F32)
+
+    # ---- one minibatch ------------------------------------------------------------------
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Both networks on x [B, in]: their stacked outputs [2, B, A] (actor's logits,
+        critic's value in column 0) and each layer's input (what the backward needs)."""
+        inputs = [x]
+        h: np.ndarray = x[None]  # [1, B, in], broadcast over the two networks
+        last = len(self.weights) // 2 - 1
+        for k in range(last + 1):
+            weight_t, bias = self.weights[2 * k], self.weights[2 * k + 1]
+            h = np.matmul(h, weight_t)  # [2, B, out]
+            h += bias
+            if k < last:
+                if self.tanh:
+                    np.tanh(h, out=h)
+                else:
+                    np.maximum(h, 0, out=h)
+                inputs.append(h)
+        return h, inputs
+
+    def backward(self, inputs: list[np.ndarray], grad_out: np.ndarray) -> None:
+        """Gradients of the loss into self.grads, given its gradient [2, B, A] with respect to
+        `forward`'s output: per layer dW^T = input^T g, db = sum over rows of g, then
+        g W times the activation's derivative read from its output (tanh 1 - out^2, ReLU
+        1[out > 0])."""
+        g = grad_out
+        for k in range(len(inputs) - 1, -1, -1):
+            layer_input = inputs[k]
+            if k == 0:  # the shared input x [B, in]
+                np.matmul(layer_input.T, g, out=self.grad_views[0])
+            else:
+                np.matmul(layer_input.transpose(0, 2, 1), g, out=self.grad_views[2 * k])
+            np.add.reduce(g, axis=1, keepdims=True, out=self.grad_views[2 * k + 1])
+            if k == 0:
+                break
+            g = np.matmul(g, self.weights[2 * k].transpose(0, 2, 1))  # [2, B, in]
+            if self.tanh:
+                derivative = np.square(layer_input)
+                np.subtract(1, derivative, out=derivative)
+                g *= derivative
+            else:
+                g *= layer_input > 0
+
+    def ppo_step(
+        self,
+        x: np.ndarray,
+        action_index: np.ndarray,
+        old_logprobs: np.ndarray,
+        advantages: np.ndarray,
+        returns: np.ndarray,
+        clip: float,
+        ent_coef: float,
+        vf_coef: float,
+        max_grad_norm: float,
+        lr: float,
+    ) -> np.ndarray:
+        """One PPO gradient step on a minibatch; returns [policy loss, value loss, entropy,
+        approx_kl, clip fraction] as payoff.algos.shared.policy_loss computes them.
+
+        x [B, in] encoded observations; action_index [B]: row * num_actions + action (flat
+        positions in the [B, A] log-probs); advantages already normalized if they should be.
+        The loss is clipped_surrogate + vf_coef * 0.5 * mean((V - R)^2) - ent_coef * mean
+        entropy (PPO's, clip_value off).
+        """
+        batch, actions = len(x), self.num_actions
+        out, inputs = self.forward(x)
+        logits, values = out[0], out[1, :, 0]
+        # Reductions call the ufuncs' own reduce: ndarray.sum/.mean/np.clip go through
+        # Python wrappers that cost more than the arithmetic on arrays this small.
+        add, maximum = np.add.reduce, np.maximum.reduce
+        # log-softmax and its probabilities
+        shifted = logits - maximum(logits, axis=1, keepdims=True)
+        exps = np.exp(shifted)
+        sums = add(exps, axis=1, keepdims=True)
+        logprobs = shifted - np.log(sums)  # [B, A]
+        probs = exps / sums
+        neg_entropy = add(probs * logprobs, axis=1)  # [B]
+        log_ratio = logprobs.take(action_index) - old_logprobs
+        ratio = np.exp(log_ratio)
+        weighted = advantages * ratio
+        clipped_ratio = np.minimum(np.maximum(ratio, _F32(1 - clip)), _F32(1 + clip))
+        weighted_clipped = advantages * clipped_ratio
+        # clipped_surrogate's max(-A r, -A clip(r)) is -min(A r, A clip(r))
+        surrogate = np.minimum(weighted, weighted_clipped)
+        error = values - returns
+
+        # d loss / d log pi(a|s) = (d loss / d ratio) * ratio, with d loss / d ratio = -A / B
+        # where the min takes the unclipped term (ties: the clip is inactive, same value),
+        # 0 where the clip holds the ratio.
+        unclipped = weighted <= weighted_clipped
+        grad_logprob = np.where(unclipped, weighted, 0) * _F32(-1.0 / batch)
+        # d/dlogits: the taken action's log-prob gives g (onehot - p); the entropy bonus
+        # -c mean(H) gives (c / B) p (log p + H) = (c / B) p (log p - neg_entropy).
+        if self._grad_out is None or self._grad_out.shape[1] != batch:
+            self._grad_out = np.zeros((2, batch, actions), _F32)
+        grad_out = self._grad_out
+        grad_logits = grad_out[0]
+        np.multiply(
+            probs,
+            (logprobs - neg_entropy[:, None]) * _F32(ent_coef / batch) - grad_logprob[:, None],
+            out=grad_logits,
+        )
+        grad_logits.reshape(-1)[action_index] += grad_logprob
+        np.multiply(error, _F32(vf_coef / batch), out=grad_out[1, :, 0])
+        self.backward(inputs, grad_out)
+        self._adam(max_grad_norm, lr)
+        ratio_minus_one = ratio - 1
+        return np.array(
+            [
+                -add(surrogate) / batch,
+                0.5 * np.dot(error, error) / batch,
+                -add(neg_entropy) / batch,
+                add(ratio_minus_one - log_ratio) / batch,
+                np.count_nonzero(np.abs(ratio_minus_one) > clip) / batch,
+            ]
+        )
+
+    def _adam(self, max_grad_norm: float, lr: float) -> None:
+        """Clip the joint gradient norm, then FlatAdam's step (torch.optim.Adam's math)."""
+        grads, scratch = self.grads, self.scratch
+        if max_grad_norm > 0:
+            norm = float(np.sqrt(np.dot(grads, grads)))
+            grads *= _F32(min(max_grad_norm / (norm + 1e-6), 1.0))
+        optimizer = self.optimizer
+        beta1, beta2 = optimizer.betas
+        optimizer.steps += 1
+        steps = optimizer.steps
+        # exp_avg.lerp_(g, 1 - beta1); exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) g^2
+        np.subtract(grads, self.exp_avg, out=scratch)
+        scratch *= _F32(1 - beta1)
+        self.exp_avg += scratch
+        np.square(grads, out=scratch)
+        scratch *= _F32(1 - beta2)
+        self.exp_avg_sq *= _F32(beta2)
+        self.exp_avg_sq += scratch
+        # param -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bc2) + eps)
+        np.sqrt(self.exp_avg_sq, out=scratch)
+        scratch *= _F32(1 / (1 - beta2**steps) ** 0.5)
+        scratch += _F32(optimizer.eps)
+        np.divide(self.exp_avg, scratch, out=scratch)
+        scratch *= _F32(-lr / (1 - beta1**steps))
+        self.params += scratch
+
+
+class NumpyRolloutSampler:
+    """`payoff.models.mlp.RolloutSampler` in NumPy: the same Gumbel noise (drawn ahead from
+    torch's generator), the same layers, argmax and log-probs after the rollout, with NumPy's
+    cheaper calls. Logits agree with torch's to float32 rounding, so an action can differ
+    only where two perturbed logits tie to within it. Box observations (flattened, through
+    the actor's normalizer when enabled); weights are read when the sampler is made.
+    """
+
+    @staticmethod
+    def supports(actor: Any) -> bool:
+        return (
+            isinstance(actor, CategoricalActor)
+            and actor.device.type == "cpu"
+            and not actor.encoder.discrete
+            and actor.logits.backprop_by_hand
+            and actor.activation in ("tanh", "relu")
+        )
+
+    def __init__(self, actor: CategoricalActor, num_steps: int, num_envs: int):
+        actions = int(actor.action_space.n)  # type: ignore[attr-defined]
+        self.step = 0
+        self.noise = _gumbel(torch.rand(num_steps, num_envs, actions)).numpy()  # [T, N, A]
+        self.logits = np.empty((num_steps, num_envs, actions), _F32)
+        self.actions = torch.empty(num_steps, num_envs, dtype=torch.long)
+        self.actions_np = self.actions.numpy()
+        self.perturbed = np.empty((num_envs, actions), _F32)
+        self.tanh = actor.activation == "tanh"
+        self.layers = [
+            (
+                np.ascontiguousarray(layer.weight.detach().numpy().T),
+                layer.bias.detach().numpy().copy(),
+            )
+            for layer in _linears(actor.logits)
+        ]
+        normalizer = actor.normalizer
+        self.normalize: tuple[np.ndarray, np.ndarray, float] | None = None
+        if normalizer.enabled:  # as ObsNormalizer.forward, in float32
+            mean = normalizer.mean.to(torch.float32)
+            std = torch.sqrt(normalizer.var.to(torch.float32) + 1e-8)
+            self.normalize = (mean.numpy(), std.numpy(), normalizer.clip)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actions [N] sampled for the next step's observations [N, ...]."""
+        t = self.step
+        x = obs.numpy().reshape(obs.shape[0], -1)
+        if x.dtype != _F32:
+            x = x.astype(_F32)
+        if self.normalize is not None:
+            mean, std, clip = self.normalize
+            x = np.clip((x - mean) / std, -clip, clip)
+        last = len(self.layers) - 1
+        for k, (weight_t, bias) in enumerate(self.layers):
+            if k < last:
+                x = np.matmul(x, weight_t)
+                x += bias
+                if self.tanh:
+                    np.tanh(x, out=x)
+                else:
+                    np.maximum(x, 0, out=x)
+            else:
+                np.matmul(x, weight_t, out=self.logits[t])
+                self.logits[t] += bias
+        np.add(self.logits[t], self.noise[t], out=self.perturbed)
+        np.argmax(self.perturbed, axis=1, out=self.actions_np[t])
+        self.step += 1
+        return self.actions[t]
+
+    def logprobs(self) -> torch.Tensor:
+        """log pi(a_t | s_t) of the actions sampled so far: [steps taken, N]."""
+        taken = self.step
+        logits = self.logits[:taken]
+        shifted = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
+        logprobs = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+        chosen = np.take_along_axis(logprobs, self.actions_np[:taken, :, None], axis=-1)
+        return torch.from_numpy(chosen[..., 0])
