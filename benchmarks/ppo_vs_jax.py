@@ -58,6 +58,7 @@ from benchmarks.common import markdown_table, worker_result, write_section  # no
 RECIPE = "cartpole-ppo"
 LUNAR_RECIPE = "lunarlander-ppo"
 LUNAR_ROLLOUTS = 2
+LUNAR_ENV, LUNAR_ENVS, LUNAR_STEPS = "LunarLander-v3", 16, 1024  # the recipe's envs x steps
 TARGET = 475.0
 EVAL_EPISODES = 20
 EVAL_EVERY = 8192
@@ -419,40 +420,52 @@ def run_payoff(seed: int) -> dict[str, Any]:
 
 
 def run_lunar(seed: int) -> dict[str, Any]:
-    """lunarlander-ppo's training steps/s (two rollouts, evaluation off) and the env alone:
-    Gymnasium's SyncVectorEnv of 16 LunarLander-v3 with random actions."""
+    """lunarlander-ppo's training steps/s (two rollouts, evaluation off), the same with the
+    torch path (numpy_fast_path=false), and the env alone: Gymnasium's SyncVectorEnv of 16
+    LunarLander-v3 with random actions, timed before and after training (their mean)."""
     import gymnasium as gym
     import numpy as np
 
     from payoff import train
     from payoff.algos.ppo import PPO
 
-    _, config, _ = train.resolve(LUNAR_RECIPE, ["eval_every=0"], seed=seed)
-    config.total_steps = LUNAR_ROLLOUTS * config.num_envs * config.num_steps
-    config.final_eval_episodes = 1
-    agent = PPO(config=config)
-    training, collect, update = Stopwatch(), Stopwatch(), Stopwatch()
-    training.wrap(agent, "iterate")
-    collect.wrap(agent.runner, "collect")
-    update.wrap(agent, "update")
-    agent.learn()
+    def env_alone() -> float:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make(LUNAR_ENV) for _ in range(LUNAR_ENVS)])
+        envs.reset(seed=seed)
+        rounds = LUNAR_STEPS
+        actions = np.random.default_rng(seed).integers(0, 4, size=(rounds, LUNAR_ENVS))
+        with Stopwatch() as env_clock:
+            for row in actions:
+                envs.step(row)
+        envs.close()
+        return rounds * LUNAR_ENVS / env_clock.cpu
 
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make(config.env.id) for _ in range(config.num_envs)]
-    )
-    envs.reset(seed=seed)
-    rounds = config.num_steps
-    actions = np.random.default_rng(seed).integers(0, 4, size=(rounds, config.num_envs))
-    with Stopwatch() as env_clock:
-        for row in actions:
-            envs.step(row)
-    envs.close()
+    def training(overrides: list[str]) -> dict[str, Any]:
+        _, config, _ = train.resolve(LUNAR_RECIPE, ["eval_every=0", *overrides], seed=seed)
+        config.total_steps = LUNAR_ROLLOUTS * config.num_envs * config.num_steps
+        config.final_eval_episodes = 1
+        agent = PPO(config=config)
+        whole, collect, update = Stopwatch(), Stopwatch(), Stopwatch()
+        whole.wrap(agent, "iterate")
+        collect.wrap(agent.runner, "collect")
+        update.wrap(agent, "update")
+        agent.learn()
+        return {
+            "sps_cpu": agent.step / whole.cpu,
+            "collect_sps": agent.step / collect.cpu,
+            "update_sps": agent.step / update.cpu,
+            "numpy": agent.numpy_ac is not None,
+        }
+
+    env_before = env_alone()
+    recipe = training([])
+    torch_path = training(["numpy_fast_path=false"])
+    env_after = env_alone()
     return {
-        "sps_cpu": agent.step / training.cpu,
-        "collect_sps": agent.step / collect.cpu,
-        "update_sps": agent.step / update.cpu,
-        "env_sps": rounds * config.num_envs / env_clock.cpu,
-        "by_hand": getattr(agent, "by_hand", False),
+        **recipe,
+        "torch_sps": torch_path["sps_cpu"],
+        "torch_update_sps": torch_path["update_sps"],
+        "env_sps": (env_before + env_after) / 2,
     }
 
 
@@ -639,17 +652,36 @@ def main() -> None:
                     f"{median([r['update_sps'] for r in lunar]):,.0f}",
                     ", ".join(f"{r['update_sps']:,.0f}" for r in lunar),
                 ],
+                [
+                    "the same training on the torch path (numpy_fast_path=false)",
+                    f"{median([r['torch_sps'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['torch_sps']:,.0f}" for r in lunar),
+                ],
+                [
+                    "... its update alone",
+                    f"{median([r['torch_update_sps'] for r in lunar]):,.0f}",
+                    ", ".join(f"{r['torch_update_sps']:,.0f}" for r in lunar),
+                ],
             ],
         )
+        torch_ratio = median([r["env_sps"] for r in lunar]) / median(
+            [r["torch_sps"] for r in lunar]
+        )
+        seed_ratios = [r["env_sps"] / r["sps_cpu"] for r in lunar]
         lunar_summary = (
-            f"**LunarLander: env alone / payoff training = {lunar_ratio:.2f}x** (goal <= 1.5)."
+            f"**LunarLander: env alone / payoff training = {lunar_ratio:.2f}x** (goal <= 1.5; "
+            f"{torch_ratio:.2f}x on the torch path); seed by seed (each seed's env alone over "
+            f"its training): {', '.join(f'{r:.2f}' for r in seed_ratios)}, median "
+            f"{median(seed_ratios):.2f}."
         )
         print(lunar_summary)
         body += (
             f"\n\nLunarLander-v3 with `{LUNAR_RECIPE}` (16 envs x 1024 steps, 4 epochs of "
-            f"minibatch 64, entropy 0.01): payoff's training over {LUNAR_ROLLOUTS} rollouts "
-            f"against the env alone, each seed in a fresh process on the same pinned CPU "
-            f"(seeds 0-{args.lunar_seeds - 1}).\n\n{lunar_table}\n\n- {lunar_summary}"
+            f"minibatch 64, entropy 0.01; the recipe's numpy_fast_path: sampling and each "
+            f"minibatch step in NumPy, payoff.models.numpy_ac): payoff's training over "
+            f"{LUNAR_ROLLOUTS} rollouts against the env alone (timed before and after the "
+            f"training runs, their mean), each seed in a fresh process on the same pinned "
+            f"CPU (seeds 0-{args.lunar_seeds - 1}).\n\n{lunar_table}\n\n- {lunar_summary}"
         )
     if not args.no_write:
         path = write_section("ppo_vs_jax", "CartPole-v1 PPO: payoff vs a jitted JAX loop", body)
