@@ -184,3 +184,18 @@ def test_ray_submit_keeps_versions_and_seeds_every_shard(ray_cluster):
                 assert torch.equal(generation.logprobs[start:stop, :width], part.logprobs)
     finally:
         sampler.close()
+
+
+def test_flat_weight_files_round_trip_and_a_wrong_size_is_refused():
+    from payoff.rollout.async_generation import _unflatten
+
+    weights = {"a": torch.randn(3, 4).to(torch.bfloat16), "b": torch.randn(5).to(torch.bfloat16)}
+    flat = torch.cat([t.reshape(-1) for t in weights.values()])
+    data = bytes(flat.view(torch.uint8).numpy().data)
+    layout = [[name, list(t.shape)] for name, t in weights.items()]
+    back = _unflatten(data, layout, "torch.bfloat16", "test weights")
+    assert all(torch.equal(back[name], weights[name]) for name in weights)
+    with pytest.raises(RunError, match="holds 17 values, but its layout names 18"):
+        _unflatten(data, [["a", [3, 4]], ["b", [6]]], "torch.bfloat16", "test weights")
+    with pytest.raises(RunError, match="unknown weights layout"):
+        _unflatten(data, layout, "torch.int64", "test weights")

@@ -20,8 +20,11 @@ per-tensor write counter; the next `submit` then first sends the trainable param
 FIFO pipe to the child. The weights themselves travel through a file in shared memory
 (`/dev/shm` where there is one) and the pipe carries its name: 4 MB pushed through a 64 KB
 pipe needed ~60 wake-ups of the child's reading thread, each waiting for the interpreter
-lock that the busy sampling thread holds, and cost the learner ~35 ms a step; writing the
-file costs ~2 ms. The child reads each file when it reaches its message and deletes it. The child handles messages in order, so a batch sampled with
+lock that the busy sampling thread holds, and cost the learner ~35 ms a step. Weights of one
+dtype are written as one flat buffer of raw values, their names and shapes in the message
+(the learner's push went from 10.5 to ~4.5 ms a step for the tiny model's 4 MB, against an
+encoded checkpoint tree); the child checks the size against the shapes. The child reads
+each file when it reaches its message and deletes it. The child handles messages in order, so a batch sampled with
 `version` v is sampled with the weights as they were when it was submitted: a request
 submitted before an update uses the old weights even when the child reaches it after the
 update, one submitted after it uses the new ones. The staleness of a batch is therefore
@@ -361,11 +364,23 @@ class _Child:
 
     def send_weights(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         """Write a weights version to a file in shared memory (a snapshot) and queue its
-        name for the child, which loads and deletes it when it reaches the message."""
-        path = os.path.join(self.weights_dir, f"weights-{version}.safetensors")
+        name for the child, which loads and deletes it when it reaches the message.
+
+        Weights of one dtype go as one flat buffer of raw values, their names and shapes in
+        the message (0.4 ms to concatenate 4 MB, against 3-6 ms to encode it as a
+        checkpoint tree, on the learner's side of every step); mixed dtypes as a tree."""
+        path = os.path.join(self.weights_dir, f"weights-{version}.bin")
+        dtypes = {str(t.dtype) for t in weights.values()}
+        if len(dtypes) == 1 and next(iter(dtypes)) in _FLAT_DTYPES:
+            flat = torch.cat([t.reshape(-1) for t in weights.values()])  # the snapshot
+            layout = [[name, list(t.shape)] for name, t in weights.items()]
+            with open(path, "wb") as file:
+                file.write(flat.view(torch.uint8).numpy().data)
+            self.send(("weights", version, path, layout, next(iter(dtypes))))
+            return
         with open(path, "wb") as file:
             file.write(dumps_state(weights))
-        self.send(("weights", version, path))
+        self.send(("weights", version, path, None, None))
 
     def wait(self, request: int) -> Any:
         """The payload of reply `request`, once it arrives; raises the child's error."""
@@ -414,6 +429,26 @@ class _Child:
             self.process.kill()
             self.process.join()
         shutil.rmtree(self.weights_dir, ignore_errors=True)  # versions it never reached
+
+
+_FLAT_DTYPES = {
+    "torch.float32": torch.float32,
+    "torch.bfloat16": torch.bfloat16,
+    "torch.float16": torch.float16,
+}
+
+
+def _unflatten(data: bytes, layout: Any, dtype: Any, what: str) -> dict[str, torch.Tensor]:
+    """The named tensors of a flat weights buffer (`send_weights`), checked against its
+    layout: a known dtype, and exactly as many values as the shapes hold."""
+    if dtype not in _FLAT_DTYPES or not isinstance(layout, list):
+        raise RunError(f"{what}: unknown weights layout (dtype {dtype!r})")
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(_FLAT_DTYPES[dtype])
+    sizes = [int(torch.Size(shape).numel()) for _, shape in layout]
+    if sum(sizes) != flat.numel():
+        raise RunError(f"{what} holds {flat.numel()} values, but its layout names {sum(sizes)}")
+    parts = flat.split(sizes)
+    return {name: part.view(shape) for (name, shape), part in zip(layout, parts, strict=True)}
 
 
 def _shared_memory() -> str | None:
@@ -488,12 +523,16 @@ def _serve(
     while True:
         message = inbox.get()
         if message[0] == "weights":
-            _, version, path = message
+            _, version, path, layout, dtype = message
             try:
                 with open(path, "rb") as file:
                     data = file.read()
                 os.unlink(path)
-                weights = loads_state(data, f"weights version {version} in {path}")
+                weights = (
+                    loads_state(data, f"weights version {version} in {path}")
+                    if layout is None
+                    else _unflatten(data, layout, dtype, f"weights version {version} in {path}")
+                )
                 load_weights(model, weights, f"the sampling process's model (version {version})")
                 bad_weights = None
             except Exception as error:
