@@ -628,44 +628,28 @@ def main() -> None:
         f"(medians over the same runs):\n\n{parts}\n\n- {summary}"
     )
     if lunar:
-        lunar_ratio = median([r["env_sps"] for r in lunar]) / median([r["sps_cpu"] for r in lunar])
+
+        def lunar_median(key: str) -> float:
+            return median([r[key] for r in lunar])
+
+        def lunar_row(label: str, key: str) -> list[str]:
+            per_seed = ", ".join(f"{r[key]:,.0f}" for r in lunar)
+            return [label, f"{lunar_median(key):,.0f}", per_seed]
+
+        lunar_ratio = lunar_median("env_sps") / lunar_median("sps_cpu")
+        torch_ratio = lunar_median("env_sps") / lunar_median("torch_sps")
         lunar_table = markdown_table(
             ["LunarLander-v3, 16 envs", "steps/s per CPU second (median)", "per seed"],
             [
-                [
-                    "Gymnasium SyncVectorEnv alone, random actions",
-                    f"{median([r['env_sps'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['env_sps']:,.0f}" for r in lunar),
-                ],
-                [
-                    f"payoff `{LUNAR_RECIPE}` training (evaluation off)",
-                    f"{median([r['sps_cpu'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['sps_cpu']:,.0f}" for r in lunar),
-                ],
-                [
-                    "... its rollout collection alone",
-                    f"{median([r['collect_sps'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['collect_sps']:,.0f}" for r in lunar),
-                ],
-                [
-                    "... its update alone (4 epochs x 256 minibatches of 64)",
-                    f"{median([r['update_sps'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['update_sps']:,.0f}" for r in lunar),
-                ],
-                [
-                    "the same training on the torch path (numpy_fast_path=false)",
-                    f"{median([r['torch_sps'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['torch_sps']:,.0f}" for r in lunar),
-                ],
-                [
-                    "... its update alone",
-                    f"{median([r['torch_update_sps'] for r in lunar]):,.0f}",
-                    ", ".join(f"{r['torch_update_sps']:,.0f}" for r in lunar),
-                ],
+                lunar_row("Gymnasium SyncVectorEnv alone, random actions", "env_sps"),
+                lunar_row(f"payoff `{LUNAR_RECIPE}` training (evaluation off)", "sps_cpu"),
+                lunar_row("... its rollout collection alone", "collect_sps"),
+                lunar_row("... its update alone (4 epochs x 256 minibatches of 64)", "update_sps"),
+                lunar_row(
+                    "the same training on the torch path (numpy_fast_path=false)", "torch_sps"
+                ),
+                lunar_row("... its update alone", "torch_update_sps"),
             ],
-        )
-        torch_ratio = median([r["env_sps"] for r in lunar]) / median(
-            [r["torch_sps"] for r in lunar]
         )
         seed_ratios = [r["env_sps"] / r["sps_cpu"] for r in lunar]
         lunar_summary = (

@@ -371,12 +371,13 @@ class _Child:
         checkpoint tree, on the learner's side of every step); mixed dtypes as a tree."""
         path = os.path.join(self.weights_dir, f"weights-{version}.bin")
         dtypes = {str(t.dtype) for t in weights.values()}
-        if len(dtypes) == 1 and next(iter(dtypes)) in _FLAT_DTYPES:
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        if dtype in _FLAT_DTYPES:
             flat = torch.cat([t.reshape(-1) for t in weights.values()])  # the snapshot
             layout = [[name, list(t.shape)] for name, t in weights.items()]
             with open(path, "wb") as file:
                 file.write(flat.view(torch.uint8).numpy().data)
-            self.send(("weights", version, path, layout, next(iter(dtypes))))
+            self.send(("weights", version, path, layout, dtype))
             return
         with open(path, "wb") as file:
             file.write(dumps_state(weights))
