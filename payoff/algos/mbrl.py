@@ -25,8 +25,14 @@ refits it to the elites' action frequencies (MPPI: to their exp(R / temperature)
 frequencies). The model also predicts whether the episode ends, from the predicted next
 observation (a classifier per member), and an imagined trajectory collects reward only
 while it is predicted alive: on CartPole, where every step pays 1, staying alive is the
-whole task. (cartpole-mbrl balances longer than random actions but does not solve it;
-docs/model-based.md.)
+whole task.
+
+Policy search (`planner.method: policy`): instead of a sequence at every step, CEM searches
+the weights of a linear feedback policy at every refit, each candidate scored by its
+closed-loop return over `horizon` imagined steps from `starts` real states, and the run acts
+with it until the next refit (LinearPolicy, imagine_policy). Open-loop sequences cannot see
+a cart drift out over hundreds of steps, even with CartPole's true dynamics; a policy
+rolled out for 200 steps can: cartpole-mbrl solves CartPole with it (docs/model-based.md).
 
 Where the planner exploits the model: the search favours whatever the model scores high;
 where the model has seen little data, those are its errors. Logged per episode: the return
@@ -42,6 +48,7 @@ trained on).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,6 +117,37 @@ def elite_weights(returns: torch.Tensor, elites: int) -> torch.Tensor:
 
 
 # ---- imagination -------------------------------------------------------------------------
+def _roll(
+    model: DynamicsEnsemble,
+    state: torch.Tensor,
+    horizon: int,
+    actions_for: Callable[[int, torch.Tensor], torch.Tensor],
+    generator: torch.Generator | None,
+    value: TerminalValue | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Roll start states [E, N, o] `horizon` steps through every member, each step's model
+    inputs for the actions from actions_for(t, state) -> [E, N, a]. Returns the returns
+    [E, N] (reward collected while predicted alive, plus gamma^H * V(end) with a value) and
+    the states [H, E, N, o]."""
+    o = model.obs_dim
+    total = torch.zeros(state.shape[:2])
+    alive = torch.ones(state.shape[:2])
+    states = []
+    for t in range(horizon):
+        mean, std = model(torch.cat([state, actions_for(t, state)], dim=-1))
+        if generator is not None:  # each member samples its own trajectory (TS-inf)
+            sample = mean + std * torch.randn(mean.shape, generator=generator)
+        else:
+            sample = mean
+        total = total + alive * sample[..., o]
+        alive = alive * (1.0 - mean[..., o + 1].clamp(0.0, 1.0))
+        state = state + sample[..., :o]
+        states.append(state)
+    if value is not None:
+        total = total + value.gamma**horizon * alive * value(state)
+    return total, torch.stack(states)
+
+
 @torch.no_grad()
 def imagine(
     model: DynamicsEnsemble,
@@ -129,24 +167,71 @@ def imagine(
     members, o = model.members, model.obs_dim
     batch, population, horizon, _ = action_inputs.shape
     state = obs[:, None, :].expand(batch, population, o).reshape(1, -1, o).expand(members, -1, o)
-    total = torch.zeros(members, batch * population)
-    alive = torch.ones(members, batch * population)
-    states = []
-    for t in range(horizon):
-        actions = action_inputs[:, :, t].reshape(1, batch * population, -1)
-        mean, std = model(torch.cat([state, actions.expand(members, -1, -1)], dim=-1))
-        if generator is not None:
-            noise = torch.randn(mean.shape, generator=generator)
-            sample = mean + std * noise
+    sequences = action_inputs.reshape(1, batch * population, horizon, -1)
+    total, states = _roll(
+        model,
+        state,
+        horizon,
+        lambda t, _: sequences[:, :, t].expand(members, -1, -1),
+        generator,
+        value,
+    )
+    return total.reshape(members, batch, population), states.reshape(
+        horizon, members, batch, population, o
+    )
+
+
+class LinearPolicy:
+    """A linear feedback policy, what `planner.method: policy` searches for: scores
+    z = [(s - mean) / std, 1] @ W, W [o + 1, k]; the action is argmax z (Discrete, k = n)
+    or low + (high - low) * (tanh z + 1) / 2 (Box, k = the action's size). mean and std
+    are the model's observation normalizer at the time of the search, kept with W."""
+
+    def __init__(
+        self, planner: Planner, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+    ):
+        self.planner, self.weights, self.mean, self.std = planner, weights, mean, std
+
+    def inputs(self, obs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """What the model reads for obs [..., N, o] under weights [N, o + 1, k] (one row
+        each) or [o + 1, k] (all rows): one-hot actions, or the actions' values."""
+        features = torch.cat([(obs - self.mean) / self.std, torch.ones_like(obs[..., :1])], -1)
+        if weights.dim() == 2:
+            scores = features @ weights
         else:
-            sample = mean
-        total = total + alive * sample[..., o]
-        alive = alive * (1.0 - mean[..., o + 1].clamp(0.0, 1.0))
-        state = state + sample[..., :o]
-        states.append(state.reshape(members, batch, population, o))
-    if value is not None:
-        total = total + value.gamma**horizon * alive * value(state)
-    return total.reshape(members, batch, population), torch.stack(states)
+            scores = torch.einsum("...ni,nik->...nk", features, weights)
+        planner = self.planner
+        if planner.discrete:
+            return F.one_hot(scores.argmax(-1), planner.num_actions).float()
+        return planner.low + (planner.high - planner.low) * (torch.tanh(scores) + 1) / 2
+
+
+@torch.no_grad()
+def imagine_policy(
+    model: DynamicsEnsemble,
+    starts: torch.Tensor,
+    policy: LinearPolicy,
+    weights: torch.Tensor,
+    horizon: int,
+    generator: torch.Generator | None = None,
+    value: TerminalValue | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Roll candidate policies closed-loop through every member: each of the P weights
+    [P, o + 1, k] acts from each of the start states [S, o] for `horizon` steps, choosing
+    from the state it is in. Returns the returns [E, S, P] and states [H, E, S, P, o]."""
+    members, o = model.members, model.obs_dim
+    count, population = len(starts), len(weights)
+    state = starts[:, None, :].expand(count, population, o).reshape(1, -1, o)
+    state = state.expand(members, -1, o)
+    rows = (
+        weights[None].expand(count, *weights.shape).reshape(count * population, *weights.shape[1:])
+    )
+    total, states = _roll(
+        model, state, horizon, lambda _, now: policy.inputs(now, rows), generator, value
+    )
+    return total.reshape(members, count, population), states.reshape(
+        horizon, members, count, population, o
+    )
 
 
 @dataclass
@@ -154,7 +239,13 @@ class PlannerConfig:
     """Model-predictive control: how each action is searched for.
 
     method: cem (cross-entropy method: refit the search distribution to the `elites` best
-        samples) or mppi (average all samples weighted by exp(return / temperature)).
+        samples) or mppi (average all samples weighted by exp(return / temperature)): both
+        search action sequences at every env step. policy: search a linear feedback policy
+        (LinearPolicy) by CEM at every model refit instead, scoring each candidate by its
+        closed-loop return over `horizon` steps from `starts` real states in every member,
+        and act with it until the next refit (policy search in the model, as PILCO). Open-
+        loop sequences cannot see a cart drift out over hundreds of steps; a policy rolled
+        out for 200 imagined steps can.
     horizon: steps imagined ahead. Longer sees further (a swing-up needs to see the top)
         but compounds the model's errors, and a longer search finds more of them to exploit.
     population: action sequences sampled per iteration.
@@ -163,7 +254,13 @@ class PlannerConfig:
     alpha: weight of the old distribution in each refit (momentum; 0 = the elites only).
     temperature: (mppi) in return units: small = greedy, large = plain average.
     init_std: (Box actions) the search's starting std as a fraction of the action range's
-        half-width.
+        half-width; (policy) the starting std of the policy's weights.
+    starts: (policy) real states, drawn from all data at each search, that every candidate
+        is rolled out from.
+    report_every: score the chosen plan (train/planned_return, train/model_disagreement)
+        every this many env steps of training. Each score is one more imagined rollout of
+        the horizon: next to a policy's cheap actions, 200 steps of it every step would
+        cost more than the search.
     risk: score a sequence by the members' mean return minus `risk` times their std
         (pessimism where the model is unsure; 0 = PETS' plain mean). Counters exploitation
         where the members disagree, e.g. on CartPole's terminations in states never seen.
@@ -172,7 +269,7 @@ class PlannerConfig:
         disagreement remains, not their predicted noise).
     """
 
-    method: Literal["cem", "mppi"] = "cem"
+    method: Literal["cem", "mppi", "policy"] = "cem"
     horizon: int = field(default=15, metadata=in_range(1))
     population: int = field(default=150, metadata=in_range(2))
     iterations: int = field(default=3, metadata=in_range(1))
@@ -182,6 +279,8 @@ class PlannerConfig:
     init_std: float = field(default=0.5, metadata=in_range(0, low_open=True))
     risk: float = field(default=0.0, metadata=in_range(0))
     sample: bool = True
+    starts: int = field(default=32, metadata=in_range(1))
+    report_every: int = field(default=1, metadata=in_range(1))
 
 
 @dataclass
@@ -260,10 +359,11 @@ class MBRLConfig(AgentKeys):
     checkpoint_every: int = 1_000
 
     def validate(self) -> None:
-        if self.planner.method == "cem" and self.planner.elites > self.planner.population:
+        planner = self.planner
+        if planner.method in ("cem", "policy") and planner.elites > planner.population:
             raise ConfigError(
-                f"planner.elites {self.planner.elites} is more than planner.population "
-                f"{self.planner.population}: CEM keeps the best elites of the population"
+                f"planner.elites {planner.elites} is more than planner.population "
+                f"{planner.population}: CEM keeps the best elites of the population"
             )
 
 
@@ -346,6 +446,15 @@ class Planner:
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32)  # type: ignore[attr-defined]
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32)  # type: ignore[attr-defined]
         self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
+        # method policy: the policy acted with, and the search's mean over its flat weights
+        # (warm start across searches); zero weights until the first search.
+        o = model.obs_dim
+        outputs = self.num_actions if self.discrete else int(action_space.shape[0])  # type: ignore[index]
+        self.policy_shape = (o + 1, outputs)
+        self.policy = LinearPolicy(
+            self, torch.zeros(self.policy_shape), torch.zeros(o), torch.ones(o)
+        )
+        self.search_mean = torch.zeros(self.policy_shape).flatten()
 
     def reset(self) -> None:
         self.warm = None
@@ -364,15 +473,26 @@ class Planner:
 
     @torch.no_grad()
     def plan(
-        self, obs: torch.Tensor, generator: torch.Generator
+        self, obs: torch.Tensor, generator: torch.Generator, report: bool = True
     ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-        """The first action of the best plan for each of obs [B, o]; and, per row, the plan's
-        predicted return over the horizon (the members' mean), the members' spread of that
-        return, and their disagreement along it (the std over members of the predicted
-        states, in observation-std units, averaged over steps and dimensions)."""
+        """The first action of the best plan for each of obs [B, o] (method policy: the
+        searched policy's action); and, with `report`, per row the plan's predicted return
+        over the horizon (the members' mean), the members' spread of that return, and their
+        disagreement along it (the std over members of the predicted states, in
+        observation-std units, averaged over steps and dimensions)."""
         c = self.config
         batch = len(obs)
         noise = generator if c.sample else None  # trajectory sampling, or the members' means
+        if c.method == "policy":
+            policy = self.policy
+            chosen = policy.inputs(obs, policy.weights)
+            actions = (chosen.argmax(-1) if self.discrete else chosen).numpy()
+            if not report:
+                return actions, {}
+            # The policy imagined closed-loop by each member's mean: what the planner expects.
+            return actions, self._expectations(
+                *imagine_policy(self.model, obs, policy, policy.weights[None], c.horizon)
+            )
         if self.warm is None or len(self.warm) != batch:
             self.warm = self._initial(batch)
         if self.discrete:
@@ -412,15 +532,52 @@ class Planner:
             actions = plan[:, 0].numpy()
             middle = ((self.low + self.high) / 2).expand(batch, 1, -1)
             self.warm = torch.cat([mean[:, 1:], middle], dim=1)
+        if not report:
+            return actions, {}
         # The chosen plan imagined by each member's mean: what the planner expects of it.
-        member_returns, states = imagine(self.model, obs, self._inputs(plan)[:, None])
+        return actions, self._expectations(*imagine(self.model, obs, self._inputs(plan)[:, None]))
+
+    def _expectations(
+        self, member_returns: torch.Tensor, states: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """`plan`'s report from the chosen plan's imagined returns [E, B, 1] and states
+        [H, E, B, 1, o]."""
         obs_std = self.model.in_std[: self.model.obs_dim]
         disagreement = (states / obs_std).std(1, unbiased=False).mean(dim=(0, 3))[:, 0]
-        return actions, {
+        return {
             "planned_return": member_returns.mean(0)[:, 0],
             "return_disagreement": member_returns.std(0, unbiased=False)[:, 0],
             "disagreement": disagreement,
         }
+
+    @torch.no_grad()
+    def search(self, starts: torch.Tensor, generator: torch.Generator) -> float:
+        """method policy: CEM over the linear policy's weights, each candidate scored by its
+        imagined return from the real states `starts` [S, o] (mean over them). Starts from
+        the last search's mean and `init_std`; acts with the final mean from now on.
+        Returns the mean imagined return of the last iteration's elites."""
+        c = self.config
+        noise = generator if c.sample else None
+        o = self.model.obs_dim
+        candidate = LinearPolicy(
+            self, self.policy.weights, self.model.in_mean[:o].clone(), self.model.in_std[:o].clone()
+        )
+        mean = self.search_mean[None, :, None]  # cem_update's [batch 1, H = weights, 1]
+        std = torch.full_like(mean, c.init_std)
+        for _ in range(c.iterations):
+            steps = torch.randn((1, c.population, mean.shape[1], 1), generator=generator)
+            samples = mean[:, None] + std[:, None] * steps  # [1, P, d, 1]
+            weights = samples.reshape(c.population, *self.policy_shape)
+            member_returns = imagine_policy(
+                self.model, starts, candidate, weights, c.horizon, noise, self.value
+            )[0]
+            returns = self._score(member_returns).mean(0, keepdim=True)  # [1, P]
+            elite_return = float(returns.topk(c.elites, dim=1).values.mean())
+            mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
+        self.search_mean = mean.flatten()
+        candidate.weights = self.search_mean.reshape(self.policy_shape)
+        self.policy = candidate
+        return elite_return
 
     def _score(self, member_returns: torch.Tensor) -> torch.Tensor:
         """What the search maximizes: the members' mean return, less `risk` times their
@@ -431,11 +588,25 @@ class Planner:
         return score
 
     def state_dict(self) -> dict[str, Any]:
-        return {"warm": None if self.warm is None else self.warm.clone()}
+        policy = self.policy
+        return {
+            "warm": None if self.warm is None else self.warm.clone(),
+            "policy": [policy.weights.clone(), policy.mean.clone(), policy.std.clone()],
+            "search_mean": self.search_mean.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         warm = state.get("warm")
         self.warm = None if warm is None else torch.as_tensor(warm).clone()
+        if "policy" in state:
+            weights, mean, std = (torch.as_tensor(t).clone() for t in state["policy"])
+            if weights.shape != self.policy_shape:
+                raise ConfigError(
+                    f"the checkpoint's policy weights are {tuple(weights.shape)}, this run's "
+                    f"planner needs {self.policy_shape} (a different env?)"
+                )
+            self.policy = LinearPolicy(self, weights, mean, std)
+            self.search_mean = torch.as_tensor(state["search_mean"]).clone()
 
 
 class MBRL(Agent):
@@ -541,7 +712,7 @@ class MBRL(Agent):
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()
         actions, _ = self._predict_planner.plan(
-            torch.from_numpy(obs[None] if single else obs), self.generator
+            torch.from_numpy(obs[None] if single else obs), self.generator, report=False
         )
         actions = self._act_space(actions)
         return actions[0] if single else actions
@@ -553,13 +724,18 @@ class MBRL(Agent):
         generator = torch.Generator().manual_seed(seed)
 
         def act(obs: torch.Tensor) -> np.ndarray:
-            return self._act_space(planner.plan(obs.float(), generator)[0])
+            return self._act_space(planner.plan(obs.float(), generator, report=False)[0])
 
         return evaluate_batched(self.config.env, act, episodes, seed, "sync")
 
     def _planner(self) -> Planner:
+        """A planner over the current model (for evaluation and predict: their own warm
+        starts), acting with the run's searched policy under method policy."""
         value = self.value if self.config.value.enabled else None
-        return Planner(self.model, self.action_space, self.config.planner, value)
+        planner = Planner(self.model, self.action_space, self.config.planner, value)
+        if hasattr(self, "planner"):
+            planner.policy = self.planner.policy
+        return planner
 
     def _model_input(self, action: Any) -> np.ndarray:
         if self.planner.discrete:
@@ -580,11 +756,13 @@ class MBRL(Agent):
                 space = self.action_space
                 action = self.rng.uniform(space.low, space.high)[None].astype(np.float32)  # type: ignore[attr-defined]
         else:
-            action, info = self.planner.plan(torch.from_numpy(obs), self.generator)
+            report = self.step % config.planner.report_every == 0
+            action, info = self.planner.plan(torch.from_numpy(obs), self.generator, report)
             action = self._act_space(action)
-            planned = float(info["planned_return"][0])
-            self._disagreements.append(float(info["disagreement"][0]))
-            self._return_spreads.append(float(info["return_disagreement"][0]))
+            if report:
+                planned = float(info["planned_return"][0])
+                self._disagreements.append(float(info["disagreement"][0]))
+                self._return_spreads.append(float(info["return_disagreement"][0]))
         next_obs, rewards, terminated, truncated, valid = self.runner.step(action)
         if valid[0]:
             ended = bool(terminated[0] or truncated[0])
@@ -640,6 +818,11 @@ class MBRL(Agent):
             )
             with torch.no_grad():
                 record["value/mean"] = float(self.value(seen).mean())
+        if config.planner.method == "policy":
+            starts = self.rng.choice(store.size, size=config.planner.starts)
+            record["planner/search_return"] = self.planner.search(
+                torch.from_numpy(store.obs[starts]), self.generator
+            )
         self.fits += 1
         self.fitted_size = store.size
         record["model/fits"] = float(self.fits)
