@@ -7,8 +7,11 @@ environment steps. Two measurements, the same for every method:
 - training episodes: the return of each episode the learner plays while it learns, against
   the env steps taken so far;
 - evaluations: every EVAL_EVERY env steps, the deterministic policy (mbrl: the planner) on
-  5 fresh episodes that are not training data and do not count as env steps (SB3's
-  EvalCallback, payoff's eval_every).
+  the same EVAL_EPISODES episodes, seeded EVAL_SEED + k, for every method, seed and
+  evaluation. They are not training data and do not count as env steps. Pendulum's return
+  depends on where the pendulum starts (about 0, -120, -240 or -360 for 0 to 3 swings), so
+  evaluations on fresh starts differ by tens of points from the starts alone; on one fixed
+  set, one evaluation compares with another.
 Each run's curves are cached under runs/mbrl-sample-efficiency/ (JSON), so
 
     python benchmarks/mbrl_sample_efficiency.py            # runs what is not cached, draws
@@ -25,9 +28,9 @@ over training), and writes its section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +54,8 @@ LABELS = {
 MBRL_STEPS = 1_000  # 5 episodes
 MBPO_STEPS = 3_000  # the pendulum-mbpo recipe's budget
 EVAL_EVERY = 200  # env steps between evaluations (one Pendulum episode)
-EVAL_EPISODES = 5
+EVAL_EPISODES = 10
+EVAL_SEED = 1_000_000  # every evaluation of every method plays the episodes seeded 1e6 + k
 SAC_STEPS = 20_000  # rl-zoo's budget for SAC on Pendulum-v1
 PPO_STEPS = 200_000  # the pendulum-ppo recipe's budget
 
@@ -67,6 +71,9 @@ def _payoff_curve(recipe: str, seed: int, overrides: list[str]) -> tuple[list, A
         recipe, ["threads=1", f"eval_episodes={EVAL_EPISODES}", *overrides], seed=seed
     )
     agent = cls(config=config)
+    # Periodic evaluations on the benchmark's fixed episodes (payoff's own draw fresh ones).
+    evaluate = agent.evaluate
+    agent.evaluate = lambda episodes=100, seed=None: evaluate(episodes, EVAL_SEED)
     curve: list[tuple[int, float]] = []
     drain = agent.runner.drain_episodes
 
@@ -136,46 +143,114 @@ def run_ppo(seed: int) -> dict[str, Any]:
 
 
 def run_sac(seed: int) -> dict[str, Any]:
-    import gymnasium as gym
     import torch
     from stable_baselines3 import SAC
-    from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
-    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.vector import evaluate_batched
 
     torch.set_num_threads(1)
     curve: list[tuple[int, float]] = []
+    evals: list[list[float]] = []
 
-    class Episodes(BaseCallback):
+    class Record(BaseCallback):
+        """Every training episode, and every EVAL_EVERY steps an evaluation of the
+        deterministic policy on the benchmark's fixed episodes, by payoff's evaluation code
+        (the same episodes and seeds as the payoff runs: SB3's EvalCallback would draw
+        fresh ones)."""
+
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
                     curve.append((int(self.num_timesteps), float(info["episode"]["r"])))
+            if self.num_timesteps % EVAL_EVERY == 0:
+                result = evaluate_batched(
+                    EnvConfig(id="Pendulum-v1"),
+                    lambda obs: self.model.predict(obs.numpy(), deterministic=True)[0],
+                    EVAL_EPISODES,
+                    EVAL_SEED,
+                )
+                evals.append([int(self.num_timesteps), result.mean_return])
             return True
 
     # rl-zoo hyperparams/sac.yml, Pendulum-v1: MlpPolicy, learning_rate 1e-3, 20k steps
     # (the rest SB3's defaults: buffer 1e6, batch 256, learning_starts 100, train_freq 1).
     model = SAC("MlpPolicy", "Pendulum-v1", learning_rate=1e-3, seed=seed, device="cpu")
-    with tempfile.TemporaryDirectory() as log_path:  # EvalCallback keeps results only with one
-        evaluation = EvalCallback(
-            Monitor(gym.make("Pendulum-v1")),
-            n_eval_episodes=EVAL_EPISODES,
-            eval_freq=EVAL_EVERY,
-            log_path=log_path,
-            deterministic=True,
-            verbose=0,
-        )
-        evaluation.eval_env.seed(seed + 1_000_000)
-        model.learn(SAC_STEPS, callback=CallbackList([Episodes(), evaluation]))
-    evals = [
-        [int(step), float(np.mean(returns))]
-        for step, returns in zip(
-            evaluation.evaluations_timesteps, evaluation.evaluations_results, strict=True
-        )
-    ]
+    model.learn(SAC_STEPS, callback=Record())
     return {"curve": curve, "evals": evals}
 
 
 RUNNERS = {"mbrl": run_mbrl, "mbpo": run_mbpo, "sac": run_sac, "ppo": run_ppo}
+
+# The planner's own ceiling: mbrl's planner given Pendulum's true dynamics and reward.
+WIDER_SEARCH = {"horizon": 30, "population": 500, "iterations": 5, "elites": 50}
+
+
+class PendulumPhysics:
+    """Pendulum-v1's dynamics and reward (gymnasium's pendulum.py) in the shape of a
+    one-member DynamicsEnsemble: inputs [E, N, (cos, sin, theta_dot, torque)] -> mean of
+    (change of the observation, reward, terminated) and a zero std."""
+
+    members, obs_dim = 1, 3
+
+    def __init__(self) -> None:
+        import torch
+
+        self.in_mean, self.in_std = torch.zeros(4), torch.ones(4)
+
+    def __call__(self, inputs: Any) -> Any:
+        import torch
+
+        cos, sin, speed = inputs[..., 0], inputs[..., 1], inputs[..., 2]
+        torque = inputs[..., 3].clamp(-2.0, 2.0)
+        theta = torch.atan2(sin, cos)
+        reward = -(theta**2 + 0.1 * speed**2 + 0.001 * torque**2)
+        new_speed = (speed + (15.0 * torch.sin(theta) + 3.0 * torque) * 0.05).clamp(-8.0, 8.0)
+        new_theta = theta + new_speed * 0.05
+        mean = torch.stack(
+            [
+                torch.cos(new_theta) - cos,
+                torch.sin(new_theta) - sin,
+                new_speed - speed,
+                reward,
+                torch.zeros_like(cos),
+            ],
+            -1,
+        )
+        return mean, torch.zeros_like(mean)
+
+
+def planner_ceiling() -> dict[str, float]:
+    """The evaluation's mean return when mbrl's planner (pendulum-mbrl's settings, then a
+    wider search) plans with the true dynamics and reward: what a perfect model would give."""
+    import torch
+
+    from payoff import train
+    from payoff.algos.mbrl import Planner
+    from payoff.rollout.vector import evaluate_batched
+
+    torch.set_num_threads(1)
+    _, config, _ = train.resolve("pendulum-mbrl", [], seed=0)
+    results = {}
+    for name, overrides in (("recipe", {}), ("wider", WIDER_SEARCH)):
+        settings = dataclasses.replace(config.planner, **overrides)
+        planner = Planner(PendulumPhysics(), config_space(), settings)  # type: ignore[arg-type]
+        generator = torch.Generator().manual_seed(0)
+        result = evaluate_batched(
+            config.env,
+            lambda obs, p=planner, g=generator: p.plan(obs.float(), g, report=False)[0],
+            EVAL_EPISODES,
+            EVAL_SEED,
+        )
+        results[name] = result.mean_return
+    return results
+
+
+def config_space() -> Any:
+    import gymnasium as gym
+
+    return gym.make("Pendulum-v1").action_space
 
 
 def cached(method: str, seed: int, rerun: bool) -> dict[str, Any]:
@@ -386,6 +461,22 @@ def main() -> None:
             else f"- {method}: not every seed reached SAC's final level"
         )
         print(lines[-1])
+    ceiling_path = CACHE / "planner-ceiling.json"
+    if not ceiling_path.exists() and not args.draw:
+        ceiling_path.write_text(json.dumps(planner_ceiling()))
+    ceiling = json.loads(ceiling_path.read_text()) if ceiling_path.exists() else None
+    ceiling_text = (
+        f"""
+**The planner's ceiling.** mbrl's planner with Pendulum's true dynamics and reward in place of
+the learned model evaluates at **{ceiling["recipe"]:.1f}** on the same {EVAL_EPISODES} episodes with the
+recipe's search (horizon 15, 150 samples, 3 iterations), and at **{ceiling["wider"]:.1f}** with a
+search about 10 times wider (horizon 30, 500 samples, 5 iterations). A perfect model would
+lift mbrl no higher than that: what separates it from SAC's final evaluation level is the
+search, not the model.
+"""
+        if ceiling
+        else ""
+    )
     per_step = {
         m: np.mean([r["seconds"] / r["curve"][-1][0] for r in results[m]])
         for m in ("mbrl", "mbpo", "sac")
@@ -394,8 +485,9 @@ def main() -> None:
 Pendulum-v1, 3 seeds per method, two measurements of the same runs. **Training episodes**:
 the return of each episode the learner plays while it learns, against the env steps so far.
 **Evaluations**: every {EVAL_EVERY} env steps, the deterministic policy (mbrl: its planner)
-on {EVAL_EPISODES} fresh episodes that are not training data (SB3's EvalCallback, payoff's
-eval_every). SAC is Stable-Baselines3 2.9's SAC with rl-zoo's Pendulum-v1 settings
+on the same {EVAL_EPISODES} episodes (seeded {EVAL_SEED:,} + k: the same starting states
+for every method, seed and evaluation; by payoff's evaluation code for SAC too). They are
+not training data. SAC is Stable-Baselines3 2.9's SAC with rl-zoo's Pendulum-v1 settings
 (learning_rate 1e-3, the rest SB3's defaults) for {SAC_STEPS:,} steps; PPO is payoff's
 pendulum-ppo recipe ({PPO_STEPS:,} steps); mbrl is payoff's pendulum-mbrl recipe
 ({MBRL_STEPS:,} steps); mbpo is payoff's pendulum-mbpo recipe ({MBPO_STEPS:,} steps).
@@ -418,7 +510,7 @@ again). Wall time tells the other side: mbrl plans through the model at every st
 updates per env step and refits its model every 200 ({per_step["mbpo"]:.3f} s), SAC
 {per_step["sac"]:.3f} s (the same shared 2-core machine). Model-based RL saves env steps,
 not compute.
-"""
+{ceiling_text}"""
     write_section("mbrl_sample_efficiency", "Model-based RL: sample efficiency on Pendulum", body)
 
 
