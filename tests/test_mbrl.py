@@ -20,6 +20,7 @@ from payoff.algos.mbrl import (
     cem_update,
     elite_weights,
     imagine,
+    imagine_policy,
     mppi_weights,
 )
 from payoff.core.errors import ConfigError, EnvError
@@ -200,21 +201,49 @@ class TrueCartPole:
 def test_linear_policy_actions_by_hand():
     import gymnasium as gym
 
-    model = DynamicsEnsemble(2, 2, members=1, hidden=[4])
-    discrete = Planner(model, gym.spaces.Discrete(2), PlannerConfig(method="policy"))
     weights = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.5]])  # scores (x0, x1 + 0.5)
-    policy = LinearPolicy(discrete, weights, torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0]))
+    space = gym.spaces.Discrete(2)
+    policy = LinearPolicy(space, weights, torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0]))
     obs = torch.tensor([[5.0, 0.0], [1.0, 0.0]])  # normalized x0: 2, then 0
-    assert policy.inputs(obs, weights).tolist() == [[1.0, 0.0], [0.0, 1.0]]
-    box = Planner(model, gym.spaces.Box(-2.0, 2.0, (1,)), PlannerConfig(method="policy"))
+    assert policy.inputs(obs).tolist() == [[1.0, 0.0], [0.0, 1.0]]
     scale = torch.tensor([[1.0], [0.0], [0.0]])
-    policy = LinearPolicy(box, scale, torch.zeros(2), torch.ones(2))
-    actions = policy.inputs(torch.tensor([[0.0, 0.0], [100.0, 0.0], [-100.0, 0.0]]), scale)
+    policy = LinearPolicy(gym.spaces.Box(-2.0, 2.0, (1,)), scale, torch.zeros(2), torch.ones(2))
+    actions = policy.inputs(torch.tensor([[0.0, 0.0], [100.0, 0.0], [-100.0, 0.0]]))
     torch.testing.assert_close(actions, torch.tensor([[0.0], [2.0], [-2.0]]))
     # one weight matrix per row (the search's candidates) acts like each matrix alone
     rows = torch.stack([scale, -scale])
     both = policy.inputs(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), rows)
     torch.testing.assert_close(both[:, 0], torch.tanh(torch.tensor([1.0, -1.0])) * 2)
+
+
+def test_imagine_policy_pairs_each_candidate_with_each_start():
+    # A two-member model whose state never changes and whose reward is the action (member 1:
+    # twice it); the Box policy acts 2 * tanh(w0 * s + w1). Over 3 steps each (member,
+    # start, candidate) collects 3 * that, and the states stay at the starts.
+    import gymnasium as gym
+
+    model = DynamicsEnsemble(1, 1, members=2, hidden=[1])
+
+    def known(inputs):  # [E, N, 2] -> mean, std of (delta obs, reward, terminated)
+        action = inputs[..., 1:2]
+        scale = torch.tensor([1.0, 2.0])[:, None, None]
+        mean = torch.cat([torch.zeros_like(action), scale * action, 0 * action], -1)
+        return mean, torch.zeros_like(mean)
+
+    model.forward = known  # type: ignore[method-assign]
+    policy = LinearPolicy(
+        gym.spaces.Box(-2.0, 2.0, (1,)), torch.zeros(2, 1), torch.zeros(1), torch.ones(1)
+    )
+    starts = torch.tensor([[0.0], [1.0], [-0.5]])
+    candidates = torch.tensor([[[1.0], [0.0]], [[0.5], [0.3]]])  # [P = 2, o + 1, 1]
+    returns, states = imagine_policy(model, starts, policy, candidates, horizon=3)
+    assert returns.shape == (2, 3, 2) and states.shape == (3, 2, 3, 2, 1)
+    for s, start in enumerate(starts[:, 0].tolist()):
+        for p, (w0, w1) in enumerate(candidates[:, :, 0].tolist()):
+            action = 2 * math.tanh(w0 * start + w1)
+            assert float(returns[0, s, p]) == pytest.approx(3 * action, abs=1e-5)
+            assert float(returns[1, s, p]) == pytest.approx(6 * action, abs=1e-5)
+            assert float(states[-1, 1, s, p, 0]) == start
 
 
 def test_policy_search_balances_cartpole_with_the_true_dynamics():
@@ -335,6 +364,22 @@ def test_resume_continues_exactly(tmp_path, mode):
     torch.testing.assert_close(agent.planner.policy.weights, resumed.planner.policy.weights)
 
 
+def test_policy_search_runs_on_cartpole_and_scores_every_kth_step():
+    planner = {**TINY["planner"], "method": "policy", "starts": 4, "report_every": 3}
+    agent = MBRL("CartPole-v1", **{**TINY, "planner": planner}).learn()
+    searches = [r["planner/search_return"] for r in agent.history if "planner/search_return" in r]
+    assert len(searches) == agent.fits >= 2
+    planned = agent.store.planned[20:60]  # the steps after the random ones
+    assert np.isnan(planned).any() and (~np.isnan(planned)).sum() >= 10
+    assert any("train/planned_return" in r for r in agent.history)
+    # predict acts with the latest search, also after more learning
+    first = agent.predict(np.zeros(4, dtype=np.float32))
+    assert first in (0, 1)
+    agent.learn(20)
+    agent.predict(np.zeros(4, dtype=np.float32))
+    assert agent._predict_planner.policy is agent.planner.policy
+
+
 def test_discrete_actions_plan_on_cartpole():
     agent = MBRL("CartPole-v1", **TINY).learn()
     assert agent.fits >= 2
@@ -392,8 +437,8 @@ def _train_without_final_eval(agent: MBRL, steps: int) -> None:
 @pytest.mark.slow
 def test_cartpole_mbrl_policy_search_solves_cartpole():
     # Measured (recipe cartpole-mbrl, 1,000 env steps, ~100 s with 3 processes on the 2
-    # cores): seeds 0 and 1 played episodes of 19-24, 33-22, 52 and then 500 steps, and
-    # evaluated at 500.0 on 20 episodes. Random actions balance ~22 steps.
+    # cores): seeds 0 and 1 logged mean episode lengths of 19-24 (random actions), 22-33,
+    # 52 and then a 500-step episode, and evaluated at 500.0 on 20 episodes each.
     cls, config, _ = train.resolve("cartpole-mbrl", ["total_steps=1000"], seed=0)
     agent = cls(config=config)
     _train_without_final_eval(agent, 1000)

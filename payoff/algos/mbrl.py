@@ -60,7 +60,7 @@ from torch.nn import functional as F
 from payoff.algos.base import Agent, AgentKeys
 from payoff.algos.loop import crossed
 from payoff.core.config import in_range
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.models.dynamics import DynamicsEnsemble, TerminalValue, model_io
 from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
@@ -125,8 +125,8 @@ def _roll(
     generator: torch.Generator | None,
     value: TerminalValue | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Roll start states [E, N, o] `horizon` steps through every member, each step's model
-    inputs for the actions from actions_for(t, state) -> [E, N, a]. Returns the returns
+    """Roll start states [E, N, o] `horizon` steps through every member; actions_for(t,
+    state) -> [E, N, a] gives the model's action inputs at step t. Returns the returns
     [E, N] (reward collected while predicted alive, plus gamma^H * V(end) with a value) and
     the states [H, E, N, o]."""
     o = model.obs_dim
@@ -188,22 +188,27 @@ class LinearPolicy:
     are the model's observation normalizer at the time of the search, kept with W."""
 
     def __init__(
-        self, planner: Planner, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+        self, space: gym.Space, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
     ):
-        self.planner, self.weights, self.mean, self.std = planner, weights, mean, std
+        self.weights, self.mean, self.std = weights, mean, std
+        self.actions = int(space.n) if isinstance(space, gym.spaces.Discrete) else None  # type: ignore[attr-defined]
+        if self.actions is None:
+            self.low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
+            self.high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
 
-    def inputs(self, obs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """What the model reads for obs [..., N, o] under weights [N, o + 1, k] (one row
-        each) or [o + 1, k] (all rows): one-hot actions, or the actions' values."""
+    def inputs(self, obs: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """What the model reads for obs [..., N, o] under this policy's weights, or under
+        `weights` [N, o + 1, k] (one matrix per row: the search's candidates): one-hot
+        actions, or the actions' values."""
+        weights = self.weights if weights is None else weights
         features = torch.cat([(obs - self.mean) / self.std, torch.ones_like(obs[..., :1])], -1)
         if weights.dim() == 2:
             scores = features @ weights
         else:
             scores = torch.einsum("...ni,nik->...nk", features, weights)
-        planner = self.planner
-        if planner.discrete:
-            return F.one_hot(scores.argmax(-1), planner.num_actions).float()
-        return planner.low + (planner.high - planner.low) * (torch.tanh(scores) + 1) / 2
+        if self.actions is not None:
+            return F.one_hot(scores.argmax(-1), self.actions).float()
+        return self.low + (self.high - self.low) * (torch.tanh(scores) + 1) / 2
 
 
 @torch.no_grad()
@@ -216,9 +221,9 @@ def imagine_policy(
     generator: torch.Generator | None = None,
     value: TerminalValue | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Roll candidate policies closed-loop through every member: each of the P weights
-    [P, o + 1, k] acts from each of the start states [S, o] for `horizon` steps, choosing
-    from the state it is in. Returns the returns [E, S, P] and states [H, E, S, P, o]."""
+    """Roll candidate policies closed-loop through every member: `policy`'s normalizer and
+    action map under each of the P weights [P, o + 1, k], from each of the start states
+    [S, o] for `horizon` steps, choosing from the state it is in. Returns the returns [E, S, P] and states [H, E, S, P, o]."""
     members, o = model.members, model.obs_dim
     count, population = len(starts), len(weights)
     state = starts[:, None, :].expand(count, population, o).reshape(1, -1, o)
@@ -257,10 +262,12 @@ class PlannerConfig:
         half-width; (policy) the starting std of the policy's weights.
     starts: (policy) real states, drawn from all data at each search, that every candidate
         is rolled out from.
+    Under method policy, population, iterations, elites, alpha and init_std are the CEM
+    search's over the policy's weights, run once per model refit; temperature is unused.
     report_every: score the chosen plan (train/planned_return, train/model_disagreement)
         every this many env steps of training. Each score is one more imagined rollout of
-        the horizon: next to a policy's cheap actions, 200 steps of it every step would
-        cost more than the search.
+        the horizon, `horizon` sequential model calls: next to a policy's cheap actions,
+        200 calls at every step took longer than the searches (method policy).
     risk: score a sequence by the members' mean return minus `risk` times their std
         (pessimism where the model is unsure; 0 = PETS' plain mean). Counters exploitation
         where the members disagree, e.g. on CartPole's terminations in states never seen.
@@ -451,8 +458,9 @@ class Planner:
         o = model.obs_dim
         outputs = self.num_actions if self.discrete else int(action_space.shape[0])  # type: ignore[index]
         self.policy_shape = (o + 1, outputs)
+        self.action_space = action_space
         self.policy = LinearPolicy(
-            self, torch.zeros(self.policy_shape), torch.zeros(o), torch.ones(o)
+            action_space, torch.zeros(self.policy_shape), torch.zeros(o), torch.ones(o)
         )
         self.search_mean = torch.zeros(self.policy_shape).flatten()
 
@@ -485,7 +493,7 @@ class Planner:
         noise = generator if c.sample else None  # trajectory sampling, or the members' means
         if c.method == "policy":
             policy = self.policy
-            chosen = policy.inputs(obs, policy.weights)
+            chosen = policy.inputs(obs)
             actions = (chosen.argmax(-1) if self.discrete else chosen).numpy()
             if not report:
                 return actions, {}
@@ -559,9 +567,9 @@ class Planner:
         c = self.config
         noise = generator if c.sample else None
         o = self.model.obs_dim
-        candidate = LinearPolicy(
-            self, self.policy.weights, self.model.in_mean[:o].clone(), self.model.in_std[:o].clone()
-        )
+        # the candidates read observations normalized as the model now does
+        normalizer = (self.model.in_mean[:o].clone(), self.model.in_std[:o].clone())
+        candidate = LinearPolicy(self.action_space, self.policy.weights, *normalizer)
         mean = self.search_mean[None, :, None]  # cem_update's [batch 1, H = weights, 1]
         std = torch.full_like(mean, c.init_std)
         for _ in range(c.iterations):
@@ -575,8 +583,9 @@ class Planner:
             elite_return = float(returns.topk(c.elites, dim=1).values.mean())
             mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
         self.search_mean = mean.flatten()
-        candidate.weights = self.search_mean.reshape(self.policy_shape)
-        self.policy = candidate
+        self.policy = LinearPolicy(
+            self.action_space, self.search_mean.reshape(self.policy_shape), *normalizer
+        )
         return elite_return
 
     def _score(self, member_returns: torch.Tensor) -> torch.Tensor:
@@ -598,15 +607,19 @@ class Planner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         warm = state.get("warm")
         self.warm = None if warm is None else torch.as_tensor(warm).clone()
-        if "policy" in state:
-            weights, mean, std = (torch.as_tensor(t).clone() for t in state["policy"])
-            if weights.shape != self.policy_shape:
-                raise ConfigError(
-                    f"the checkpoint's policy weights are {tuple(weights.shape)}, this run's "
-                    f"planner needs {self.policy_shape} (a different env?)"
-                )
-            self.policy = LinearPolicy(self, weights, mean, std)
-            self.search_mean = torch.as_tensor(state["search_mean"]).clone()
+        if "policy" not in state:  # saved before method policy existed: no policy searched
+            return
+        weights, mean, std = (torch.as_tensor(t).clone() for t in state["policy"])
+        search_mean = torch.as_tensor(state["search_mean"]).clone()
+        size = self.policy_shape[0] * self.policy_shape[1]
+        if weights.shape != self.policy_shape or search_mean.shape != (size,):
+            raise CheckpointError(
+                f"the checkpoint's policy weights are {tuple(weights.shape)} (search mean "
+                f"{tuple(search_mean.shape)}); this run's planner needs {self.policy_shape} "
+                f"({size},): a checkpoint of another env's run?"
+            )
+        self.policy = LinearPolicy(self.action_space, weights, mean, std)
+        self.search_mean = search_mean
 
 
 class MBRL(Agent):
@@ -711,6 +724,7 @@ class MBRL(Agent):
         single = obs.ndim == 1
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()
+        self._predict_planner.policy = self.planner.policy  # method policy: the latest search
         actions, _ = self._predict_planner.plan(
             torch.from_numpy(obs[None] if single else obs), self.generator, report=False
         )
@@ -729,11 +743,11 @@ class MBRL(Agent):
         return evaluate_batched(self.config.env, act, episodes, seed, "sync")
 
     def _planner(self) -> Planner:
-        """A planner over the current model (for evaluation and predict: their own warm
-        starts), acting with the run's searched policy under method policy."""
+        """A planner over the current model (evaluation and predict keep their own warm
+        starts); under method policy it acts with the run's latest searched policy."""
         value = self.value if self.config.value.enabled else None
         planner = Planner(self.model, self.action_space, self.config.planner, value)
-        if hasattr(self, "planner"):
+        if hasattr(self, "planner"):  # not while setup builds the run's own planner
             planner.policy = self.planner.policy
         return planner
 
