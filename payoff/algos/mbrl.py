@@ -32,7 +32,7 @@ the weights of a linear feedback policy at every refit, each candidate scored by
 closed-loop return over `horizon` imagined steps from `starts` real states, and the run acts
 with it until the next refit (LinearPolicy, imagine_policy). Open-loop sequences cannot see
 a cart drift out over hundreds of steps, even with CartPole's true dynamics; a policy
-rolled out for 200 steps can: cartpole-mbrl solves CartPole with it (docs/model-based.md).
+rolled out for 400 steps can: cartpole-mbrl solves CartPole with it (docs/model-based.md).
 
 Where the planner exploits the model: the search favours whatever the model scores high;
 where the model has seen little data, those are its errors. Logged per episode: the return
@@ -250,7 +250,7 @@ class PlannerConfig:
         closed-loop return over `horizon` steps from `starts` real states in every member,
         and act with it until the next refit (policy search in the model, as PILCO). Open-
         loop sequences cannot see a cart drift out over hundreds of steps; a policy rolled
-        out for 200 imagined steps can.
+        out for hundreds of imagined steps can.
     horizon: steps imagined ahead. Longer sees further (a swing-up needs to see the top)
         but compounds the model's errors, and a longer search finds more of them to exploit.
     population: action sequences sampled per iteration.
