@@ -223,7 +223,8 @@ def imagine_policy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Roll candidate policies closed-loop through every member: `policy`'s normalizer and
     action map under each of the P weights [P, o + 1, k], from each of the start states
-    [S, o] for `horizon` steps, choosing from the state it is in. Returns the returns [E, S, P] and states [H, E, S, P, o]."""
+    [S, o] for `horizon` steps, choosing from the state it is in. Returns the returns
+    [E, S, P] and states [H, E, S, P, o]."""
     members, o = model.members, model.obs_dim
     count, population = len(starts), len(weights)
     state = starts[:, None, :].expand(count, population, o).reshape(1, -1, o)
@@ -489,8 +490,6 @@ class Planner:
         disagreement along it (the std over members of the predicted states, in
         observation-std units, averaged over steps and dimensions)."""
         c = self.config
-        batch = len(obs)
-        noise = generator if c.sample else None  # trajectory sampling, or the members' means
         if c.method == "policy":
             policy = self.policy
             chosen = policy.inputs(obs)
@@ -501,6 +500,8 @@ class Planner:
             return actions, self._expectations(
                 *imagine_policy(self.model, obs, policy, policy.weights[None], c.horizon)
             )
+        batch = len(obs)
+        noise = generator if c.sample else None  # trajectory sampling, or the members' means
         if self.warm is None or len(self.warm) != batch:
             self.warm = self._initial(batch)
         if self.discrete:
