@@ -151,3 +151,26 @@ def test_random_openings_make_a_match_of_deterministic_players_distinct() -> Non
     assert play_match(game, player, player, 20, openings=1, seed=0).distinct == 7
     with pytest.raises(ConfigError, match="openings 9: no 9 random plies"):
         play_match(make_game("tictactoe"), player, player, 2, openings=9)
+
+
+@pytest.mark.parametrize("name", ["tictactoe", "connect4"])
+def test_ending_moves_are_the_moves_that_end_the_game(name: str) -> None:
+    # Checked against playing every legal move, in every position of random games (wins,
+    # draws by a full board, and positions where no move ends the game).
+    game = make_game(name)
+    rng = np.random.default_rng(0)
+    seen_win = seen_draw = seen_none = False
+    for _ in range(300):
+        state = game.initial_state()
+        while state.winner is None:
+            legal = np.flatnonzero(game.legal_mask(state))
+            assert [a for a, _ in game.landing_cells(state)] == legal.tolist()
+            ending = [a for a in legal if game.play(state, int(a)).winner is not None]
+            assert game.ending_moves(state) == ending
+            results = {game.play(state, int(a)).winner for a in ending}
+            seen_win |= state.to_play in results
+            seen_draw |= -1 in results
+            seen_none |= not ending
+            state = game.play(state, int(rng.choice(legal)))
+        assert game.ending_moves(state) == [] and game.landing_cells(state) == []
+    assert seen_win and seen_none and (seen_draw or name == "connect4")

@@ -194,3 +194,36 @@ def test_root_values_are_proofs_or_mean_simulation_values() -> None:
     )
     counts = plain.search([won])[0]
     assert 0.0 < plain.root_values[0] <= counts[6] / counts.sum() + 1e-9
+
+
+class _PlaysEveryMove:
+    """A game without `ending_moves`: the solver then plays every move at each expansion."""
+
+    def __init__(self, game):
+        self.game = game
+        for name in ("name", "num_actions", "shape", "initial_state", "legal_mask", "play"):
+            setattr(self, name, getattr(game, name))
+        self.outcome, self.encode = game.outcome, game.encode
+
+
+@pytest.mark.parametrize("name", ["tictactoe", "connect4"])
+def test_solver_searches_alike_with_and_without_ending_moves(name: str) -> None:
+    # `ending_moves` only spares the solver work: counts and root values stay bitwise equal.
+    game = make_game(name)
+    rng = np.random.default_rng(1)
+    states, state = [], game.initial_state()
+    while state.winner is None:
+        states.append(state)
+        state = game.play(state, int(rng.choice(np.flatnonzero(game.legal_mask(state)))))
+    results = []
+    for played in (game, _PlaysEveryMove(game)):
+        search = MCTS(
+            played,
+            rollout_evaluator(played, np.random.default_rng(2)),
+            MCTSConfig(simulations=80, solver=True),
+            np.random.default_rng(3),
+        )
+        results.append((search.search(states, add_noise=True), search.root_values))
+    (counts, values), (slow_counts, slow_values) = results
+    assert np.array_equal(counts, slow_counts) and np.array_equal(values, slow_values)
+    assert not hasattr(_PlaysEveryMove(game), "ending_moves")

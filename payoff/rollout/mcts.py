@@ -17,7 +17,8 @@ Exploration at the root (self-play only): Dirichlet noise mixed into the root pr
 a temperature on the visit counts when a move is picked (`select_action`).
 
 Solver (`solver: true`, MCTS-Solver after Winands, Bjornsson and Saito 2008): expanding a
-node also plays each of its moves once to see which end the game, and game results found
+node also finds which of its moves end the game (the game's `ending_moves` where it has one,
+else by playing each move once), and game results found
 in the tree are proven upwards by minimax (a position is won if one move wins, lost if every
 move loses). Searches stop visiting proven positions, a proven win is played at once and a
 proven loss is avoided while any other move remains. A network's value is a guess; a
@@ -56,7 +57,8 @@ class MCTSConfig:
         sequential MCTS; more makes bigger batches from few trees but searches slightly worse.
     virtual_loss: value subtracted from an edge while a leaf below it awaits evaluation.
     solver: prove wins and losses found in the tree (see the module docstring). Costs one
-        `play` per legal move at each expansion; pays off in games decided by short tactics.
+        `play` per legal move at each expansion (per game-ending move where the game has
+        `ending_moves`); pays off in games decided by short tactics.
     """
 
     simulations: int = 100
@@ -261,19 +263,29 @@ class MCTS:
         self.stats.evaluations += len(leaves)
         self.stats.batches += 1
         result = {}
-        for leaf, prior, value in zip(leaves, priors, values, strict=True):
-            legal = self.game.legal_mask(leaf.state)
-            prior = np.where(legal, prior, 0.0)  # the evaluator may put mass on illegal moves
-            total = prior.sum()
-            prior = prior / total if total > 0 else legal / legal.sum()
-            leaf.set_priors(prior.tolist(), self.config.c_puct)
-            leaf.legal = np.flatnonzero(legal).tolist()
-            leaf.visits = [0] * len(legal)
-            leaf.value_sums = [0.0] * len(legal)
-            leaf.q = [0.0] * len(legal)
-            result[id(leaf)] = float(value)
-            if self.config.solver:
-                for action in leaf.legal:  # one ply of look-ahead: which moves end the game?
+        # A game may say which moves end it without playing them all (payoff's StoneGames
+        # do); the children of the other moves are then made when a search first takes them.
+        ending_moves = getattr(self.game, "ending_moves", None)
+        # One NumPy pass for the whole batch: the evaluator may put mass on illegal moves;
+        # where it puts none on legal ones, the legal moves share the prior equally.
+        legal = np.stack([self.game.legal_mask(leaf.state) for leaf in leaves])  # [N, A]
+        priors = np.where(legal, priors, 0.0)
+        totals = priors.sum(axis=1, keepdims=True)
+        uniform = legal / legal.sum(axis=1, keepdims=True)
+        priors = np.where(totals > 0, priors / np.where(totals > 0, totals, 1.0), uniform)
+        actions = legal.shape[1]
+        for leaf, prior, moves, value in zip(
+            leaves, priors.tolist(), legal.tolist(), values.tolist(), strict=True
+        ):
+            leaf.set_priors(prior, self.config.c_puct)
+            leaf.legal = [a for a in range(actions) if moves[a]]
+            leaf.visits = [0] * actions
+            leaf.value_sums = [0.0] * actions
+            leaf.q = [0.0] * actions
+            result[id(leaf)] = value
+            if self.config.solver:  # one ply of look-ahead: which moves end the game?
+                ending = leaf.legal if ending_moves is None else ending_moves(leaf.state)
+                for action in ending:
                     state = self.game.play(leaf.state, action)
                     leaf.children[action] = Node(state, self.game.outcome(state))
                 _settle(leaf)

@@ -11,6 +11,10 @@ a game through this protocol, so adding a game is writing one class:
 
 Values are always from the point of view of the player to move, so the same network
 serves both sides. States are immutable: search trees keep them in their nodes.
+
+Two optional methods make search faster and change none of its results: `encode_batch`
+(many positions' planes in one pass) and `ending_moves` (the legal moves that end the game,
+which the MCTS solver otherwise finds by playing every move). `StoneGame` has both.
 """
 
 from __future__ import annotations
@@ -133,6 +137,10 @@ def state_from_planes(planes: np.ndarray, shape: tuple[int, int]) -> GameState:
     return GameState(board=board, to_play=to_play, moves=int(mine.sum() + theirs.sum()))
 
 
+# Per StoneGame class: for each cell, its lines less the cell itself (built on first use).
+_OTHER_CELLS: dict[type, list[list[tuple[int, ...]]]] = {}
+
+
 class StoneGame:
     """What tic-tac-toe and Connect Four share: a flat board of stones (0 empty, 1 and 2 the
     players), a win made by a line through the last stone, PettingZoo's planes encoding.
@@ -144,6 +152,10 @@ class StoneGame:
     shape: tuple[int, int]
     lines_through: list[np.ndarray]
 
+    def landing_cells(self, state: GameState) -> list[tuple[int, int]]:
+        """(action, cell) for every legal move of a running game: where its stone goes."""
+        raise NotImplementedError
+
     def place(self, state: GameState, cell: int) -> GameState:
         """The position after the player to move puts a stone on the empty `cell`."""
         board = state.board.copy()
@@ -151,11 +163,40 @@ class StoneGame:
         board[cell] = stone
         moves = state.moves + 1
         winner = None
-        if (board[self.lines_through[cell]] == stone).all(axis=1).any():
+        if self._completes_line(board.tobytes(), cell, stone):
             winner = state.to_play
         elif moves == board.size:
             winner = DRAW
         return GameState(board=board, to_play=1 - state.to_play, winner=winner, moves=moves)
+
+    def ending_moves(self, state: GameState) -> list[int]:
+        """The legal moves that end the game: those that complete a line for the mover, or
+        all of them when one empty cell is left. The MCTS solver asks this at every
+        expansion; answering it from the board spares it playing every move."""
+        if state.winner is not None:
+            return []
+        moves = self.landing_cells(state)
+        if state.moves + 1 == state.board.size:
+            return [action for action, _ in moves]
+        cells, stone = state.board.tobytes(), state.to_play + 1
+        return [action for action, cell in moves if self._completes_line(cells, cell, stone)]
+
+    def _completes_line(self, cells: bytes, cell: int, stone: int) -> bool:
+        """Whether a stone on `cell` makes a line of `stone`s with the stones in `cells`."""
+        others = _OTHER_CELLS.get(type(self))
+        if others is None:  # each line through a cell, less the cell itself, as tuples
+            others = [
+                [tuple(int(c) for c in line if c != cell) for line in lines]
+                for cell, lines in enumerate(self.lines_through)
+            ]
+            _OTHER_CELLS[type(self)] = others
+        for line in others[cell]:
+            for c in line:
+                if cells[c] != stone:
+                    break
+            else:
+                return True
+        return False
 
     def outcome(self, state: GameState) -> float | None:
         return outcome_for_mover(state)

@@ -41,6 +41,18 @@ class ConnectFour(StoneGame):
             return np.zeros(COLS, dtype=bool)
         return state.board[:COLS] == 0  # a column is open while its top cell is empty
 
+    def landing_cells(self, state: GameState) -> list[tuple[int, int]]:
+        if state.winner is not None:
+            return []
+        cells, moves = state.board.tobytes(), []
+        for column in range(COLS):
+            if cells[column] == 0:  # open: the stone lands on the lowest empty cell
+                cell = column + (ROWS - 1) * COLS
+                while cells[cell]:
+                    cell -= COLS
+                moves.append((column, cell))
+        return moves
+
     def play(self, state: GameState, action: int) -> GameState:
         column = int(action)
         if state.winner is not None:

@@ -34,6 +34,12 @@ class TicTacToe(StoneGame):
             return np.zeros(9, dtype=bool)
         return state.board == 0
 
+    def landing_cells(self, state: GameState) -> list[tuple[int, int]]:
+        if state.winner is not None:
+            return []
+        cells = state.board.tobytes()
+        return [(cell, cell) for cell in range(9) if cells[cell] == 0]
+
     def play(self, state: GameState, action: int) -> GameState:
         action = int(action)
         if state.winner is not None:
