@@ -150,8 +150,9 @@ def main() -> None:
         "Connect Four, 100 simulations per search from the same position, PUCT (c=1.5), "
         "payoff's policy/value resnet (32 channels, 2 blocks, 41k parameters) as the evaluator "
         "on 1 torch thread. The ratio column is simulations/s relative to OpenSpiel's Python MCTS "
-        "with the same network. The solver row also plays every move of each expanded node once "
-        "to find game ends and proves results up the tree (`mcts.solver: true`).\n\n"
+        "with the same network. The solver row also finds which moves of each expanded node end "
+        "the game (Connect Four's `ending_moves`, read off the board) and proves results up the "
+        "tree (`mcts.solver: true`).\n\n"
         + markdown_table(
             ["search", "positions per net call", "simulations/s", "vs OpenSpiel"], rows
         )
