@@ -137,10 +137,6 @@ def state_from_planes(planes: np.ndarray, shape: tuple[int, int]) -> GameState:
     return GameState(board=board, to_play=to_play, moves=int(mine.sum() + theirs.sum()))
 
 
-# Per StoneGame class: for each cell, its lines less the cell itself (built on first use).
-_OTHER_CELLS: dict[type, list[list[tuple[int, ...]]]] = {}
-
-
 class StoneGame:
     """What tic-tac-toe and Connect Four share: a flat board of stones (0 empty, 1 and 2 the
     players), a win made by a line through the last stone, PettingZoo's planes encoding.
@@ -183,13 +179,13 @@ class StoneGame:
 
     def _completes_line(self, cells: bytes, cell: int, stone: int) -> bool:
         """Whether a stone on `cell` makes a line of `stone`s with the stones in `cells`."""
-        others = _OTHER_CELLS.get(type(self))
+        others = self.__dict__.get("_line_others")
         if others is None:  # each line through a cell, less the cell itself, as tuples
             others = [
                 [tuple(int(c) for c in line if c != cell) for line in lines]
                 for cell, lines in enumerate(self.lines_through)
             ]
-            _OTHER_CELLS[type(self)] = others
+            self.__dict__["_line_others"] = others  # built once per game object
         for line in others[cell]:
             for c in line:
                 if cells[c] != stone:
