@@ -275,7 +275,7 @@ class MCTS:
         priors = np.where(totals > 0, priors / np.where(totals > 0, totals, 1.0), uniform)
         actions = legal.shape[1]
         for leaf, prior, moves, value in zip(
-            leaves, priors.tolist(), legal.tolist(), values.tolist(), strict=True
+            leaves, priors.tolist(), legal.tolist(), np.asarray(values).tolist(), strict=True
         ):
             leaf.set_priors(prior, self.config.c_puct)
             leaf.legal = [a for a in range(actions) if moves[a]]

@@ -21,6 +21,14 @@ def _windows() -> np.ndarray:
     return np.array(lines)
 
 
+def _landing_cell(cells: bytes, column: int) -> int:
+    """The lowest empty cell of an open `column` (flat index), where a stone dropped lands."""
+    cell = column + (ROWS - 1) * COLS
+    while cells[cell]:
+        cell -= COLS
+    return cell
+
+
 WINDOWS = _windows()  # [69, 4]
 WINDOWS_THROUGH = [np.array([w for w in WINDOWS if cell in w]) for cell in range(ROWS * COLS)]
 
@@ -44,14 +52,11 @@ class ConnectFour(StoneGame):
     def landing_cells(self, state: GameState) -> list[tuple[int, int]]:
         if state.winner is not None:
             return []
-        cells, moves = state.board.tobytes(), []
-        for column in range(COLS):
-            if cells[column] == 0:  # open: the stone lands on the lowest empty cell
-                cell = column + (ROWS - 1) * COLS
-                while cells[cell]:
-                    cell -= COLS
-                moves.append((column, cell))
-        return moves
+        cells = state.board.tobytes()
+        # a column is open while its top cell is empty
+        return [
+            (column, _landing_cell(cells, column)) for column in range(COLS) if not cells[column]
+        ]
 
     def play(self, state: GameState, action: int) -> GameState:
         column = int(action)
@@ -62,8 +67,7 @@ class ConnectFour(StoneGame):
             raise IllegalMoveError(
                 f"column {column} is full or off the board; legal moves: {legal}"
             )
-        row = ROWS - 1 - int(np.count_nonzero(state.board[column::COLS]))  # fills from the bottom
-        return self.place(state, row * COLS + column)
+        return self.place(state, _landing_cell(state.board.tobytes(), column))
 
     def symmetries(
         self, planes: np.ndarray, policy: np.ndarray
