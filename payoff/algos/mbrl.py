@@ -454,8 +454,8 @@ class Planner:
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32)  # type: ignore[attr-defined]
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32)  # type: ignore[attr-defined]
         self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
-        # method policy: the policy acted with, and the search's mean over its flat weights
-        # (warm start across searches); zero weights until the first search.
+        # method policy: the policy acted with; zero weights until the first search. Its
+        # weights are also the next search's mean (warm start across searches).
         o = model.obs_dim
         outputs = self.num_actions if self.discrete else int(action_space.shape[0])  # type: ignore[index]
         self.policy_shape = (o + 1, outputs)
@@ -463,7 +463,6 @@ class Planner:
         self.policy = LinearPolicy(
             action_space, torch.zeros(self.policy_shape), torch.zeros(o), torch.ones(o)
         )
-        self.search_mean = torch.zeros(self.policy_shape).flatten()
 
     def reset(self) -> None:
         self.warm = None
@@ -571,7 +570,8 @@ class Planner:
         # the candidates read observations normalized as the model now does
         normalizer = (self.model.in_mean[:o].clone(), self.model.in_std[:o].clone())
         candidate = LinearPolicy(self.action_space, self.policy.weights, *normalizer)
-        mean = self.search_mean[None, :, None]  # cem_update's [batch 1, H = weights, 1]
+        # the last search's mean: cem_update's [batch 1, H = the flat weights, 1]
+        mean = self.policy.weights.reshape(1, -1, 1)
         std = torch.full_like(mean, c.init_std)
         for _ in range(c.iterations):
             steps = torch.randn((1, c.population, mean.shape[1], 1), generator=generator)
@@ -583,10 +583,7 @@ class Planner:
             returns = self._score(member_returns).mean(0, keepdim=True)  # [1, P]
             elite_return = float(returns.topk(c.elites, dim=1).values.mean())
             mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
-        self.search_mean = mean.flatten()
-        self.policy = LinearPolicy(
-            self.action_space, self.search_mean.reshape(self.policy_shape), *normalizer
-        )
+        self.policy = LinearPolicy(self.action_space, mean.reshape(self.policy_shape), *normalizer)
         return elite_return
 
     def _score(self, member_returns: torch.Tensor) -> torch.Tensor:
@@ -602,7 +599,6 @@ class Planner:
         return {
             "warm": None if self.warm is None else self.warm.clone(),
             "policy": [policy.weights.clone(), policy.mean.clone(), policy.std.clone()],
-            "search_mean": self.search_mean.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -610,17 +606,15 @@ class Planner:
         self.warm = None if warm is None else torch.as_tensor(warm).clone()
         if "policy" not in state:  # saved before method policy existed: no policy searched
             return
+        # (checkpoints up to 2026-11-27 also hold "search_mean": the same numbers as the
+        # policy's weights, flattened)
         weights, mean, std = (torch.as_tensor(t).clone() for t in state["policy"])
-        search_mean = torch.as_tensor(state["search_mean"]).clone()
-        size = self.policy_shape[0] * self.policy_shape[1]
-        if weights.shape != self.policy_shape or search_mean.shape != (size,):
+        if weights.shape != self.policy_shape:
             raise CheckpointError(
-                f"the checkpoint's policy weights are {tuple(weights.shape)} (search mean "
-                f"{tuple(search_mean.shape)}); this run's planner needs {self.policy_shape} "
-                f"({size},): a checkpoint of another env's run?"
+                f"the checkpoint's policy weights are {tuple(weights.shape)}; this run's "
+                f"planner needs {self.policy_shape}: a checkpoint of another env's run?"
             )
         self.policy = LinearPolicy(self.action_space, weights, mean, std)
-        self.search_mean = search_mean
 
 
 class MBRL(Agent):
