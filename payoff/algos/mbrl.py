@@ -181,6 +181,16 @@ def imagine(
     )
 
 
+def action_layout(space: gym.Space) -> tuple[int | None, torch.Tensor, torch.Tensor]:
+    """(n, -, -) for Discrete(n); (None, low, high) as float32 tensors for a Box (the
+    placeholders of a Discrete space are empty tensors)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n), torch.empty(0), torch.empty(0)
+    low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
+    high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+    return None, low, high
+
+
 class LinearPolicy:
     """A linear feedback policy, what `planner.method: policy` searches for: scores
     z = [(s - mean) / std, 1] @ W, W [o + 1, k]; the action is argmax z (Discrete, k = n)
@@ -191,10 +201,7 @@ class LinearPolicy:
         self, space: gym.Space, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
     ):
         self.weights, self.mean, self.std = weights, mean, std
-        self.actions = int(space.n) if isinstance(space, gym.spaces.Discrete) else None  # type: ignore[attr-defined]
-        if self.actions is None:
-            self.low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
-            self.high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+        self.actions, self.low, self.high = action_layout(space)
 
     def inputs(self, obs: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """What the model reads for obs [..., N, o] under this policy's weights, or under
@@ -447,12 +454,9 @@ class Planner:
         value: TerminalValue | None = None,
     ) -> None:
         self.model, self.config, self.value = model, config, value
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if self.discrete:
-            self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
-        else:
-            self.low = torch.as_tensor(action_space.low, dtype=torch.float32)  # type: ignore[attr-defined]
-            self.high = torch.as_tensor(action_space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+        actions, self.low, self.high = action_layout(action_space)
+        self.discrete = actions is not None
+        self.num_actions = actions or 0  # (Box: unused)
         self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
         # method policy: the policy acted with; zero weights until the first search. Its
         # weights are also the next search's mean (warm start across searches).
