@@ -20,6 +20,7 @@ which the MCTS solver otherwise finds by playing every move). `StoneGame` has bo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -177,16 +178,18 @@ class StoneGame:
         cells, stone = state.board.tobytes(), state.to_play + 1
         return [action for action, cell in moves if self._completes_line(cells, cell, stone)]
 
+    @cached_property
+    def _line_others(self) -> list[list[tuple[int, ...]]]:
+        """For each cell, each line through it less the cell itself, as tuples (built on
+        first use, once per game object)."""
+        return [
+            [tuple(int(c) for c in line if c != cell) for line in lines]
+            for cell, lines in enumerate(self.lines_through)
+        ]
+
     def _completes_line(self, cells: bytes, cell: int, stone: int) -> bool:
         """Whether a stone on `cell` makes a line of `stone`s with the stones in `cells`."""
-        others = self.__dict__.get("_line_others")
-        if others is None:  # each line through a cell, less the cell itself, as tuples
-            others = [
-                [tuple(int(c) for c in line if c != cell) for line in lines]
-                for cell, lines in enumerate(self.lines_through)
-            ]
-            self.__dict__["_line_others"] = others  # built once per game object
-        for line in others[cell]:
+        for line in self._line_others[cell]:
             for c in line:
                 if cells[c] != stone:
                     break
