@@ -170,6 +170,20 @@ def test_league_and_final_matches_search_with_their_own_simulations(monkeypatch)
     league = {sims for name, sims in played if name.startswith("iter-")}
     final = {sims for name, sims in played if name.startswith("gen-")}
     assert league == {3} and final == {5}
+    # eval_symmetries reaches the league's and the final matches' network players
+    played.clear()
+    monkeypatch.setattr(
+        SelfPlayPool,
+        "play_matches",
+        lambda self, matches: (
+            played.extend(
+                (p.name, p.symmetries) for m in matches for p in (m.a, m.b) if p.weights is not None
+            )
+            or original(self, matches)
+        ),
+    )
+    AlphaZero(iterations=1, **{**TINY, "eval_symmetries": True}).learn()
+    assert played and all(symmetric for _, symmetric in played)
 
 
 def test_value_targets_mix_outcome_and_search_value() -> None:
@@ -276,3 +290,67 @@ def test_evaluate_plays_from_the_final_evaluations_openings(monkeypatch) -> None
     result = agent.evaluate(episodes=8, seed=3)
     assert result.episodes == 8
     assert seen[0][0] == 2 and seen[0][1] >= 4  # 4 distinct 2-ply openings, both colours
+
+
+def _mirror_state(game, state):
+    """Connect Four's position with its columns reversed (same player to move)."""
+    import dataclasses
+
+    board = state.board.reshape(game.shape)[:, ::-1].reshape(-1).copy()
+    return dataclasses.replace(state, board=board)
+
+
+def test_symmetric_evaluation_averages_the_board_and_its_mirror() -> None:
+    """eval_symmetries' evaluator: the mean of the plain evaluator's priors (mapped back to
+    the position's columns) and values over a position and its mirror image, so a position
+    and its mirror get mirrored priors and equal values, which the plain network does not."""
+    import torch
+
+    from payoff.envs.games import make_game
+    from payoff.models.game_nets import GameNetConfig, PolicyValueNet
+    from payoff.rollout.network_players import network_evaluator, symmetry_maps
+
+    game = make_game("connect4")
+    torch.manual_seed(0)
+    net = PolicyValueNet(
+        game.shape, game.num_actions, GameNetConfig(kind="resnet", channels=8, blocks=1)
+    )
+    net.eval()
+    state = game.initial_state()
+    for move in (3, 3, 4, 0, 6, 6, 6, 6, 6, 6):  # lopsided; column 6 full, column 0 not
+        state = game.play(state, move)
+    mirrored = _mirror_state(game, state)
+    assert not game.legal_mask(state)[6] and game.legal_mask(mirrored)[6]
+    plain, symmetric = network_evaluator(net, game), network_evaluator(net, game, True)
+    priors, values = plain([state, mirrored])
+    expected_priors = (priors[0] + priors[1][::-1]) / 2
+    expected_value = (values[0] + values[1]) / 2
+    assert not np.allclose(priors[0], priors[1][::-1], atol=1e-3)  # the plain net is lopsided
+    sym_priors, sym_values = symmetric([state, mirrored])
+    np.testing.assert_allclose(sym_priors[0], expected_priors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sym_priors[1], expected_priors[::-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sym_values, [expected_value] * 2, rtol=1e-5, atol=1e-6)
+    assert sym_priors[0][6] == 0 and abs(sym_priors[0].sum() - 1) < 1e-6  # still only legal moves
+    # tic-tac-toe's 8 images, the identity first
+    maps = symmetry_maps(make_game("tictactoe"))
+    assert len(maps) == 8 and (maps[0][1] == np.arange(9)).all()
+    assert len({tuple(actions) for _, actions in maps}) == 8
+
+
+def test_eval_symmetries_reaches_the_play_time_players_but_not_the_gate(monkeypatch) -> None:
+    import payoff.algos.alphazero as alphazero_module
+
+    made: list[bool] = []
+    original = alphazero_module.network_player
+
+    def recording(*args, **kwargs):
+        made.append(bool(args[7] if len(args) > 7 else kwargs.get("symmetries", False)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(alphazero_module, "network_player", recording)
+    agent = AlphaZero(**{**TINY, "eval_symmetries": True})
+    agent._gate()  # the candidate and the best: plain, as in self-play
+    assert made == [False, False]
+    agent.player()
+    assert made[-1] is True
+    assert agent.predict(agent.game.initial_state()) in range(agent.game.num_actions)

@@ -120,6 +120,11 @@ class AlphaZeroConfig(RunKeys):
     eval_simulations: simulations per move whenever the trained agent plays: the final
         evaluation, `payoff eval`, `payoff play`, predict(). Search is part of the agent's
         strength (AlphaZero played with 800); it costs play time, not training.
+    eval_symmetries: whenever the trained agent plays (as eval_simulations), average its
+        network over the board's symmetries: each position and its mirror image (Connect
+        Four; tic-tac-toe's 8 images) in one forward pass, priors mapped back and averaged
+        with the values. A free ensemble against the network's blind spots, for ~1.4x the
+        play time on Connect Four; self-play and the gate are unchanged.
     eval_every / eval_games / league_simulations: baseline matches for the Elo curve, every
         that many iterations (and at the end), searched with league_simulations per move
         (null = eval_simulations; fewer keeps the periodic league cheap).
@@ -170,6 +175,7 @@ class AlphaZeroConfig(RunKeys):
     eval_every: int = 5
     eval_games: int = 20
     eval_simulations: int = 50
+    eval_symmetries: bool = False
     league_simulations: int | None = None
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
     final_eval_games: int = 100
@@ -250,9 +256,14 @@ class AlphaZero(Agent):
 
     # ---- acting -----------------------------------------------------------------------
     def player(
-        self, simulations: int | None = None, random_moves: int = 0, seed: int = 0
+        self,
+        simulations: int | None = None,
+        random_moves: int = 0,
+        seed: int = 0,
+        symmetries: bool | None = None,
     ) -> MCTSPlayer:
-        """The best network with search, as an arena player."""
+        """The best network with search, as an arena player (symmetries: None =
+        eval_symmetries)."""
         return network_player(
             self.best,
             self.game,
@@ -261,6 +272,7 @@ class AlphaZero(Agent):
             f"gen-{self.generation}",
             random_moves,
             seed,
+            self.config.eval_symmetries if symmetries is None else symmetries,
         )
 
     def predict(self, observation: Any, deterministic: bool = True) -> int:
@@ -292,7 +304,7 @@ class AlphaZero(Agent):
                 )
         search = MCTS(
             self.game,
-            network_evaluator(self.best, self.game),
+            network_evaluator(self.best, self.game, self.config.eval_symmetries),
             MCTSConfig(
                 **{**self.config.mcts.__dict__, "simulations": self.config.eval_simulations}
             ),
@@ -468,7 +480,9 @@ class AlphaZero(Agent):
             config.gate_random_moves,
             seed,
         )
-        best = self.player(config.gate_simulations, config.gate_random_moves, seed + 500)
+        best = self.player(
+            config.gate_simulations, config.gate_random_moves, seed + 500, symmetries=False
+        )
         result = play_match(self.game, candidate, best, config.gate_games)
         accepted = result.score >= config.gate_threshold
         if accepted:
@@ -493,12 +507,21 @@ class AlphaZero(Agent):
         name = f"iter-{self.iteration}"
         seed = config.seed * 1_000 + 100 * self.iteration
         simulations = config.league_simulations or config.eval_simulations
-        agent = PlayerSpec(name, seed, network_weights(self.best), simulations)
+        agent = PlayerSpec(
+            name, seed, network_weights(self.best), simulations, symmetries=config.eval_symmetries
+        )
         previous = None
         if self.last_evaluated is not None:
             weights = {k: v.numpy() for k, v in self.snapshots[self.last_evaluated].items()}
             sampled = config.gate_random_moves  # two searchers would replay one game
-            previous = PlayerSpec(self.last_evaluated, seed + 99, weights, simulations, sampled)
+            previous = PlayerSpec(
+                self.last_evaluated,
+                seed + 99,
+                weights,
+                simulations,
+                sampled,
+                config.eval_symmetries,
+            )
         matches = league_matches(agent, config.baselines, config.eval_games, previous)
         results = self.pool.play_matches(matches)
         self.results.extend(as_result(result) for result in results)
@@ -542,6 +565,7 @@ class AlphaZero(Agent):
             config.seed + 2_000_000,
             network_weights(self.best),
             config.eval_simulations,
+            symmetries=config.eval_symmetries,
         )
         baselines = config.baselines if config.final_eval_games else []
         matches = final_matches(

@@ -25,9 +25,28 @@ from payoff.models.mlp import as_numpy
 from payoff.rollout.mcts import Evaluator, MCTSConfig, MCTSPlayer
 
 
-def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
+def symmetry_maps(game: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The board's symmetries as index maps: per symmetry (cells, actions) such that
+    `planes.reshape(B, -1)[:, cells]` is the transformed batch of encoded positions and the
+    network's output for it at column j belongs to the original position's action
+    `actions[j]`. Read off `game.symmetries` applied to numbered planes and actions, so any
+    game that lists its symmetries gets them (the identity first)."""
+    shape = np.asarray(game.encode(game.initial_state())).shape
+    numbered = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    pairs = game.symmetries(numbered, np.arange(game.num_actions, dtype=np.float64))
+    return [
+        (np.asarray(cells).reshape(-1).astype(np.int64), np.asarray(actions).astype(np.int64))
+        for cells, actions in pairs
+    ]
+
+
+def network_evaluator(net: PolicyValueNet, game: Any, symmetries: bool = False) -> Evaluator:
     """An MCTS evaluator backed by `net`: encode the positions, one forward pass, mask.
 
+    symmetries: evaluate every position under each of the board's symmetries (Connect
+    Four's mirror image; tic-tac-toe's 8) in the same forward pass, and average the priors
+    (mapped back to the position's own actions) and the values: a cheap ensemble that
+    smooths the network's errors, at the cost of a forward pass as many times larger.
     The positions go to `net`'s device (its device when this is called) in one copy, and the
     priors and values come back as NumPy.
     """
@@ -35,18 +54,36 @@ def network_evaluator(net: PolicyValueNet, game: Any) -> Evaluator:
     encode_batch = getattr(game, "encode_batch", None)  # optional fast path of a Game
     device = next(net.parameters()).device
     to_device = None if device.type == "cpu" else device
+    maps = symmetry_maps(game)[1:] if symmetries else []
 
     def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
         if encode_batch is not None:
-            planes = torch.from_numpy(encode_batch(states))
+            encoded = encode_batch(states)
         else:
-            planes = torch.from_numpy(np.stack([game.encode(s) for s in states]))
+            encoded = np.stack([game.encode(s) for s in states])
+        if maps:  # the symmetric copies after the positions themselves: [(1 + S) B, ...]
+            flat = encoded.reshape(len(states), -1)
+            encoded = np.concatenate(
+                [encoded, *(flat[:, cells].reshape(encoded.shape) for cells, _ in maps)]
+            )
+        planes = torch.from_numpy(encoded)
         legal = torch.from_numpy(np.stack([game.legal_mask(s) for s in states]))
         if to_device is not None:
             planes, legal = planes.to(to_device), legal.to(to_device)
         with torch.inference_mode():
             logits, values = net(planes)
-            priors = torch.softmax(logits.masked_fill(~legal, -1e9), dim=-1)
+            if maps:
+                batch = len(states)
+                parts = [logits[:batch]]
+                for k, (_, actions) in enumerate(maps, start=1):
+                    part = torch.empty_like(parts[0])
+                    part[:, torch.from_numpy(actions)] = logits[k * batch : (k + 1) * batch]
+                    parts.append(part)
+                masked = torch.stack(parts).masked_fill(~legal, -1e9)
+                priors = torch.softmax(masked, dim=-1).mean(0)
+                values = values.view(len(parts), batch).mean(0)
+            else:
+                priors = torch.softmax(logits.masked_fill(~legal, -1e9), dim=-1)
         return as_numpy(priors), as_numpy(values)
 
     return evaluate
@@ -60,11 +97,13 @@ def network_player(
     name: str,
     random_moves: int = 0,
     seed: int = 0,
+    symmetries: bool = False,
 ) -> MCTSPlayer:
-    """`net` with `simulations` of search per move (mcts's other settings), as a player."""
+    """`net` with `simulations` of search per move (mcts's other settings), as a player;
+    `symmetries` averages the network over the board's symmetries (`network_evaluator`)."""
     return MCTSPlayer(
         game,
-        network_evaluator(net, game),
+        network_evaluator(net, game, symmetries),
         simulations=simulations,
         name=name,
         config=mcts,
@@ -88,6 +127,7 @@ class PlayerSpec:
     weights: dict[str, np.ndarray] | None = None  # None: the baseline called `name`
     simulations: int = 0
     random_moves: int = 0
+    symmetries: bool = False  # the network averaged over the board's symmetries
 
 
 # An evaluation match: player A, player B, and how many games (A moves first in even ones).
@@ -111,5 +151,5 @@ def build_player(spec: PlayerSpec, game: Any, net: PolicyValueNet, mcts: MCTSCon
     own.load_state_dict({k: torch.from_numpy(v) for k, v in spec.weights.items()})
     own.eval()
     return network_player(
-        own, game, mcts, spec.simulations, spec.name, spec.random_moves, spec.seed
+        own, game, mcts, spec.simulations, spec.name, spec.random_moves, spec.seed, spec.symmetries
     )
