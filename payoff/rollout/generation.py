@@ -291,7 +291,7 @@ class LocalSampler:
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         stop_hit = torch.zeros(batch, dtype=torch.bool, device=device)
         longest_stop = max((len(s) for s in sampling.stop), default=0)
-        for _ in range(sampling.max_new_tokens):
+        for step in range(sampling.max_new_tokens):
             tokens, logprobs = sample_next(logits, sampling.temperature, sampling.top_p, generator)
             tokens = tokens.masked_fill(done, pad)
             tokens_out.append(tokens)
@@ -307,8 +307,8 @@ class LocalSampler:
                         if any(s in text for s in sampling.stop):
                             done[row] = True
                             stop_hit[row] = True
-            if bool(done.all()):
-                break
+            if step == sampling.max_new_tokens - 1 or bool(done.all()):
+                break  # the last token sampled: no forward pass for logits nobody reads
             attention = torch.cat([attention, torch.ones_like(tokens)[:, None]], 1)
             logits, cache = lm_forward(model, tokens[:, None], attention, next_position, cache)
             logits = logits[:, -1]
