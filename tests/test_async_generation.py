@@ -86,18 +86,28 @@ def test_a_batch_keeps_the_weights_it_was_submitted_with(learner):
         again.result()
 
 
-def test_weight_files_are_deleted_once_loaded_and_their_folder_at_close():
+def test_weight_versions_reuse_the_ring_and_its_folder_goes_at_close():
+    """Nine versions through the ring's 4 slots (reused), the last five submitted without
+    waiting for a batch in between (the fifth reuses the slot of the first of them, which
+    the learner overwrites only once the child has read it); every batch samples with the
+    weights it was submitted with."""
     model, tokenizer = load_lm(ModelConfig(), seed=0)
     sampler = ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id, seed=1, threads=1)
     try:
-        for step in range(3):  # three versions, each through its own file
+        expected, pending = [], []
+        for step in range(9):
             with torch.no_grad():
                 next(model.parameters()).add_(0.01)
             sampler.weights_updated()
-            generation = sampler.generate(PROMPTS, SAMPLING, torch.Generator().manual_seed(step))
-            assert_same(generation, local(model, tokenizer, torch.Generator().manual_seed(step)))
+            pending.append(sampler.submit(PROMPTS, SAMPLING, seed=step))
+            expected.append(local(model, tokenizer, torch.Generator().manual_seed(step)))
+            if step < 4:
+                assert_same(pending[-1].result(), expected[-1])
+        for batch, wanted in zip(pending[4:], expected[4:], strict=True):
+            assert_same(batch.result(), wanted)
         folder = sampler.start().weights_dir
-        assert sampler.counters["weight_pushes"] == 3 and os.listdir(folder) == []
+        assert sampler.counters["weight_pushes"] == 9
+        assert [name.startswith("weights-ring-") for name in os.listdir(folder)] == [True]
     finally:
         sampler.close()
     assert not os.path.exists(folder)
