@@ -209,3 +209,26 @@ def test_flat_weight_files_round_trip_and_a_wrong_size_is_refused():
         _unflatten(data, [["a", [3, 4]], ["b", [6]]], "torch.bfloat16", "test weights")
     with pytest.raises(RunError, match="unknown weights layout"):
         _unflatten(data, layout, "torch.int64", "test weights")
+
+
+def test_the_ring_waits_for_a_slot_to_be_read_and_gives_up_clearly(tmp_path, monkeypatch):
+    """No child here: nobody reads, so the fifth version (the first slot again) waits,
+    until check_alive raises or the patience runs out."""
+    from payoff.rollout.async_generation import _slot, _WeightRing
+
+    weights = [torch.arange(6.0).view(2, 3), torch.ones(2)]
+    ring = _WeightRing(str(tmp_path), 8 * 4, version=1)
+    for version in range(1, 5):
+        assert ring.write(version, [w * version for w in weights], lambda: None) == version % 4
+    assert torch.equal(_slot(ring.memory, 2, 32, torch.float32)[:6], torch.arange(6.0) * 2)
+
+    def gone() -> None:
+        raise RunError("the child is gone")
+
+    with pytest.raises(RunError, match="gone"):
+        ring.write(5, weights, gone)
+    monkeypatch.setattr(_WeightRing, "PATIENCE", 0.05)
+    with pytest.raises(RunError, match="has not read weights version 1 in 0 s"):
+        ring.write(5, weights, lambda: None)
+    ring.loaded[1] = 1  # the child read version 1: its slot is free again
+    assert ring.write(5, weights, lambda: None) == 1

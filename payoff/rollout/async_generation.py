@@ -464,6 +464,7 @@ class _WeightRing:
 
     SLOTS = 4
     HEADER = 64  # bytes: SLOTS int64 counters, padded so every slot stays aligned
+    PATIENCE = 300.0  # seconds to wait for the child to read a slot before giving up
 
     def __init__(self, directory: str, nbytes: int, version: int):
         self.nbytes = nbytes
@@ -478,8 +479,15 @@ class _WeightRing:
     def write(self, version: int, tensors: Any, check_alive: Callable[[], None]) -> int:
         """Copy `tensors` (one dtype) into version's slot, once the child is done with it."""
         slot = version % self.SLOTS
+        since = time.perf_counter()
         while int(self.loaded[slot]) < self.written[slot]:
             check_alive()
+            if time.perf_counter() - since > self.PATIENCE:
+                raise RunError(
+                    f"the sampling process has not read weights version {self.written[slot]} "
+                    f"in {self.PATIENCE:.0f} s, so its slot cannot take version {version}; "
+                    f"is it stuck? close() the sampler and submit again to start a new one"
+                )
             time.sleep(0.0005)
         values = list(tensors)
         target = _slot(self.memory, slot, self.nbytes, values[0].dtype)
