@@ -97,8 +97,76 @@ def test_sampling_and_grouped_logprobs_are_unchanged(tiny, monkeypatch):
     assert g1.completions == g0.completions
     assert torch.equal(g1.completion_ids, g0.completion_ids)
     assert torch.equal(g1.logprobs, g0.logprobs)
-    assert torch.equal(out1.logprobs, out0.logprobs)
-    assert all(torch.equal(a, b) for a, b in zip(grads1, grads0, strict=True))
+    # Grouped log-probs: the lean forward packs each group into one row, transformers runs
+    # the prompts and then the completions on their cache; equal to float rounding.
+    mask = g1.completion_mask.bool()
+    torch.testing.assert_close(out1.logprobs[mask], out0.logprobs[mask], rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads1, grads0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_packed_groups_equal_the_two_pass_forward(tiny, monkeypatch, temperature):
+    """One packed row per group against prompts-then-completions on the cache: prompts of
+    different lengths (left-padded), completions of every length from 0 (a masked row) to
+    the full width, log-probs, entropies and gradients."""
+    model, _ = tiny
+    model.train()
+    generator = torch.Generator().manual_seed(5)
+    groups, group, width = 3, 4, 5
+    prompt_ids = torch.randint(3, 40, (groups, 6), generator=generator)
+    prompt_mask = torch.ones_like(prompt_ids)
+    prompt_mask[0, :2] = 0
+    prompt_mask[2, :4] = 0
+    prompt_ids = prompt_ids.masked_fill(prompt_mask == 0, 0).repeat_interleave(group, 0)
+    prompt_mask = prompt_mask.repeat_interleave(group, 0)
+    completion_ids = torch.randint(3, 40, (groups * group, width), generator=generator)
+    lengths = torch.tensor([5, 3, 1, 0, 2, 5, 4, 4, 0, 0, 0, 0])  # the third group all masked
+    completion_mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    runs = {}
+    for lean in ("1", "0"):
+        monkeypatch.setenv("PAYOFF_LEAN_FORWARD", lean)
+        out = completion_logprobs(
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            temperature,
+            with_entropy=True,
+            group_size=group,
+        )
+        weights = torch.linspace(0.5, 1.5, width)  # every token its own weight in the loss
+        loss = (out.logprobs * completion_mask * weights).sum()
+        runs[lean] = (out, torch.autograd.grad(loss, list(model.parameters())))
+    (packed, packed_grads), (two_pass, two_pass_grads) = runs["1"], runs["0"]
+    mask = completion_mask.bool()
+    assert packed.logprobs.shape == two_pass.logprobs.shape == (12, width)
+    torch.testing.assert_close(packed.logprobs[mask], two_pass.logprobs[mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed.entropy[mask], two_pass.entropy[mask], rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(packed.logprobs).all()  # masked positions too: 0 * them stays 0
+    for a, b in zip(packed_grads, two_pass_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    model.eval()
+
+
+def test_rows_that_do_not_pack_take_the_two_pass_way(tiny):
+    """A completion mask with a hole, or prompts that differ inside a group: no packing."""
+    from payoff.models.logprobs import _packed_group_logits
+
+    model, _ = tiny
+    prompt_ids = torch.randint(3, 40, (4, 3))
+    prompt_ids[1] = prompt_ids[0]
+    prompt_ids[3] = prompt_ids[2]
+    prompt_mask = torch.ones_like(prompt_ids)
+    completion_ids = torch.randint(3, 40, (4, 3))
+    holed = torch.tensor([[1, 0, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    assert _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, holed, 2) is None
+    prefix = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    assert (
+        _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, prefix, 2) is not None
+    )
+    assert _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, prefix, 4) is None
 
 
 def test_steps_aside_for_what_it_does_not_know(tiny):

@@ -100,14 +100,23 @@ def _attention_mask(
 def lm_forward(
     model: Any,
     input_ids: torch.Tensor,  # [B, L]
-    attention_mask: torch.Tensor,  # [B, past + L], 1 = a real token
+    attention_mask: torch.Tensor,  # [B, past + L], 1 = a real token; or [B, 1, L, L] bool
     position_ids: torch.Tensor,  # [B, L]
     cache: Any = None,
     use_cache: bool = False,
     logits_to_keep: int = 0,
 ) -> tuple[torch.Tensor, Any]:
     """Next-token logits [B, L or logits_to_keep, V] and the key/value cache (None without
-    `use_cache`). `cache` is what an earlier call returned; pass it back as it came."""
+    `use_cache`). `cache` is what an earlier call returned; pass it back as it came.
+
+    A 4D boolean `attention_mask` ([B, 1, L, L], True = query may attend to key, no cache)
+    says exactly who sees whom, as in packed rows (payoff.models.logprobs); transformers gets
+    it as the equivalent additive mask."""
+    if attention_mask.dim() == 4 and not lean_supported(model):
+        additive = torch.zeros(
+            attention_mask.shape, dtype=model.dtype, device=attention_mask.device
+        )
+        attention_mask = additive.masked_fill(~attention_mask, torch.finfo(model.dtype).min)
     if not lean_supported(model):
         if cache is not None:
             use_cache = True
@@ -126,7 +135,10 @@ def lm_forward(
         cache = KVCache(len(layers))
     past = cache.length() if cache is not None else 0
     queries = input_ids.shape[1]
-    mask, is_causal = _attention_mask(attention_mask, queries, past)
+    if attention_mask.dim() == 4:
+        mask, is_causal = attention_mask, False
+    else:
+        mask, is_causal = _attention_mask(attention_mask, queries, past)
     hidden = body.embed_tokens(input_ids)
     cos, sin = body.rotary_emb(hidden, position_ids=position_ids)
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, head_dim]: broadcast over heads

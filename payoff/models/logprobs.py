@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from payoff.models.lean_forward import lm_forward
+from payoff.models.lean_forward import lean_supported, lm_forward
 from payoff.models.transformers_compat import is_checkpointing
 
 
@@ -60,22 +60,31 @@ def completion_logprobs(
     which matters for large vocabularies.
 
     group_size > 1 says that rows come in consecutive groups of that many completions of one
-    prompt (GRPO's G samples, DPO's chosen/rejected pair): each prompt is then run once and
-    its key/value cache shared by its group, which saves the prompt's compute G - 1 times
-    in the forward and in the backward (gradients from all G completions meet in the cache).
-    With gradient checkpointing on (model.gradient_checkpointing) a training pass keeps no
-    cache, so each row then runs its prompt itself.
+    prompt (GRPO's G samples, DPO's chosen/rejected pair): each prompt is then run once for
+    its group, which saves the prompt's compute G - 1 times in the forward and in the
+    backward. Where the lean forward runs the model (payoff.models.lean_forward) each group
+    is one packed row, its prompt then its completions' real tokens without padding, in one
+    forward pass (`_packed_group_logits`); otherwise the prompts run first and their
+    key/value cache is shared by the group's completions (gradients from all G meet in it).
+    The two agree to float rounding. With gradient checkpointing on
+    (model.gradient_checkpointing) a training pass keeps no cache, so each row then runs
+    its prompt itself.
     """
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
     completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
     if group_size > 1 and is_checkpointing(model):
         group_size = 1
-    if group_size > 1:
+    logits = None
+    if group_size > 1 and lean_supported(model):
+        logits = _packed_group_logits(
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size
+        )
+    if logits is None and group_size > 1:
         logits = _shared_prompt_logits(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size
         )
-    else:
+    elif logits is None:
         input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [B, P + T]
         attention = torch.cat([prompt_mask, completion_mask], 1)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
@@ -171,6 +180,77 @@ def _shared_prompt_logits(
         cache,
     )
     return torch.cat([first, rest], 1)
+
+
+def _packed_group_logits(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    group_size: int,
+) -> torch.Tensor | None:
+    """Next-token logits [B, T, V] over the completions, each group in one packed row.
+
+    Row g holds group g's prompt (its real tokens, positions 0..P-1), then each completion's
+    tokens but its last (they are inputs; the last predicts nothing scored), at positions
+    P, P+1, ... as if it followed the prompt alone. A completion token attends to the prompt
+    and to its own earlier tokens, never to another completion. So the prompt runs once per
+    group, no padding is computed inside a row, and attention works on G rows instead of
+    B = G x group_size. The logits of completion token t come from the prompt's last
+    position (t = 0) or from the completion's token t - 1; positions past a row's real
+    tokens get zeros (masked out by the caller). None when the rows do not fit this layout
+    (a completion mask with holes, an empty or right-padded prompt, rows not in groups):
+    the caller then takes the two-pass way.
+    """
+    if not groups_of(prompt_ids, prompt_mask, group_size):
+        return None
+    rows, width = completion_ids.shape
+    device = completion_ids.device
+    lengths = completion_mask.sum(1)  # [B] real completion tokens (a prefix of each row)
+    steps = torch.arange(width, device=device)[None, :]  # [1, T]
+    if not torch.equal(completion_mask.bool(), steps < lengths[:, None]):
+        return None
+    prompts, prompt_masks = prompt_ids[::group_size], prompt_mask[::group_size]  # [G, P]
+    groups, prompt_width = prompts.shape
+    prompt_lengths = prompt_masks.sum(1)  # [G]
+    prompt_cols = torch.arange(prompt_width, device=device)[None, :] - (
+        prompt_width - prompt_lengths[:, None]
+    )  # [G, P]: a real token's column in its packed row (left padding: < 0 for padding)
+    if bool((prompt_lengths == 0).any()) or not torch.equal(prompt_masks.bool(), prompt_cols >= 0):
+        return None
+    inputs = (lengths - 1).clamp(min=0)  # [B] tokens each completion feeds in
+    per_group = inputs.view(groups, group_size)
+    starts = (per_group.cumsum(1) - per_group).reshape(-1)  # [B] within the completions' part
+    packed = int((prompt_lengths + per_group.sum(1)).max())
+    group_of = torch.arange(rows, device=device) // group_size  # [B]
+    first_col = prompt_lengths[group_of][:, None] + starts[:, None] + steps  # [B, T]
+    ids = torch.zeros(groups, packed, dtype=completion_ids.dtype, device=device)
+    positions = torch.zeros(groups, packed, dtype=torch.long, device=device)
+    owner = torch.full((groups, packed), -2, dtype=torch.long, device=device)  # -2: padding
+    real = prompt_cols >= 0
+    prompt_rows = torch.arange(groups, device=device)[:, None].expand_as(prompt_cols)[real]
+    ids[prompt_rows, prompt_cols[real]] = prompts[real]
+    positions[prompt_rows, prompt_cols[real]] = prompt_cols[real]
+    owner[prompt_rows, prompt_cols[real]] = -1  # the prompt: seen by all its completions
+    fed = steps < inputs[:, None]  # [B, T]
+    fed_rows = group_of[:, None].expand(rows, width)[fed]
+    ids[fed_rows, first_col[fed]] = completion_ids[fed]
+    positions[fed_rows, first_col[fed]] = (prompt_lengths[group_of][:, None] + steps)[fed]
+    owner[fed_rows, first_col[fed]] = torch.arange(rows, device=device)[:, None].expand(
+        rows, width
+    )[fed]
+    index = torch.arange(packed, device=device)
+    causal = index[None, :] <= index[:, None]  # [query, key]
+    keys, queries = owner[:, None, :], owner[:, :, None]
+    allowed = causal & (keys != -2) & ((keys == -1) | (keys == queries))
+    allowed |= torch.eye(packed, dtype=torch.bool, device=device) & (queries == -2)
+    logits = lm_forward(model, ids, allowed[:, None], positions)[0]  # [G, L, V]
+    scored = steps < lengths[:, None]  # [B, T]: tokens that get logits
+    source = torch.where(steps == 0, prompt_lengths[group_of][:, None] - 1, first_col - 1)
+    out = logits.new_zeros(rows, width, logits.shape[-1])
+    out[scored] = logits[group_of[:, None].expand(rows, width)[scored], source[scored]]
+    return out
 
 
 @torch.no_grad()
