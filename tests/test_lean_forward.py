@@ -160,13 +160,12 @@ def test_rows_that_do_not_pack_take_the_two_pass_way(tiny):
     prompt_ids[3] = prompt_ids[2]
     prompt_mask = torch.ones_like(prompt_ids)
     completion_ids = torch.randint(3, 40, (4, 3))
+    prompts = (prompt_ids, prompt_mask)
     holed = torch.tensor([[1, 0, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]])
-    assert _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, holed, 2) is None
+    assert _packed_group_logits(model, prompts, (completion_ids, holed), 2) is None
     prefix = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]])
-    assert (
-        _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, prefix, 2) is not None
-    )
-    assert _packed_group_logits(model, prompt_ids, prompt_mask, completion_ids, prefix, 4) is None
+    assert _packed_group_logits(model, prompts, (completion_ids, prefix), 2) is not None
+    assert _packed_group_logits(model, prompts, (completion_ids, prefix), 4) is None
 
 
 def test_steps_aside_for_what_it_does_not_know(tiny):

@@ -78,7 +78,7 @@ def completion_logprobs(
     logits = None
     if group_size > 1 and lean_supported(model):
         logits = _packed_group_logits(
-            model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size
+            model, (prompt_ids, prompt_mask), (completion_ids, completion_mask), group_size
         )
     if logits is None and group_size > 1:
         logits = _shared_prompt_logits(
@@ -183,14 +183,11 @@ def _shared_prompt_logits(
 
 
 def _packed_group_logits(
-    model,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-    group_size: int,
+    model, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], group_size: int
 ) -> torch.Tensor | None:
     """Next-token logits [B, T, V] over the completions, each group in one packed row.
+
+    prompts: (ids [B, P] left-padded, mask); completions: (ids [B, T] right-padded, mask).
 
     Row g holds group g's prompt (its real tokens, positions 0..P-1), then each completion's
     tokens but its last (they are inputs; the last predicts nothing scored), at positions
@@ -203,6 +200,7 @@ def _packed_group_logits(
     (a completion mask with holes, an empty or right-padded prompt, rows not in groups):
     the caller then takes the two-pass way.
     """
+    (prompt_ids, prompt_mask), (completion_ids, completion_mask) = prompts, completions
     if not groups_of(prompt_ids, prompt_mask, group_size):
         return None
     rows, width = completion_ids.shape
