@@ -196,3 +196,38 @@ def test_inference_mode_sampling_equals_no_grad_sampling(tiny):
     assert fast.completions == plain.completions
     for name in ("prompt_ids", "completion_ids", "completion_mask", "logprobs", "truncated"):
         assert torch.equal(getattr(fast, name), getattr(plain, name)), name
+
+
+def test_finished_rows_leave_the_decode_passes_without_changing_the_samples(tiny, monkeypatch):
+    """Sampling drops rows that have ended (EOS or, here with an untrained model, a stop
+    string) from the forward passes (the lean cache's rows); the tokens, log-probs and
+    random stream are those of decoding every row to the end."""
+    import payoff.rollout.generation as generation
+
+    model, tokenizer = tiny
+    prompts = [p for p in ("12+34=", "7+5=", "99+1=") for _ in range(4)]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8, stop=["1", "5", "+"])
+    runs = {}
+    forwards: list[int] = []
+    real_forward = generation.lm_forward
+
+    def counting(model, ids, *args, **kwargs):
+        forwards.append(ids.shape[0])
+        return real_forward(model, ids, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "lm_forward", counting)
+    for mode in ("compact", "every row"):
+        if mode == "every row":  # not the lean cache: every row runs to the end
+            monkeypatch.setattr(generation, "KVCache", type("NotTheLeanCache", (), {}))
+        forwards.clear()
+        generator = torch.Generator().manual_seed(7)
+        g = LocalSampler(model, tokenizer).generate(prompts, sampling, generator)
+        runs[mode] = (g, list(forwards), torch.rand(2, generator=generator))
+    (fast, fast_rows, fast_next), (full, full_rows, full_next) = runs["compact"], runs["every row"]
+    lengths = fast.completion_mask.sum(1)
+    assert len(set(lengths.tolist())) > 1  # rows finished at different steps
+    assert fast.completions == full.completions
+    assert torch.equal(fast.completion_ids, full.completion_ids)
+    torch.testing.assert_close(fast.logprobs, full.logprobs, rtol=1e-5, atol=1e-6)
+    assert torch.equal(fast_next, full_next)  # the generator ends in the same place
+    assert set(full_rows) == {12} and min(fast_rows) < 12  # finished rows left the passes

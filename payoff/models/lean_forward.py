@@ -52,6 +52,11 @@ class KVCache:
         self.keys[layer], self.values[layer] = keys, values
         return keys, values
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only these rows (a sampler dropping the rows that have finished)."""
+        self.keys = [None if k is None else k.index_select(0, rows) for k in self.keys]
+        self.values = [None if v is None else v.index_select(0, rows) for v in self.values]
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Each row `repeats` times in a row (a prompt's cache shared by its G samples)."""
         self.keys = [None if k is None else k.repeat_interleave(repeats, 0) for k in self.keys]

@@ -22,7 +22,7 @@ import torch
 
 from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
-from payoff.models.lean_forward import lm_forward
+from payoff.models.lean_forward import KVCache, lm_forward
 from payoff.models.logprobs import prompt_pass
 
 
@@ -288,6 +288,10 @@ class LocalSampler:
         next_position = positions[:, -1:] + 1  # [B, 1]
 
         tokens_out, logprobs_out, masks_out = [], [], []
+        # Rows still sampling, when the cache is the lean forward's: finished rows leave the
+        # forward passes (the logits of a finished row stay as they were, and sampling still
+        # draws for every row, so the random stream is the same).
+        active = torch.arange(batch, device=device) if isinstance(cache, KVCache) else None
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         stop_hit = torch.zeros(batch, dtype=torch.bool, device=device)
         longest_stop = max((len(s) for s in sampling.stop), default=0)
@@ -309,9 +313,21 @@ class LocalSampler:
                             stop_hit[row] = True
             if step == sampling.max_new_tokens - 1 or bool(done.all()):
                 break  # the last token sampled: no forward pass for logits nobody reads
-            attention = torch.cat([attention, torch.ones_like(tokens)[:, None]], 1)
-            logits, cache = lm_forward(model, tokens[:, None], attention, next_position, cache)
-            logits = logits[:, -1]
+            if active is not None and bool(done[active].any()):
+                keep = (~done[active]).nonzero()[:, 0]  # positions within the active rows
+                cache.select(keep)
+                active, attention, next_position = (
+                    active[keep],
+                    attention[keep],
+                    next_position[keep],
+                )
+            attention = torch.cat([attention, attention.new_ones(attention.shape[0], 1)], 1)
+            fed = tokens[:, None] if active is None else tokens[active, None]
+            step_logits, cache = lm_forward(model, fed, attention, next_position, cache)
+            if active is None:
+                logits = step_logits[:, -1]
+            else:
+                logits = logits.index_copy(0, active, step_logits[:, -1])
             next_position = next_position + 1
 
         model.train(was_training)
