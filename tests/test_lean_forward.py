@@ -150,8 +150,9 @@ def test_packed_groups_equal_the_two_pass_forward(tiny, monkeypatch, temperature
     model.eval()
 
 
-def test_rows_that_do_not_pack_take_the_two_pass_way(tiny):
-    """A completion mask with a hole, or prompts that differ inside a group: no packing."""
+def test_rows_that_do_not_pack_take_the_two_pass_way(tiny, monkeypatch):
+    """A completion mask with a hole, prompts that differ inside a group, or a row longer
+    than the limit: no packing."""
     from payoff.models.logprobs import _packed_group_logits
 
     model, _ = tiny
@@ -166,6 +167,8 @@ def test_rows_that_do_not_pack_take_the_two_pass_way(tiny):
     prefix = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]])
     assert _packed_group_logits(model, prompts, (completion_ids, prefix), 2) is not None
     assert _packed_group_logits(model, prompts, (completion_ids, prefix), 4) is None
+    monkeypatch.setattr("payoff.models.logprobs.PACKED_ROW_LIMIT", 4)  # its rows hold 5 tokens
+    assert _packed_group_logits(model, prompts, (completion_ids, prefix), 2) is None
 
 
 def test_steps_aside_for_what_it_does_not_know(tiny):

@@ -182,6 +182,9 @@ def _shared_prompt_logits(
     return torch.cat([first, rest], 1)
 
 
+PACKED_ROW_LIMIT = 256  # tokens: longer groups take the two-pass way
+
+
 def _packed_group_logits(
     model, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], group_size: int
 ) -> torch.Tensor | None:
@@ -197,8 +200,10 @@ def _packed_group_logits(
     B = G x group_size. The logits of completion token t come from the prompt's last
     position (t = 0) or from the completion's token t - 1; positions past a row's real
     tokens get zeros (masked out by the caller). None when the rows do not fit this layout
-    (a completion mask with holes, an empty or right-padded prompt, rows not in groups):
-    the caller then takes the two-pass way.
+    (a completion mask with holes, an empty or right-padded prompt, rows not in groups) or
+    a group's row would be longer than PACKED_ROW_LIMIT tokens (its attention costs the
+    row's length squared, where the two-pass way's costs each completion's length times the
+    prompt's and its own): the caller then takes the two-pass way.
     """
     (prompt_ids, prompt_mask), (completion_ids, completion_mask) = prompts, completions
     if not groups_of(prompt_ids, prompt_mask, group_size):
@@ -221,6 +226,8 @@ def _packed_group_logits(
     per_group = inputs.view(groups, group_size)
     starts = (per_group.cumsum(1) - per_group).reshape(-1)  # [B] within the completions' part
     packed = int((prompt_lengths + per_group.sum(1)).max())
+    if packed > PACKED_ROW_LIMIT:  # attention over a row grows with its length squared
+        return None
     group_of = torch.arange(rows, device=device) // group_size  # [B]
     first_col = prompt_lengths[group_of][:, None] + starts[:, None] + steps  # [B, T]
     ids = torch.zeros(groups, packed, dtype=completion_ids.dtype, device=device)
