@@ -335,6 +335,16 @@ def test_symmetric_evaluation_averages_the_board_and_its_mirror() -> None:
     maps = symmetry_maps(make_game("tictactoe"))
     assert len(maps) == 8 and (maps[0][1] == np.arange(9)).all()
     assert len({tuple(actions) for _, actions in maps}) == 8
+    # a game whose symmetries do not rearrange the board is refused by name
+    from payoff.core.errors import ConfigError
+
+    broken = make_game("connect4")
+    broken.symmetries = lambda planes, policy: [(planes, policy), (planes * 0, policy)]
+    with pytest.raises(ConfigError, match="connect4.*rearrangement"):
+        symmetry_maps(broken)
+    broken.symmetries = lambda planes, policy: [(planes[:, :, ::-1], policy[::-1])]
+    with pytest.raises(ConfigError, match="the position itself first"):
+        symmetry_maps(broken)
 
 
 def test_eval_symmetries_reaches_the_play_time_players_but_not_the_gate(monkeypatch) -> None:

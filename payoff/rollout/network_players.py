@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from payoff.core.errors import ConfigError
 from payoff.envs.games.base import GameState
 from payoff.envs.games.players import Player, make_player
 from payoff.models.game_nets import PolicyValueNet
@@ -32,12 +33,31 @@ def symmetry_maps(game: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     `actions[j]`. Read off `game.symmetries` applied to numbered planes and actions, so any
     game that lists its symmetries gets them (the identity first)."""
     shape = np.asarray(game.encode(game.initial_state())).shape
-    numbered = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    cells_count = int(np.prod(shape))
+    numbered = np.arange(cells_count, dtype=np.float64).reshape(shape)
     pairs = game.symmetries(numbered, np.arange(game.num_actions, dtype=np.float64))
-    return [
-        (np.asarray(cells).reshape(-1).astype(np.int64), np.asarray(actions).astype(np.int64))
-        for cells, actions in pairs
-    ]
+    maps = []
+    for cells, actions in pairs:
+        cells = np.asarray(cells, dtype=np.float64).reshape(-1)
+        actions = np.asarray(actions, dtype=np.float64).reshape(-1)
+        if not (
+            len(cells) == cells_count
+            and np.array_equal(np.sort(cells), np.arange(cells_count))
+            and len(actions) == game.num_actions
+            and np.array_equal(np.sort(actions), np.arange(game.num_actions))
+        ):
+            raise ConfigError(
+                f"game {game.name!r}: symmetries(planes, policy) must return each image as a "
+                f"rearrangement of the planes' {cells_count} cells and of the policy's "
+                f"{game.num_actions} entries, for eval_symmetries; one of them is not"
+            )
+        maps.append((cells.astype(np.int64), actions.astype(np.int64)))
+    if not maps or not np.array_equal(maps[0][0], np.arange(cells_count)):
+        raise ConfigError(
+            f"game {game.name!r}: symmetries(planes, policy) must list the position itself "
+            f"first, for eval_symmetries"
+        )
+    return maps
 
 
 def network_evaluator(net: PolicyValueNet, game: Any, symmetries: bool = False) -> Evaluator:
