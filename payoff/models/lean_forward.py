@@ -117,12 +117,12 @@ def lm_forward(
     A 4D boolean `attention_mask` ([B, 1, L, L], True = query may attend to key, no cache)
     says exactly who sees whom, as in packed rows (payoff.models.logprobs); transformers gets
     it as the equivalent additive mask."""
-    if attention_mask.dim() == 4 and not lean_supported(model):
-        additive = torch.zeros(
-            attention_mask.shape, dtype=model.dtype, device=attention_mask.device
-        )
-        attention_mask = additive.masked_fill(~attention_mask, torch.finfo(model.dtype).min)
     if not lean_supported(model):
+        if attention_mask.dim() == 4:
+            additive = torch.zeros(
+                attention_mask.shape, dtype=model.dtype, device=attention_mask.device
+            )
+            attention_mask = additive.masked_fill(~attention_mask, torch.finfo(model.dtype).min)
         if cache is not None:
             use_cache = True
         out = model(
