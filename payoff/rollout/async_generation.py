@@ -510,10 +510,17 @@ def _slot(memory: torch.Tensor, slot: int, nbytes: int, dtype: torch.dtype) -> t
 def _unflatten(data: bytes, layout: Any, dtype: Any, what: str) -> dict[str, torch.Tensor]:
     """The named tensors of a flat weights buffer (`send_weights`), checked against its
     layout: a known dtype, and exactly as many values as the shapes hold."""
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(
+        _flat_dtype(layout, dtype, what)
+    )
+    return _split(flat, layout, what)
+
+
+def _flat_dtype(layout: Any, dtype: Any, what: str) -> torch.dtype:
+    """The torch dtype a flat weights message names, once its layout is one we read."""
     if dtype not in _FLAT_DTYPES or not isinstance(layout, list):
         raise RunError(f"{what}: unknown weights layout (dtype {dtype!r})")
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(_FLAT_DTYPES[dtype])
-    return _split(flat, layout, what)
+    return _FLAT_DTYPES[dtype]
 
 
 def _split(flat: torch.Tensor, layout: Any, what: str) -> dict[str, torch.Tensor]:
@@ -609,11 +616,9 @@ def _serve(
                     if path not in rings:
                         rings[path] = _map(path)
                     memory = rings[path]
-                    if dtype not in _FLAT_DTYPES or not isinstance(layout, list):
-                        raise RunError(f"{what}: unknown weights layout (dtype {dtype!r})")
+                    flat_dtype = _flat_dtype(layout, dtype, what)
                     size = sum(int(torch.Size(shape).numel()) for _, shape in layout)
-                    nbytes = size * _FLAT_DTYPES[dtype].itemsize
-                    flat = _slot(memory, slot, nbytes, _FLAT_DTYPES[dtype])
+                    flat = _slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
                     try:
                         load_weights(model, _split(flat, layout, what), whose(version))
                     finally:  # the learner may reuse the slot
