@@ -32,7 +32,7 @@ import torch
 from payoff.algos.base import Algorithm, RunKeys
 from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import Aggregation, flat_groups, group_advantages, grpo_loss
-from payoff.core.cache import cache_folder
+from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
@@ -217,22 +217,27 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
     path = cache_folder("agent-models", config.task.name, key)
     if (path / "config.json").is_file():
         return path
-    print(
-        f"agent base model: SFT on {config.sft.demonstrations} demonstrations into {path}",
-        file=sys.stderr,
-    )
-    sft = config.sft
-    model, tokenizer = load_lm(
-        ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
-    )
-    task = make_agent_task(config.task)
-    rng = np.random.default_rng(sft.seed)
-    demos = [
-        replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
-        for t in task.sample(rng, sft.demonstrations)
-    ]
-    train_on_episodes(model, tokenizer, demos, sft.steps, sft.batch_size, sft.learning_rate, rng)
-    return save_cached_model(model, tokenizer, path)
+    with build_lock(path):  # another process building the same model: wait, then reuse it
+        if (path / "config.json").is_file():
+            return path
+        print(
+            f"agent base model: SFT on {config.sft.demonstrations} demonstrations into {path}",
+            file=sys.stderr,
+        )
+        sft = config.sft
+        model, tokenizer = load_lm(
+            ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
+        )
+        task = make_agent_task(config.task)
+        rng = np.random.default_rng(sft.seed)
+        demos = [
+            replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
+            for t in task.sample(rng, sft.demonstrations)
+        ]
+        train_on_episodes(
+            model, tokenizer, demos, sft.steps, sft.batch_size, sft.learning_rate, rng
+        )
+        return save_cached_model(model, tokenizer, path)
 
 
 class AgentGRPO(Algorithm):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys
-from payoff.core.cache import cache_folder
+from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
@@ -230,16 +230,21 @@ def build_base_model(
     if (path / "config.json").is_file():
         print(f"base model: {path} (cached)", file=sys.stderr)
         return path
-    print(
-        f"base model: none given (model.path is empty), so pretraining payoff's tiny Llama with SFT "
-        f"on {task.name} for {base.steps} steps into {path} (once; later runs reuse it)",
-        file=sys.stderr,
-    )
-    sft = SFT(config=config)
-    sft.learn()
-    result = sft.evaluate(task.eval_size, split="test", k=())
-    notes = {"sft": to_dict(config), "test": result.to_dict()}
-    save_cached_model(sft.model, sft.tokenizer, path, notes)
+    with build_lock(path):  # another process building the same model: wait, then reuse it
+        if (path / "config.json").is_file():
+            print(f"base model: {path} (cached, built while this run waited)", file=sys.stderr)
+            return path
+        print(
+            f"base model: none given (model.path is empty), so pretraining payoff's tiny Llama "
+            f"with SFT on {task.name} for {base.steps} steps into {path} (once; later runs "
+            "reuse it)",
+            file=sys.stderr,
+        )
+        sft = SFT(config=config)
+        sft.learn()
+        result = sft.evaluate(task.eval_size, split="test", k=())
+        notes = {"sft": to_dict(config), "test": result.to_dict()}
+        save_cached_model(sft.model, sft.tokenizer, path, notes)
     stopped = "" if sft.stopped_at is None else f" (stopped at step {sft.stopped_at})"
     print(f"base model: greedy test accuracy {result.accuracy:.3f}{stopped}", file=sys.stderr)
     return path

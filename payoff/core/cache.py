@@ -11,8 +11,16 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: builds are not serialized
+    fcntl = None  # type: ignore[assignment]
 
 
 def cache_root() -> Path:
@@ -45,3 +53,29 @@ def publish_folder(built: Path, path: Path) -> Path:
                 raise
     shutil.rmtree(built, ignore_errors=True)
     return path
+
+
+@contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """Hold the build lock of cache folder `path` while building it.
+
+    Two processes that need the same missing folder at once (two runs started together on
+    a fresh machine, two test workers) would both spend minutes building it; with the lock
+    the second waits, then finds the first one's folder (check for it again inside). The
+    lock is an flock on `<path>.lock`: the system releases it when its holder exits, so a
+    crashed build never blocks the next one. Without fcntl (Windows) nothing is serialized.
+    """
+    if fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"payoff: waiting for another process that is building {path}", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
