@@ -392,3 +392,28 @@ def test_async_generation_resumes_with_its_seed_stream(tmp_path, model_dir):
     resumed.learn()
     train = [r for r in run.records() if "train/staleness" in r]
     assert [r["train/staleness"] for r in train] == [0.0, 1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("rewards", "asked"),
+    [
+        ([{"name": "math"}], False),  # the task's verifier itself: its verdicts are the rewards
+        ([{"name": "math", "on_error": -1.0}], True),  # errors scored otherwise
+        ([{"name": "math", "weight": 2.0}], True),
+        ([{"name": f"{__file__}:digit_share"}], True),
+    ],
+)
+def test_the_verifier_is_asked_only_when_the_rewards_are_not_it(model_dir, rewards, asked):
+    grpo = _grpo(model_dir, rewards=rewards)
+    calls = []
+    verifier = grpo.verifier
+    grpo.verifier = lambda *a, **k: calls.append(1) or verifier(*a, **k)
+    grpo.verifier.specs = verifier.specs  # type: ignore[attr-defined]
+    batch, _, _ = grpo.sample_scored(4, ahead=False)
+    assert bool(calls) == asked
+    expected = verifier(
+        [r["prompt"] for r in batch.rows],
+        batch.generation.completions,
+        **{k: [r.get(k) for r in batch.rows] for k in batch.rows[0] if k != "prompt"},
+    ).total
+    assert batch.correct == expected

@@ -387,23 +387,29 @@ class GRPO(LMAlgorithm):
         self.inoculation = inoculation_line(config.inoculation)
         self.quarantined: set[tuple[str, str]] = set()  # (prompt, completion) out of the loss
 
+    def rewards_are_the_verifier(self) -> bool:
+        """True when the rewards are the task's verifier alone: the same function with the
+        same options, weight 1, timeout and error score, so that the reward's total is the
+        verifier's verdict on every completion."""
+        specs, verifier = self.rewards.specs, self.verifier.specs[0]
+        return len(specs) == 1 and (
+            specs[0].name,
+            specs[0].options,
+            specs[0].weight,
+            specs[0].on_error,
+            specs[0].timeout,
+        ) == (verifier.name, verifier.options, 1.0, verifier.on_error, verifier.timeout)
+
     def default_monitors(self) -> list[Monitor]:
         """Integrity checks (payoff.monitor.integrity): proxy vs the task's verifier on the
         same samples when the rewards are not that verifier, canaries, blocked operations of
         sandboxed code, judge addressing, length and truncation drift."""
         if not self.config.default_monitors:
             return []
-        specs = self.rewards.specs
-        verifier = self.verifier.specs[0]
-        own = len(specs) == 1 and (specs[0].name, specs[0].options, specs[0].weight) == (
-            verifier.name,
-            {},
-            1.0,
-        )
         return lm_monitors(
             proxy="train/reward",
-            truth=None if own else "train/accuracy",
-            code_rewards=[s.key for s in specs if s.name == "code"],
+            truth=None if self.rewards_are_the_verifier() else "train/accuracy",
+            code_rewards=[s.key for s in self.rewards.specs if s.name == "code"],
             canaries=self.config.canaries,
             model_scored=self.judge_addressing is not None,
         )
@@ -565,9 +571,12 @@ class GRPO(LMAlgorithm):
             )
             totals = [t + float(p) for t, p in zip(totals, penalty, strict=True)]
             scores["overlong"] = [float(p) for p in penalty]
-        correct = self.verifier(
-            [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
-        ).total
+        if self.rewards_are_the_verifier():  # the same verdicts: no second call
+            correct = list(rewards.total)
+        else:
+            correct = self.verifier(
+                [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
+            ).total
         batch = Batch(rows, generation, list(rewards.total), totals, scores, correct, staleness)
         return batch, planted, int(sum(rewards.errors.values()))
 
@@ -608,9 +617,15 @@ class GRPO(LMAlgorithm):
 
     def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
         """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
+        # One conversion of each tensor, then plain lists: 64 rows of tensor indexing cost
+        # ~0.6 ms, a visible share of a small model's step.
         ids = [
-            row[mask.bool()].tolist()
-            for row, mask in zip(generation.completion_ids, generation.completion_mask, strict=True)
+            [token for token, real in zip(row, mask, strict=True) if real]
+            for row, mask in zip(
+                generation.completion_ids.tolist(),
+                generation.completion_mask.tolist(),
+                strict=True,
+            )
         ]
         return self.rewards(
             [r["prompt"] for r in rows],

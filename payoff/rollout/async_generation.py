@@ -321,6 +321,7 @@ class _Child:
         # Weight versions go through files here (see the module docstring); private (0700).
         self.weights_dir = tempfile.mkdtemp(prefix="payoff-weights-", dir=_shared_memory())
         self.ring: _WeightRing | None = None  # made by the first flat weights version
+        self.sent: tuple[str, Any] | None = None  # (ring path, layout) of the last version sent
         threading.Thread(target=self._collect, name="payoff-sampler-replies", daemon=True).start()
 
     def _collect(self) -> None:
@@ -381,7 +382,14 @@ class _Child:
             if self.ring is None or self.ring.nbytes != nbytes:
                 self.ring = _WeightRing(self.weights_dir, nbytes, version)
             slot = self.ring.write(version, weights.values(), self.check_alive)
-            self.send(("weights", version, self.ring.path, layout, dtype, slot))
+            # The layout goes with a ring's first version and whenever it changes; the
+            # child keeps the last one per ring (None: the same as before).
+            sent = (self.ring.path, layout)
+            self.send(
+                ("weights", version, self.ring.path, None if sent == self.sent else layout)
+                + (dtype, slot)
+            )
+            self.sent = sent
             return
         path = os.path.join(self.weights_dir, f"weights-{version}.bin")
         with open(path, "wb") as file:
@@ -602,6 +610,7 @@ def _serve(
     reply(_STARTUP, True, None)
     bad_weights: ErrorReport | None = None  # reported to every batch until good ones come
     rings: dict[str, torch.Tensor] = {}  # the learner's weight rings, mapped here
+    layouts: dict[str, Any] = {}  # the last layout each ring's versions came in
 
     def whose(version: int) -> str:
         return f"the sampling process's model (version {version})"
@@ -616,6 +625,7 @@ def _serve(
                     if path not in rings:
                         rings[path] = _map(path)
                     memory = rings[path]
+                    layout = layouts[path] = layouts.get(path) if layout is None else layout
                     flat_dtype = _flat_dtype(layout, dtype, what)
                     size = sum(int(torch.Size(shape).numel()) for _, shape in layout)
                     flat = _slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
