@@ -22,6 +22,7 @@ configurations train again for as long as TRL's dapo took for its steps (mean ov
 seeds), as many steps as fit, and are scored the same way.
 
 Run: python benchmarks/grpo_vs_trl.py [--quick] [--speed-only]
+     python benchmarks/grpo_vs_trl.py --async-pairs 8   # async vs sync x2 alone, interleaved
 
 --speed-only measures the steps/s and accuracy at --steps alone: no same-wall-clock reruns and
 no async pair at --async-prompts (about a third of the full run's time).
@@ -252,6 +253,45 @@ def run_one(name: str, args, model: str, seed: int, budget: float = 0.0) -> dict
     return result
 
 
+def async_pairs(args, model: str) -> None:
+    """Asynchronous vs synchronous payoff (2 threads) in rounds of one run each, back to back
+    (the order swapped every round), so that both see the machine in the same state: this
+    machine's speed drifts by tens of percent between minutes, more than the effect."""
+    import numpy as np
+
+    from benchmarks.common import markdown_table, write_section
+
+    pair = ("payoff async", "payoff sync x2")
+    rows, ratios = [], []
+    for seed in range(args.async_pairs):
+        order = pair if seed % 2 == 0 else pair[::-1]
+        result = {name: run_one(name, args, model, seed) for name in order}
+        ratio = result[pair[0]]["steps_per_s"] / result[pair[1]]["steps_per_s"]
+        ratios.append(ratio)
+        first = "async" if order == pair else "sync x2"
+        rows.append(
+            [seed, first]
+            + [round(result[name]["steps_per_s"], 2) for name in pair]
+            + [f"{ratio:.2f}x"]
+        )
+    median = float(np.median(ratios))
+    print(f"async / sync x2, median of {len(ratios)} rounds: {median:.2f}x")
+    table = markdown_table(
+        ["seed", "ran first", "async steps/s", "sync x2 steps/s", "async / sync x2"], rows
+    )
+    body = (
+        f"payoff's GRPO with asynchronous generation (dapo loss, one step stale, token-level "
+        f"truncated IS; the trainer and the sampling process one torch thread each) against "
+        f"synchronous payoff with 2 torch threads: {args.prompts} prompts x {args.group} "
+        f"completions, {args.steps} steps a run, the setup of the grpo_vs_trl section. The two "
+        "runs of a round follow each other (which goes first alternates), each in a fresh "
+        "process, the sampling process started before the clock.\n\n"
+        f"{table}\n\n**Median of the rounds: async = {median:.2f}x sync x2** (range "
+        f"{min(ratios):.2f}-{max(ratios):.2f}x; goal 1.4x)."
+    )
+    write_section("grpo_async_pairs", "GRPO: asynchronous vs synchronous payoff, interleaved", body)
+
+
 def main() -> None:
     import numpy as np
 
@@ -280,6 +320,13 @@ def main() -> None:
         help="where both libraries train (cuda: bf16 autocast for payoff, bf16=True for TRL); "
         "a GPU run writes its own section, grpo_vs_trl_gpu",
     )
+    parser.add_argument(
+        "--async-pairs",
+        type=int,
+        default=0,
+        help="only measure asynchronous against synchronous payoff (2 threads), interleaved: "
+        "this many rounds of one run each, seeds 0, 1, ... (writes grpo_async_pairs)",
+    )
     parser.add_argument("--side", choices=["payoff", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -294,6 +341,9 @@ def main() -> None:
     seeds = args.seeds[:1] if args.quick else args.seeds
     model = base_model()
     print(f"base model: {model}", flush=True)
+    if args.async_pairs:
+        async_pairs(args, model)
+        return
     load_before = os.getloadavg()[0]
     results = [run_one(name, args, model, seed) for seed in seeds for name in args.configs]
 
