@@ -776,9 +776,7 @@ class GRPO(LMAlgorithm):
                         param.grad = torch.zeros_like(param)
                 for key, value in totals.items():
                     stats[key].append(value)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), config.max_grad_norm
-                )
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, config.max_grad_norm)
                 # Adam's moments decay and weight decay acts on a zero gradient too, so the
                 # step is taken either way: skipping changes the work, not the update.
                 self.optimizer.step()

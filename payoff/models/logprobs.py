@@ -73,10 +73,11 @@ def completion_logprobs(
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
     completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
-    if group_size > 1 and is_checkpointing(model):
+    lean = group_size > 1 and lean_supported(model)  # never with checkpointing on
+    if group_size > 1 and not lean and is_checkpointing(model):
         group_size = 1
     logits = None
-    if group_size > 1 and lean_supported(model):
+    if lean:
         logits = _packed_group_logits(
             model, (prompt_ids, prompt_mask), (completion_ids, completion_mask), group_size
         )
