@@ -62,13 +62,17 @@ CONFIGS: dict[str, tuple[str, dict, int]] = {
 }
 
 
-def base_model() -> str:
+def base_model(which: str = "bench") -> str:
+    """The base model's folder: "bench", BASE (550 SFT steps, held-out accuracy 0.055), or
+    "recipe", the arithmetic-grpo recipe's base (SFT until 40% of training problems, 0.495)."""
     from payoff.algos.sft import build_base_model
     from payoff.core.config import from_dict
     from payoff.envs.tasks import TaskConfig
     from payoff.models.base_model import BaseModelConfig
+    from payoff.recipes import load_recipe
 
-    return str(build_base_model(from_dict(TaskConfig, TASK), from_dict(BaseModelConfig, BASE), 6))
+    base = BASE if which == "bench" else load_recipe("arithmetic-grpo")[1]["base"]
+    return str(build_base_model(from_dict(TaskConfig, TASK), from_dict(BaseModelConfig, base), 6))
 
 
 def held_out_accuracy(model, tokenizer) -> float:
@@ -327,6 +331,12 @@ def main() -> None:
         help="only measure asynchronous against synchronous payoff (2 threads), interleaved: "
         "this many rounds of one run each, seeds 0, 1, ... (writes grpo_async_pairs)",
     )
+    parser.add_argument(
+        "--base",
+        choices=["bench", "recipe"],
+        default="bench",
+        help="bench: 550 SFT steps (held-out 0.055); recipe: arithmetic-grpo's base (0.495)",
+    )
     parser.add_argument("--side", choices=["payoff", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -339,7 +349,7 @@ def main() -> None:
         return
     args.steps = args.steps or (30 if args.quick else 100)
     seeds = args.seeds[:1] if args.quick else args.seeds
-    model = base_model()
+    model = base_model(args.base)
     print(f"base model: {model}", flush=True)
     if args.async_pairs:
         async_pairs(args, model)
@@ -427,8 +437,14 @@ def main() -> None:
         print(f"async / sync x2 at {args.async_prompts} prompts: {big_speedup:.2f}x")
     print("; ".join(ratios), flush=True)
     body = (
-        f"Same base model (payoff's tiny Llama pretrained {BASE['steps']} SFT steps on 2-digit "
-        f"addition), {args.prompts} prompts x {args.group} completions per optimizer step, max 6 "
+        "Same base model (payoff's tiny Llama "
+        + (
+            f"pretrained {BASE['steps']} SFT steps on 2-digit addition"
+            if args.base == "bench"
+            else "SFT'd on 2-digit addition until it answers 40% of training problems, the "
+            "arithmetic-grpo recipe's base (--base recipe)"
+        )
+        + f"), {args.prompts} prompts x {args.group} completions per optimizer step, max 6 "
         f"new tokens, {args.steps} steps, beta 0, group-std scaling, constant lr {args.lr:g}, "
         f"each run in its own process; means over seeds {', '.join(map(str, seeds))}. Seconds "
         "are training only (payoff's evaluations are subtracted; TRL's train() runs none). "
@@ -470,6 +486,10 @@ def main() -> None:
         shape = "" if (args.prompts, args.group) == (8, 8) else f"_{args.prompts}x{args.group}"
         title = f"GRPO on a GPU: payoff vs TRL GRPOTrainer ({args.prompts} x {args.group})"
         write_section(f"grpo_vs_trl_gpu{shape}", title, body)
+        return
+    if args.base == "recipe":
+        title = "GRPO: payoff vs TRL GRPOTrainer, from the arithmetic-grpo recipe's base"
+        write_section("grpo_vs_trl_recipe_base", title, body)
         return
     write_section("grpo_vs_trl", "GRPO: payoff vs TRL GRPOTrainer", body)
 
