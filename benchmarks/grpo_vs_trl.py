@@ -293,7 +293,10 @@ def async_pairs(args, model: str) -> None:
         f"{table}\n\n**Median of the rounds: async = {median:.2f}x sync x2** (range "
         f"{min(ratios):.2f}-{max(ratios):.2f}x; goal 1.4x)."
     )
-    write_section("grpo_async_pairs", "GRPO: asynchronous vs synchronous payoff, interleaved", body)
+    name, title = "grpo_async_pairs", "GRPO: asynchronous vs synchronous payoff, interleaved"
+    if args.steps != 100:  # a run length of its own keeps its own section
+        name, title = f"{name}_{args.steps}", f"{title}, {args.steps} steps a run"
+    write_section(name, title, body)
 
 
 def main() -> None:
