@@ -296,6 +296,9 @@ def async_pairs(args, model: str) -> None:
     name, title = "grpo_async_pairs", "GRPO: asynchronous vs synchronous payoff, interleaved"
     if args.steps != 100:  # a run length of its own keeps its own section
         name, title = f"{name}_{args.steps}", f"{title}, {args.steps} steps a run"
+    if (args.prompts, args.group) != (8, 8):  # and so does a batch shape
+        name += f"_{args.prompts}x{args.group}"
+        title += f", {args.prompts} prompts x {args.group}"
     write_section(name, title, body)
 
 
