@@ -287,7 +287,8 @@ def async_pairs(args, model: str) -> None:
         f"payoff's GRPO with asynchronous generation (dapo loss, one step stale, token-level "
         f"truncated IS; the trainer and the sampling process one torch thread each) against "
         f"synchronous payoff with 2 torch threads: {args.prompts} prompts x {args.group} "
-        f"completions, {args.steps} steps a run, the setup of the grpo_vs_trl section. The two "
+        f"completions, {args.steps} steps a run, the setup of the "
+        f"{'grpo_vs_trl' if args.base == 'bench' else 'grpo_vs_trl_recipe_base'} section. The two "
         "runs of a round follow each other (which goes first alternates), each in a fresh "
         "process, the sampling process started before the clock.\n\n"
         f"{table}\n\n**Median of the rounds: async = {median:.2f}x sync x2** (range "
@@ -299,6 +300,9 @@ def async_pairs(args, model: str) -> None:
     if (args.prompts, args.group) != (8, 8):  # and so does a batch shape
         name += f"_{args.prompts}x{args.group}"
         title += f", {args.prompts} prompts x {args.group}"
+    if args.base == "recipe":  # and the recipe's base
+        name += "_recipe_base"
+        title += ", from the arithmetic-grpo recipe's base"
     write_section(name, title, body)
 
 
@@ -335,7 +339,8 @@ def main() -> None:
         type=int,
         default=0,
         help="only measure asynchronous against synchronous payoff (2 threads), interleaved: "
-        "this many rounds of one run each, seeds 0, 1, ... (writes grpo_async_pairs)",
+        "this many rounds of one run each, seeds 0, 1, ... (writes grpo_async_pairs, suffixed "
+        "by --steps, the batch shape and --base where they differ from the defaults)",
     )
     parser.add_argument(
         "--base",
