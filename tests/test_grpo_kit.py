@@ -404,6 +404,8 @@ def test_async_generation_resumes_with_its_seed_stream(tmp_path, model_dir):
     ],
 )
 def test_the_verifier_is_asked_only_when_the_rewards_are_not_it(model_dir, rewards, asked):
+    from payoff.algos.shared.lm import columns_of
+
     grpo = _grpo(model_dir, rewards=rewards)
     calls = []
     verifier = grpo.verifier
@@ -414,6 +416,6 @@ def test_the_verifier_is_asked_only_when_the_rewards_are_not_it(model_dir, rewar
     expected = verifier(
         [r["prompt"] for r in batch.rows],
         batch.generation.completions,
-        **{k: [r.get(k) for r in batch.rows] for k in batch.rows[0] if k != "prompt"},
+        **columns_of(batch.rows),
     ).total
     assert batch.correct == expected
