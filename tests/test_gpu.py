@@ -1,7 +1,8 @@
 """The GPU path: language-model trainers (float32 weights under bf16 autocast, and bfloat16
-weights), the lean forward, asynchronous generation and the continuous-control agents train
-on a CUDA device, log finite numbers and save CPU tensors that load on the CPU. Every test
-here needs a CUDA GPU and is skipped without one; the CPU path is tested everywhere else."""
+weights), the lean forward, asynchronous generation, the continuous-control agents, behavior
+cloning, DAgger and AlphaZero train on a CUDA device, log finite numbers and save CPU tensors
+that load on the CPU. Every test here needs a CUDA GPU and is skipped without one; the CPU
+path is tested everywhere else."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("transformers", reason="the llm extra is not installed")
 
+from payoff.algos.alphazero import AlphaZero  # noqa: E402
+from payoff.algos.bc import BC  # noqa: E402
+from payoff.algos.dagger import DAgger  # noqa: E402
 from payoff.algos.dpo import DPO  # noqa: E402
 from payoff.algos.grpo import GRPO  # noqa: E402
 from payoff.algos.sac import SAC  # noqa: E402
@@ -161,3 +165,69 @@ def test_continuous_agents_train_on_cuda_and_load_on_cpu(algo, tmp_path):
     on_cpu = algo.load(agent.save(tmp_path / "agent.safetensors"), device="cpu")
     obs = np.zeros(3, dtype=np.float32)
     np.testing.assert_allclose(on_cpu.predict(obs), agent.predict(obs), rtol=1e-5, atol=1e-6)
+
+
+IMITATION = {
+    "env": "CartPole-v1",
+    "expert": "cartpole",
+    "hidden": [32, 32],
+    "label_budget": 300,
+    "final_eval_episodes": 2,
+    "seed": 0,
+}
+
+
+def test_behavior_cloning_on_cuda_fits_like_the_cpu_and_loads_there(tmp_path):
+    # The demonstrations and the minibatch order come from the CPU, so the CUDA run
+    # fits the same data in the same order: its losses match the CPU's to float32 noise.
+    settings = {**IMITATION, "epochs": 5, "eval_every": 0}
+    on_cuda = BC(**settings, device="cuda").learn()
+    on_cpu = BC(**settings, device="cpu").learn()
+    assert next(on_cuda.actor.parameters()).is_cuda
+    np.testing.assert_allclose(
+        _finite(on_cuda.history, "train/loss"), _finite(on_cpu.history, "train/loss"), rtol=1e-3
+    )
+    loaded = BC.load(on_cuda.save(tmp_path / "bc.safetensors"), device="cpu")
+    obs = on_cuda.data_obs[:64]
+    np.testing.assert_array_equal(loaded.act(obs), on_cuda.act(obs))
+
+
+def test_dagger_rounds_run_on_cuda_and_load_on_cpu(tmp_path):
+    agent = DAgger(**IMITATION, rounds=3, epochs_per_round=3, device="cuda").learn()
+    assert next(agent.actor.parameters()).is_cuda
+    assert [r["labels"] for r in agent.rounds_log] == [100, 200, 300]
+    _finite(agent.history, "train/loss")
+    loaded = DAgger.load(agent.save(tmp_path / "dagger.safetensors"), device="cpu")
+    obs = agent.data_obs[:64]
+    np.testing.assert_array_equal(loaded.act(obs), agent.act(obs))
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["searches-on-cuda", "cpu-worker-copies"])
+def test_alphazero_trains_on_cuda_and_loads_on_cpu(workers, tmp_path):
+    # workers 1: self-play's leaf batches go to the GPU; workers 2: the worker processes
+    # play with CPU copies of the weights, and the network trains on the GPU.
+    agent = AlphaZero(
+        game="tictactoe",
+        iterations=2,
+        games_per_iteration=8,
+        train_steps=5,
+        batch_size=32,
+        gate_games=2,
+        gate_simulations=4,
+        eval_every=1,
+        eval_games=2,
+        eval_simulations=4,
+        baselines=["random"],
+        final_eval_games=2,
+        mcts={"simulations": 8},
+        workers=workers,
+        seed=0,
+        device="cuda",
+    ).learn()
+    assert next(agent.net.parameters()).is_cuda
+    _finite(agent.history, "train/policy_loss")
+    _finite(agent.history, "train/value_loss")
+    loaded = AlphaZero.load(agent.save(tmp_path / "alphazero.safetensors"), device="cpu")
+    assert next(loaded.net.parameters()).device.type == "cpu"
+    start = agent.game.initial_state()
+    assert loaded.predict(start) == agent.predict(start)
