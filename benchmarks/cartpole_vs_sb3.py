@@ -73,8 +73,15 @@ def evaluate(act: Any, seed: int, env_id: str = "CartPole-v1") -> float:
     return evaluate_batched(EnvConfig(env_id), act, EVAL_EPISODES, seed, "sync").mean_return
 
 
-def sb3_stop_callback(every: int, target: float, seed: int, env_id: str = "CartPole-v1") -> Any:
-    """An SB3 callback that evaluates every `every` steps (time kept apart) and stops at `target`."""
+def sb3_stop_callback(
+    every: int,
+    target: float,
+    seed: int,
+    env_id: str = "CartPole-v1",
+    time_cap: float | None = None,
+) -> Any:
+    """An SB3 callback that evaluates every `every` steps (time kept apart) and stops at
+    `target`, or unsolved once its training seconds (evaluations excluded) pass `time_cap`."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class SolveCallback(BaseCallback):
@@ -83,8 +90,18 @@ def sb3_stop_callback(every: int, target: float, seed: int, env_id: str = "CartP
             self.eval_seconds = 0.0
             self.solved_at: int | None = None
             self.next_eval = every
+            self.started = time.perf_counter()
+            self.capped = False
+
+        def _on_training_start(self) -> None:
+            self.started = time.perf_counter()
 
         def _on_step(self) -> bool:
+            if time_cap is not None:
+                trained = time.perf_counter() - self.started - self.eval_seconds
+                if trained > time_cap:
+                    self.capped = True
+                    return False
             if self.num_timesteps < self.next_eval:
                 return True
             self.next_eval += every
@@ -131,14 +148,16 @@ def sb3_learn_until_solved(
     seed: int,
     env_id: str = "CartPole-v1",
     time_rollouts: bool = True,
+    time_cap: float | None = None,
 ) -> dict[str, Any]:
-    """Train an SB3 model until it solves (or spends `budget`); the trial's result row.
+    """Train an SB3 model until it solves (or spends `budget` steps, or `time_cap` seconds
+    of training); the trial's result row, with `capped` true where the time cap stopped it.
 
     Evaluation time is excluded from the training seconds and from rollout collection
     (collect_rollouts includes the callback's evaluations).
     """
     rollout_seconds = timed_rollouts(model)
-    callback = sb3_stop_callback(every, target, seed, env_id)
+    callback = sb3_stop_callback(every, target, seed, env_id, time_cap)
     started = time.perf_counter()
     model.learn(total_timesteps=budget, callback=callback)
     seconds = time.perf_counter() - started - callback.eval_seconds
@@ -146,6 +165,7 @@ def sb3_learn_until_solved(
     collect_seconds = max(rollout_seconds[0] - callback.eval_seconds, 1e-9)
     return {
         "solved": callback.solved_at is not None,
+        "capped": callback.capped,
         "seconds": seconds,
         "steps": steps,
         "train_sps": steps / seconds,
