@@ -24,6 +24,7 @@ from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, is_success, make_env
+from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, warn_unended
 
 
 def _frozenlake() -> EnvConfig:
@@ -152,7 +153,7 @@ class QLearning(Agent):
         alpha, epsilon = config.learning_rate(self._fraction), config.epsilon(self._fraction)
         state, _ = env.reset()
         action = self._explore(state, epsilon)
-        episode_return, done = 0.0, False
+        episode_return, done, length = 0.0, False, 0
         reward: float = 0.0
         info: dict[str, Any] = {}
         while not done:
@@ -171,6 +172,10 @@ class QLearning(Agent):
                 next_action = self._explore(next_state, epsilon)
             state, action = next_state, next_action
             done = terminated or truncated
+            length += 1
+            if not done and length >= EPISODE_STEP_LIMIT:
+                warn_unended(config.env.id)
+                done = True
         self.state.step += 1
         self.state.add_returns([episode_return])
         success = is_success(config.env.id, info, reward)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,6 +13,24 @@ import numpy as np
 from payoff.envs.make import EnvConfig, is_success, make_env
 
 Policy = Callable[[Any], Any]  # one observation -> one action
+
+EPISODE_STEP_LIMIT = 100_000
+"""Whole-episode loops (evaluation, evolution strategies' episodes, Q-learning's episodes)
+stop an episode that has not ended after this many steps and count it as truncated there:
+an env with no time limit of its own, under a policy that never reaches a terminal state,
+would otherwise run forever without a word. Set env.max_episode_steps to choose the cut."""
+
+
+def warn_unended(env_id: str, limit: int = EPISODE_STEP_LIMIT) -> None:
+    """Say that episodes of `env_id` were cut at `limit` steps, and how to set a limit."""
+    warnings.warn(
+        f"episodes of env {env_id!r} had not ended after {limit:,} steps, so they were cut "
+        f"there (counted as truncated): the env returned neither terminated nor truncated. "
+        f"Give it a time limit (env.max_episode_steps=N, or register it with "
+        f"max_episode_steps) if its episodes are meant to end",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 @dataclass
@@ -34,8 +53,15 @@ class EvalResult:
         return text
 
 
-def evaluate_policy(env: EnvConfig, policy: Policy, episodes: int, seed: int) -> EvalResult:
-    """Play `episodes` episodes of `policy` on a fresh env seeded with `seed`."""
+def evaluate_policy(
+    env: EnvConfig,
+    policy: Policy,
+    episodes: int,
+    seed: int,
+    step_limit: int = EPISODE_STEP_LIMIT,
+) -> EvalResult:
+    """Play `episodes` episodes of `policy` on a fresh env seeded with `seed` (each cut at
+    `step_limit` steps, with a warning, if it has not ended by then)."""
     environment = make_env(env)
     returns, lengths, successes = [], [], []
     try:
@@ -50,6 +76,9 @@ def evaluate_policy(env: EnvConfig, policy: Policy, episodes: int, seed: int) ->
                 total += reward
                 length += 1
                 done = terminated or truncated
+                if not done and length >= step_limit:
+                    warn_unended(env.id, step_limit)
+                    done = True
             returns.append(total)
             lengths.append(length)
             successes.append(is_success(env.id, info, float(reward)))

@@ -30,7 +30,7 @@ import numpy as np
 from payoff.core.errors import EnvError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.models.population import FlatPolicy
-from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
 from payoff.rollout.vector import batched_id, make_vector_env
 
 SEED_BOUND = 2**31 - 1  # noise and env seeds are drawn in [0, SEED_BOUND)
@@ -155,10 +155,12 @@ class EpisodePlayer:
         act: Callable[[np.ndarray, np.ndarray], np.ndarray],
         seeds: list[int],
         obs_stats: bool = False,
+        step_limit: int = EPISODE_STEP_LIMIT,
     ) -> Episodes:
         """Episodes seeded `seeds[k]`, played by `act(obs, rows) -> actions`: the actions of
         rows `rows` (indices into `seeds`) given their observations `obs` [len(rows), ...].
-        `obs_stats`: also sum each row's observations."""
+        `obs_stats`: also sum each row's observations. Episodes still running after
+        `step_limit` steps are cut there, with a warning."""
         count = len(seeds)
         if self.batched:
             if self.vector is None or self.vector.num_envs != count:
@@ -209,6 +211,9 @@ class EpisodePlayer:
             lengths += running
             running &= ~done
             obs = next_obs
+            if running.any() and lengths.max() >= step_limit:
+                warn_unended(self.env.id, step_limit)
+                break
         return Episodes(returns, lengths, obs_sum, obs_sumsq)
 
     def _check(self, obs: np.ndarray, rewards: np.ndarray | None) -> None:

@@ -25,7 +25,7 @@ from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.rollout.buffers import RolloutStorage
-from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
 
 Vectorization = Literal["auto", "batched", "sync", "async"]
 # Gymnasium ids that payoff implements as a batched NumPy env with identical dynamics.
@@ -320,12 +320,14 @@ def evaluate_batched(
     seed: int,
     vectorization: Vectorization = "sync",
     device: torch.device | None = None,
+    step_limit: int = EPISODE_STEP_LIMIT,
 ) -> EvalResult:
     """Play `episodes` episodes at once, one per env (episode k seeded `seed + k`).
 
     Same episodes and seeds as `payoff.rollout.evaluate.evaluate_policy`, but with one batched
     forward pass per step instead of one per env. `act` gets the observations on `device`
-    (default: the CPU) and returns NumPy actions.
+    (default: the CPU) and returns NumPy actions. Episodes still running after `step_limit`
+    steps are cut there, with a warning.
     """
     to_device = device if device is not None and device.type != "cpu" else None
     # fresh envs for evaluation, never the vector env a user passed in for training
@@ -342,6 +344,9 @@ def evaluate_batched(
             returns += np.asarray(rewards) * running
             lengths += running
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
+            if running.any() and lengths.max() >= step_limit:
+                warn_unended(env.id, step_limit)
+                break
     finally:
         envs.close()
     if not np.isfinite(returns).all():
