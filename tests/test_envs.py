@@ -1,4 +1,5 @@
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -24,3 +25,35 @@ def test_payoff_envs_pass_the_gymnasium_checker():
         env = gym.make(env_id).unwrapped
         check_env(env, skip_render_check=True)
         env.close()
+
+
+class _DictObservations(gym.Env):
+    observation_space = gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "room": gym.spaces.Discrete(3)}
+    )
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"position": np.zeros(2, np.float32), "room": 0}, {}
+
+    def step(self, action):
+        observation = {"position": np.full(2, 0.5, np.float32), "room": int(action)}
+        return observation, float(action), False, True, {}
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN"])
+def test_dict_observations_say_how_to_flatten_and_flattened_train(algo):
+    import payoff
+
+    cls = getattr(payoff, algo)
+    settings = {"total_steps": 256, "eval_every": 0, "final_eval_episodes": 1}
+    with pytest.raises(EnvError, match=r"Dict\(.*env.wrappers=\[\{name: FlattenObservation\}\]"):
+        cls(env=_DictObservations(), **settings).learn()
+    agent = cls(
+        env=lambda: gym.wrappers.FlattenObservation(_DictObservations()), **settings
+    ).learn()
+    flat = gym.spaces.flatten(
+        _DictObservations.observation_space, {"position": np.zeros(2, np.float32), "room": 1}
+    )
+    assert agent.predict(flat) in (0, 1)

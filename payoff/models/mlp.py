@@ -40,15 +40,20 @@ def as_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy() if tensor.is_cpu else tensor.cpu().numpy()
 
 
-def obs_dim(space: gym.Space) -> int:
-    """Input width of a network for observations from `space`."""
+def obs_dim(space: gym.Space, env_id: str | None = None) -> int:
+    """Input width of a network for observations from `space` (of env `env_id`, named in
+    the error for a space the networks cannot take)."""
     if isinstance(space, gym.spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, gym.spaces.Discrete):
         return int(space.n)
+    of = f"env {env_id!r} has observations {space}: " if env_id else f"got {space}; "
     raise EnvError(
-        f"payoff's MLP networks take Box or Discrete observations, got {space}; "
-        f"wrap the env with gymnasium.wrappers.FlattenObservation first"
+        f"{of}payoff's MLP networks take Box or Discrete observations. Flatten them into one "
+        f"Box: env.wrappers=[{{name: FlattenObservation}}] in a recipe or on the command "
+        f"line, or gymnasium.wrappers.FlattenObservation(env) in Python (Dict, Tuple, "
+        f"MultiDiscrete and MultiBinary spaces flatten; predict then takes flat observations, "
+        f"gymnasium.spaces.flatten(space, obs))"
     )
 
 

@@ -24,6 +24,7 @@ import torch
 from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
+from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
 
@@ -97,6 +98,9 @@ class VectorRunner:
         self.device = device if device is not None and device.type != "cpu" else None
         self.num_envs = envs.num_envs
         self.seed = seed  # fresh episodes after a resume that cannot restore the envs count from it
+        obs_dim(
+            envs.single_observation_space, env_id
+        )  # one clear error for a space MLPs can't take
         self.obs, _ = envs.reset(seed=seed)
         self._check(self.obs, None, 0)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
