@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -316,7 +317,7 @@ class PPO(OnPolicyAlgorithm):
             "train/clip_range": clip,
             "train/explained_variance": explained_variance(old_values, returns),
         }
-        if self.action_space.shape:
+        if isinstance(self.action_space, gym.spaces.Box):
             metrics["train/std"] = float(self.actor.log_std.detach().exp().mean())  # type: ignore[operator]
         return metrics
 

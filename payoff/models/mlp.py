@@ -471,6 +471,73 @@ class RolloutSampler:
         return logprobs.gather(-1, self.actions[:taken, :, None])[..., 0]
 
 
+class MultiCategoricalActor(Actor):
+    """Several discrete choices at once (MultiDiscrete, MultiBinary): one block of logits per
+    choice from one MLP, independent categoricals. log pi(a|s) and the entropy are sums over
+    the choices (SB3's MultiCategoricalDistribution, CleanRL's MultiDiscrete PPO)."""
+
+    kind = "multi_categorical"
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any):
+        super().__init__(observation_space, action_space, **kwargs)
+        self.choices, starts = choices_of(action_space)
+        self.register_buffer("start", torch.as_tensor(starts, dtype=torch.long))
+        self.logits = mlp(self.encoder.dim, self.hidden, sum(self.choices), self.activation, 0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits.forward(self.encoder.forward(obs))  # [B, sum of choices]
+
+    def _blocks(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each choice's logits: [B, n_i] for choice i."""
+        return torch.split(self(obs), self.choices, dim=-1)
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        raise NotImplementedError(
+            "a MultiDiscrete policy is several categoricals: use log_prob_entropy and sample"
+        )
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logprob = torch.zeros(obs.shape[0], device=obs.device)
+        entropy = torch.zeros(obs.shape[0], device=obs.device)
+        chosen = actions.long()  # [B, choices]
+        for i, logits in enumerate(self._blocks(obs)):
+            logprobs = torch.log_softmax(logits, dim=-1)
+            logprob = logprob + logprobs.gather(-1, chosen[:, i : i + 1])[:, 0]
+            entropy = entropy - (logprobs.exp() * logprobs).sum(-1)
+        return logprob, entropy
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        actions, logprob = [], torch.zeros(obs.shape[0], device=obs.device)
+        for logits in self._blocks(obs):
+            action, logprobs = _gumbel_max(logits, _gumbel(torch.rand_like(logits)))
+            actions.append(action)
+            logprob = logprob + logprobs
+        return torch.stack(actions, dim=-1), logprob  # [B, choices], [B]
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([logits.argmax(-1) for logits in self._blocks(obs)], dim=-1)
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        """Choice indices -> the space's values (MultiDiscrete's `start` added), its dtype."""
+        values = as_numpy(actions.long() + self.start.to(actions.device))
+        return values.astype(self.action_space.dtype, copy=False)
+
+
+def choices_of(space: gym.Space) -> tuple[list[int], list[int]]:
+    """How many values each choice of a MultiDiscrete / MultiBinary space has, and the
+    value its first option stands for; EnvError for any other space."""
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return [2] * int(space.shape[0]), [0] * int(space.shape[0])
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return [int(n) for n in space.nvec], [int(s) for s in space.start]
+    raise EnvError(
+        f"MultiCategoricalActor needs a one-dimensional MultiDiscrete or MultiBinary action "
+        f"space, got {space}"
+    )
+
+
 class GaussianActor(Actor):
     """Continuous actions: a diagonal Gaussian with an MLP mean and a state-independent log-std.
 
@@ -543,7 +610,8 @@ def make_actor(
     normalize_obs: bool = False,
     log_std_init: float = 0.0,
 ) -> Actor:
-    """The actor that fits `action_space`: categorical for Discrete, Gaussian for Box."""
+    """The actor that fits `action_space`: categorical for Discrete, Gaussian for Box,
+    independent categoricals for a one-dimensional MultiDiscrete or MultiBinary."""
     kwargs: dict[str, Any] = {
         "hidden": hidden,
         "activation": activation,
@@ -553,7 +621,13 @@ def make_actor(
         return CategoricalActor(observation_space, action_space, **kwargs)
     if isinstance(action_space, gym.spaces.Box):
         return GaussianActor(observation_space, action_space, log_std_init=log_std_init, **kwargs)
-    raise EnvError(f"payoff's actors handle Discrete and Box action spaces, got {action_space}")
+    multi = isinstance(action_space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
+    if multi and len(action_space.shape) == 1:
+        return MultiCategoricalActor(observation_space, action_space, **kwargs)
+    raise EnvError(
+        f"payoff's actors handle Discrete, Box and one-dimensional MultiDiscrete or MultiBinary "
+        f"action spaces, got {action_space}"
+    )
 
 
 def actor_for(settings: Any, observation_space: gym.Space, action_space: gym.Space) -> Actor:

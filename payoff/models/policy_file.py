@@ -127,11 +127,12 @@ def _layer_sizes(sizes: Any) -> bool:
     )
 
 
+_SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 _SPACE_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8"}
 
 
 def space_to_data(space: gym.Space) -> dict[str, Any]:
-    """A Box or Discrete space as plain data (for policy files)."""
+    """A Box, Discrete, MultiDiscrete or MultiBinary space as plain data (for policy files)."""
     if isinstance(space, gym.spaces.Discrete):
         return {
             "type": "Discrete",
@@ -146,14 +147,27 @@ def space_to_data(space: gym.Space) -> dict[str, Any]:
             "high": space.high.copy(),
             "dtype": np.dtype(space.dtype).name,
         }
-    raise CheckpointError(f"policy files hold Box and Discrete spaces, not {space}")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": np.asarray(space.nvec, dtype=np.int64),
+            "start": np.asarray(space.start, dtype=np.int64),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return {"type": "MultiBinary", "n": int(space.shape[0]), "dtype": "int8"}
+    raise CheckpointError(
+        f"policy files hold Box, Discrete, MultiDiscrete and MultiBinary spaces, not {space}"
+    )
 
 
 def space_from_data(data: Any, source: str | Path) -> gym.Space:
     """Inverse of `space_to_data`; CheckpointError for anything else."""
     where = f"policy file {str(source)!r}"
-    if not isinstance(data, dict) or data.get("type") not in ("Box", "Discrete"):
-        raise CheckpointError(f"{where} is malformed: a space that is not a Box or Discrete")
+    if not isinstance(data, dict) or data.get("type") not in _SPACE_TYPES:
+        raise CheckpointError(
+            f"{where} is malformed: a space that is not one of {', '.join(_SPACE_TYPES)}"
+        )
     if data.get("dtype") not in _SPACE_DTYPES:
         raise CheckpointError(f"{where} is malformed: space dtype {data.get('dtype')!r}")
     try:
@@ -162,6 +176,22 @@ def space_from_data(data: Any, source: str | Path) -> gym.Space:
             if not (isinstance(n, int) and n > 0 and isinstance(start, int)):
                 raise ValueError(f"n={n!r}, start={start!r}")
             return gym.spaces.Discrete(n, start=start, dtype=np.dtype(data["dtype"]))
+        if data["type"] == "MultiBinary":
+            n = data.get("n")
+            if not (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000):
+                raise ValueError(f"n={n!r}")
+            return gym.spaces.MultiBinary(n)
+        if data["type"] == "MultiDiscrete":
+            nvec, start = data.get("nvec"), data.get("start")
+            if not (isinstance(nvec, np.ndarray) and isinstance(start, np.ndarray)):
+                raise ValueError("nvec/start are not arrays")
+            if nvec.ndim != 1 or start.shape != nvec.shape or not 0 < nvec.size <= 100_000:
+                raise ValueError(f"nvec {nvec.shape} and start {start.shape}")
+            if nvec.dtype.kind != "i" or start.dtype.kind != "i" or (nvec <= 0).any():
+                raise ValueError("nvec must hold positive ints, start ints")
+            if int(nvec.sum()) > 10_000_000:
+                raise ValueError(f"{int(nvec.sum())} options in all")
+            return gym.spaces.MultiDiscrete(nvec, start=start, dtype=np.dtype(data["dtype"]))
         low, high = data.get("low"), data.get("high")
         if not (isinstance(low, np.ndarray) and isinstance(high, np.ndarray)):
             raise ValueError("low/high are not arrays")

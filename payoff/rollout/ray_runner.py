@@ -27,6 +27,7 @@ import time
 from dataclasses import fields
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 from payoff.core.errors import ConfigError
@@ -76,7 +77,7 @@ class RolloutWorker:
             num_envs,
             tuple(self.envs.single_observation_space.shape or ()),
             act_shape,
-            torch.long if not act_shape else torch.float32,
+            torch.float32 if isinstance(space, gym.spaces.Box) else torch.long,
             info_keys=info_keys,
         )
 

@@ -173,6 +173,11 @@ class ImitationAlgorithm(Agent):
             raise EnvError(
                 f"imitation here needs Box observations; {config.env.id!r} has {self.observation_space}"
             )
+        if not isinstance(self.action_space, gym.spaces.Discrete | gym.spaces.Box):
+            raise EnvError(
+                f"behavior cloning and DAgger take Discrete or Box actions; {config.env.id!r} has "
+                f"{self.action_space} (PPO and A2C train MultiDiscrete and MultiBinary policies)"
+            )
         self.expert: Expert = self._make_expert()
         check_expert(self.expert, self.observation_space, self.action_space)
         self.actor = actor_for(config, self.observation_space, self.action_space).to(self.device)

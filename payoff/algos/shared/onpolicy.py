@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -162,7 +163,7 @@ class OnPolicyAlgorithm(Agent):
             config.num_envs,
             tuple(self.observation_space.shape or ()),
             act_shape,
-            torch.long if not act_shape else torch.float32,
+            torch.float32 if isinstance(self.action_space, gym.spaces.Box) else torch.long,
             info_keys=tuple(config.episode_info),
         )
         self._metrics: dict[str, float] = {}  # the last update's, until they are logged
