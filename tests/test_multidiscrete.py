@@ -112,5 +112,33 @@ def test_policy_files_refuse_a_malformed_multidiscrete_space():
 def test_spaces_no_actor_takes_are_named():
     with pytest.raises(EnvError, match=r"one-dimensional MultiDiscrete or MultiBinary"):
         make_actor(OBS, gym.spaces.MultiDiscrete([[2, 2], [2, 2]]))
-    with pytest.raises(EnvError, match=r"behavior cloning and DAgger take Discrete or Box actions"):
+    with pytest.raises(
+        EnvError,
+        match=r"behavior cloning and DAgger take Discrete \(starting at 0\) or Box actions",
+    ):
         BC(env=Pick(), expert="cartpole", label_budget=10, epochs=1)
+
+
+class Shifted(Pick):
+    """One choice with values 1, 2, 3: the right one is 3 when obs[0] > 0, else 1."""
+
+    action_space = gym.spaces.Discrete(3, start=1)
+
+    def step(self, action):
+        assert self.action_space.contains(action), action  # the env's values, never 0
+        reward = float(action == (3 if self.obs[0] > 0 else 1))
+        self.t += 1
+        self.obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.obs, reward, False, self.t >= 20, {}
+
+
+def test_a_discrete_space_with_a_start_gets_its_own_values():
+    from payoff import DQN
+
+    agent = PPO(env=Shifted(), total_steps=10_000, eval_every=0, final_eval_episodes=1, seed=0)
+    assert agent.learn().evaluate(20).mean_return >= 18.0  # of 20; random scores 6.7
+    assert agent.predict(np.array([0.5, 0.0], np.float32)) == 3
+    with pytest.raises(EnvError, match=r"DQN stores and acts with action indices.*start 1"):
+        DQN(env=Shifted())
+    with pytest.raises(EnvError, match=r"Discrete \(starting at 0\) or Box actions"):
+        BC(env=Shifted(), expert="cartpole", label_budget=10, epochs=1)

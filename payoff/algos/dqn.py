@@ -96,6 +96,12 @@ class DQN(OffPolicyAlgorithm):
     saved = ("q_net", "target_net", "optimizer", "buffer", "rng", "runner", "gradient_updates")
 
     def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if isinstance(action_space, gym.spaces.Discrete) and int(action_space.start) != 0:
+            raise EnvError(
+                f"DQN stores and acts with action indices 0..n-1; {self.config.env.id!r} has "
+                f"{action_space} (start {int(action_space.start)}). Shift the env's actions to "
+                f"start at 0 (a gymnasium ActionWrapper), or use PPO or A2C, which add the start"
+            )
         if not isinstance(action_space, gym.spaces.Discrete):
             raise EnvError(
                 f"DQN takes the action with the largest Q-value, so it needs a Discrete action "

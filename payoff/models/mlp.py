@@ -271,7 +271,10 @@ class Actor(nn.Module):
 
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
         """Network actions (on any device) -> what env.step accepts: NumPy, clipped to Box
-        bounds."""
+        bounds; a Discrete space's `start` added to the action's index."""
+        start = getattr(self.action_space, "start", 0)
+        if isinstance(self.action_space, gym.spaces.Discrete) and start != 0:
+            return as_numpy(actions) + int(start)
         return as_numpy(actions)
 
     @property

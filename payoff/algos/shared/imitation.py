@@ -173,10 +173,11 @@ class ImitationAlgorithm(Agent):
             raise EnvError(
                 f"imitation here needs Box observations; {config.env.id!r} has {self.observation_space}"
             )
-        if not isinstance(self.action_space, gym.spaces.Discrete | gym.spaces.Box):
+        shifted = isinstance(self.action_space, gym.spaces.Discrete) and self.action_space.start
+        if shifted or not isinstance(self.action_space, gym.spaces.Discrete | gym.spaces.Box):
             raise EnvError(
-                f"behavior cloning and DAgger take Discrete or Box actions; {config.env.id!r} has "
-                f"{self.action_space} (PPO and A2C train MultiDiscrete and MultiBinary policies)"
+                f"behavior cloning and DAgger take Discrete (starting at 0) or Box actions; "
+                f"{config.env.id!r} has {self.action_space} (PPO and A2C train on it)"
             )
         self.expert: Expert = self._make_expert()
         check_expert(self.expert, self.observation_space, self.action_space)
