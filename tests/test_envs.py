@@ -57,3 +57,30 @@ def test_dict_observations_say_how_to_flatten_and_flattened_train(algo):
         _DictObservations.observation_space, {"position": np.zeros(2, np.float32), "room": 1}
     )
     assert agent.predict(flat) in (0, 1)
+
+
+class _BrokenStep(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, problem: str = "raise"):
+        self.problem = problem
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        if self.problem == "raise":
+            raise KeyError("the door is locked")
+        return np.zeros(4, np.float32), 0.0, False, False, {}  # 4 values for a (3,) space
+
+
+def test_an_env_that_fails_in_step_is_named_with_its_error():
+    import payoff
+
+    settings = {"total_steps": 64, "eval_every": 0, "final_eval_episodes": 1}
+    with pytest.raises(EnvError, match=r"_BrokenStep' raised KeyError in step during training"):
+        payoff.PPO(env=_BrokenStep(), **settings).learn()
+    with pytest.raises(EnvError, match=r"does not fit the env's observation_space \(Box"):
+        payoff.PPO(env=_BrokenStep("shape"), **settings).learn()

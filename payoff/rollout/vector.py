@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import ConfigError, EnvError, PayoffError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
@@ -123,7 +123,12 @@ class VectorRunner:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env; returns (next_obs, rewards, terminated, truncated, valid)."""
         valid = ~self.resetting
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        try:
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        except PayoffError:  # already says what went wrong
+            raise
+        except Exception as err:  # the user's env: say which env and when, keep its traceback
+            raise step_failed(self.env_id, self.envs, err, self.env_steps) from err
         rewards = np.asarray(rewards, dtype=np.float32)
         self._check(next_obs, rewards, self.env_steps)
         self.env_steps += int(np.count_nonzero(valid))
@@ -316,6 +321,23 @@ class VectorRunner:
             sums[:] = 0.0
 
 
+def step_failed(
+    env_id: str, envs: gym.vector.VectorEnv, err: Exception, steps: int, during: str = "training"
+) -> EnvError:
+    """The error for an env whose step raised `err`: which env, when, and for the vector
+    env's shape check (an observation that does not fit the space) what that means."""
+    hint = ""
+    if isinstance(err, ValueError) and "shape" in str(err):
+        hint = (
+            f". A vector env raises this when an observation does not fit the env's "
+            f"observation_space ({envs.single_observation_space})"
+        )
+    return EnvError(
+        f"env {env_id!r} raised {type(err).__name__} in step during {during}, after {steps:,} "
+        f"env steps: {err}{hint}"
+    )
+
+
 @torch.no_grad()
 def evaluate_batched(
     env: EnvConfig,
@@ -344,7 +366,12 @@ def evaluate_batched(
         while running.any():
             obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
             actions = act(obs_t if to_device is None else obs_t.to(to_device))
-            obs, rewards, terminated, truncated, _ = envs.step(actions)
+            try:
+                obs, rewards, terminated, truncated, _ = envs.step(actions)
+            except PayoffError:
+                raise
+            except Exception as err:
+                raise step_failed(env.id, envs, err, int(lengths.max()), "evaluation") from err
             returns += np.asarray(rewards) * running
             lengths += running
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
