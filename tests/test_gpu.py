@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -231,3 +232,34 @@ def test_alphazero_trains_on_cuda_and_loads_on_cpu(workers, tmp_path):
     assert next(loaded.net.parameters()).device.type == "cpu"
     start = agent.game.initial_state()
     assert loaded.predict(start) == agent.predict(start)
+
+
+class _TwoChoices(gym.Env):
+    """MultiDiscrete actions with a start: choice 0 in -1..1, choice 1 in 0..1."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([3, 2], start=[-1, 0])
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        self.t += 1
+        return np.zeros(2, np.float32), float(action[0] == 1), False, self.t >= 10, {}
+
+
+def test_multidiscrete_ppo_on_cuda_acts_in_the_env_values_and_loads_on_cpu(tmp_path):
+    from payoff import PPO
+
+    agent = PPO(
+        env=_TwoChoices(), total_steps=512, eval_every=0, final_eval_episodes=1, device="cuda"
+    ).learn()
+    assert next(agent.actor.parameters()).is_cuda
+    obs = np.zeros((3, 2), np.float32)
+    actions = agent.predict(obs)
+    assert all(agent.action_space.contains(a) for a in actions)
+    on_cpu = PPO.load(agent.save(tmp_path / "ppo.safetensors"), env=_TwoChoices(), device="cpu")
+    np.testing.assert_array_equal(on_cpu.predict(obs), actions)
