@@ -395,3 +395,22 @@ def test_nan_is_out_of_range_and_metadata_declares_a_field_own_range():
         from_dict(CustomConfig, {"share": 0.75})
     with pytest.raises(ConfigError, match=r"config key 'gamma' must be in \[0, 1\], got 1.5"):
         from_dict(CustomConfig, {"gamma": 1.5})
+
+
+def test_a_damaged_summary_or_metrics_line_is_named_not_a_traceback(run_copy, capsys):
+    summary = run_copy / "summary.json"
+    kept = summary.read_text()
+    for damaged, said in (("{bad", "is not valid JSON"), ("[1, 2]", "holds a list")):
+        summary.write_text(damaged)
+        assert main(["report", str(run_copy)]) != 0
+        assert said in capsys.readouterr().err
+    run = Run(run_copy)
+    with pytest.warns(RuntimeWarning, match="holds a list.*writing a new one"):
+        run.write_summary(note="rewritten")
+    assert run.summary() == {"note": "rewritten"}
+    summary.write_text(kept)
+    with open(run_copy / "metrics.jsonl", "a") as metrics:
+        metrics.write('[1, 2]\n"text"\n{"step": 5, "train/lo')  # not records; a torn line
+    records = read_jsonl(run_copy / "metrics.jsonl")
+    assert records and all(isinstance(r, dict) for r in records)
+    assert main(["report", str(run_copy)]) == 0

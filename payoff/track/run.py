@@ -21,6 +21,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -203,16 +204,30 @@ class Run:
 
     # ---- summary ----------------------------------------------------------------------
     def write_summary(self, **values: Any) -> None:
-        """Merge `values` into summary.json (final evaluation, headline numbers)."""
-        summary = self.summary()
+        """Merge `values` into summary.json (final evaluation, headline numbers); a
+        summary.json that is not a JSON object is replaced, with a warning."""
+        try:
+            summary = self.summary()
+        except RunError as err:
+            warnings.warn(f"{err}; writing a new one", RuntimeWarning, stacklevel=2)
+            summary = {}
         summary.update(values)
         atomic_write_text(
             self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable)
         )
 
     def summary(self) -> dict[str, Any]:
+        """summary.json as a dict ({} before it exists); RunError when it is not a JSON object."""
         path = self.path / "summary.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        try:
+            summary = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RunError(f"{str(path)!r} is not valid JSON ({err})") from None
+        if not isinstance(summary, dict):
+            raise RunError(f"{str(path)!r} holds a {type(summary).__name__}, not a JSON object")
+        return summary
 
     # ---- checkpoints ------------------------------------------------------------------
     def save_checkpoint(self, state: dict[str, Any], algo: str, name: str = "latest") -> Path:
@@ -266,7 +281,8 @@ def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, 
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSON-lines file, ignoring a torn last line (a run killed mid-write)."""
+    """Read a JSON-lines file of records (JSON objects), ignoring a torn last line (a run
+    killed mid-write) and any line that is not an object."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -276,7 +292,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if not line:
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
