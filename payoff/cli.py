@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.core.imports import trusting_loaded_code
 
 
 def _os_reason(err: OSError) -> str:
@@ -286,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="metric loggers, comma-separated: tensorboard, wandb, mlflow or none "
         "(default: $PAYOFF_LOGGERS, else tensorboard; see docs/tracking.md)",
     )
+    p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
+        "though payoff did not write the run on this machine for you",
+    )
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser(
@@ -297,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="dataset split for language-model runs (test|ood)")
     p.add_argument(
         "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
+    )
+    p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
+        "though payoff did not write the run on this machine for you",
     )
     p.set_defaults(func=_cmd_eval)
 
@@ -312,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--second", action="store_true", help="with --human: the agent moves first")
     p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
+    p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
+        "though payoff did not write the run on this machine for you",
+    )
     p.set_defaults(func=_cmd_play)
 
     p = sub.add_parser(
@@ -335,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="write a run's HTML report", description="Write RUN/media/report.html."
     )
     p.add_argument("run", help="run directory")
+    p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
+        "though payoff did not write the run on this machine for you",
+    )
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
@@ -372,6 +397,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if getattr(args, "trust_code", False):
+            with trusting_loaded_code():
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except PayoffError as err:
         print(f"error: {err}", file=sys.stderr)

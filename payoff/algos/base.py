@@ -25,11 +25,13 @@ from typing import Any, ClassVar, Literal, Self
 
 from payoff.algos.loop import LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
+from payoff.core.cache import remember_written, written_here
 from payoff.core.config import annotated_class, fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.imports import names_from
 from payoff.core.state import restore, state_of
-from payoff.envs.make import EnvConfig, env_config_of
+from payoff.envs.make import EnvConfig, code_named_by, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.monitor.detectors import replay as replay_records
 from payoff.monitor.integrity import alarm_samples
@@ -330,22 +332,35 @@ class Algorithm:
     def save(self, path: str | Path) -> Path:
         """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.
         Any name works; `ppo.safetensors` says what it holds."""
-        return save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
+        saved = save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
+        remember_written(saved)  # loading it here may import the code its config names
+        return saved
 
     @classmethod
-    def load(cls, path: str | Path, env: Any = None, device: str | None = None) -> Self:
+    def load(
+        cls,
+        path: str | Path,
+        env: Any = None,
+        device: str | None = None,
+        trust_code: bool = False,
+    ) -> Self:
         """Load from a file written by `save`, a checkpoint, or a run directory.
 
         env: optionally a different env id/config; its spaces must match the checkpoint's.
         device: where the networks go (auto, cpu, cuda, cuda:N, mps); None keeps the saved
             config's device, or the CPU (with a warning) when this machine lacks it. Files
             hold CPU tensors, so a model trained on a GPU loads on a CPU-only machine.
+        trust_code: import the code the file's config names (an env entry point, a wrapper,
+            a reward module) even though payoff did not write the file on this machine for
+            you; without it such a file is refused (payoff.core.imports).
         """
         path = Path(path)
         if path.is_dir():
             path = Run.open(path).checkpoint_path("latest")
         payload, _ = load_checkpoint_file(path, cls.name)
-        algorithm = cls._from_payload(payload, env=env, source=path, device=device)
+        algorithm = cls._from_payload(
+            payload, env=env, source=path, device=device, trust_code=trust_code
+        )
         note = algorithm.restore_note()
         if note:
             warnings.warn(note, RuntimeWarning, stacklevel=2)
@@ -359,9 +374,11 @@ class Algorithm:
         run: Run | None = None,
         source: str | Path | None = None,
         device: str | None = None,
+        trust_code: bool = False,
     ) -> Self:
         """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors.
-        `device` replaces the saved config's (see `load`)."""
+        `device` replaces the saved config's (see `load`). The config names no code that
+        runs unless payoff wrote `source` here or `trust_code` (payoff.core.imports)."""
         where = f"checkpoint {str(source)!r}" if source is not None else "the checkpoint"
         for part in ("config", "state"):
             if not isinstance(payload.get(part), dict):
@@ -370,8 +387,10 @@ class Algorithm:
                     f"or {cls.name}.save (its top-level keys: {sorted(map(str, payload))})"
                 )
         config_data = dict(payload["config"])
+        yours: frozenset[str] = frozenset()  # code the caller's own env names
         if env is not None:
             config_data["env"] = env_config_of(env)
+            yours = code_named_by(config_data["env"])
         if device is not None:
             config_data["device"] = device
         elif not _device_here(config_data.get("device")):
@@ -387,7 +406,9 @@ class Algorithm:
             config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:
             raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
-        algorithm = cls(config=config, run=run)
+        trusted = trust_code or (source is not None and written_here(source))
+        with names_from(None if trusted else where, yours):
+            algorithm = cls(config=config, run=run)
         saved, current = payload.get("spaces", {}), algorithm.spaces()
         if not isinstance(saved, dict):
             raise CheckpointError(f"{where} has a malformed 'spaces' entry")
@@ -397,7 +418,8 @@ class Algorithm:
                     f"{where} was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
                 )
         try:
-            algorithm.load_state_dict(payload["state"])
+            with names_from(None if trusted else where, yours):
+                algorithm.load_state_dict(payload["state"])
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
             # a hand-edited or foreign file: wrong keys, shapes or types inside the state
             raise CheckpointError(

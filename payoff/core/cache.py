@@ -79,3 +79,31 @@ def build_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---- what payoff wrote here ---------------------------------------------------------------
+def _written_ledger() -> Path:
+    return cache_root() / "written-here.txt"
+
+
+def remember_written(path: str | Path) -> None:
+    """Note that payoff wrote `path` (a run folder, a saved file) on this machine for this
+    user, so loading it later may import the code its config names (core.imports). One
+    line appended per path; a failure to note it only costs a --trust-code later."""
+    try:
+        ledger = _written_ledger()
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+        with open(ledger, "a", encoding="utf-8") as handle:
+            handle.write(os.path.realpath(path) + "\n")
+    except OSError:
+        pass
+
+
+def written_here(path: str | Path) -> bool:
+    """Whether payoff wrote `path`, or a folder that holds it, on this machine for this user."""
+    try:
+        noted = set(_written_ledger().read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        return False
+    real = Path(os.path.realpath(path))
+    return any(str(p) in noted for p in (real, *real.parents))

@@ -1,14 +1,70 @@
 """Importing what a config names by 'module:name' (a user's env class, wrapper or reward
-function), with the working folder importable and one clear error for anything missing."""
+function), with the working folder importable and one clear error for anything missing.
+
+Code named by a file is refused unless trusted. A config that payoff reads back from disk
+(a run's checkpoint, a file `save` wrote) may come from anyone: `env.entry_point:
+shutil:rmtree` with `kwargs: {path: ~}` would delete a home folder on `payoff eval`, and a
+reward `evil.py:fn` next to the run would run on load. So while a loader rebuilds an
+algorithm from such a config (`names_from(source)`), every import a config names raises
+a ConfigError instead, unless the source is trusted: payoff wrote it on this machine for
+this user (`payoff.core.cache.written_here`), or the user said so (`--trust-code`,
+`trust_code=True`). Configs a user writes (recipes, overrides, Python arguments) are the
+user's own and import freely.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from payoff.core.errors import ConfigError, PayoffError, suggest
+
+_UNTRUSTED_SOURCE: ContextVar[str | None] = ContextVar("payoff_untrusted_source", default=None)
+_ALLOWED: ContextVar[frozenset[str]] = ContextVar("payoff_allowed_code", default=frozenset())
+_TRUST_ALL: ContextVar[bool] = ContextVar("payoff_trust_all_code", default=False)
+
+
+@contextmanager
+def trusting_loaded_code() -> Iterator[None]:
+    """While active, the code any loaded file names is trusted (`--trust-code`)."""
+    token = _TRUST_ALL.set(True)
+    try:
+        yield
+    finally:
+        _TRUST_ALL.reset(token)
+
+
+@contextmanager
+def names_from(source: str | None, allowed: frozenset[str] = frozenset()) -> Iterator[None]:
+    """While active, the config being rebuilt came from `source` (a file named in errors)
+    and names no code that may run, except the `allowed` specs (what the caller passed in
+    place of the file's, e.g. its own env); None (a trusted source) changes nothing."""
+    token = _UNTRUSTED_SOURCE.set(None if _TRUST_ALL.get() else source)
+    allowed_token = _ALLOWED.set(allowed)
+    try:
+        yield
+    finally:
+        _UNTRUSTED_SOURCE.reset(token)
+        _ALLOWED.reset(allowed_token)
+
+
+def refuse_untrusted(key: str, value: str) -> None:
+    """ConfigError when a config from an untrusted file names code (`key` = `value`)."""
+    source = _UNTRUSTED_SOURCE.get()
+    if source is None or value in _ALLOWED.get():
+        return
+    raise ConfigError(
+        f"{source} names code to import and run ({key} {value!r}). A run or file loaded from "
+        f"disk may come from anyone, so payoff runs no code it names unless you trust it: "
+        f"add --trust-code to the command, or pass trust_code=True to load (or pass the env "
+        f"yourself: Algo.load(path, env=...)). Runs and files payoff wrote on this machine "
+        f"for you are trusted already"
+    )
 
 
 def import_module(
@@ -16,7 +72,9 @@ def import_module(
 ) -> Any:
     """Import a user module named by the config `key`'s `value`. The working folder counts as
     importable: the `payoff` command's own folder is what Python puts on sys.path, not the
-    user's. Failures are one `error` naming the key and the value."""
+    user's. Failures are one `error` naming the key and the value; a config from an
+    untrusted file is refused (module docstring)."""
+    refuse_untrusted(key, value)
     try:
         return importlib.import_module(module_name)
     except ImportError as err:

@@ -68,6 +68,18 @@ class EnvConfig:
         return self.factory is not None or bool(self.entry_point)
 
 
+def code_named_by(env: EnvConfig | dict[str, Any]) -> frozenset[str]:
+    """The 'module:name' specs an env config imports: its entry point, a 'module:EnvId' id,
+    and wrappers given as 'module:Class'."""
+
+    def get(owner: Any, key: str) -> Any:
+        return owner.get(key) if isinstance(owner, dict) else getattr(owner, key, None)
+
+    names = {str(get(env, "entry_point") or ""), str(get(env, "id") or "")}
+    names |= {str(get(wrapper, "name") or "") for wrapper in get(env, "wrappers") or []}
+    return frozenset(name for name in names if ":" in name)
+
+
 def known_env_ids() -> list[str]:
     """Every registered id; payoff's own are among them (`import payoff` registers them)."""
     return sorted(gym.registry.keys())

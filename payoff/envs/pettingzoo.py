@@ -31,6 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.core.errors import EnvError
+from payoff.core.imports import refuse_untrusted
 
 
 def require_pettingzoo() -> Any:
@@ -48,6 +49,7 @@ def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
     """A PettingZoo env from a registry id ('classic/rps-v2') or a module ('mpe2.simple_spread_v3')."""
     pettingzoo = require_pettingzoo()
     if ":" in env_id:  # 'package.module:factory', for your own envs
+        refuse_untrusted("env.id", env_id)  # a factory named by a loaded file runs its code
         module_name, _, factory = env_id.partition(":")
         try:
             return getattr(importlib.import_module(module_name), factory)(**kwargs)

@@ -31,7 +31,7 @@ from typing import Any
 
 from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import ConfigError, PayoffError, suggest
-from payoff.core.imports import import_module
+from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
 
@@ -109,6 +109,7 @@ def resolve_reward(spec: RewardSpec) -> RewardFn:
     if spec.options:
         raise ConfigError(f"reward {spec.name!r}: options are only for built-in rewards")
     target, attr = spec.name.rsplit(":", 1)
+    refuse_untrusted("reward", spec.name)  # a reward named by a loaded file runs its code
     try:
         if target.endswith(".py"):
             path = Path(target).expanduser()

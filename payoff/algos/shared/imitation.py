@@ -137,7 +137,7 @@ def expert_from_run(path: str | Path) -> Expert:
             "an expert run must be an agent's (ppo, dqn, bc, ...)"
         )
     payload, _ = run.load_checkpoint(cls.name)
-    algorithm = cls._from_payload(payload)
+    algorithm = cls._from_payload(payload, source=run.checkpoint_path())
     actor = getattr(algorithm, "actor", None)
     if isinstance(actor, Actor):  # network policies answer a whole batch at once
         return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), str(path))

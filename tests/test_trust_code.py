@@ -1,0 +1,123 @@
+"""Code named by a loaded file runs only when trusted: a run or saved file that payoff
+wrote here for this user, or --trust-code / trust_code=True. A hostile checkpoint whose
+config names `shutil:rmtree` as its env must not delete anything on `payoff eval`."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import pytest
+
+from payoff import PPO
+from payoff.cli import main
+from payoff.core.errors import ConfigError
+from payoff.core.imports import names_from
+from payoff.rewards.base import RewardSpec, resolve_reward
+from payoff.track.checkpoint import load_state, save_state
+
+REFUSED = "names code to import and run"
+LINE_ENV = textwrap.dedent(
+    '''
+    import gymnasium as gym
+    import numpy as np
+
+
+    class Line(gym.Env):
+        """Walk right along a line of 4 cells; 10 steps at most."""
+
+        observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.x, self.t = 0, 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.x, self.t = max(0, self.x + (1 if action else -1)), self.t + 1
+            done = self.x == 3
+            return np.array([self.x / 3], np.float32), float(done), done, self.t >= 10, {}
+    '''
+)
+TINY = [
+    "total_steps=256",
+    "num_envs=2",
+    "num_steps=64",
+    "minibatch_size=64",
+    "eval_every=0",
+    "final_eval_episodes=1",
+]
+
+
+@pytest.fixture
+def own_env(tmp_path, monkeypatch):
+    """A working folder holding the user's env module (imported by entry point)."""
+    (tmp_path / "line_envs.py").write_text(LINE_ENV)
+    monkeypatch.chdir(tmp_path)
+    return "line_envs:Line"
+
+
+def _only_run(folder):
+    (run,) = [p for p in folder.iterdir() if p.is_dir()]
+    return run
+
+
+def test_a_hostile_checkpoint_cannot_run_what_it_names(tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert main(["train", "cartpole-ppo", *TINY, "--out", str(out), "--no-media"]) == 0
+    downloaded = tmp_path / "downloaded"
+    shutil.copytree(_only_run(out), downloaded)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    checkpoint = downloaded / "checkpoints" / "latest.safetensors"
+    payload = load_state(checkpoint)
+    env = {"id": "x", "entry_point": "shutil:rmtree", "kwargs": {"path": str(victim)}}
+    payload["state"]["config"]["env"] = env
+    save_state(checkpoint, payload)
+    (downloaded / "summary.json").unlink()  # as if stopped early: resume loads the checkpoint
+    for command in (["eval", str(downloaded)], ["train", "--resume", str(downloaded)]):
+        assert main(command) == 2
+        said = capsys.readouterr().err
+        assert REFUSED in said and "env.entry_point 'shutil:rmtree'" in said
+        assert "--trust-code" in said
+        assert (victim / "keep").read_text() == "precious"
+    with pytest.raises(ConfigError, match=REFUSED):
+        PPO.load(downloaded)
+
+
+def test_runs_written_here_are_trusted_and_copies_need_the_flag(own_env, tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", "cartpole-ppo", f"env.entry_point={own_env}", *TINY]
+    assert main([*argv, "--out", str(out), "--no-media"]) == 0
+    run = _only_run(out)
+    assert main(["eval", str(run), "--episodes", "2"]) == 0  # payoff wrote it here
+    moved = tmp_path / "from-a-colleague"
+    shutil.copytree(run, moved)
+    capsys.readouterr()
+    assert main(["eval", str(moved), "--episodes", "2"]) == 2
+    assert f"env.entry_point '{own_env}'" in capsys.readouterr().err
+    assert main(["eval", str(moved), "--episodes", "2", "--trust-code"]) == 0
+
+
+def test_saved_files_load_here_and_copies_need_trust_or_an_env(own_env, tmp_path):
+    agent = PPO(env={"entry_point": own_env}, total_steps=256, num_envs=2, num_steps=64)
+    agent.config.eval_every = 0
+    saved = agent.save(tmp_path / "line.safetensors")
+    assert PPO.load(saved).predict([0.0]) in (0, 1)  # written here
+    copy = tmp_path / "line-copy.safetensors"
+    shutil.copy(saved, copy)
+    with pytest.raises(ConfigError, match=REFUSED):
+        PPO.load(copy)
+    assert PPO.load(copy, trust_code=True).predict([0.0]) in (0, 1)
+    assert PPO.load(copy, env={"entry_point": own_env}).predict([0.0]) in (0, 1)
+
+
+def test_a_reward_module_named_by_a_loaded_file_is_refused(tmp_path):
+    (tmp_path / "evil.py").write_text(
+        "raise SystemExit('ran')\n\ndef fn(prompts, completions, **kw): ...\n"
+    )
+    spec = RewardSpec(name=f"{tmp_path / 'evil.py'}:fn")
+    with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match=REFUSED):
+        resolve_reward(spec)
