@@ -121,3 +121,19 @@ def test_a_reward_module_named_by_a_loaded_file_is_refused(tmp_path):
     spec = RewardSpec(name=f"{tmp_path / 'evil.py'}:fn")
     with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match=REFUSED):
         resolve_reward(spec)
+
+
+def test_a_loaded_config_cannot_turn_on_remote_code(tmp_path):
+    from payoff.models.lm import ModelConfig, load_lm
+
+    config = ModelConfig(path=str(tmp_path / "model"), trust_remote_code=True)
+    with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="trust_remote_code"):
+        load_lm(config, seed=0)
+
+
+def test_a_loaded_config_cannot_switch_the_sandbox_off():
+    from payoff.sandbox import check_available
+
+    with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="sandbox 'unsafe-process'"):
+        check_available("unsafe-process")
+    assert check_available("unsafe-process") == "unsafe-process"  # the user's own choice

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 from payoff.core.errors import ConfigError
+from payoff.core.imports import refuse_untrusted
 from payoff.core.state import cpu_state
 from payoff.models.tiny_lm import TinyLMConfig, create_tiny_lm
 from payoff.models.transformers_compat import enable_checkpointing, quiet_peft_wrap
@@ -189,6 +190,8 @@ def load_lm(
     device = torch.device("cpu" if device is None else device)
     if config.path:
         folder = Path(config.path).expanduser()
+        if config.trust_remote_code:  # the folder's Python files run: never on a loaded file's word
+            refuse_untrusted("model.trust_remote_code", f"true for {config.path}")
         tokenizer = load_tokenizer(folder, config.trust_remote_code)
         check_safetensors(folder)
         try:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from payoff.core.errors import PayoffError
+from payoff.core.imports import refuse_untrusted
 from payoff.sandbox import seccomp
 
 MODES = ("bwrap", "unsafe-process")
@@ -193,7 +194,11 @@ def _probe_bwrap(bwrap: str) -> str | None:
 
 
 def check_available(mode: str | None = None) -> str:
-    """The resolved mode, after checking that it can run here; raises with the way out if not."""
+    """The resolved mode, after checking that it can run here; raises with the way out if not.
+    A config loaded from an untrusted file cannot ask for unsafe-process (its model's code
+    would run unisolated); PAYOFF_SANDBOX, set by the user, still can."""
+    if mode == "unsafe-process":
+        refuse_untrusted("sandbox", mode)
     mode = resolve_mode(mode)
     if mode == "unsafe-process":
         return mode
