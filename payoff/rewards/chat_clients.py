@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from payoff.core.errors import ConfigError, PayoffError
+from payoff.core.imports import refuse_untrusted
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.datasets import render_chat
 
@@ -125,6 +126,9 @@ class OpenAIChatClient:
             raise ConfigError(
                 f"judge base_url must start with http:// or https://, got {base_url!r}"
             )
+        # A loaded run's config must not pick where your prompts, and the key in any
+        # environment variable it names, are sent (payoff.core.imports).
+        refuse_untrusted("judge endpoint", f"{base_url} (key from ${api_key_env or '-'})")
         for name, value in (("timeout", timeout), ("deadline", deadline)):
             if not value > 0:
                 raise ConfigError(f"judge client {name} must be > 0 seconds, got {value!r}")
