@@ -146,3 +146,16 @@ def test_a_loaded_config_cannot_send_a_key_to_its_own_endpoint(monkeypatch):
     with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="judge endpoint"):
         OpenAIChatClient("https://attacker.example/v1", "m", api_key_env="SOME_SECRET")
     assert OpenAIChatClient("http://127.0.0.1:9/v1", "m").url.endswith("/chat/completions")
+
+
+def test_a_loaded_imitation_run_cannot_pick_where_its_policy_is_written(tmp_path):
+    from payoff import BC
+
+    agent = BC(env="CartPole-v1", expert="cartpole", label_budget=50, epochs=1, eval_every=0)
+    agent.config.final_eval_episodes = 1
+    agent.config.export_policy = str(tmp_path / "home" / ".bashrc")
+    copy = tmp_path / "bc-copy.safetensors"
+    shutil.copy(agent.learn().save(tmp_path / "bc.safetensors"), copy)
+    with pytest.raises(ConfigError, match=r"names a file to write \(export_policy"):
+        BC.load(copy)
+    assert BC.load(copy, trust_code=True).config.export_policy.endswith(".bashrc")

@@ -53,13 +53,14 @@ def names_from(source: str | None, allowed: frozenset[str] = frozenset()) -> Ite
         _ALLOWED.reset(allowed_token)
 
 
-def refuse_untrusted(key: str, value: str) -> None:
-    """ConfigError when a config from an untrusted file names code (`key` = `value`)."""
+def refuse_untrusted(key: str, value: str, what: str = "code to import and run") -> None:
+    """ConfigError when a config from an untrusted file names code (`key` = `value`), or
+    whatever else `what` says it names (a file to write)."""
     source = _UNTRUSTED_SOURCE.get()
     if source is None or value in _ALLOWED.get():
         return
     raise ConfigError(
-        f"{source} names code to import and run ({key} {value!r}). A run or file loaded from "
+        f"{source} names {what} ({key} {value!r}). A run or file loaded from "
         f"disk may come from anyone, so payoff runs no code it names unless you trust it: "
         f"add --trust-code to the command, or pass trust_code=True to load (or pass the env "
         f"yourself: Algo.load(path, env=...)). Runs and files payoff wrote on this machine "

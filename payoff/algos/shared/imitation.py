@@ -27,6 +27,7 @@ import torch
 from payoff.algos.base import Agent, AgentKeys
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
+from payoff.core.imports import refuse_untrusted
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
 from payoff.models.mlp import Actor, Critic, actor_for
@@ -179,6 +180,8 @@ class ImitationAlgorithm(Agent):
                 f"behavior cloning and DAgger take Discrete (starting at 0) or Box actions; "
                 f"{config.env.id!r} has {self.action_space} (PPO and A2C train on it)"
             )
+        if config.export_policy:  # written at the end, also when a loaded run resumes
+            refuse_untrusted("export_policy", config.export_policy, "a file to write")
         self.expert: Expert = self._make_expert()
         check_expert(self.expert, self.observation_space, self.action_space)
         self.actor = actor_for(config, self.observation_space, self.action_space).to(self.device)
