@@ -129,6 +129,10 @@ def _train_metrics(history):
         ),
         (A2C, {"num_envs": 4, "num_steps": 8}),
         (
+            PPO,  # the reward scaler's running statistics and per-env returns come back too
+            {"num_envs": 4, "num_steps": 64, "minibatch_size": 64, "normalize_reward": True},
+        ),
+        (
             DQN,
             {
                 "num_envs": 4,

@@ -170,6 +170,10 @@ class RecurrentPPO(OnPolicyAlgorithm):
         return actor, critic
 
     def setup(self) -> None:
+        if self.config.normalize_reward:  # its rollout loop is its own (iterate below)
+            raise ConfigError(
+                "recurrent_ppo does not scale rewards (normalize_reward); ppo, a2c and reinforce do"
+            )
         super().setup()
         config = self.config
         self.memory = Memory(config.num_envs, config.rnn_hidden)

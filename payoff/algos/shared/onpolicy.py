@@ -22,6 +22,7 @@ import torch
 
 from payoff.algos.base import Agent, VectorAgentKeys
 from payoff.algos.shared.advantages import gae
+from payoff.algos.shared.reward_scaling import RewardScaler
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
@@ -50,6 +51,10 @@ class OnPolicyConfig(VectorAgentKeys):
     hidden / activation: MLP widths and nonlinearity of actor and critic (separate nets).
     normalize_obs: keep running mean/std of observations and standardize them (stored in
         the actor, so saved policies carry it). Helps envs with badly scaled observations.
+    normalize_reward: divide each reward by the running std of the discounted return, then
+        clip to [-10, 10] (SB3's VecNormalize norm_reward; payoff.algos.shared.
+        reward_scaling). Logged returns and evaluations stay in the env's units. Helps envs
+        whose rewards are large (value losses in the thousands).
     log_std_init: initial log-std of the Gaussian policy (continuous actions only).
     init_from: start from the actor (and critic, if saved) in a policy file written by
         payoff.models.save_policy (e.g. after behavior cloning), or a saved PPO / A2C /
@@ -68,6 +73,7 @@ class OnPolicyConfig(VectorAgentKeys):
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     normalize_obs: bool = False
+    normalize_reward: bool = False
     log_std_init: float = 0.0
     eval_every: int = 25_000
     checkpoint_every: int = 100_000
@@ -136,6 +142,10 @@ class OnPolicyAlgorithm(Agent):
         self.actor, self.critic = self.make_networks()
         if self.critic is None:  # REINFORCE without a baseline: nothing to save for it
             self.saved = tuple(n for n in self.saved if n != "critic")
+        self.reward_scaler: RewardScaler | None = None
+        if config.normalize_reward:
+            self.reward_scaler = RewardScaler(self.runner.num_envs, config.gamma)
+            self.saved = (*self.saved, "reward_scaler")
         # On the device before the optimizer flattens the weights into one buffer there.
         self.actor.to(self.device)
         if self.critic is not None:
@@ -357,14 +367,21 @@ class OnPolicyAlgorithm(Agent):
         sampler = self.rollout_sampler() if isinstance(self.runner, VectorRunner) else None
         if sampler is None:
             self.runner.collect(self._policy_step, self.storage, value_fn)
-            return
+        else:
 
-        def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
-            actions = sampler(obs)
-            return actions, self.actor.to_env(actions), None
+            def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
+                actions = sampler(obs)
+                return actions, self.actor.to_env(actions), None
 
-        self.runner.collect(policy, self.storage, value_fn)
-        self.storage.logprobs.copy_(sampler.logprobs())
+            self.runner.collect(policy, self.storage, value_fn)
+            self.storage.logprobs.copy_(sampler.logprobs())
+        if self.reward_scaler is not None:  # the runner logged the episodes' raw returns
+            storage = self.storage
+            self.reward_scaler.scale(
+                storage.rewards.numpy(),
+                (storage.terminated | storage.truncated).numpy(),
+                storage.valid.numpy(),
+            )
 
     def rollout_sampler(self) -> Any:
         """The fast sampler for the next local rollout (the actor's), or None."""
