@@ -63,3 +63,9 @@ def test_ppo_learns_a_thousandfold_reward_only_with_it():
 def test_recurrent_ppo_says_it_does_not_scale_rewards():
     with pytest.raises(ConfigError, match="recurrent_ppo does not scale rewards"):
         RecurrentPPO(env="CartPole-v1", normalize_reward=True, minibatch_size=128)
+
+
+def test_the_normalize_reward_wrapper_is_pointed_at_the_key():
+    wrapped = {"id": "CartPole-v1", "wrappers": [{"name": "NormalizeReward"}]}
+    with pytest.warns(UserWarning, match="normalize_reward=true"):
+        PPO(env=wrapped, total_steps=64, num_envs=2, num_steps=32, minibatch_size=32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,14 @@ def check_env(config: EnvConfig) -> None:
         check_env_id(config.id)
     for wrapper in config.wrappers:
         wrapper_class(wrapper.name)
+        if wrapper.name == "NormalizeReward":
+            warnings.warn(
+                "wrapper NormalizeReward also scales the rewards that evaluations and "
+                "train/return add up, so they are no longer in the env's units; PPO, A2C and "
+                "REINFORCE scale rewards for learning only with normalize_reward=true",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def wrapper_class(name: str) -> Any:
