@@ -73,14 +73,15 @@ def test_log_probs_and_entropy_are_sums_over_independent_categoricals():
 
 
 @pytest.mark.parametrize(
-    ("algo", "env", "floor"),
-    [(PPO, Pick, 38.0), (A2C, Pick, 37.0), (PPO, Bits, 38.0)],
+    ("algo", "env", "steps", "floor"),
+    [(PPO, Pick, 8_000, 38.0), (A2C, Pick, 20_000, 37.0), (PPO, Bits, 8_000, 38.0)],
     ids=["ppo-multidiscrete", "a2c-multidiscrete", "ppo-multibinary"],
 )
-def test_on_policy_agents_learn_several_choices_at_once(algo, env, floor, tmp_path):
+def test_on_policy_agents_learn_several_choices_at_once(algo, env, steps, floor, tmp_path):
     # Random choices score 40 * (1/3 + 1/2) / 2 = 16.7 (Pick) or 20 (Bits) of 40. Measured
-    # with seed 0 after 20k steps: PPO 39.55 (Pick) and 39.45 (Bits), A2C 38.55.
-    agent = algo(env=env(), total_steps=20_000, eval_every=0, final_eval_episodes=1, seed=0)
+    # with seed 0: PPO 39.0 (Pick) and 39.05 (Bits) after 8k steps (39.55 and 39.45 after
+    # 20k), A2C 38.55 after 20k (37.15 after 8k).
+    agent = algo(env=env(), total_steps=steps, eval_every=0, final_eval_episodes=1, seed=0)
     agent.learn()
     assert agent.evaluate(20).mean_return >= floor
     obs = np.array([0.5, -0.5], np.float32)
