@@ -167,11 +167,8 @@ def finished_step(run: Run) -> int | None:
     """
     try:
         summary = run.summary()
-    except ValueError:
-        raise RunError(
-            f"{str(run.path / 'summary.json')!r} is not valid JSON; delete it to resume the run "
-            "from its checkpoint"
-        ) from None
+    except RunError as err:
+        raise RunError(f"{err}; delete it to resume the run from its checkpoint") from None
     if "finished_step" in summary:
         return int(summary["finished_step"])
     if summary.get("finished") or "final_eval" in summary:

@@ -404,6 +404,8 @@ def test_a_damaged_summary_or_metrics_line_is_named_not_a_traceback(run_copy, ca
         summary.write_text(damaged)
         assert main(["report", str(run_copy)]) != 0
         assert said in capsys.readouterr().err
+        assert main(["train", "--resume", str(run_copy)]) != 0
+        assert "delete it to resume the run from its checkpoint" in capsys.readouterr().err
     run = Run(run_copy)
     with pytest.warns(RuntimeWarning, match="holds a list.*writing a new one"):
         run.write_summary(note="rewritten")
