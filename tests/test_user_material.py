@@ -268,6 +268,28 @@ def test_a_raising_function_is_shown_once_and_stops_when_it_always_fails(capsys)
         mix(["p1", "p2"], ["bad", "bad"])
 
 
+def test_rewards_that_score_no_row_are_said_and_stop_the_run(capsys):
+    # TRL users' complaint: all-NaN (or all-None) rewards silently read as 0.
+    from payoff.rewards.base import RewardFunctionError
+
+    def math_only(prompts, completions, kind, **kwargs):
+        return [1.0 if k == "math" else float("nan") for k in kind]
+
+    events: list[str] = []
+    mix = _mix(math_only, max_failed_batches=2)
+    mix.on_event = lambda kind, message, **evidence: events.append(kind)
+    result = mix(["p1", "p2"], ["a", "b"], kind=["poem", "poem"])
+    assert result.total == [0.0, 0.0] and result.not_applicable == 2
+    assert "no reward function ('math_only') scored any of the 2 completions" in (
+        capsys.readouterr().err
+    )
+    assert events == ["reward_unscored"]
+    assert mix(["p1"], ["a"], kind=["math"]).total == [1.0]  # one scored row resets the count
+    mix(["p1"], ["a"], kind=["poem"])
+    with pytest.raises(RewardFunctionError, match="scored any completion in 2 batches in a row"):
+        mix(["p1"], ["a"], kind=["poem"])
+
+
 def test_a_loaded_model_and_tokenizer_train_from_python(tmp_path, monkeypatch):
     from payoff.algos.grpo import GRPO
     from payoff.models.lm import ModelConfig, load_lm

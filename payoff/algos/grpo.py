@@ -538,6 +538,10 @@ class GRPO(LMAlgorithm):
         metrics["train/reward_std"] = float(np.std(everything.paid, ddof=1))
         metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
         metrics["reward/errors"] = float(errors)
+        # the share of rows no function scored (each returned None or NaN): they count 0.0
+        rows = range(len(everything.paid))
+        unscored = [all(v[i] is None for v in everything.scores.values()) for i in rows]
+        metrics["reward/unscored"] = float(np.mean(unscored)) if unscored else 0.0
         for key, values in everything.scores.items():
             applicable = [v for v in values if v is not None]
             if applicable:

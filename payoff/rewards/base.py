@@ -194,6 +194,7 @@ class RewardMix:
         self.error_totals = {s.key: 0 for s in self.specs}
         self.max_failed_batches = max_failed_batches
         self._failed_batches = {s.key: 0 for s in self.specs}  # in a row, every row failing
+        self._unscored_batches = 0  # in a row, no row scored by any function
         self._shown: set[str] = set()  # functions whose first error was shown on the console
         self._worker: _RewardWorker | None = None
 
@@ -224,7 +225,9 @@ class RewardMix:
                 if value is not None:
                     total[i] += spec.weight * value
                     applicable[i] = True
-        return RewardResult(total, scores, errors, not_applicable=applicable.count(False))
+        unscored = applicable.count(False)
+        self._count_unscored_batch(unscored, n)
+        return RewardResult(total, scores, errors, not_applicable=unscored)
 
     def _score(
         self, spec: RewardSpec, fn: RewardFn, available: dict[str, Any], n: int
@@ -280,6 +283,36 @@ class RewardMix:
                 completion=str(available["completions"][i])[:500],
             )
         return values, errors
+
+    def _count_unscored_batch(self, unscored: int, n: int) -> None:
+        """Say so when no function scored any row of a batch (each returned None or NaN, so
+        every row totals 0.0 and a GRPO group learns nothing), and stop the run after
+        max_failed_batches such batches in a row, rather than train on 0.0 silently."""
+        self._unscored_batches = self._unscored_batches + 1 if n and unscored == n else 0
+        if not self._unscored_batches:
+            return
+        names = ", ".join(repr(s.key) for s in self.specs)
+        if self._unscored_batches == 1 and "(unscored)" not in self._shown:
+            self._shown.add("(unscored)")
+            print(
+                f"payoff: no reward function ({names}) scored any of the {n} completions of this "
+                f'batch: each returned None or NaN ("does not apply"), so every row totals 0.0; '
+                f"after {self.max_failed_batches} such batches in a row the run stops",
+                file=sys.stderr,
+            )
+        self.on_event(
+            "reward_unscored",
+            f"no reward function ({names}) scored any of the {n} completions of a batch "
+            f"(None or NaN for every row)",
+        )
+        if self._unscored_batches >= self.max_failed_batches:
+            raise RewardFunctionError(
+                f"no reward function ({names}) scored any completion in "
+                f"{self.max_failed_batches} batches in a row: each returned None or NaN for "
+                f"every row. None (or NaN) means 'does not apply to this row'; the run stops "
+                f"rather than train on 0.0 for every sample. Check that the functions apply to "
+                f"this data (their column names, the completion format)"
+            )
 
     def _count_failed_batch(self, spec: RewardSpec, errors: int, n: int) -> None:
         """Stop the run when a function has failed on every row of several batches in a row."""
