@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import gymnasium as gym
 import torch
 
 from payoff.core.state import tensors_to
@@ -54,6 +55,26 @@ class RolloutStorage:
             valid=torch.ones(shape, dtype=torch.bool),
             next_values=torch.zeros(num_envs),
             info={key: torch.zeros(shape) for key in info_keys},
+        )
+
+    @classmethod
+    def for_spaces(
+        cls,
+        num_steps: int,
+        num_envs: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        info_keys: tuple[str, ...] = (),
+    ) -> RolloutStorage:
+        """`allocate` for an env's spaces: a Box's actions as float32 values, any discrete
+        space's (Discrete, MultiDiscrete, MultiBinary) as int64 indices."""
+        return cls.allocate(
+            num_steps,
+            num_envs,
+            tuple(observation_space.shape or ()),
+            tuple(action_space.shape or ()),
+            torch.float32 if isinstance(action_space, gym.spaces.Box) else torch.long,
+            info_keys=info_keys,
         )
 
     def to(self, device: torch.device) -> RolloutStorage:

@@ -27,7 +27,6 @@ import time
 from dataclasses import fields
 from typing import Any
 
-import gymnasium as gym
 import torch
 
 from payoff.core.errors import ConfigError
@@ -70,14 +69,11 @@ class RolloutWorker:
         self.seed = seed
         self.actor, self.critic = models
         self.version = -1
-        space = self.envs.single_action_space
-        act_shape = tuple(space.shape or ())
-        self.storage = RolloutStorage.allocate(
+        self.storage = RolloutStorage.for_spaces(
             num_steps,
             num_envs,
-            tuple(self.envs.single_observation_space.shape or ()),
-            act_shape,
-            torch.float32 if isinstance(space, gym.spaces.Box) else torch.long,
+            self.envs.single_observation_space,
+            self.envs.single_action_space,
             info_keys=info_keys,
         )
 

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -167,13 +166,11 @@ class OnPolicyAlgorithm(Agent):
                 threads=config.threads,
             )
         self._make_optimizer()
-        act_shape = tuple(self.action_space.shape or ())
-        self.storage = RolloutStorage.allocate(
+        self.storage = RolloutStorage.for_spaces(
             config.num_steps,
             config.num_envs,
-            tuple(self.observation_space.shape or ()),
-            act_shape,
-            torch.float32 if isinstance(self.action_space, gym.spaces.Box) else torch.long,
+            self.observation_space,
+            self.action_space,
             info_keys=tuple(config.episode_info),
         )
         self._metrics: dict[str, float] = {}  # the last update's, until they are logged
