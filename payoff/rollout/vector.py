@@ -98,9 +98,8 @@ class VectorRunner:
         self.device = device if device is not None and device.type != "cpu" else None
         self.num_envs = envs.num_envs
         self.seed = seed  # fresh episodes after a resume that cannot restore the envs count from it
-        obs_dim(
-            envs.single_observation_space, env_id
-        )  # one clear error for a space MLPs can't take
+        # one clear error for a space the MLP networks cannot take, before reset's checks
+        obs_dim(envs.single_observation_space, env_id)
         self.obs, _ = envs.reset(seed=seed)
         self._check(self.obs, None, 0)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
@@ -123,12 +122,9 @@ class VectorRunner:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env; returns (next_obs, rewards, terminated, truncated, valid)."""
         valid = ~self.resetting
-        try:
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
-        except PayoffError:  # already says what went wrong
-            raise
-        except Exception as err:  # the user's env: say which env and when, keep its traceback
-            raise step_failed(self.env_id, self.envs, err, self.env_steps) from err
+        next_obs, rewards, terminated, truncated, infos = step_envs(
+            self.envs, env_actions, self.env_id, self.env_steps, "training"
+        )
         rewards = np.asarray(rewards, dtype=np.float32)
         self._check(next_obs, rewards, self.env_steps)
         self.env_steps += int(np.count_nonzero(valid))
@@ -321,21 +317,27 @@ class VectorRunner:
             sums[:] = 0.0
 
 
-def step_failed(
-    env_id: str, envs: gym.vector.VectorEnv, err: Exception, steps: int, during: str = "training"
-) -> EnvError:
-    """The error for an env whose step raised `err`: which env, when, and for the vector
-    env's shape check (an observation that does not fit the space) what that means."""
-    hint = ""
-    if isinstance(err, ValueError) and "shape" in str(err):
-        hint = (
-            f". A vector env raises this when an observation does not fit the env's "
-            f"observation_space ({envs.single_observation_space})"
-        )
-    return EnvError(
-        f"env {env_id!r} raised {type(err).__name__} in step during {during}, after {steps:,} "
-        f"env steps: {err}{hint}"
-    )
+def step_envs(
+    envs: gym.vector.VectorEnv, actions: Any, env_id: str, steps: int, during: str
+) -> tuple[Any, ...]:
+    """`envs.step(actions)`. An error the user's env raises becomes one EnvError saying which
+    env, when (`during`, after `steps` env steps), and for the vector env's shape check (an
+    observation that does not fit the space) what that means; its traceback stays chained."""
+    try:
+        return envs.step(actions)
+    except PayoffError:  # already says what went wrong
+        raise
+    except Exception as err:
+        hint = ""
+        if isinstance(err, ValueError) and "shape" in str(err):
+            hint = (
+                f". A vector env raises this when an observation does not fit the env's "
+                f"observation_space ({envs.single_observation_space})"
+            )
+        raise EnvError(
+            f"env {env_id!r} raised {type(err).__name__} in step during {during}, after "
+            f"{steps:,} env steps: {err}{hint}"
+        ) from err
 
 
 @torch.no_grad()
@@ -366,12 +368,9 @@ def evaluate_batched(
         while running.any():
             obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
             actions = act(obs_t if to_device is None else obs_t.to(to_device))
-            try:
-                obs, rewards, terminated, truncated, _ = envs.step(actions)
-            except PayoffError:
-                raise
-            except Exception as err:
-                raise step_failed(env.id, envs, err, int(lengths.max()), "evaluation") from err
+            obs, rewards, terminated, truncated, _ = step_envs(
+                envs, actions, env.id, int(lengths.max()), "evaluation"
+            )
             returns += np.asarray(rewards) * running
             lengths += running
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
