@@ -16,7 +16,7 @@ import inspect
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from payoff.core.errors import ConfigError, PayoffError, RunError
@@ -246,6 +246,16 @@ def _version() -> str:
         return str(getattr(payoff, "__version__", "unknown"))
 
 
+def _add_trust_code(parser: argparse.ArgumentParser) -> None:
+    """--trust-code for the commands that load a run (see payoff.core.imports)."""
+    parser.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
+        "though payoff did not write the run on this machine for you",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="payoff", description="Reinforcement learning by trial and error, end to end."
@@ -287,12 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="metric loggers, comma-separated: tensorboard, wandb, mlflow or none "
         "(default: $PAYOFF_LOGGERS, else tensorboard; see docs/tracking.md)",
     )
-    p.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
-        "though payoff did not write the run on this machine for you",
-    )
+    _add_trust_code(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser(
@@ -305,12 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
     )
-    p.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
-        "though payoff did not write the run on this machine for you",
-    )
+    _add_trust_code(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser(
@@ -325,12 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--second", action="store_true", help="with --human: the agent moves first")
     p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
-    p.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
-        "though payoff did not write the run on this machine for you",
-    )
+    _add_trust_code(p)
     p.set_defaults(func=_cmd_play)
 
     p = sub.add_parser(
@@ -354,12 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="write a run's HTML report", description="Write RUN/media/report.html."
     )
     p.add_argument("run", help="run directory")
-    p.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="import the code a loaded run names (env entry point, wrappers, reward modules) "
-        "though payoff did not write the run on this machine for you",
-    )
+    _add_trust_code(p)
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
@@ -397,10 +387,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if getattr(args, "trust_code", False):
-            with trusting_loaded_code():
-                return int(args.func(args) or 0)
-        return int(args.func(args) or 0)
+        with trusting_loaded_code() if getattr(args, "trust_code", False) else nullcontext():
+            return int(args.func(args) or 0)
     except PayoffError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
