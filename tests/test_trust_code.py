@@ -114,6 +114,36 @@ def test_saved_files_load_here_and_copies_need_trust_or_an_env(own_env, tmp_path
     assert PPO.load(copy, env={"entry_point": own_env}).predict([0.0]) in (0, 1)
 
 
+def test_trust_follows_the_config_payoff_wrote_not_the_path(tmp_path, capsys):
+    """A hostile checkpoint copied over one of your own runs' (or a downloaded run unpacked
+    where one of yours used to be) sits at a path payoff wrote, with another config."""
+    out = tmp_path / "runs"
+    assert main(["train", "cartpole-ppo", *TINY, "--out", str(out), "--no-media"]) == 0
+    run = _only_run(out)
+    checkpoint = run / "checkpoints" / "latest.safetensors"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    payload = load_state(checkpoint)
+    payload["state"]["config"]["env"] = {
+        "id": "x",
+        "entry_point": "shutil:rmtree",
+        "kwargs": {"path": str(victim)},
+    }
+    save_state(checkpoint, payload)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "1"]) == 2
+    assert "env.entry_point 'shutil:rmtree'" in capsys.readouterr().err
+    assert victim.is_dir()
+
+    agent = PPO("CartPole-v1", total_steps=64, num_envs=1, num_steps=64)
+    saved = agent.save(tmp_path / "mine.safetensors")
+    payload = load_state(saved)
+    payload["state"]["config"]["env"]["entry_point"] = "shutil:rmtree"
+    save_state(saved, payload)
+    with pytest.raises(ConfigError, match=REFUSED):
+        PPO.load(saved)
+
+
 def test_a_reward_module_named_by_a_loaded_file_is_refused(tmp_path):
     (tmp_path / "evil.py").write_text(
         "raise SystemExit('ran')\n\ndef fn(prompts, completions, **kw): ...\n"

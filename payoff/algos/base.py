@@ -322,7 +322,10 @@ class Algorithm:
 
     def checkpoint(self, name: str = "latest") -> None:
         if self.run is not None:
-            self.run.save_checkpoint(self._payload_state(), algo=self.name, name=name)
+            payload = self._payload_state()
+            self.run.save_checkpoint(payload, algo=self.name, name=name)
+            # resuming or evaluating the run here may import the code its config names
+            remember_written(self.run.path, payload["config"])
             self.run.flush()
 
     def _payload_state(self) -> dict[str, Any]:
@@ -332,8 +335,9 @@ class Algorithm:
     def save(self, path: str | Path) -> Path:
         """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.
         Any name works; `ppo.safetensors` says what it holds."""
-        saved = save_state(path, {"format": 2, "algo": self.name, "state": self._payload_state()})
-        remember_written(saved)  # loading it here may import the code its config names
+        payload = self._payload_state()
+        saved = save_state(path, {"format": 2, "algo": self.name, "state": payload})
+        remember_written(saved, payload["config"])  # loading it here may import what it names
         return saved
 
     @classmethod
@@ -406,7 +410,7 @@ class Algorithm:
             config: Any = from_dict(cls.config_class, config_data)
         except ConfigError as err:
             raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
-        trusted = trust_code or (source is not None and written_here(source))
+        trusted = trust_code or (source is not None and written_here(source, payload["config"]))
         with names_from(None if trusted else where, yours):
             algorithm = cls(config=config, run=run)
         saved, current = payload.get("spaces", {}), algorithm.spaces()

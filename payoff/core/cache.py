@@ -86,24 +86,41 @@ def _written_ledger() -> Path:
     return cache_root() / "written-here.txt"
 
 
-def remember_written(path: str | Path) -> None:
-    """Note that payoff wrote `path` (a run folder, a saved file) on this machine for this
-    user, so loading it later may import the code its config names (core.imports). One
-    line appended per path; a failure to note it only costs a --trust-code later."""
+_NOTED: set[str] = set()  # ledger lines this process has written already
+
+
+def config_digest(config: Any) -> str:
+    """A short fingerprint of a config as data (a dict read from or written to a checkpoint)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def remember_written(path: str | Path, config: Any) -> None:
+    """Note that payoff wrote `path` (a run folder, a saved file) holding `config` on this
+    machine for this user, so loading that config from there later may import the code it
+    names (core.imports). One line per path and config; a failure to note it only costs a
+    --trust-code later."""
+    line = f"{os.path.realpath(path)}\t{config_digest(config)}"
+    if line in _NOTED:
+        return
     try:
         ledger = _written_ledger()
         ledger.parent.mkdir(parents=True, exist_ok=True)
         with open(ledger, "a", encoding="utf-8") as handle:
-            handle.write(os.path.realpath(path) + "\n")
+            handle.write(line + "\n")
+        _NOTED.add(line)
     except OSError:
         pass
 
 
-def written_here(path: str | Path) -> bool:
-    """Whether payoff wrote `path`, or a folder that holds it, on this machine for this user."""
+def written_here(path: str | Path, config: Any) -> bool:
+    """Whether payoff wrote `config` to `path`, or to a folder that holds it, on this machine
+    for this user. Both must match: a file copied over one that payoff wrote, or a
+    downloaded run unpacked where one of yours used to be, carries another config."""
     try:
         noted = set(_written_ledger().read_text(encoding="utf-8").splitlines())
     except (OSError, UnicodeDecodeError):
         return False
     real = Path(os.path.realpath(path))
-    return any(str(p) in noted for p in (real, *real.parents))
+    digest = config_digest(config)
+    return any(f"{p}\t{digest}" in noted for p in (real, *real.parents))

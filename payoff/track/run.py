@@ -28,7 +28,6 @@ from typing import Any
 
 import yaml
 
-from payoff.core.cache import remember_written
 from payoff.core.errors import CheckpointError, RunError
 from payoff.core.io import atomic_write_text
 from payoff.track.checkpoint import load_state, save_state
@@ -105,7 +104,6 @@ class Run:
                 raise RunError(
                     f"cannot create run directory {str(path)!r}: {err.strerror}"
                 ) from None
-        remember_written(path)  # resuming or evaluating it here may import the code it names
         run = cls(path, loggers)
         run.checkpoints.mkdir()
         run.media.mkdir()
