@@ -89,9 +89,13 @@ def _written_ledger() -> Path:
 _NOTED: set[str] = set()  # ledger lines this process has written already
 
 
-def config_digest(config: Any) -> str:
-    """A short fingerprint of a config as data (a dict read from or written to a checkpoint)."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+def config_digest(config: Any) -> str | None:
+    """A short fingerprint of a config as data (a dict read from or written to a checkpoint);
+    None for one JSON cannot order (keys of mixed types), which is then never trusted."""
+    try:
+        text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return None
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -100,8 +104,9 @@ def remember_written(path: str | Path, config: Any) -> None:
     machine for this user, so loading that config from there later may import the code it
     names (core.imports). One line per path and config; a failure to note it only costs a
     --trust-code later."""
-    line = f"{os.path.realpath(path)}\t{config_digest(config)}"
-    if line in _NOTED:
+    digest = config_digest(config)
+    line = f"{os.path.realpath(path)}\t{digest}"
+    if digest is None or line in _NOTED:
         return
     try:
         ledger = _written_ledger()
@@ -123,4 +128,4 @@ def written_here(path: str | Path, config: Any) -> bool:
         return False
     real = Path(os.path.realpath(path))
     digest = config_digest(config)
-    return any(f"{p}\t{digest}" in noted for p in (real, *real.parents))
+    return digest is not None and any(f"{p}\t{digest}" in noted for p in (real, *real.parents))
