@@ -228,7 +228,6 @@ def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
     expected = [[r[k] for k in keys] for r in reference.history if "train/policy_loss" in r]
     assert len(logged) == len(expected) > 2
     np.testing.assert_allclose(logged, expected, rtol=1e-4, atol=1e-5)
-    assert len(logged) >= 3
 
 
 def test_ppo_by_hand_only_where_it_applies():
