@@ -61,7 +61,7 @@ from payoff.monitor.integrity import (
     lm_monitors,
 )
 from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
-from payoff.rewards.base import RewardMix, RewardSpec
+from payoff.rewards.base import RewardMix, RewardSpec, unscored_rows
 from payoff.rollout.generation import (
     Generation,
     LocalSampler,
@@ -539,8 +539,7 @@ class GRPO(LMAlgorithm):
         metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
         metrics["reward/errors"] = float(errors)
         # the share of rows no function scored (each returned None or NaN): they count 0.0
-        rows = range(len(everything.paid))
-        unscored = [all(v[i] is None for v in everything.scores.values()) for i in rows]
+        unscored = unscored_rows(everything.scores)
         metrics["reward/unscored"] = float(np.mean(unscored)) if unscored else 0.0
         for key, values in everything.scores.items():
             applicable = [v for v in values if v is not None]

@@ -24,7 +24,7 @@ import math
 import queue
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,14 @@ def _call_arguments(fn: RewardFn, available: dict[str, Any], key: str) -> dict[s
     return {name: value for name, value in available.items() if name in parameters}
 
 
+def unscored_rows(scores: Mapping[str, Sequence[float | None]]) -> list[bool]:
+    """Per row, whether no function scored it (each returned None or NaN): its total is 0.0
+    by default, not a verdict."""
+    columns = list(scores.values())
+    rows = len(columns[0]) if columns else 0
+    return [all(column[i] is None for column in columns) for i in range(rows)]
+
+
 @dataclass
 class RewardResult:
     """Scores of one batch: the weighted total, each function's own scores, and error counts."""
@@ -161,7 +169,11 @@ class RewardResult:
     total: list[float]
     scores: dict[str, list[float | None]]
     errors: dict[str, int]
-    not_applicable: int = 0  # rows where every function returned None (total 0.0)
+
+    @property
+    def not_applicable(self) -> int:
+        """Rows no function scored (their total is 0.0)."""
+        return sum(unscored_rows(self.scores))
 
     def mean(self, key: str) -> float | None:
         values = [v for v in self.scores[key] if v is not None]
@@ -213,7 +225,6 @@ class RewardMix:
             **{k: list(v) for k, v in columns.items()},
         }
         total = [0.0] * n
-        applicable = [False] * n
         scores: dict[str, list[float | None]] = {}
         errors: dict[str, int] = {}
         for spec, fn in zip(self.specs, self.functions, strict=True):
@@ -224,10 +235,9 @@ class RewardMix:
             for i, value in enumerate(values):
                 if value is not None:
                     total[i] += spec.weight * value
-                    applicable[i] = True
-        unscored = applicable.count(False)
-        self._count_unscored_batch(unscored, n)
-        return RewardResult(total, scores, errors, not_applicable=unscored)
+        result = RewardResult(total, scores, errors)
+        self._count_unscored_batch(result.not_applicable, n)
+        return result
 
     def _score(
         self, spec: RewardSpec, fn: RewardFn, available: dict[str, Any], n: int
