@@ -92,8 +92,11 @@ def test_learn_adds_steps_and_plans_schedules_over_them():
     assert agent.step >= first + 256 and agent.config.total_steps == first + 256
     planned = payoff.PPO("CartPole-v1", total_steps=2048, **TINY).learn(256)
     assert planned.step < 2048 and planned.config.total_steps == 2048  # a chosen length stays
-    with pytest.raises(ConfigError, match="learn\\(\\) takes a number of steps"):
-        agent.learn(-5)
+    for bad in (-5, 2.5, "10"):
+        with pytest.raises(ConfigError, match="learn\\(\\) takes a whole number of steps"):
+            agent.learn(bad)
+    before = agent.step
+    assert agent.learn(1.28e2).step > before  # SB3's learn(1e5): a whole float is a count
 
 
 def test_env_instance_factory_and_vector_env(user_module):

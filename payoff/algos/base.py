@@ -136,6 +136,25 @@ class _LoopCounter:
         setattr(algorithm.state, self.name, value)
 
 
+_SB3_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
+
+
+def _sb3_learn_arguments(algo: str, total: Any, sb3: dict[str, Any]) -> Any:
+    """learn(total_timesteps=N), as Stable-Baselines3 spells it, is learn(N); its other
+    arguments (callback, log_interval, progress_bar, ...) have no meaning here: refused."""
+    if "total_timesteps" in sb3:
+        if total is not None:
+            raise ConfigError("learn() got both a step count and total_timesteps; pass one")
+        total = sb3.pop("total_timesteps")
+    if sb3:
+        raise ConfigError(
+            f"{algo}.learn() takes only the number of steps (learn(10_000)); got "
+            f"{', '.join(sorted(sb3))}. Progress bars, logging and evaluation are config keys "
+            f"(eval_every, log_every, ...; PAYOFF_PROGRESS=0 hides the bar)"
+        )
+    return total
+
+
 class Algorithm:
     """Base of payoff's algorithms: `Algo(env=..., **config).learn()`, `.save()`, `Algo.load()`."""
 
@@ -158,8 +177,20 @@ class Algorithm:
             cls.config_class = config_class
 
     def __init__(
-        self, env: Any = None, *, config: Any = None, run: Run | None = None, **kwargs: Any
+        self,
+        env: Any = None,
+        *extra: Any,
+        config: Any = None,
+        run: Run | None = None,
+        **kwargs: Any,
     ):
+        if extra or (isinstance(env, str) and env in _SB3_POLICIES):
+            raise ConfigError(
+                f"{type(self).__name__} takes the env as its one positional argument and "
+                f"everything else by keyword: {type(self).__name__}(env, learning_rate=...). "
+                f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
+                f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
+            )
         data_given = config is None
         if config is None:
             data = dict(kwargs)
@@ -198,7 +229,7 @@ class Algorithm:
     train_seconds = _LoopCounter()
 
     # ---- training ---------------------------------------------------------------------
-    def learn(self, total: int | None = None) -> Self:
+    def learn(self, total: int | None = None, **sb3: Any) -> Self:
         """Train `total` more steps (env steps, episodes, optimizer steps: the unit of the
         config key named by `total_key`), or, with no argument, until that key's value (a
         resumed run finishes its planned length). Returns the algorithm.
@@ -209,10 +240,16 @@ class Algorithm:
         it, else the steps this call trains to, so `PPO("CartPole-v1").learn(10_000)`
         anneals over those 10,000 steps rather than over the default length.
         """
+        total = _sb3_learn_arguments(type(self).__name__, total, sb3)
         key = self.total_key
         if total is not None:
+            if isinstance(total, float) and total.is_integer():
+                total = int(total)  # learn(1e5), as SB3 users write it
             if isinstance(total, bool) or not isinstance(total, int) or total < 0:
-                raise ConfigError(f"learn() takes a number of steps >= 0, got {total!r}")
+                raise ConfigError(
+                    f"learn() takes a whole number of steps >= 0 (e.g. 10_000 or 1e4), "
+                    f"got {total!r}"
+                )
             target = self.state.step + total
             planned = getattr(self.config, key) if self._length_was_set else 0
             setattr(self.config, key, max(target, planned, 1))

@@ -34,6 +34,7 @@ from torch import nn
 from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
+from payoff.envs.observations import observation_batch
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork, as_numpy
 
@@ -105,9 +106,14 @@ class DQN(OffPolicyAlgorithm):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise EnvError(
                 f"DQN takes the action with the largest Q-value, so it needs a Discrete action "
-                f"space; {self.config.env.id!r} has {action_space}. Use SAC or TD3 (algo: sac, "
-                f"td3) or PPO (algo: ppo) for continuous actions (e.g. `payoff train "
-                f"pendulum-sac`)."
+                f"space; {self.config.env.id!r} has {action_space}. "
+                + (
+                    "Use SAC or TD3 (algo: sac, td3) or PPO (algo: ppo) for continuous actions "
+                    "(e.g. `payoff train pendulum-sac`)."
+                    if isinstance(action_space, gym.spaces.Box)
+                    else "Use PPO or A2C (algo: ppo, a2c), which take MultiDiscrete and "
+                    "MultiBinary actions as one choice per dimension."
+                )
             )
 
     def build(self) -> None:
@@ -150,9 +156,8 @@ class DQN(OffPolicyAlgorithm):
         if deterministic:
             return super().predict(observation, deterministic=True)
         # Exploration as at the end of training, not at the schedule's current point.
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        actions = self._epsilon_greedy(obs[None] if single else obs, self.config.epsilon.end)
+        batch, single = observation_batch(observation, self.observation_space)
+        actions = self._epsilon_greedy(batch, self.config.epsilon.end)
         return int(actions[0]) if single else actions
 
     # ---- learning ---------------------------------------------------------------------

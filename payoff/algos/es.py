@@ -50,6 +50,7 @@ from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import make_env
+from payoff.envs.observations import observation_batch
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.population import FlatPolicy
 from payoff.rollout.evaluate import EvalResult
@@ -220,9 +221,8 @@ class ES(Agent):
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (an int for Discrete actions), or for a batch.
         The policy is deterministic whatever `deterministic` says."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        actions = self.policy.act(self.theta[None], obs[None] if single else obs, *self.obs_stats())
+        batch, single = observation_batch(observation, self.observation_space)
+        actions = self.policy.act(self.theta[None], batch, *self.obs_stats())
         if not single:
             return actions
         return int(actions[0]) if self.policy.discrete else actions[0]

@@ -62,6 +62,7 @@ from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.seeding import seed_everything
+from payoff.envs.observations import observation_batch
 from payoff.models.dynamics import DynamicsEnsemble, TerminalValue, model_io
 from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
 from payoff.rollout.evaluate import EvalResult
@@ -719,13 +720,12 @@ class MBRL(Agent):
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The planner's action for one observation or a batch [B, o] (a planner of its own,
         warm-started from the previous call's plan when the batch size is the same)."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.ndim == 1
+        batch, single = observation_batch(observation, self.observation_space)
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()
         self._predict_planner.policy = self.planner.policy  # method policy: the latest search
         actions, _ = self._predict_planner.plan(
-            torch.from_numpy(obs[None] if single else obs), self.generator, report=False
+            torch.from_numpy(batch), self.generator, report=False
         )
         actions = self._act_space(actions)
         return actions[0] if single else actions

@@ -24,6 +24,7 @@ from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, is_success, make_env
+from payoff.envs.observations import observation_batch
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, warn_unended
 
 
@@ -95,7 +96,7 @@ class QLearning(Agent):
         if not isinstance(act_space, gym.spaces.Discrete):
             raise EnvError(
                 f"Q-learning needs a Discrete action space; {config.env.id!r} has {act_space}. "
-                f"Use PPO (algo: ppo) for continuous actions."
+                f"Use PPO (algo: ppo), which takes Box, MultiDiscrete and MultiBinary actions."
             )
         self.rng = seed_everything(config.seed)
         self.env.reset(seed=config.seed)
@@ -127,11 +128,14 @@ class QLearning(Agent):
         best = np.flatnonzero(row == row.max())
         return int(best[0] if len(best) == 1 else self.rng.choice(best))
 
-    def predict(self, observation: Any, deterministic: bool = True) -> int:
-        row = self.q[int(observation)]
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """The action (an int) for one state, or an array of actions for a batch of states."""
+        states, single = observation_batch(observation, self.env.observation_space, np.int64)
         if deterministic:
-            return int(np.argmax(row))
-        return self._explore(int(observation), self.config.epsilon.end)
+            actions = [int(np.argmax(self.q[s])) for s in states]
+        else:
+            actions = [self._explore(int(s), self.config.epsilon.end) for s in states]
+        return actions[0] if single else np.array(actions, np.int64)
 
     # ---- learning ---------------------------------------------------------------------
     @property

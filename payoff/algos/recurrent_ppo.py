@@ -61,7 +61,8 @@ class RecurrentPPOConfig(PPOConfig):
         not flow across chunk borders, so a memory needed over longer spans than this
         learns slower.
     minibatch_size: steps per gradient step, in whole sequences: a multiple of
-        sequence_length, at most num_envs * num_steps.
+        sequence_length, at most num_envs * num_steps; null = a quarter of the rollout's
+        sequences (at least one), CleanRL's 4 minibatches.
     Not supported: continuous actions, backend ray, init_from, fast_backward (PPO's
     hand-derived gradients are for feed-forward MLPs; the GRU's come from autograd).
     """
@@ -70,17 +71,21 @@ class RecurrentPPOConfig(PPOConfig):
     fast_backward: bool = False
     rnn_hidden: int = 64
     sequence_length: int | None = None
+    minibatch_size: int | None = None  # type: ignore[assignment]
 
     def validate(self) -> None:
-        super().validate()
-        if self.rnn_hidden <= 0:
-            raise ConfigError(f"config key 'rnn_hidden' must be > 0, got {self.rnn_hidden}")
         length = self.sequence_length if self.sequence_length is not None else self.num_steps
-        if length <= 0 or self.num_steps % length:
+        if self.num_steps > 0 and (length <= 0 or self.num_steps % length):
             raise ConfigError(
                 f"sequence_length {length} must be > 0 and divide num_steps {self.num_steps} "
                 f"(e.g. {', '.join(str(d) for d in _divisors(self.num_steps))})"
             )
+        if self.minibatch_size is None and self.num_envs > 0 and self.num_steps > 0:
+            sequences = self.num_envs * (self.num_steps // length)
+            self.minibatch_size = length * max(1, sequences // 4)
+        super().validate()
+        if self.rnn_hidden <= 0:
+            raise ConfigError(f"config key 'rnn_hidden' must be > 0, got {self.rnn_hidden}")
         if self.minibatch_size % length:
             raise ConfigError(
                 f"minibatch_size {self.minibatch_size} must be a multiple of sequence_length "

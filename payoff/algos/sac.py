@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
+from payoff.core.errors import ConfigError
 from payoff.models.continuous import SquashedGaussianActor
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.rollout.replay import TransitionBatch
@@ -59,13 +60,21 @@ class SACConfig(OffPolicyKeys):
     autotune: bool = True
     target_entropy: float | None = None
 
+    def validate(self) -> None:
+        super().validate()
+        if self.alpha < 0 or (self.autotune and self.alpha == 0):
+            raise ConfigError(
+                f"config key 'alpha' must be > 0 with autotune (it is learned as log alpha), "
+                f"or >= 0 with autotune=false (0: no entropy bonus); got {self.alpha}"
+            )
+
 
 class Temperature(nn.Module):
     """SAC's entropy temperature, learned as log alpha so that alpha stays positive."""
 
     def __init__(self, alpha: float):
         super().__init__()
-        self.log_alpha = nn.Parameter(torch.tensor([math.log(alpha)]))
+        self.log_alpha = nn.Parameter(torch.tensor([math.log(alpha) if alpha > 0 else -math.inf]))
 
 
 class SAC(ContinuousActorCritic):

@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 
 from payoff.core.config import PYTHON_ONLY
-from payoff.core.errors import EnvError, suggest
+from payoff.core.errors import ConfigError, EnvError, suggest
 from payoff.core.imports import import_module, import_object
 
 
@@ -62,6 +62,11 @@ class EnvConfig:
     def validate(self) -> None:
         if self.entry_point and self.id == "CartPole-v1":  # the default id: label it by the class
             self.id = self.entry_point
+        if self.max_episode_steps is not None and self.max_episode_steps <= 0:
+            raise ConfigError(
+                f"config key 'env.max_episode_steps' must be > 0, or null to keep the "
+                f"registration's limit; got {self.max_episode_steps}"
+            )
 
     @property
     def custom(self) -> bool:
@@ -164,8 +169,15 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
             check_env_id(config.id)
             made = gym.make(config.id, disable_env_checker=True, **options)
     except TypeError as err:
+        hint = ""
+        if render_mode is not None and "render_mode" in str(err):
+            hint = (
+                ". payoff passes render_mode to draw episodes (GIFs, `payoff play`): give the "
+                "env's __init__ a render_mode=None argument and return RGB frames from render() "
+                "when it is 'rgb_array'"
+            )
         raise EnvError(
-            f"environment {config.id!r} rejected its arguments {options}: {err}"
+            f"environment {config.id!r} rejected its arguments {options}: {err}{hint}"
         ) from None
     except gym.error.Error as err:
         raise EnvError(f"cannot create environment {config.id!r}: {err}") from None

@@ -34,8 +34,11 @@ def check_continuous(
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise EnvError(
             f"{algorithm} squashes actions into the Box's bounds, so they must be finite; "
-            f"{env_id!r} has {action_space}. Wrap the env with gymnasium.wrappers.RescaleAction "
-            f"(or ClipAction) to give it finite bounds."
+            f"{env_id!r} has {action_space}. Declare the range its actions really take in the "
+            f"env's action_space (e.g. Box(-1, 1, ...)), or wrap it in a gymnasium.ActionWrapper "
+            f"whose action_space is finite and whose action() maps onto the env's; gymnasium's "
+            f"RescaleAction and ClipAction cannot rescale from infinite bounds. PPO (algo: ppo) "
+            f"takes unbounded Box actions as they are."
         )
     if not isinstance(observation_space, gym.spaces.Box):
         raise EnvError(

@@ -29,6 +29,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from payoff.core.errors import EnvError
+from payoff.envs.observations import observation_batch
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
@@ -292,9 +293,8 @@ class Actor(nn.Module):
     def act(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (an int for a Discrete space), or the actions for a
         batch of them: what an agent's `predict` answers."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        actions = self.predict(obs[None] if single else obs, deterministic)
+        batch, single = observation_batch(observation, self.observation_space)
+        actions = self.predict(batch, deterministic)
         if not single:
             return actions
         return int(actions[0]) if isinstance(self.action_space, gym.spaces.Discrete) else actions[0]
@@ -565,8 +565,13 @@ class GaussianActor(Actor):
         act_dim = int(np.prod(action_space.shape))
         self.mean = mlp(self.encoder.dim, self.hidden, act_dim, self.activation, 0.01)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-        self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
-        self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+        # flat, as the actions are: a Box of shape (2, 2) or () is acted on as 4 or 1 numbers
+        self.register_buffer(
+            "low", torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
+        )
+        self.register_buffer(
+            "high", torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.mean.forward(self.encoder.forward(obs))  # [B, act_dim]

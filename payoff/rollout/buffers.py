@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from payoff.core.state import tensors_to
@@ -66,14 +67,17 @@ class RolloutStorage:
         action_space: gym.Space,
         info_keys: tuple[str, ...] = (),
     ) -> RolloutStorage:
-        """`allocate` for an env's spaces: a Box's actions as float32 values, any discrete
-        space's (Discrete, MultiDiscrete, MultiBinary) as int64 indices."""
+        """`allocate` for an env's spaces: a Box's actions as float32 values, flat as the
+        Gaussian actor samples them (a (2, 2) Box's as 4), any discrete space's (Discrete,
+        MultiDiscrete, MultiBinary) as int64 indices."""
+        box = isinstance(action_space, gym.spaces.Box)
+        shape = tuple(action_space.shape or ())
         return cls.allocate(
             num_steps,
             num_envs,
             tuple(observation_space.shape or ()),
-            tuple(action_space.shape or ()),
-            torch.float32 if isinstance(action_space, gym.spaces.Box) else torch.long,
+            (int(np.prod(shape)),) if box else shape,
+            torch.float32 if box else torch.long,
             info_keys=info_keys,
         )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.make import EnvConfig, is_success, make_env
 
 Policy = Callable[[Any], Any]  # one observation -> one action
@@ -53,6 +54,12 @@ class EvalResult:
         return text
 
 
+def check_episodes(episodes: Any) -> None:
+    """evaluate(n) takes a whole number of episodes, at least 1."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
+        raise ConfigError(f"evaluate() takes a number of episodes >= 1, got {episodes!r}")
+
+
 def evaluate_policy(
     env: EnvConfig,
     policy: Policy,
@@ -62,6 +69,7 @@ def evaluate_policy(
 ) -> EvalResult:
     """Play `episodes` episodes of `policy` on a fresh env seeded with `seed` (each cut at
     `step_limit` steps, with a warning, if it has not ended by then)."""
+    check_episodes(episodes)
     environment = make_env(env)
     returns, lengths, successes = [], [], []
     try:
@@ -103,14 +111,30 @@ def record_frames(
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     environment = make_env(env, render_mode="rgb_array")
     frames: list[np.ndarray] = []
+
+    def frame() -> np.ndarray:
+        try:
+            image = environment.render()
+        except NotImplementedError:
+            image = None
+        picture = np.asarray(image)
+        if picture.ndim != 3 or picture.shape[-1] not in (3, 4):
+            raise EnvError(
+                f"env {env.id!r} does not render RGB frames (render() gave "
+                f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
+                f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
+                f"[H, W, 3] uint8 array from render() when it is 'rgb_array'"
+            )
+        return picture
+
     try:
         for episode in range(episodes):
             obs, _ = environment.reset(seed=seed + episode)
-            frames.append(np.asarray(environment.render()))
+            frames.append(frame())
             done = False
             while not done and len(frames) < max_frames:
                 obs, _, terminated, truncated, _ = environment.step(policy(obs))
-                frames.append(np.asarray(environment.render()))
+                frames.append(frame())
                 done = terminated or truncated
     finally:
         environment.close()

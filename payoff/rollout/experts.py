@@ -213,5 +213,8 @@ def check_expert(expert: Expert, observation_space: gym.Space, action_space: gym
         raise EnvError(
             f"expert {type(expert).__name__} returned actions of shape {actions.shape} "
             f"({actions.dtype}) for a batch of 2, but the env's action space {action_space} "
-            f"needs {want}: expert and env do not match"
+            f"needs {want}: expert and env do not match. Set the config key 'expert' to one "
+            f"for this env: a policy file or run directory of an agent trained on it (e.g. "
+            f"`payoff train` it with PPO first), 'keyboard', or a shipped scripted expert "
+            f"({', '.join(f'{name!r}' for name in EXPERTS)}: for their own envs only)"
         )

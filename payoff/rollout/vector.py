@@ -26,7 +26,7 @@ from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
-from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
+from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, check_episodes, warn_unended
 
 Vectorization = Literal["auto", "batched", "sync", "async"]
 # Gymnasium ids that payoff implements as a batched NumPy env with identical dynamics.
@@ -100,7 +100,7 @@ class VectorRunner:
         self.seed = seed  # fresh episodes after a resume that cannot restore the envs count from it
         # one clear error for a space the MLP networks cannot take, before reset's checks
         obs_dim(envs.single_observation_space, env_id)
-        self.obs, _ = envs.reset(seed=seed)
+        self.obs, _ = reset_envs(envs, seed, env_id, "the first reset")
         self._check(self.obs, None, 0)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
         self.episode_return = np.zeros(self.num_envs)
@@ -166,8 +166,8 @@ class VectorRunner:
             env_index = int(np.flatnonzero(~np.isfinite(rewards))[0])
             raise EnvError(
                 f"env {self.env_id!r} returned a non-finite reward {rewards[env_index]} at step "
-                f"{step} (env {env_index} of {self.num_envs}). "
-                f"Fix the env or wrap it; set check_finite=false to skip this check."
+                f"{step} (env {env_index} of {self.num_envs}; a reward of None is stored as "
+                f"nan). Fix the env or wrap it; set check_finite=false to skip this check."
             )
 
     # ---- a whole on-policy rollout --------------------------------------------------------
@@ -328,16 +328,44 @@ def step_envs(
     except PayoffError:  # already says what went wrong
         raise
     except Exception as err:
-        hint = ""
-        if isinstance(err, ValueError) and "shape" in str(err):
-            hint = (
-                f". A vector env raises this when an observation does not fit the env's "
-                f"observation_space ({envs.single_observation_space})"
-            )
-        raise EnvError(
-            f"env {env_id!r} raised {type(err).__name__} in step during {during}, after "
-            f"{steps:,} env steps: {err}{hint}"
+        raise _env_error(
+            envs, err, env_id, f"step during {during}, after {steps:,} env steps"
         ) from err
+
+
+def reset_envs(
+    envs: gym.vector.VectorEnv, seed: int | None, env_id: str, during: str
+) -> tuple[Any, Any]:
+    """`envs.reset(seed=seed)`, with `step_envs`'s one EnvError for what the env raises."""
+    try:
+        return envs.reset(seed=seed)
+    except PayoffError:
+        raise
+    except Exception as err:
+        raise _env_error(envs, err, env_id, f"reset during {during}") from err
+
+
+def _env_error(envs: gym.vector.VectorEnv, err: Exception, env_id: str, when: str) -> EnvError:
+    """One EnvError for an exception raised inside a vector env's step or reset, with what the
+    usual ones mean: an observation off its space, or the old Gym API's return values."""
+    text, hint = str(err), ""
+    if isinstance(err, ValueError) and "shape" in text:
+        hint = (
+            f". A vector env raises this when an observation does not fit the env's "
+            f"observation_space ({envs.single_observation_space})"
+        )
+    elif "array element with a sequence" in text:
+        hint = (
+            ". A vector env stores one number per env as its reward: step must return the "
+            "reward as a float, not an array or a list"
+        )
+    elif "values to unpack" in text or "has no attribute 'items'" in text:
+        hint = (
+            ". Gymnasium's API is reset() -> (observation, info) and step() -> (observation, "
+            "reward, terminated, truncated, info); an env written for the old Gym returns "
+            "an observation alone from reset and 4 values from step"
+        )
+    return EnvError(f"env {env_id!r} raised {type(err).__name__} in {when}: {err}{hint}")
 
 
 @torch.no_grad()
@@ -357,11 +385,12 @@ def evaluate_batched(
     (default: the CPU) and returns NumPy actions. Episodes still running after `step_limit`
     steps are cut there, with a warning.
     """
+    check_episodes(episodes)
     to_device = device if device is not None and device.type != "cpu" else None
     # fresh envs for evaluation, never the vector env a user passed in for training
     envs = make_vector_env(dataclasses.replace(env, vector=None), episodes, vectorization)
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, _ = reset_envs(envs, seed, env.id, "evaluation")
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)
         running = np.ones(episodes, dtype=bool)

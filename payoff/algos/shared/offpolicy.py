@@ -25,6 +25,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.core.state import cpu_state
+from payoff.envs.observations import observation_batch
 from payoff.models.continuous import ActionScaler, QEnsemble, check_continuous
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.rollout.evaluate import EvalResult
@@ -168,9 +169,7 @@ class OffPolicyAlgorithm(Agent):
         return tensor if self.on_cpu else tensor.to(self.device)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        batch = obs[None] if single else obs
+        batch, single = observation_batch(observation, self.observation_space)
         if deterministic:
             actions = self.greedy(self.tensor(batch))
         else:

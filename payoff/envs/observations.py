@@ -1,0 +1,53 @@
+"""What `predict` accepts: one observation of the env's space, or a batch of them.
+
+Every agent's `predict(observation)` takes either one observation (shaped as the space) or a
+batch ([N, *shape]). Anything else used to reach the network and fail there, as a matmul's
+shape error or a one-hot's "class values must be smaller than num_classes"; a vector of the
+wrong length could even be read as a batch of scalars. `observation_batch` says what was
+expected instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from payoff.core.errors import EnvError
+
+
+def observation_batch(
+    observation: Any, space: gym.Space, dtype: Any = np.float32
+) -> tuple[np.ndarray, bool]:
+    """(batch [N, *shape] as `dtype`, whether one observation was given) for `space`."""
+    try:
+        obs = np.asarray(observation)
+    except ValueError as error:  # ragged nested lists
+        raise EnvError(f"predict: the observation is not an array ({error})") from None
+    shape = tuple(space.shape or ())
+    if obs.dtype == object or not np.issubdtype(obs.dtype, np.number) and obs.dtype != bool:
+        raise EnvError(
+            f"predict: an observation of {space} must be numbers, got {obs.dtype} values"
+        )
+    if obs.shape == shape:
+        single = True
+    elif obs.ndim == len(shape) + 1 and obs.shape[1:] == shape:
+        single = False
+    else:
+        batch = f"(N, {', '.join(map(str, shape))})" if shape else "(N,)"
+        raise EnvError(
+            f"predict: expected one observation of shape {shape} or a batch of shape {batch} "
+            f"for {space}, got shape {obs.shape}"
+        )
+    if isinstance(space, gym.spaces.Discrete):
+        low, high = int(space.start), int(space.start + space.n - 1)
+        outside = (obs != np.round(obs)) | (obs < low) | (obs > high)
+        if np.any(outside):
+            bad = obs.reshape(-1)[np.flatnonzero(outside.reshape(-1))[0]]
+            raise EnvError(
+                f"predict: state {bad} is outside {space}: its states are the integers "
+                f"{low}..{high}"
+            )
+    batch_obs = obs[None] if single else obs
+    return batch_obs.astype(dtype, copy=False), single
