@@ -44,7 +44,7 @@ def resolve(
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
     data = _without_other_task_options(data, all_overrides)
-    data = apply_overrides(data, all_overrides)
+    data = _absolute_paths(apply_overrides(data, all_overrides))
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
@@ -60,32 +60,82 @@ def resolve(
     return cls, config, resolved
 
 
+# Config keys whose value may be a file or folder (at any depth: task.data, model.path,
+# preferences.path, ...). A run records them absolute, so `payoff eval RUN` and `--resume`
+# work from any folder.
+_PATH_KEYS = frozenset(
+    {
+        "path",
+        "data",
+        "test_data",
+        "ood_data",
+        "init_from",
+        "expert",
+        "reward_model",
+        "demonstrations",
+    }
+)
+
+
+def _absolute_paths(data: Any, key: str = "") -> Any:
+    """`data` with every relative path under a path key that exists from the working folder
+    made absolute, and the file of a reward named 'file.py:function' too. Names that are
+    not paths on disk ('kart', 'CartPole-v1', 'module:function') stay as written."""
+    if isinstance(data, dict):
+        return {k: _absolute_paths(v, str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_absolute_paths(v, key) for v in data]
+    if not isinstance(data, str) or not data:
+        return data
+    if key == "expert" and data in ("kart", "cartpole", "keyboard"):  # shipped experts
+        return data
+    if key in _PATH_KEYS and not Path(data).expanduser().is_absolute() and Path(data).exists():
+        return str(Path(data).resolve())
+    if key == "name" and ".py:" in data:
+        file, function = data.rsplit(":", 1)
+        if file.endswith(".py") and not Path(file).is_absolute() and Path(file).is_file():
+            return f"{Path(file).resolve()}:{function}"
+    return data
+
+
 def _retarget(
     name: str, algo: str, data: dict[str, Any], overrides: list[str]
 ) -> tuple[dict[str, Any], str | None]:
     """A recipe's settings were tuned for its env. When the overrides point it at another env,
     leave those settings out (the algorithm's general defaults apply instead, and any setting
     the overrides name is still set) and say so: a CartPole schedule on Acrobot fails quietly.
+    The recipe's env keys go too (its kwargs, wrappers, episode limit, and its id or entry
+    point): FrozenLake's map_name means nothing to CliffWalking.
     """
     recipe_env = data.get("env")
     if not isinstance(recipe_env, dict):
         return data, None
-    env_overrides = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "env"]
+    keys_named = [parse_override(o)[0] for o in overrides]
+    env_overrides = [o for o, keys in zip(overrides, keys_named, strict=True) if keys[0] == "env"]
+    named_env = {keys[1] for keys in keys_named if keys[0] == "env" and len(keys) > 1}
     target = apply_overrides({"env": recipe_env}, env_overrides)["env"]
+    if not isinstance(target, dict) or any(keys == ["env"] for keys in keys_named):
+        return data, None  # env=<a whole mapping> replaces the recipe's env already
     before = recipe_env.get("entry_point") or recipe_env.get("id")
-    after = target.get("entry_point") or target.get("id") if isinstance(target, dict) else target
-    if not env_overrides or before == after:
+    if "entry_point" in named_env:
+        after = target.get("entry_point")
+    elif "id" in named_env:
+        after = target.get("id")
+    else:
+        return data, None  # the recipe's own env, with some of its keys changed
+    if before == after:
         return data, None
-    named = {o.split("=", 1)[0].strip().split(".")[0] for o in overrides}
+    named = {keys[0] for keys in keys_named}
     dropped = [k for k in data if k != "env" and k not in named]
-    if not dropped:
-        return data, None
+    dropped += [f"env.{k}" for k in recipe_env if k not in named_env]
+    env = {k: v for k, v in target.items() if k in named_env}
     note = (
         f"recipe {name!r} was tuned for {before}; on {after} its settings for that env "
         f"({', '.join(dropped)}) are left out and {algo}'s defaults apply. Name any of them "
         f"as key=value to keep it."
     )
-    return {k: v for k, v in data.items() if k not in dropped}, note
+    kept = {k: v for k, v in data.items() if k not in dropped}
+    return {**kept, "env": env}, note
 
 
 def _without_other_task_options(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -206,8 +256,9 @@ def write_media(run: Run, algorithm: Algorithm) -> None:
     if isinstance(algorithm, Agent):
         try:
             algorithm.record_gif(run.media / "episode.gif")
-        except (PayoffError, NotImplementedError, ImportError, AttributeError):
-            pass  # the env does not render to rgb_array; the report simply has no GIF
+        except (PayoffError, NotImplementedError, ImportError, AttributeError) as err:
+            # the env does not render to rgb_array; the report simply has no GIF
+            print(f"no episode GIF: {str(err).splitlines()[0][:300]}", file=sys.stderr)
     write_report(run)
 
 
