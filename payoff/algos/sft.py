@@ -26,9 +26,10 @@ import torch
 from payoff.algos.shared.lm import LMAlgorithm, LMKeys
 from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
+from payoff.models.lean_forward import lookup_error
 from payoff.models.lm import ModelConfig, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
@@ -149,7 +150,13 @@ class SFT(LMAlgorithm):
         config = self.config
         started = time.time()
         batch = self.batch(self.task.sample(self.rng, config.batch_size))
-        loss = self.model(**batch, use_cache=False).loss
+        try:
+            loss = self.model(**batch, use_cache=False).loss
+        except IndexError as err:  # a token or position past the model's tables: say which
+            explained = lookup_error(self.model, batch["input_ids"])
+            if explained is None:
+                raise
+            raise explained from err
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -167,8 +174,21 @@ class SFT(LMAlgorithm):
     def progress_postfix(self) -> dict[str, Any]:
         return {"loss": self._record["train/loss"]}
 
+    def held_out_scorable(self) -> bool:
+        """Whether the test split has prompts to answer: plain 'text' rows (TRL's SFT format)
+        train, but there is nothing to score a greedy answer against."""
+        if not hasattr(self, "_scorable"):
+            try:
+                self.task.split("test", 1)
+                self._scorable = True
+            except DataError:
+                self._scorable = False
+        return self._scorable
+
     def evaluate_now(self) -> None:
         """Held-out accuracy; with stop_at_accuracy, stop once the training problems are answered."""
+        if not self.held_out_scorable():
+            return  # text rows: nothing to answer (train/loss is the curve)
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
         self.best_accuracy = max(self.best_accuracy, result.accuracy)
         self.log(self.step, **{"eval/accuracy": result.accuracy})
@@ -185,6 +205,15 @@ class SFT(LMAlgorithm):
         return probe.accuracy >= target
 
     def finish(self) -> None:
+        if not self.held_out_scorable():
+            self.export_model()
+            if self.run is not None:
+                self.run.write_summary(
+                    final_line=f"trained {self.step} steps on text rows (no prompts to score)",
+                    steps=self.step,
+                    model_dir=str(self.run.path / "model"),
+                )
+            return
         result = self.evaluate(self.config.task.eval_size, split="test", k=())
         self.export_model()
         if self.run is not None:
@@ -242,6 +271,8 @@ def build_base_model(
         )
         sft = SFT(config=config)
         sft.learn()
+        if sft.interrupted:  # Ctrl-C: a half-trained base must not be cached for later runs
+            raise KeyboardInterrupt
         result = sft.evaluate(task.eval_size, split="test", k=())
         notes = {"sft": to_dict(config), "test": result.to_dict()}
         save_cached_model(sft.model, sft.tokenizer, path, notes)

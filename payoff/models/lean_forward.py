@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from payoff.core.errors import ConfigError
 from payoff.models.transformers_compat import cache_kwargs, output_cache
 
 
@@ -110,6 +111,35 @@ def _attention_mask(
     return (causal[None] & padding.bool()[:, None, :])[:, None], False
 
 
+def lookup_error(
+    model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None
+) -> Exception | None:
+    """What an IndexError inside a model's forward means, when it is one of the two usual
+    ones: a token id the model's vocabulary lacks, or a position past its context (learned
+    position embeddings, as GPT-2's, end at n_positions)."""
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    if vocab is not None and input_ids.numel() and int(input_ids.max()) >= vocab:
+        return ConfigError(
+            f"token id {int(input_ids.max())} is past the model's vocabulary of {vocab}: the "
+            f"tokenizer and the model do not match (save them together, or resize the "
+            f"model's embeddings after adding tokens)"
+        )
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if position_ids is None:  # positions 0..L-1
+        longest = input_ids.shape[-1]
+    else:
+        longest = int(position_ids.max()) + 1 if position_ids.numel() else 0
+    if limit is not None and longest > limit:
+        return ConfigError(
+            f"a sequence reached {longest} tokens, past the {limit} positions this model "
+            f"({getattr(config, 'model_type', type(model).__name__)}) can embed: shorten the "
+            f"prompts or answers in the data, lower max_new_tokens, or use a model with a longer "
+            f"context"
+        )
+    return None
+
+
 def lm_forward(
     model: Any,
     input_ids: torch.Tensor,  # [B, L]
@@ -133,14 +163,20 @@ def lm_forward(
             attention_mask = additive.masked_fill(~attention_mask, torch.finfo(model.dtype).min)
         if cache is not None:
             use_cache = True
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=use_cache,
-            logits_to_keep=logits_to_keep,
-            **({} if cache is None else cache_kwargs(model, cache)),
-        )
+        try:
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                logits_to_keep=logits_to_keep,
+                **({} if cache is None else cache_kwargs(model, cache)),
+            )
+        except IndexError as err:  # an embedding lookup past its table: say which one
+            explained = lookup_error(model, input_ids, position_ids)
+            if explained is None:
+                raise
+            raise explained from err
         return out.logits, output_cache(out) if use_cache else None
     body = model.model
     layers = body.layers[: model.config.num_hidden_layers]

@@ -136,11 +136,31 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
             str(folder), local_files_only=True, trust_remote_code=trust_remote_code
         )
     except Exception as err:  # transformers raises many types; the user needs one line
+        hint = "the folder needs tokenizer.json or the model's own tokenizer files"
+        if "trust_remote_code" in str(err) and not trust_remote_code:
+            hint = (
+                "the tokenizer is custom Python code in the folder; payoff runs it only with "
+                "model.trust_remote_code=true: read the code first"
+            )
         raise ConfigError(
-            f"cannot load a tokenizer from {str(folder)!r}: {type(err).__name__}: {str(err).splitlines()[0]} "
-            f"(the folder needs tokenizer.json or the model's own tokenizer files)"
+            f"cannot load a tokenizer from {str(folder)!r}: {type(err).__name__}: "
+            f"{str(err).splitlines()[0]} ({hint})"
         ) from None
+    if len(tokenizer) < 2 or not tokenizer("a b 1", add_special_tokens=False)["input_ids"]:
+        # transformers may build an empty tokenizer from a folder without tokenizer files
+        raise ConfigError(
+            f"the tokenizer in {str(folder)!r} has {len(tokenizer)} token(s) and encodes text "
+            f"to nothing: the folder has no tokenizer files. Save the tokenizer next to the "
+            f"weights (tokenizer.save_pretrained(folder): tokenizer.json, tokenizer_config.json)"
+        )
     if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ConfigError(
+                f"the tokenizer in {str(folder)!r} has neither an eos nor a pad token: payoff "
+                f"needs one to end completions and pad batches. Add one and save it "
+                f"(tokenizer.add_special_tokens({{'eos_token': '</s>'}}), then resize the "
+                f"model's embeddings)"
+            )
         # Causal LMs often ship without one; padding positions are masked out anyway.
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -203,8 +223,15 @@ def load_lm(
                 trust_remote_code=config.trust_remote_code,
             )
         except Exception as err:
+            hint = ""
+            if "trust_remote_code" in str(err) and not config.trust_remote_code:
+                hint = (
+                    ". The folder's model is custom Python code (auto_map in config.json); "
+                    "payoff runs it only with model.trust_remote_code=true: read the code first"
+                )
             raise ConfigError(
-                f"cannot load a causal LM from {config.path!r}: {type(err).__name__}: {str(err).splitlines()[0]}"
+                f"cannot load a causal LM from {config.path!r}: {type(err).__name__}: "
+                f"{str(err).splitlines()[0]}{hint}"
             ) from None
     else:
         tokenizer = build_char_tokenizer()

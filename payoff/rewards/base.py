@@ -135,8 +135,6 @@ def _call_arguments(fn: RewardFn, available: dict[str, Any], key: str) -> dict[s
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return available
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return available
     positional = [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
     missing = [
         name
@@ -148,9 +146,12 @@ def _call_arguments(fn: RewardFn, available: dict[str, Any], key: str) -> dict[s
     if missing or positional:
         raise ConfigError(
             f"reward function {key!r} needs {missing or ['*args']}, but payoff passes keyword arguments "
-            f"{sorted(available)}. Write it as def {key}(prompts, completions, **kwargs) and read dataset "
-            f"columns from kwargs (the TRL convention)"
+            f"{sorted(available)} (the dataset's columns among them). Write it as def {key}(prompts, "
+            f"completions, **kwargs) and read dataset columns from kwargs (the TRL convention), or "
+            f"add the missing column to the data"
         )
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return available
     return {name: value for name, value in available.items() if name in parameters}
 
 
@@ -249,6 +250,14 @@ class RewardMix:
         if not isinstance(outcome, BaseException):
             return outcome, 0
         if isinstance(outcome, TimeoutError):
+            if spec.key not in self._shown:
+                self._shown.add(spec.key)
+                print(
+                    f"payoff: reward function {spec.key!r} ran past its timeout of "
+                    f"{spec.timeout:g} s on a batch of {n}; the batch scores {spec.on_error} "
+                    f"(later hangs are counted in the metrics, reward_errors/{spec.key})",
+                    file=sys.stderr,
+                )
             self.on_event(
                 "reward_hung",
                 f"reward function {spec.key!r} ran past {spec.timeout:g} s on a batch of {n}; "
@@ -332,7 +341,8 @@ class RewardMix:
                 f"reward function {spec.key!r} failed on every row of {self.max_failed_batches} "
                 f"batches in a row ({self.error_totals[spec.key] + errors} errors so far); the "
                 f"run stops rather than train on {spec.on_error} for every sample. The first "
-                f"error was shown above and is in metrics.jsonl as a reward_error event."
+                f"failure was shown above and is in metrics.jsonl as a reward_error (raised) or "
+                f"reward_hung (ran past its timeout) event."
             )
 
     def _timed_call(
@@ -415,5 +425,10 @@ def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseExcept
             number = float(value)
         except (TypeError, ValueError):
             return TypeError(f"reward function {key!r} returned {value!r}, not a number or None")
+        if math.isinf(number):  # an infinite advantage would turn every weight into NaN
+            return RewardFunctionError(
+                f"reward function {key!r} returned {number} for completion {len(out)}: scores "
+                f"must be finite (or None, or NaN, for 'not applicable')"
+            )
         out.append(None if math.isnan(number) else number)
     return out

@@ -52,7 +52,7 @@ def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list
         raise DataError(f"{kind} file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_json_lines(path, path.read_text(encoding="utf-8")))
+        return list(_json_lines(path, path.read_text(encoding="utf-8-sig")))
     if suffix == ".json":
         return _json_records(path)
     if suffix == ".csv":
@@ -108,7 +108,7 @@ def _json_lines(path: Path, text: str) -> Iterator[Record]:
 
 def _json_records(path: Path) -> list[Record]:
     # As Hugging Face's json loader: a list of row objects, or JSON lines.
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
@@ -143,7 +143,7 @@ def _holds_rows(value: Any) -> bool:
 
 def _csv_records(path: Path) -> list[Record]:
     records: list[Record] = []
-    with path.open(encoding="utf-8", newline="") as handle:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         start = 2  # the header is line 1
         for row in reader:

@@ -1,0 +1,271 @@
+"""What users coming from SB3, Gymnasium and TRL try that no recipe does: other envs and
+action shapes, SB3's calling habits, bad observations, rewards and settings, their own
+models and reward functions. Each either works or stops with one message naming the bad
+value and what would do."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import payoff
+from payoff.algos.sft import SFT, build_base_model
+from payoff.core.cache import cache_folder
+from payoff.core.errors import ConfigError, EnvError
+from payoff.envs.tasks import TaskConfig
+from payoff.models.base_model import BaseModelConfig
+from payoff.models.lean_forward import lm_forward
+from payoff.models.lm import load_tokenizer
+from payoff.rewards.base import RewardFunctionError, RewardMix, RewardSpec
+from payoff.train import resolve
+
+TINY = {"num_envs": 2, "num_steps": 32, "minibatch_size": 32, "eval_every": 0}
+
+
+class _Blank(gym.Env):
+    """One-step-at-a-time env whose spaces the tests set."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space: gym.Space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
+        self.t += 1
+        return np.zeros(3, np.float32), -float(np.abs(action).sum()), False, self.t >= 10, {}
+
+
+class _Box22(_Blank):
+    action_space = gym.spaces.Box(0.0, 5.0, (2, 2), np.float32)
+
+
+class _Box0(_Blank):
+    action_space = gym.spaces.Box(-1.0, 1.0, (), np.float32)
+
+
+@pytest.mark.parametrize("env_class", [_Box22, _Box0])
+@pytest.mark.parametrize("algo", [payoff.PPO, payoff.A2C])
+def test_box_actions_of_any_shape_train_and_act_in_bounds(env_class, algo):
+    settings = TINY if algo is payoff.PPO else {"num_envs": 2, "eval_every": 0}
+    agent = algo(env_class(), **settings).learn(128)  # the env asserts every action's shape
+    action = agent.predict(np.zeros(3, np.float32))
+    assert np.shape(action) == env_class.action_space.shape
+    assert env_class.action_space.contains(np.asarray(action, np.float32))
+    assert np.isfinite(agent.evaluate(2).mean_return)
+
+
+def test_sb3_calling_habits_are_answered():
+    with pytest.raises(ConfigError, match="no policy name to pass"):
+        payoff.PPO("MlpPolicy", gym.make("CartPole-v1"))
+    agent = payoff.PPO("CartPole-v1", **TINY)
+    agent.learn(total_timesteps=64)  # SB3's keyword
+    assert agent.step >= 64
+    with pytest.raises(ConfigError, match="progress_bar"):
+        agent.learn(64, progress_bar=True)
+
+
+def test_predict_names_the_shape_or_state_it_expected():
+    sac = payoff.SAC("Pendulum-v1", learning_starts=8, eval_every=0).learn(16)
+    with pytest.raises(
+        EnvError, match=r"shape \(3,\) or a batch of shape \(N, 3\).*got shape \(2,\)"
+    ):
+        sac.predict([1.0, 0.0])  # once read as a batch of two scalars
+    assert sac.predict(np.zeros((4, 3))).shape == (4, 1)
+    ppo = payoff.PPO("CartPole-v1", **TINY)
+    with pytest.raises(EnvError, match=r"got shape \(2, 2, 4\)"):
+        ppo.predict(np.zeros((2, 2, 4)))
+    dqn = payoff.DQN("FrozenLake-v1", learning_starts=8, eval_every=0).learn(16)
+    table = payoff.QLearning("FrozenLake-v1").learn(3)
+    for agent in (dqn, table):
+        with pytest.raises(EnvError, match=r"state 16 is outside Discrete\(16\).*0\.\.15"):
+            agent.predict(16)
+        with pytest.raises(EnvError, match="state -1 is outside"):
+            agent.predict(-1)
+        assert agent.predict(np.array([0, 5])).shape == (2,)  # a batch of states
+        assert isinstance(agent.predict(3), int)
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ConfigError, match="'env.max_episode_steps' must be > 0, or null"):
+        payoff.PPO({"id": "CartPole-v1", "max_episode_steps": 0}, **TINY)
+    with pytest.raises(ConfigError, match="evaluate\\(\\) takes a number of episodes >= 1"):
+        payoff.PPO("CartPole-v1", **TINY).evaluate(0)
+    with pytest.raises(ConfigError, match="'alpha' must be > 0 with autotune"):
+        payoff.SAC("Pendulum-v1", alpha=0.0)
+    # alpha 0 without autotune: SAC without its entropy bonus, as SB3 allows
+    plain = payoff.SAC("Pendulum-v1", alpha=0.0, autotune=False, learning_starts=8, eval_every=0)
+    plain.learn(24)
+    assert float(plain.temperature.log_alpha.detach().exp()) == 0.0
+    assert all(torch.isfinite(p).all() for p in plain.actor.parameters())
+    with pytest.raises(EnvError, match="PPO or A2C"):  # not "continuous actions"
+        payoff.DQN(_MultiDiscreteEnv())
+
+
+class _MultiDiscreteEnv(_Blank):
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+def test_recurrent_ppo_runs_on_its_defaults():
+    agent = payoff.RecurrentPPO("CartPole-v1", eval_every=0)
+    assert agent.config.minibatch_size % agent.config.num_steps == 0  # whole sequences
+    assert agent.learn(1024).step > 0
+
+
+class _WrongReset(_Blank):
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+
+class _OldGymReset(_Blank):
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32)
+
+
+class _ArrayReward(_Blank):
+    def step(self, action):
+        return np.zeros(3, np.float32), np.array([1.0, 2.0]), False, False, {}
+
+
+def test_env_mistakes_are_explained_at_reset_and_step():
+    with pytest.raises(EnvError, match=r"in reset during the first reset.*observation_space"):
+        payoff.PPO(_WrongReset(), **TINY)
+    with pytest.raises(EnvError, match="an observation alone from reset"):
+        payoff.PPO(_OldGymReset(), **TINY)
+    with pytest.raises(EnvError, match="reward as a float, not an array"):
+        payoff.PPO(_ArrayReward(), **TINY).learn(64)
+
+
+def test_a_recipe_pointed_at_another_env_leaves_its_env_settings_behind():
+    _, config, resolved = resolve("frozenlake-q", ["env.id=CliffWalking-v1"])
+    assert config.env.kwargs == {} and "env.kwargs" in resolved["recipe_note"]
+    assert config.env.id == "CliffWalking-v1"
+    _, config, _ = resolve("pendulum-sac", [f"env.entry_point={__name__}:_Box22"])
+    assert config.env.id == f"{__name__}:_Box22"  # not the recipe's Pendulum-v1
+    _, same, resolved = resolve("frozenlake-q", ["env.kwargs.map_name=8x8"])
+    assert same.env.kwargs == {"map_name": "8x8", "is_slippery": True}
+    assert "recipe_note" not in resolved
+
+
+def test_a_run_records_the_paths_it_was_given_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    (tmp_path / "my_rewards.py").write_text(
+        "def short(prompts, completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
+    overrides = ["task.name=jsonl", "task.data=rows.jsonl", "rewards=[{name: my_rewards.py:short}]"]
+    _, _, resolved = resolve("arithmetic-grpo", overrides)
+    assert resolved["task"]["data"] == str(tmp_path / "rows.jsonl")
+    assert resolved["rewards"][0]["name"] == f"{tmp_path / 'my_rewards.py'}:short"
+    _, config, _ = resolve("kart-bc", [])
+    assert config.expert == "kart"  # a name, not a path, stays as written
+
+
+# ---- language models ----------------------------------------------------------------------
+def _gpt2(folder, tokenizer=True, eos=True, positions=32):
+    """A tiny GPT-2 (learned positions, unlike payoff's Llama) with a character tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    vocab = {chr(c): i for i, c in enumerate(range(32, 127))}
+    vocab["<eos>"], vocab["<unk>"] = len(vocab), len(vocab) + 1
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.decoder = decoders.Fuse()
+    special = {"eos_token": "<eos>"} if eos else {}
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", **special)
+    config = GPT2Config(
+        n_layer=1, n_head=2, n_embd=16, n_positions=positions, vocab_size=len(vocab)
+    )
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(folder)
+    if tokenizer:
+        tok.save_pretrained(folder)
+    return model
+
+
+def test_model_folders_without_a_usable_tokenizer_are_refused(tmp_path):
+    _gpt2(tmp_path / "weights-only", tokenizer=False)
+    with pytest.raises(ConfigError, match="encodes text to nothing: the folder has no tokenizer"):
+        load_tokenizer(tmp_path / "weights-only")
+    _gpt2(tmp_path / "no-eos", eos=False)
+    with pytest.raises(ConfigError, match="neither an eos nor a pad token"):
+        load_tokenizer(tmp_path / "no-eos")
+    _gpt2(tmp_path / "ok")
+    assert load_tokenizer(tmp_path / "ok").pad_token == "<eos>"  # eos pads when pad is missing
+
+
+def test_sequences_past_a_models_context_or_vocabulary_are_named():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=50)
+    )
+    ids = torch.ones(2, 40, dtype=torch.long)
+    mask, positions = torch.ones_like(ids), torch.arange(40).expand(2, 40)
+    with pytest.raises(ConfigError, match="reached 40 tokens, past the 32 positions .*gpt2"):
+        lm_forward(model, ids, mask, positions)
+    with pytest.raises(ConfigError, match="token id 77 is past the model's vocabulary of 50"):
+        lm_forward(
+            model, torch.full((1, 4), 77), torch.ones(1, 4, dtype=torch.long), positions[:1, :4]
+        )
+
+
+def test_reward_functions_returning_inf_or_needing_a_missing_column_are_named():
+    def infinite(prompts, completions, **kwargs):
+        return [float("inf")] * len(completions)
+
+    with pytest.raises(RewardFunctionError, match="'infinite' returned inf .* must be finite"):
+        RewardMix([RewardSpec.from_value(infinite)])(["p"], ["c"])
+
+    def wants_difficulty(prompts, completions, difficulty, **kwargs):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ConfigError, match=r"needs \['difficulty'\].*add the missing column"):
+        RewardMix([RewardSpec.from_value(wants_difficulty)])(["p"], ["c"])
+
+
+def test_ctrl_c_while_pretraining_a_base_caches_nothing(monkeypatch):
+    def interrupted_learn(self, total=None):
+        self.interrupted = True  # as the loop leaves it after a first Ctrl-C
+        return self
+
+    monkeypatch.setattr(SFT, "learn", interrupted_learn)
+    models = cache_folder("base-models", "addition", {}).parent
+    built_before = sorted(models.glob("*/config.json"))
+    with pytest.raises(KeyboardInterrupt):
+        build_base_model(TaskConfig(name="addition"), BaseModelConfig(steps=3, seed=12345))
+    assert sorted(models.glob("*/config.json")) == built_before  # no half-trained base cached
+
+
+def test_sft_on_text_rows_trains_to_the_end_and_a_bom_is_read(tmp_path):
+    from payoff.envs.tasks import make_task
+
+    data = tmp_path / "text.jsonl"
+    rows = [json.dumps({"text": f"the number {i} follows {i - 1}."}) for i in range(40)]
+    data.write_text("\ufeff" + "\n".join(rows) + "\n", encoding="utf-8")  # as Notepad saves it
+    task = TaskConfig(name="jsonl", data=str(data))
+    assert len(make_task(task).train_rows) > 30
+    _gpt2(tmp_path / "gpt2", positions=64)
+    sft = payoff.SFT(
+        model={"path": str(tmp_path / "gpt2")}, task=task, steps=2, eval_every=1, batch_size=4
+    )
+    assert sft.learn().step == 2  # no held-out accuracy to score, and no error at the end
+
+
+class _NoRenderMode(_Blank):
+    def __init__(self):  # no render_mode argument
+        super().__init__()
+
+
+def test_an_env_without_render_mode_is_told_how_to_make_gifs(tmp_path):
+    agent = payoff.PPO(_NoRenderMode(), **TINY)
+    with pytest.raises(EnvError, match="does not render RGB frames .*render_mode=None argument"):
+        agent.record_gif(tmp_path / "x.gif")
