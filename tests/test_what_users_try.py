@@ -15,7 +15,7 @@ import torch
 import payoff
 from payoff.algos.sft import SFT, build_base_model
 from payoff.core.cache import cache_folder
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import ConfigError, EnvError, PayoffError
 from payoff.envs.tasks import TaskConfig
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lean_forward import lm_forward
@@ -269,3 +269,13 @@ def test_an_env_without_render_mode_is_told_how_to_make_gifs(tmp_path):
     agent = payoff.PPO(_NoRenderMode(), **TINY)
     with pytest.raises(EnvError, match="does not render RGB frames .*render_mode=None argument"):
         agent.record_gif(tmp_path / "x.gif")
+
+
+def test_load_takes_config_keys_like_the_constructor(tmp_path):
+    agent = payoff.PPO("CartPole-v1", **TINY).learn(64)
+    agent.save(tmp_path / "a.safetensors")
+    again = payoff.PPO.load(tmp_path / "a.safetensors", eval_every=128)
+    assert again.config.eval_every == 128 and again.step == agent.step
+    assert again.predict(np.zeros(4, np.float32)) == agent.predict(np.zeros(4, np.float32))
+    with pytest.raises(PayoffError, match="learning_rat"):
+        payoff.PPO.load(tmp_path / "a.safetensors", learning_rat=1e-3)

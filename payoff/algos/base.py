@@ -136,6 +136,21 @@ class _LoopCounter:
         setattr(algorithm.state, self.name, value)
 
 
+def _from_python_material(config: dict[str, Any]) -> bool:
+    """Whether a saved config names what only Python gave it: task rows (a jsonl task with no
+    data file) or reward functions defined in a script or a function."""
+    task = config.get("task")
+    if isinstance(task, dict) and task.get("name") == "jsonl" and not task.get("data"):
+        return True
+    rewards = config.get("rewards")
+    names = (
+        [r.get("name", "") for r in rewards if isinstance(r, dict)]
+        if isinstance(rewards, list)
+        else []
+    )
+    return any(str(n).startswith("__main__:") or "<" in str(n) for n in names)
+
+
 _SB3_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
 
 
@@ -384,10 +399,14 @@ class Algorithm:
         env: Any = None,
         device: str | None = None,
         trust_code: bool = False,
+        **settings: Any,
     ) -> Self:
         """Load from a file written by `save`, a checkpoint, or a run directory.
 
         env: optionally a different env id/config; its spaces must match the checkpoint's.
+        settings: config keys to set on the saved config, as the constructor takes them: what
+            a file cannot hold (`GRPO.load(path, task=rows, rewards=[my_reward])` for a run
+            trained on Python rows and functions) or what to change (`eval_every=...`).
         device: where the networks go (auto, cpu, cuda, cuda:N, mps); None keeps the saved
             config's device, or the CPU (with a warning) when this machine lacks it. Files
             hold CPU tensors, so a model trained on a GPU loads on a CPU-only machine.
@@ -400,7 +419,7 @@ class Algorithm:
             path = Run.open(path).checkpoint_path("latest")
         payload, _ = load_checkpoint_file(path, cls.name)
         algorithm = cls._from_payload(
-            payload, env=env, source=path, device=device, trust_code=trust_code
+            payload, env=env, source=path, device=device, trust_code=trust_code, settings=settings
         )
         note = algorithm.restore_note()
         if note:
@@ -416,6 +435,7 @@ class Algorithm:
         source: str | Path | None = None,
         device: str | None = None,
         trust_code: bool = False,
+        settings: dict[str, Any] | None = None,
     ) -> Self:
         """Rebuild from what `_payload_state` saved; `source` (the file) is named in errors.
         `device` replaces the saved config's (see `load`). The config names no code that
@@ -432,6 +452,7 @@ class Algorithm:
         if env is not None:
             config_data["env"] = env_config_of(env)
             yours = code_named_by(config_data["env"])
+        config_data.update(settings or {})  # the caller's own: its code is theirs to name
         if device is not None:
             config_data["device"] = device
         elif not _device_here(config_data.get("device")):
@@ -449,7 +470,16 @@ class Algorithm:
             raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
         trusted = trust_code or (source is not None and written_here(source, payload["config"]))
         with names_from(None if trusted else where, yours):
-            algorithm = cls(config=config, run=run)
+            try:
+                algorithm = cls(config=config, run=run)
+            except ConfigError as err:
+                if not _from_python_material(payload["config"]) or settings:
+                    raise
+                raise ConfigError(
+                    f"{where}: {err}. It was trained on Python rows or functions, which a file "
+                    f"cannot hold: pass them again, {cls.__name__}.load(path, task=rows, "
+                    f"rewards=[fn])"
+                ) from None
         saved, current = payload.get("spaces", {}), algorithm.spaces()
         if not isinstance(saved, dict):
             raise CheckpointError(f"{where} has a malformed 'spaces' entry")
