@@ -279,3 +279,11 @@ def test_load_takes_config_keys_like_the_constructor(tmp_path):
     assert again.predict(np.zeros(4, np.float32)) == agent.predict(np.zeros(4, np.float32))
     with pytest.raises(PayoffError, match="learning_rat"):
         payoff.PPO.load(tmp_path / "a.safetensors", learning_rat=1e-3)
+
+
+def test_a_reward_model_on_your_own_pairs_reports_no_gold_accuracy():
+    from payoff.algos.reward_model import PairEval
+
+    own = PairEval(60, 0.7, float("nan"), 0.4, 0.0, [0.7], 0.1)
+    assert "gold" not in own.line() and "nan" not in own.line()
+    assert "0.900 (vs gold)" in PairEval(60, 0.7, 0.9, 0.4, 0.0, [0.7], 0.1).line()

@@ -12,6 +12,7 @@ the gap between the two is the rater's bias, learned.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -155,8 +156,11 @@ class PairEval:
         return asdict(self)
 
     def line(self) -> str:
+        gold = (
+            "" if math.isnan(self.gold_accuracy) else f", {self.gold_accuracy:.3f} (vs gold)"
+        )  # your own pairs carry no gold scores
         text = (
-            f"held-out pairwise accuracy {self.accuracy:.3f} (vs rater), {self.gold_accuracy:.3f} (vs gold) "
+            f"held-out pairwise accuracy {self.accuracy:.3f} (vs rater){gold} "
             f"on {self.pairs} pairs; margin {self.margin:.2f}; score-length correlation {self.length_correlation:+.2f}"
         )
         if len(self.member_accuracy) > 1:
@@ -295,7 +299,11 @@ class RewardModel(Algorithm):
             self.step,
             **{
                 "eval/accuracy": result.accuracy,
-                "eval/gold_accuracy": result.gold_accuracy,
+                **(
+                    {}
+                    if math.isnan(result.gold_accuracy)
+                    else {"eval/gold_accuracy": result.gold_accuracy}
+                ),
                 "eval/margin": result.margin,
                 "eval/disagreement": result.disagreement,
                 "eval/length_correlation": result.length_correlation,
