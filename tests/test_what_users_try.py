@@ -287,3 +287,19 @@ def test_a_reward_model_on_your_own_pairs_reports_no_gold_accuracy():
     own = PairEval(60, 0.7, float("nan"), 0.4, 0.0, [0.7], 0.1)
     assert "gold" not in own.line() and "nan" not in own.line()
     assert "0.900 (vs gold)" in PairEval(60, 0.7, 0.9, 0.4, 0.0, [0.7], 0.1).line()
+
+
+def test_dpo_takes_preference_pairs_from_python():
+    from payoff.algos.dpo import DPOConfig
+    from payoff.core.config import from_dict
+    from payoff.envs.tasks import make_task
+    from payoff.envs.tasks.preferences import load_pairs
+
+    pairs = [{"prompt": f"hi {i}", "chosen": "hello!", "rejected": "go away"} for i in range(20)]
+    config = from_dict(DPOConfig, {"preferences": pairs})
+    assert config.preferences.own and not config.preferences.path
+    train, test = load_pairs(config.preferences, make_task(config.task), seed=0)
+    assert (len(train), len(test)) == (18, 2) and test[0]["chosen"] == "hello!"
+    with pytest.raises(payoff.core.errors.DataError, match=r"rows\[1\]"):
+        bad = from_dict(DPOConfig, {"preferences": [pairs[0], {"prompt": "x", "chosen": "y"}]})
+        load_pairs(bad.preferences, make_task(bad.task), seed=0)

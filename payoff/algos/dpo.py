@@ -307,7 +307,7 @@ class DPO(LMAlgorithm):
 
     def greedy_gold(self) -> float | None:
         """Mean gold score of greedy answers on the task's test prompts (None without a gold scorer)."""
-        if "gold" not in self.task.default_rewards[0] or self.config.preferences.path:
+        if "gold" not in self.task.default_rewards[0] or self.config.preferences.own:
             return None  # your own pairs: the task's gold scorer knows nothing of their prompts
         rows = self.task.split("test", self.config.task.eval_size)
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from payoff.core.config import PYTHON_ONLY
 from payoff.core.errors import ConfigError, DataError
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
@@ -102,14 +103,15 @@ def preference_row(where: str, row: dict[str, Any]) -> Row:
     return row
 
 
-def read_preferences(path: str | Path, split: str = "train") -> list[Row]:
+def read_preferences(path: Any, split: str = "train") -> list[Row]:
     """Pairs {prompt, chosen, rejected, ...} of a dataset file or folder; a bad row is a DataError naming file:line.
 
     split: the split to read from a DatasetDict folder.
     """
     rows = [preference_row(where, row) for where, row in read_records(path, split, "preference")]
     if not rows:
-        raise DataError(f"preference file {str(path)!r} holds no rows")
+        where = repr(str(path)) if isinstance(path, str | Path) else "passed from Python"
+        raise DataError(f"the preference pairs {where} hold no rows")
     return rows
 
 
@@ -278,6 +280,20 @@ class PreferenceDataConfig:
     bias: float = 0.3
     train_pairs: int = 2000
     test_pairs: int = 400
+    dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
+
+    @classmethod
+    def from_value(cls, value: object) -> PreferenceDataConfig | None:
+        """`preferences=<pairs>` from Python: a list of dicts, a datasets.Dataset or a
+        DatasetDict (its 'test' split is held out), in the formats `path` takes."""
+        if isinstance(value, list | tuple) or hasattr(value, "column_names"):
+            return cls(dataset=value)
+        return None
+
+    @property
+    def own(self) -> bool:
+        """Whether the pairs are yours (a file or Python rows), not synthetic."""
+        return bool(self.path) or self.dataset is not None
 
     def validate(self) -> None:
         if not 0 <= self.bias <= 1:
@@ -290,17 +306,17 @@ class PreferenceDataConfig:
 
 def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[list[Row], list[Row]]:
     """(train, test) preference rows: from your files, or synthetic from a styled_addition task."""
-    if config.path:
-        rows = read_preferences(config.path, "train")
-        test_path = config.test_path or (
-            config.path if "test" in dataset_splits(config.path) else ""
-        )
-        if test_path:
-            return rows, read_preferences(test_path, "test")
+    if config.own:
+        source = config.dataset if config.dataset is not None else config.path
+        where = config.path or "the pairs passed from Python"
+        rows = read_preferences(source, "train")
+        test_source = config.test_path or (source if "test" in dataset_splits(source) else "")
+        if test_source:
+            return rows, read_preferences(test_source, "test")
         cut = max(1, len(rows) * 9 // 10)
         if cut >= len(rows):
             raise DataError(
-                f"{config.path}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path"
+                f"{where}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path"
             )
         return rows[:cut], rows[cut:]
     if not isinstance(task, StyledAddition):
