@@ -303,3 +303,18 @@ def test_dpo_takes_preference_pairs_from_python():
     with pytest.raises(payoff.core.errors.DataError, match=r"rows\[1\]"):
         bad = from_dict(DPOConfig, {"preferences": [pairs[0], {"prompt": "x", "chosen": "y"}]})
         load_pairs(bad.preferences, make_task(bad.task), seed=0)
+
+
+def test_a_datasetdicts_validation_split_is_held_out_and_no_held_out_rows_fail_early():
+    from datasets import Dataset, DatasetDict
+
+    from payoff.envs.tasks import make_task
+
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(50)]
+    splits = DatasetDict(
+        {"train": Dataset.from_list(rows[:40]), "validation": Dataset.from_list(rows[40:])}
+    )
+    task = make_task(TaskConfig.from_value(splits))
+    assert (len(task.train_rows), len(task.test_rows)) == (40, 10)
+    with pytest.raises(ConfigError, match="split 'test' has no rows"):  # before any pretraining
+        payoff.GRPO(task=[rows[0]] * 3, steps=1)

@@ -205,6 +205,7 @@ class LMAlgorithm(Algorithm):
                     f"rows of task {config.task.name!r} have none (language-modelling 'text' "
                     f"rows are for SFT); give the rows a prompt (and an answer or tests)"
                 )
+            self.task.split("test", 1)  # no held-out rows: say so now, not after pretraining
         self.verifier = RewardMix([correctness_spec(self.task)])
         start = start_lm(config.model, config.seed, config.threads, build_base, config.device)
         self.rng, self.model, self.tokenizer = start.rng, start.model, start.tokenizer

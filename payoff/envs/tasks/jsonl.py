@@ -133,8 +133,8 @@ def _name(data: Any) -> str:
 class JsonlTask(Task):
     """Rows from your files (any format `read_rows` reads, not only JSONL).
 
-    The test split is `test_data`; else the 'test' split of a DatasetDict folder in `data`;
-    else 10% of `data`, held out by a hash of each prompt. The ood split is `ood_data` (or
+    The test split is `test_data`; else the 'test' (or 'validation', 'valid', 'dev') split
+    of a DatasetDict folder in `data`; else 10% of `data`, held out by a hash of each prompt. The ood split is `ood_data` (or
     the folder's 'ood' split); without one there is no ood split (`has_split` says so).
     """
 
@@ -148,9 +148,12 @@ class JsonlTask(Task):
             )
         rows = read_rows(data, "train")
         splits = dataset_splits(data)
-        test_data = _given(test_data) or (data if "test" in splits else "")
+        # a DatasetDict's held-out split: 'test', else 'validation' (or 'valid', 'dev')
+        held = next((s for s in ("test", "validation", "valid", "dev") if s in splits), "test")
+        test_data = _given(test_data) or (data if held in splits else "")
         ood_data = _given(ood_data) or (data if "ood" in splits else "")
-        self.test_rows = read_rows(test_data, "test") if _given(test_data) else None
+        test_split = "test" if _given(test_data) is not data else held
+        self.test_rows = read_rows(test_data, test_split) if _given(test_data) else None
         self.ood_rows = read_rows(ood_data, "ood") if _given(ood_data) else None
         if self.test_rows is None:
             self.train_rows = [r for r in rows if not held_out(r["key"], self.held_out_percent)]
