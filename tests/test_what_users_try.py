@@ -318,3 +318,17 @@ def test_a_datasetdicts_validation_split_is_held_out_and_no_held_out_rows_fail_e
     assert (len(task.train_rows), len(task.test_rows)) == (40, 10)
     with pytest.raises(ConfigError, match="split 'test' has no rows"):  # before any pretraining
         payoff.GRPO(task=[rows[0]] * 3, steps=1)
+
+
+def test_a_long_evaluation_shows_a_bar_a_short_one_none():
+    from payoff.track.progress import LateProgress
+
+    quick = LateProgress(4, "evaluating", after=60.0)
+    for _ in range(1000):
+        quick.tick(1)
+    assert quick._bar is None  # a blink: no bar
+    slow = LateProgress(4, "evaluating", after=0.0)
+    for _ in range(300):
+        slow.tick(1, finished=int(_ == 100))
+    assert slow._bar is not None and slow.steps == 300 and slow.done == 1
+    slow.close()

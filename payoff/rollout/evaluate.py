@@ -12,6 +12,7 @@ import numpy as np
 
 from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.make import EnvConfig, is_success, make_env
+from payoff.track.progress import LateProgress
 
 Policy = Callable[[Any], Any]  # one observation -> one action
 
@@ -72,6 +73,7 @@ def evaluate_policy(
     check_episodes(episodes)
     environment = make_env(env)
     returns, lengths, successes = [], [], []
+    progress = LateProgress(episodes, f"evaluating {env.id}")
     try:
         for episode in range(episodes):
             obs, _ = environment.reset(seed=seed + episode)
@@ -87,11 +89,13 @@ def evaluate_policy(
                 if not done and length >= step_limit:
                     warn_unended(env.id, step_limit)
                     done = True
+                progress.tick(1, int(done))
             returns.append(total)
             lengths.append(length)
             successes.append(is_success(env.id, info, float(reward)))
     finally:
         environment.close()
+        progress.close()
     defined = [s for s in successes if s is not None]
     return EvalResult(
         mean_return=float(np.mean(returns)),

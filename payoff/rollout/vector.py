@@ -27,6 +27,7 @@ from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, check_episodes, warn_unended
+from payoff.track.progress import LateProgress
 
 Vectorization = Literal["auto", "batched", "sync", "async"]
 # Gymnasium ids that payoff implements as a batched NumPy env with identical dynamics.
@@ -389,6 +390,7 @@ def evaluate_batched(
     to_device = device if device is not None and device.type != "cpu" else None
     # fresh envs for evaluation, never the vector env a user passed in for training
     envs = make_vector_env(dataclasses.replace(env, vector=None), episodes, vectorization)
+    progress = LateProgress(episodes, f"evaluating {env.id}")
     try:
         obs, _ = reset_envs(envs, seed, env.id, "evaluation")
         returns = np.zeros(episodes)
@@ -402,12 +404,15 @@ def evaluate_batched(
             )
             returns += np.asarray(rewards) * running
             lengths += running
-            running &= ~(np.asarray(terminated) | np.asarray(truncated))
+            still = running & ~(np.asarray(terminated) | np.asarray(truncated))
+            progress.tick(int(running.sum()), int(running.sum() - still.sum()))
+            running = still
             if running.any() and lengths.max() >= step_limit:
                 warn_unended(env.id, step_limit)
                 break
     finally:
         envs.close()
+        progress.close()
     if not np.isfinite(returns).all():
         raise EnvError(f"env {env.id!r} returned non-finite rewards during evaluation")
     return EvalResult(

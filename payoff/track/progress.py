@@ -57,3 +57,34 @@ def _fmt(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.3g}"
     return value
+
+
+class LateProgress:
+    """A bar that appears only once work has run `after` seconds: evaluation is usually a
+    blink, but an env without a time limit, or a planner at a second a step, can make it
+    minutes, and a silent minute looks hung. `tick(steps)` is cheap: it looks at the clock
+    once every 256 calls."""
+
+    def __init__(self, total: int, desc: str, unit: str = "episode", after: float = 10.0):
+        self.total, self.desc, self.unit, self.after = total, desc, unit, after
+        self.started = time.monotonic()
+        self.done = 0
+        self.steps = 0
+        self._calls = 0
+        self._bar: Progress | None = None
+
+    def tick(self, steps: int = 1, finished: int = 0) -> None:
+        """`steps` env steps taken and `finished` more episodes ended since the last call."""
+        self.steps += steps
+        self.done += finished
+        if self._bar is not None:
+            self._bar.update(finished, steps=self.steps)
+            return
+        self._calls += 1
+        if self._calls % 256 == 0 and time.monotonic() - self.started > self.after:
+            self._bar = Progress(self.total, initial=self.done, desc=self.desc, unit=self.unit)
+            self._bar.set_postfix({"steps": self.steps})
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
