@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.core.errors import ConfigError, PayoffError, RunError, suggest
 from payoff.core.imports import trusting_loaded_code
 
 
@@ -188,6 +188,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from payoff.track.run import Run
 
     runs = [Run.open(path) for path in args.runs]
+    logged = {key for run in runs for record in run.records() for key in record}
+    for key in [*(args.metric or []), args.x]:
+        if key not in logged:
+            raise ConfigError(
+                f"no run logged {key!r}.{suggest(key, sorted(logged))} Logged: "
+                f"{', '.join(sorted(logged)[:30]) or 'nothing yet'}"
+            )
     with _writing(f"the plot {args.out!r}", "pass --out with a path you can write to"):
         path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
     print(f"wrote {path}")

@@ -20,6 +20,7 @@ Spec (YAML, a shipped one by name from payoff/recipes/redteam/ or a path):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 from payoff.algos import get_algorithm
 from payoff.algos.base import Agent
 from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
-from payoff.core.errors import ConfigError, suggest
+from payoff.core.errors import ConfigError, EnvError, suggest
 from payoff.envs.make import EnvConfig, make_env
 from payoff.monitor.behaviour import concentration, find_loop
 from payoff.report.page import write_report
@@ -90,7 +91,13 @@ def load_spec(
 
 def play(spec: RedTeamSpec, policy: Any, episodes: int, seed: int, render: bool) -> list[Episode]:
     """Episodes of `policy(obs)` with proxy and true returns and the visited states."""
-    env = make_env(spec.env, render_mode="rgb_array" if render else None)
+    try:
+        env = make_env(spec.env, render_mode="rgb_array" if render else None)
+    except EnvError as err:
+        if not render:
+            raise
+        print(f"no exploit GIF: {str(err).splitlines()[0][:300]}", file=sys.stderr)
+        env, render = make_env(spec.env), False  # the analysis does not need pictures
     out = []
     for episode in range(episodes):
         obs, info = env.reset(seed=seed + episode)
@@ -193,7 +200,8 @@ def redteam(
         )
     if exploits:
         worst = attacked[exploits[0]]
-        write_gif(worst.frames, run.media / "exploit.gif", fps=8)
+        if worst.frames:
+            write_gif(worst.frames, run.media / "exploit.gif", fps=8)
         first = findings[0]
         loop_text = (
             f"; from frame {first['loop']['start_frame']} it repeats a {first['loop']['period']}-step "

@@ -112,10 +112,11 @@ def _retarget(
         return data, None
     keys_named = [parse_override(o)[0] for o in overrides]
     env_overrides = [o for o, keys in zip(overrides, keys_named, strict=True) if keys[0] == "env"]
-    named_env = {keys[1] for keys in keys_named if keys[0] == "env" and len(keys) > 1}
+    yours = apply_overrides({}, env_overrides).get("env", {})  # only what the overrides wrote
     target = apply_overrides({"env": recipe_env}, env_overrides)["env"]
-    if not isinstance(target, dict) or any(keys == ["env"] for keys in keys_named):
-        return data, None  # env=<a whole mapping> replaces the recipe's env already
+    if not isinstance(target, dict) or not isinstance(yours, dict):
+        return data, None  # env=<an id string>: the config reads it as the env's id
+    named_env = set(yours)
     before = recipe_env.get("entry_point") or recipe_env.get("id")
     if "entry_point" in named_env:
         after = target.get("entry_point")
@@ -128,7 +129,7 @@ def _retarget(
     named = {keys[0] for keys in keys_named}
     dropped = [k for k in data if k != "env" and k not in named]
     dropped += [f"env.{k}" for k in recipe_env if k not in named_env]
-    env = {k: v for k, v in target.items() if k in named_env}
+    env = yours
     note = (
         f"recipe {name!r} was tuned for {before}; on {after} its settings for that env "
         f"({', '.join(dropped)}) are left out and {algo}'s defaults apply. Name any of them "
@@ -294,6 +295,22 @@ def train_experiment(
     description = data.pop("description", "")
     data.pop("kind")
     experiment = from_dict(Experiment, data)
+    if not experiment.members or not all(member.seeds for member in experiment.members):
+        raise ConfigError(
+            f"experiment {name!r} needs at least one member, each with at least one seed "
+            f"(members: [{{recipe: cartpole-ppo, seeds: [0, 1]}}, ...])"
+        )
+    for member in experiment.members:  # every member's config checked before any trains
+        _, member_data = load_recipe(member.recipe)
+        if member_data.get("kind") == "experiment":
+            raise ConfigError(
+                f"experiment {name!r}: member {member.recipe!r} is itself an experiment; "
+                f"list its members instead"
+            )
+        try:
+            resolve(member.recipe, [*member.overrides, *overrides], member.seeds[0])
+        except ConfigError as err:
+            raise ConfigError(f"experiment {name!r}, member {member.recipe!r}: {err}") from None
     resolved = {
         "recipe": name,
         "description": description,

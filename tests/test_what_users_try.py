@@ -15,12 +15,12 @@ import torch
 import payoff
 from payoff.algos.sft import SFT, build_base_model
 from payoff.core.cache import cache_folder
-from payoff.core.errors import ConfigError, EnvError, PayoffError
+from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.tasks import TaskConfig
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lean_forward import lm_forward
 from payoff.models.lm import load_tokenizer
-from payoff.rewards.base import RewardFunctionError, RewardMix, RewardSpec
+from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.train import resolve
 
 TINY = {"num_envs": 2, "num_steps": 32, "minibatch_size": 32, "eval_every": 0}
@@ -117,6 +117,10 @@ def test_recurrent_ppo_runs_on_its_defaults():
     agent = payoff.RecurrentPPO("CartPole-v1", eval_every=0)
     assert agent.config.minibatch_size % agent.config.num_steps == 0  # whole sequences
     assert agent.learn(1024).step > 0
+    from payoff.algos.recurrent_ppo import RecurrentPPOConfig
+
+    built = payoff.RecurrentPPO(config=RecurrentPPOConfig(eval_every=0))  # no validate on this path
+    assert built.learn(1024).step > 0
 
 
 class _WrongReset(_Blank):
@@ -149,6 +153,13 @@ def test_a_recipe_pointed_at_another_env_leaves_its_env_settings_behind():
     assert config.env.id == "CliffWalking-v1"
     _, config, _ = resolve("pendulum-sac", [f"env.entry_point={__name__}:_Box22"])
     assert config.env.id == f"{__name__}:_Box22"  # not the recipe's Pendulum-v1
+    _, config, resolved = resolve(
+        "frozenlake-q", ["env.id=CliffWalking-v1", "env.kwargs.is_slippery=true"]
+    )
+    assert config.env.kwargs == {"is_slippery": True}  # yours, without the recipe's map_name
+    _, config, resolved = resolve("cartpole-ppo", ["env={id: Acrobot-v1}", "num_envs=4"])
+    assert config.num_envs == 4 and config.total_steps == payoff.PPO.config_class().total_steps
+    assert "tuned for CartPole-v1" in resolved["recipe_note"]  # a whole env mapping retargets too
     _, same, resolved = resolve("frozenlake-q", ["env.kwargs.map_name=8x8"])
     assert same.env.kwargs == {"map_name": "8x8", "is_slippery": True}
     assert "recipe_note" not in resolved
@@ -218,18 +229,24 @@ def test_sequences_past_a_models_context_or_vocabulary_are_named():
         )
 
 
-def test_reward_functions_returning_inf_or_needing_a_missing_column_are_named():
-    def infinite(prompts, completions, **kwargs):
-        return [float("inf")] * len(completions)
+def test_reward_functions_returning_inf_or_needing_a_missing_column_are_named(capsys):
+    def infinite_for_c(prompts, completions, **kwargs):
+        return [float("-inf") if c == "c" else 1.0 for c in completions]
 
-    with pytest.raises(RewardFunctionError, match="'infinite' returned inf .* must be finite"):
-        RewardMix([RewardSpec.from_value(infinite)])(["p"], ["c"])
+    result = RewardMix([RewardSpec.from_value(infinite_for_c)])(["p", "q"], ["c", "d"])
+    assert result.total == [0.0, 1.0]  # the infinite row scores on_error, the run goes on
+    assert result.errors == {"infinite_for_c": 1} and "must be finite" in capsys.readouterr().err
 
     def wants_difficulty(prompts, completions, difficulty, **kwargs):
         return [1.0] * len(completions)
 
-    with pytest.raises(ConfigError, match=r"needs \['difficulty'\].*add the missing column"):
+    with pytest.raises(ConfigError, match=r"needs \['difficulty'\].*Add the missing column"):
         RewardMix([RewardSpec.from_value(wants_difficulty)])(["p"], ["c"])
+
+    def decorated(*args, **kwargs):  # what a plain decorator's wrapper looks like
+        return [2.0] * len(kwargs["completions"])
+
+    assert RewardMix([RewardSpec.from_value(decorated)])(["p"], ["c"]).total == [2.0]
 
 
 def test_ctrl_c_while_pretraining_a_base_caches_nothing(monkeypatch):
@@ -277,7 +294,10 @@ def test_load_takes_config_keys_like_the_constructor(tmp_path):
     again = payoff.PPO.load(tmp_path / "a.safetensors", eval_every=128)
     assert again.config.eval_every == 128 and again.step == agent.step
     assert again.predict(np.zeros(4, np.float32)) == agent.predict(np.zeros(4, np.float32))
-    with pytest.raises(PayoffError, match="learning_rat"):
+    with pytest.raises(
+        ConfigError,
+        match=r"PPO.load\(\) got unknown config key\(s\) \[.learning_rat.\].*learning_rate",
+    ):
         payoff.PPO.load(tmp_path / "a.safetensors", learning_rat=1e-3)
 
 
@@ -300,6 +320,9 @@ def test_dpo_takes_preference_pairs_from_python():
     assert config.preferences.own and not config.preferences.path
     train, test = load_pairs(config.preferences, make_task(config.task), seed=0)
     assert (len(train), len(test)) == (18, 2) and test[0]["chosen"] == "hello!"
+    with pytest.raises(ConfigError, match="passed from Python.*pass them again"):
+        saved = from_dict(DPOConfig, {"preferences": {"from_python": True}})  # as a file holds it
+        load_pairs(saved.preferences, make_task(saved.task), seed=0)
     with pytest.raises(payoff.core.errors.DataError, match=r"rows\[1\]"):
         bad = from_dict(DPOConfig, {"preferences": [pairs[0], {"prompt": "x", "chosen": "y"}]})
         load_pairs(bad.preferences, make_task(bad.task), seed=0)
@@ -332,3 +355,39 @@ def test_a_long_evaluation_shows_a_bar_a_short_one_none():
         slow.tick(1, finished=int(_ == 100))
     assert slow._bar is not None and slow.steps == 300 and slow.done == 1
     slow.close()
+
+
+def test_yaml_reads_3e_4_as_a_number_and_an_experiment_checks_every_member_first(tmp_path):
+    from payoff.core.config import load_yaml
+    from payoff.train import train_experiment
+
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("algo: ppo\nenv: {id: CartPole-v1}\ntotal_steps: 2e3\nlearning_rate: 3e-4\n")
+    assert load_yaml(recipe)["learning_rate"] == 3e-4
+    _, config, _ = resolve(str(recipe), [])
+    assert config.learning_rate.start == 3e-4 and config.total_steps == 2000
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(
+        "kind: experiment\nmembers:\n  - {recipe: cartpole-ppo, seeds: [0]}\n"
+        "  - {recipe: cartpole-ppo, overrides: [total_stepz=2000], seeds: [0]}\n"
+    )
+    with pytest.raises(
+        ConfigError, match="member 'cartpole-ppo': unknown config key 'total_stepz'"
+    ):
+        train_experiment(str(experiment), out=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+def test_plot_names_a_metric_no_run_logged(tmp_path, capsys):
+    from payoff.cli import main
+
+    assert (
+        main(["train", "cartpole-ppo", "total_steps=512", "--no-media", "--out", str(tmp_path)])
+        == 0
+    )
+    (run,) = tmp_path.iterdir()
+    assert (
+        main(["plot", str(run), "--metric", "eval/mean_retrun", "--out", str(tmp_path / "p.png")])
+        == 2
+    )
+    assert "no run logged 'eval/mean_retrun'" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
 from payoff.core.config import annotated_class, fields_of, from_dict, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
-from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.errors import CheckpointError, ConfigError, suggest
 from payoff.core.imports import names_from
 from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of
@@ -136,11 +136,23 @@ class _LoopCounter:
         setattr(algorithm.state, self.name, value)
 
 
+def _code_specs(value: Any) -> frozenset[str]:
+    """Every 'module:name' string inside `value` (settings a caller passes to load)."""
+    if isinstance(value, dict):
+        return frozenset().union(*(_code_specs(v) for v in value.values()))
+    if isinstance(value, list | tuple):
+        return frozenset().union(*(_code_specs(v) for v in value))
+    return frozenset({value}) if isinstance(value, str) and ":" in value else frozenset()
+
+
 def _from_python_material(config: dict[str, Any]) -> bool:
     """Whether a saved config names what only Python gave it: task rows (a jsonl task with no
     data file) or reward functions defined in a script or a function."""
     task = config.get("task")
     if isinstance(task, dict) and task.get("name") == "jsonl" and not task.get("data"):
+        return True
+    preferences = config.get("preferences")
+    if isinstance(preferences, dict) and preferences.get("from_python"):
         return True
     rewards = config.get("rewards")
     names = (
@@ -452,7 +464,17 @@ class Algorithm:
         if env is not None:
             config_data["env"] = env_config_of(env)
             yours = code_named_by(config_data["env"])
-        config_data.update(settings or {})  # the caller's own: its code is theirs to name
+        if settings:  # the caller's own keys: checked as theirs, and the code they name is theirs
+            valid = fields_of(cls.config_class)
+            unknown = [key for key in settings if key not in valid]
+            if unknown:
+                raise ConfigError(
+                    f"{cls.__name__}.load() got unknown config key(s) {unknown}."
+                    f"{suggest(unknown[0], valid)} It takes path, env, device, trust_code and "
+                    f"{cls.__name__}'s config keys"
+                )
+            config_data.update(settings)
+            yours = yours | _code_specs(settings)
         if device is not None:
             config_data["device"] = device
         elif not _device_here(config_data.get("device")):
@@ -478,7 +500,7 @@ class Algorithm:
                 raise ConfigError(
                     f"{where}: {err}. It was trained on Python rows or functions, which a file "
                     f"cannot hold: pass them again, {cls.__name__}.load(path, task=rows, "
-                    f"rewards=[fn])"
+                    f"rewards=[fn]) or preferences=pairs"
                 ) from None
         saved, current = payload.get("spaces", {}), algorithm.spaces()
         if not isinstance(saved, dict):

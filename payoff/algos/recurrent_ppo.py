@@ -73,6 +73,11 @@ class RecurrentPPOConfig(PPOConfig):
     sequence_length: int | None = None
     minibatch_size: int | None = None  # type: ignore[assignment]
 
+    def default_minibatch_size(self) -> int:
+        """A quarter of a rollout's sequences (at least one), in steps."""
+        length = self.sequence_length if self.sequence_length is not None else self.num_steps
+        return length * max(1, self.num_envs * (self.num_steps // length) // 4)
+
     def validate(self) -> None:
         length = self.sequence_length if self.sequence_length is not None else self.num_steps
         if self.num_steps > 0 and (length <= 0 or self.num_steps % length):
@@ -81,8 +86,7 @@ class RecurrentPPOConfig(PPOConfig):
                 f"(e.g. {', '.join(str(d) for d in _divisors(self.num_steps))})"
             )
         if self.minibatch_size is None and self.num_envs > 0 and self.num_steps > 0:
-            sequences = self.num_envs * (self.num_steps // length)
-            self.minibatch_size = length * max(1, sequences // 4)
+            self.minibatch_size = self.default_minibatch_size()
         super().validate()
         if self.rnn_hidden <= 0:
             raise ConfigError(f"config key 'rnn_hidden' must be > 0, got {self.rnn_hidden}")
@@ -343,7 +347,10 @@ class RecurrentPPO(OnPolicyAlgorithm):
         config = self.config
         fields, length = self.sequences(storage)
         num_sequences = fields["actor_h0"].shape[0]
-        per_minibatch = max(1, config.minibatch_size // length)
+        minibatch = (
+            config.minibatch_size or config.default_minibatch_size()
+        )  # config=... skips validate
+        per_minibatch = max(1, minibatch // length)
         clip = config.clip(progress)
         time_major = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns")
         time_major += ("valid", "starts")

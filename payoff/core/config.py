@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import sys
 import types
 import typing
@@ -286,13 +287,30 @@ def _check_value(key: str, value: Any, valid: Range) -> None:
         raise ConfigError(f"config key {key!r} must be {valid}, got {value!r}")
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """YAML as users write numbers: `3e-4` and `2e3` are floats, as in YAML 1.2 and on the
+    command line (PyYAML's YAML 1.1 reads them as strings without a dot)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml_text(text: str) -> Any:
+    """yaml.safe_load, with YAML 1.2's reading of `3e-4` as a number."""
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with a clear error for a missing or malformed file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml_text(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if data is None:

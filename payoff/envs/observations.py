@@ -21,6 +21,15 @@ def observation_batch(
     observation: Any, space: gym.Space, dtype: Any = np.float32
 ) -> tuple[np.ndarray, bool]:
     """(batch [N, *shape] as `dtype`, whether one observation was given) for `space`."""
+    if isinstance(space, gym.spaces.Discrete) and isinstance(observation, int | np.integer):
+        # one state, the common case of a per-step predict: checked with Python ints
+        low, high = int(space.start), int(space.start + space.n - 1)
+        if not low <= int(observation) <= high:
+            raise EnvError(
+                f"predict: state {observation} is outside {space}: its states are the "
+                f"integers {low}..{high}"
+            )
+        return np.array([observation], dtype=dtype), True
     try:
         obs = np.asarray(observation)
     except ValueError as error:  # ragged nested lists

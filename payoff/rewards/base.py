@@ -143,15 +143,20 @@ def _call_arguments(fn: RewardFn, available: dict[str, Any], key: str) -> dict[s
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and name not in available
     ]
-    if missing or positional:
+    if missing:
         raise ConfigError(
-            f"reward function {key!r} needs {missing or ['*args']}, but payoff passes keyword arguments "
-            f"{sorted(available)} (the dataset's columns among them). Write it as def {key}(prompts, "
-            f"completions, **kwargs) and read dataset columns from kwargs (the TRL convention), or "
-            f"add the missing column to the data"
+            f"reward function {key!r} needs {missing}, but payoff passes keyword arguments "
+            f"{sorted(available)} (the dataset's columns among them). Add the missing column to "
+            f"the data, or give the parameter a default"
         )
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return available
+        return available  # (prompts, completions, *args, **kwargs) too: all by keyword
+    if positional:
+        raise ConfigError(
+            f"reward function {key!r} takes *args, but payoff passes keyword arguments "
+            f"{sorted(available)}. Write it as def {key}(prompts, completions, **kwargs) and read "
+            f"dataset columns from kwargs (the TRL convention)"
+        )
     return {name: value for name, value in available.items() if name in parameters}
 
 
@@ -426,9 +431,9 @@ def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseExcept
         except (TypeError, ValueError):
             return TypeError(f"reward function {key!r} returned {value!r}, not a number or None")
         if math.isinf(number):  # an infinite advantage would turn every weight into NaN
-            return RewardFunctionError(
-                f"reward function {key!r} returned {number} for completion {len(out)}: scores "
-                f"must be finite (or None, or NaN, for 'not applicable')"
+            return ValueError(  # as a bad value: shown once, the row scores on_error
+                f"reward function {key!r} returned {number}: scores must be finite (None or "
+                f"NaN for 'not applicable')"
             )
         out.append(None if math.isnan(number) else number)
     return out

@@ -122,12 +122,12 @@ def record_frames(
         except NotImplementedError:
             image = None
         picture = np.asarray(image)
-        if picture.ndim != 3 or picture.shape[-1] not in (3, 4):
+        if not (picture.ndim == 2 or picture.ndim == 3 and picture.shape[-1] in (3, 4)):
             raise EnvError(
                 f"env {env.id!r} does not render RGB frames (render() gave "
                 f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
                 f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
-                f"[H, W, 3] uint8 array from render() when it is 'rgb_array'"
+                f"[H, W, 3] (or [H, W]) uint8 array from render() when it is 'rgb_array'"
             )
         return picture
 

@@ -75,6 +75,14 @@ def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list
     )
 
 
+HELD_OUT_SPLITS = ("test", "validation", "valid", "dev")
+
+
+def held_out_split(splits: list[str]) -> str | None:
+    """The split of a DatasetDict to hold out: 'test', else 'validation', 'valid' or 'dev'."""
+    return next((s for s in HELD_OUT_SPLITS if s in splits), None)
+
+
 def dataset_splits(path: Any) -> list[str]:
     """The split names of a DatasetDict (a save_to_disk folder or the object); [] otherwise."""
     if not isinstance(path, str | Path):

@@ -26,6 +26,7 @@ from payoff.envs.tasks.base import Row, Task, held_out
 from payoff.envs.tasks.datasets import (
     columns,
     dataset_splits,
+    held_out_split,
     is_conversation,
     messages,
     read_records,
@@ -149,10 +150,10 @@ class JsonlTask(Task):
         rows = read_rows(data, "train")
         splits = dataset_splits(data)
         # a DatasetDict's held-out split: 'test', else 'validation' (or 'valid', 'dev')
-        held = next((s for s in ("test", "validation", "valid", "dev") if s in splits), "test")
-        test_data = _given(test_data) or (data if held in splits else "")
+        held = held_out_split(splits)
+        test_split = "test" if _given(test_data) else held or "test"  # a file's own, or data's
+        test_data = _given(test_data) or (data if held else "")
         ood_data = _given(ood_data) or (data if "ood" in splits else "")
-        test_split = "test" if _given(test_data) is not data else held
         self.test_rows = read_rows(test_data, test_split) if _given(test_data) else None
         self.ood_rows = read_rows(ood_data, "ood") if _given(ood_data) else None
         if self.test_rows is None:

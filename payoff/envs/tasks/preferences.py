@@ -45,6 +45,7 @@ from payoff.envs.tasks.base import Row, Task, register_task
 from payoff.envs.tasks.datasets import (
     columns,
     dataset_splits,
+    held_out_split,
     is_conversation,
     messages,
     read_records,
@@ -280,6 +281,7 @@ class PreferenceDataConfig:
     bias: float = 0.3
     train_pairs: int = 2000
     test_pairs: int = 400
+    from_python: bool = False  # the pairs were Python rows: a saved config cannot hold them
     dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
 
     @classmethod
@@ -287,7 +289,7 @@ class PreferenceDataConfig:
         """`preferences=<pairs>` from Python: a list of dicts, a datasets.Dataset or a
         DatasetDict (its 'test' split is held out), in the formats `path` takes."""
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
-            return cls(dataset=value)
+            return cls(dataset=value, from_python=True)
         return None
 
     @property
@@ -306,13 +308,21 @@ class PreferenceDataConfig:
 
 def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[list[Row], list[Row]]:
     """(train, test) preference rows: from your files, or synthetic from a styled_addition task."""
+    if config.from_python and config.dataset is None:
+        raise ConfigError(
+            "these preference pairs were passed from Python, and a saved run or file cannot "
+            "hold them: pass them again (e.g. DPO.load(path, preferences=pairs))"
+        )
     if config.own:
         source = config.dataset if config.dataset is not None else config.path
         where = config.path or "the pairs passed from Python"
         rows = read_preferences(source, "train")
-        test_source = config.test_path or (source if "test" in dataset_splits(source) else "")
+        held = held_out_split(dataset_splits(source))
+        test_source = config.test_path or (source if held else "")
         if test_source:
-            return rows, read_preferences(test_source, "test")
+            return rows, read_preferences(
+                test_source, "test" if config.test_path else held or "test"
+            )
         cut = max(1, len(rows) * 9 // 10)
         if cut >= len(rows):
             raise DataError(
