@@ -144,7 +144,7 @@ def test_function_without_kwargs_gets_only_what_it_declares():
 
 def test_function_needing_a_missing_column_is_a_clear_error():
     mix = _mix(RewardSpec(name=f"{__name__}:needs_missing"))
-    with pytest.raises(ConfigError, match=r"needs \['solution'\].*\*\*kwargs"):
+    with pytest.raises(ConfigError, match=r"needs \[.solution.\].*Add the missing column"):
         mix(["p"], ["c"], answer=["1"])
 
 

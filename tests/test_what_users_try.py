@@ -114,13 +114,13 @@ class _MultiDiscreteEnv(_Blank):
 
 
 def test_recurrent_ppo_runs_on_its_defaults():
-    agent = payoff.RecurrentPPO("CartPole-v1", eval_every=0)
+    agent = payoff.RecurrentPPO("CartPole-v1", eval_every=0, num_envs=2)
     assert agent.config.minibatch_size % agent.config.num_steps == 0  # whole sequences
-    assert agent.learn(1024).step > 0
+    assert agent.learn(256).step > 0
     from payoff.algos.recurrent_ppo import RecurrentPPOConfig
 
-    built = payoff.RecurrentPPO(config=RecurrentPPOConfig(eval_every=0))  # no validate on this path
-    assert built.learn(1024).step > 0
+    built = payoff.RecurrentPPO(config=RecurrentPPOConfig(eval_every=0, num_envs=2))  # no validate
+    assert built.learn(256).step > 0
 
 
 class _WrongReset(_Blank):
