@@ -287,21 +287,25 @@ def _check_value(key: str, value: Any, valid: Range) -> None:
         raise ConfigError(f"config key {key!r} must be {valid}, got {value!r}")
 
 
-class _YamlLoader(yaml.SafeLoader):
-    """YAML as users write numbers: `3e-4` and `2e3` are floats, as in YAML 1.2 and on the
-    command line (PyYAML's YAML 1.1 reads them as strings without a dot)."""
+# What YAML 1.1 (PyYAML) reads as a string but users, YAML 1.2 and the command line read as a
+# number: scientific notation without a dot, `3e-4`, `2e3`.
+_SCIENTIFIC = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
 
 
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+def _numbers(data: Any) -> Any:
+    """`data` with every string in scientific notation (`3e-4`) read as the float it spells."""
+    if isinstance(data, dict):
+        return {key: _numbers(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_numbers(value) for value in data]
+    if isinstance(data, str) and _SCIENTIFIC.match(data):
+        return float(data.replace("_", ""))
+    return data
 
 
 def read_yaml_text(text: str) -> Any:
-    """yaml.safe_load, with YAML 1.2's reading of `3e-4` as a number."""
-    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    """yaml.safe_load (data only, never objects), with `3e-4` read as a number."""
+    return _numbers(yaml.safe_load(text))
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
