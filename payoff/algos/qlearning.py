@@ -140,7 +140,7 @@ class QLearning(Agent):
             actions = [int(np.argmax(self.q[s])) for s in states]
         else:
             actions = [self._explore(int(s), self.config.epsilon.end) for s in states]
-        return actions[0] if single else np.array(actions, np.int64)
+        return np.array(actions, np.int64)
 
     # ---- learning ---------------------------------------------------------------------
     @property

@@ -73,13 +73,18 @@ class RecurrentPPOConfig(PPOConfig):
     sequence_length: int | None = None
     minibatch_size: int | None = None  # type: ignore[assignment]
 
+    @property
+    def sequence_steps(self) -> int:
+        """Steps per training sequence: sequence_length, or whole rollouts (num_steps)."""
+        return self.sequence_length if self.sequence_length is not None else self.num_steps
+
     def default_minibatch_size(self) -> int:
         """A quarter of a rollout's sequences (at least one), in steps."""
-        length = self.sequence_length if self.sequence_length is not None else self.num_steps
+        length = self.sequence_steps
         return length * max(1, self.num_envs * (self.num_steps // length) // 4)
 
     def validate(self) -> None:
-        length = self.sequence_length if self.sequence_length is not None else self.num_steps
+        length = self.sequence_steps
         if self.num_steps > 0 and (length <= 0 or self.num_steps % length):
             raise ConfigError(
                 f"sequence_length {length} must be > 0 and divide num_steps {self.num_steps} "
@@ -304,7 +309,7 @@ class RecurrentPPO(OnPolicyAlgorithm):
         (sequence s = chunk k of env n, s = k * num_envs + n), and the hidden states at each
         sequence's first step [S, H]. Returns (fields, L)."""
         config = self.config
-        length = config.sequence_length or config.num_steps
+        length = config.sequence_steps
         steps, n = storage.num_steps, config.num_envs
         chunks = steps // length
 

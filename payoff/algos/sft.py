@@ -29,7 +29,7 @@ from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
-from payoff.models.lean_forward import lookup_error
+from payoff.models.lean_forward import explained_lookups
 from payoff.models.lm import ModelConfig, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
@@ -150,13 +150,8 @@ class SFT(LMAlgorithm):
         config = self.config
         started = time.time()
         batch = self.batch(self.task.sample(self.rng, config.batch_size))
-        try:
+        with explained_lookups(self.model, batch["input_ids"]):
             loss = self.model(**batch, use_cache=False).loss
-        except IndexError as err:  # a token or position past the model's tables: say which
-            explained = lookup_error(self.model, batch["input_ids"])
-            if explained is None:
-                raise
-            raise explained from err
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -205,21 +200,17 @@ class SFT(LMAlgorithm):
         return probe.accuracy >= target
 
     def finish(self) -> None:
-        if not self.held_out_scorable():
-            self.export_model()
-            if self.run is not None:
-                self.run.write_summary(
-                    final_line=f"trained {self.step} steps on text rows (no prompts to score)",
-                    steps=self.step,
-                    model_dir=str(self.run.path / "model"),
-                )
-            return
-        result = self.evaluate(self.config.task.eval_size, split="test", k=())
+        scorable = self.held_out_scorable()  # text rows: nothing to answer
+        result = self.evaluate(self.config.task.eval_size, split="test", k=()) if scorable else None
         self.export_model()
         if self.run is not None:
+            final = (
+                {"final_eval": result.to_dict(), "final_line": result.line()}
+                if result
+                else {"final_line": f"trained {self.step} steps on text rows (no prompts to score)"}
+            )
             self.run.write_summary(
-                final_eval=result.to_dict(),
-                final_line=result.line(),
+                **final,
                 steps=self.step,
                 stopped_at_accuracy=self.stopped_at,
                 model_dir=str(self.run.path / "model"),

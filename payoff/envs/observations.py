@@ -23,12 +23,9 @@ def observation_batch(
     """(batch [N, *shape] as `dtype`, whether one observation was given) for `space`."""
     if isinstance(space, gym.spaces.Discrete) and isinstance(observation, int | np.integer):
         # one state, the common case of a per-step predict: checked with Python ints
-        low, high = int(space.start), int(space.start + space.n - 1)
+        low, high = _states(space)
         if not low <= int(observation) <= high:
-            raise EnvError(
-                f"predict: state {observation} is outside {space}: its states are the "
-                f"integers {low}..{high}"
-            )
+            raise _outside(space, observation)
         return np.array([observation], dtype=dtype), True
     try:
         obs = np.asarray(observation)
@@ -50,13 +47,21 @@ def observation_batch(
             f"for {space}, got shape {obs.shape}"
         )
     if isinstance(space, gym.spaces.Discrete):
-        low, high = int(space.start), int(space.start + space.n - 1)
+        low, high = _states(space)
         outside = (obs != np.round(obs)) | (obs < low) | (obs > high)
         if np.any(outside):
-            bad = obs.reshape(-1)[np.flatnonzero(outside.reshape(-1))[0]]
-            raise EnvError(
-                f"predict: state {bad} is outside {space}: its states are the integers "
-                f"{low}..{high}"
-            )
+            raise _outside(space, obs.reshape(-1)[np.flatnonzero(outside.reshape(-1))[0]])
     batch_obs = obs[None] if single else obs
     return batch_obs.astype(dtype, copy=False), single
+
+
+def _states(space: gym.spaces.Discrete) -> tuple[int, int]:
+    """The first and last state of a Discrete space."""
+    return int(space.start), int(space.start + space.n - 1)
+
+
+def _outside(space: gym.spaces.Discrete, state: Any) -> EnvError:
+    low, high = _states(space)
+    return EnvError(
+        f"predict: state {state} is outside {space}: its states are the integers {low}..{high}"
+    )

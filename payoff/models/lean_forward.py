@@ -18,6 +18,8 @@ query attention, activation checkpointing, forward hooks on the model) goes thro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -140,6 +142,21 @@ def lookup_error(
     return None
 
 
+@contextmanager
+def explained_lookups(
+    model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None
+) -> Iterator[None]:
+    """Around a model's forward: an IndexError from an embedding lookup past its table
+    becomes `lookup_error`'s ConfigError (any other IndexError passes unchanged)."""
+    try:
+        yield
+    except IndexError as err:
+        explained = lookup_error(model, input_ids, position_ids)
+        if explained is None:
+            raise
+        raise explained from err
+
+
 def lm_forward(
     model: Any,
     input_ids: torch.Tensor,  # [B, L]
@@ -163,7 +180,7 @@ def lm_forward(
             attention_mask = additive.masked_fill(~attention_mask, torch.finfo(model.dtype).min)
         if cache is not None:
             use_cache = True
-        try:
+        with explained_lookups(model, input_ids, position_ids):
             out = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -172,11 +189,6 @@ def lm_forward(
                 logits_to_keep=logits_to_keep,
                 **({} if cache is None else cache_kwargs(model, cache)),
             )
-        except IndexError as err:  # an embedding lookup past its table: say which one
-            explained = lookup_error(model, input_ids, position_ids)
-            if explained is None:
-                raise
-            raise explained from err
         return out.logits, output_cache(out) if use_cache else None
     body = model.model
     layers = body.layers[: model.config.num_hidden_layers]

@@ -124,6 +124,16 @@ def _torch_dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def _remote_code_hint(err: Exception, trusted: bool) -> str:
+    """What to say when transformers refused a folder's own Python code ('' otherwise)."""
+    if "trust_remote_code" not in str(err) or trusted:
+        return ""
+    return (
+        "the folder ships custom Python code (auto_map in its config); payoff runs it only "
+        "with model.trust_remote_code=true: read the code first"
+    )
+
+
 def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
     """A tokenizer from a local folder, with a pad token and left padding for generation."""
     from transformers import AutoTokenizer
@@ -136,12 +146,9 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
             str(folder), local_files_only=True, trust_remote_code=trust_remote_code
         )
     except Exception as err:  # transformers raises many types; the user needs one line
-        hint = "the folder needs tokenizer.json or the model's own tokenizer files"
-        if "trust_remote_code" in str(err) and not trust_remote_code:
-            hint = (
-                "the tokenizer is custom Python code in the folder; payoff runs it only with "
-                "model.trust_remote_code=true: read the code first"
-            )
+        hint = _remote_code_hint(err, trust_remote_code) or (
+            "the folder needs tokenizer.json or the model's own tokenizer files"
+        )
         raise ConfigError(
             f"cannot load a tokenizer from {str(folder)!r}: {type(err).__name__}: "
             f"{str(err).splitlines()[0]} ({hint})"
@@ -223,15 +230,10 @@ def load_lm(
                 trust_remote_code=config.trust_remote_code,
             )
         except Exception as err:
-            hint = ""
-            if "trust_remote_code" in str(err) and not config.trust_remote_code:
-                hint = (
-                    ". The folder's model is custom Python code (auto_map in config.json); "
-                    "payoff runs it only with model.trust_remote_code=true: read the code first"
-                )
+            hint = _remote_code_hint(err, config.trust_remote_code)
             raise ConfigError(
                 f"cannot load a causal LM from {config.path!r}: {type(err).__name__}: "
-                f"{str(err).splitlines()[0]}{hint}"
+                f"{str(err).splitlines()[0]}{f' ({hint})' if hint else ''}"
             ) from None
     else:
         tokenizer = build_char_tokenizer()
