@@ -40,7 +40,7 @@ def resolve(
         )
     description = data.pop("description", "")
     label = data.pop("label", None)
-    monitors = data.pop("monitors", None)
+    monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
     data = _without_other_task_options(data, all_overrides)
@@ -58,6 +58,47 @@ def resolve(
         resolved["monitors"] = monitors
     resolved.update(to_dict(config))
     return cls, config, resolved
+
+
+def _monitor_overrides(
+    monitors: list[Any] | None, overrides: list[str] | tuple[str, ...]
+) -> tuple[list[Any] | None, list[str]]:
+    """The recipe's monitors after the command line's `monitors=[...]` (replaces them all;
+    `monitors=[]` removes them) and `monitors.N.key=value` (changes the Nth, from 0); and
+    the other overrides."""
+    rest: list[str] = []
+    watching = [dict(m) if isinstance(m, dict) else m for m in monitors or []]
+    example = "monitors=[{kind: threshold, key: train/kl, above: 0.5}]"
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys[0] != "monitors":
+            rest.append(text)
+            continue
+        if len(keys) == 1:
+            if value in (None, ""):
+                value = []
+            if not isinstance(value, list):
+                raise ConfigError(
+                    f"monitors must be a list of monitors, e.g. {example}; got {value!r}"
+                )
+            watching = value
+            continue
+        kinds = ", ".join(
+            f"{i}: {m.get('kind') if isinstance(m, dict) else m!r}" for i, m in enumerate(watching)
+        )
+        index = int(keys[1]) if keys[1].isdigit() else -1
+        if (
+            len(keys) != 3
+            or not 0 <= index < len(watching)
+            or not isinstance(watching[index], dict)
+        ):
+            raise ConfigError(
+                f"override {text!r}: monitors are changed by number, monitors.N.key=value, "
+                f"with N one of the recipe's monitors ({kinds or 'it has none'}); or replaced "
+                f"by {example}"
+            )
+        watching[index][keys[2]] = value
+    return (watching if monitors is not None or watching else None), rest
 
 
 # Config keys whose value may be a file or folder (at any depth: task.data, model.path,

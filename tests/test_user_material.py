@@ -249,6 +249,16 @@ def test_wrong_length_or_type_stops_with_the_function_named():
         _mix(a_float)(["a", "b"], ["1", "2"])
 
 
+def test_text_scores_are_not_numbers(capsys):
+    # float("1") would read it, but a function returning text has a bug worth showing
+    def texty(prompts, completions, **kwargs):
+        return [str(len(c)) for c in completions]
+
+    result = _mix(texty)(["a", "b"], ["x", "yy"])
+    assert result.scores["texty"] == [0.0, 0.0] and result.errors["texty"] == 2
+    assert "'texty' returned '1', not a number or None" in capsys.readouterr().err
+
+
 def test_a_raising_function_is_shown_once_and_stops_when_it_always_fails(capsys):
     from payoff.rewards.base import RewardFunctionError
 

@@ -391,3 +391,34 @@ def test_plot_names_a_metric_no_run_logged(tmp_path, capsys):
         == 2
     )
     assert "no run logged 'eval/mean_retrun'" in capsys.readouterr().err
+
+
+def test_openings_longer_than_the_game_are_refused_before_training():
+    from payoff.algos.alphazero import AlphaZero
+
+    with pytest.raises(ConfigError, match="'final_eval_openings' is 9, but no 9 random plies"):
+        AlphaZero(game="tictactoe", final_eval_openings=9)
+    with pytest.raises(ConfigError, match="'selfplay_openings' is 12"):
+        AlphaZero(game="tictactoe", selfplay_openings=12)
+    AlphaZero(game="tictactoe", final_eval_openings=3, selfplay_openings=4)
+
+
+def test_monitors_from_the_command_line_and_a_monitor_that_watched_nothing(tmp_path, capsys):
+    from payoff.cli import main
+    from payoff.track.run import Run
+
+    monitors = "monitors=[{kind: threshold, key: train/entropyy, below: 0.1}]"
+    args = ["train", "cartpole-ppo", "total_steps=512", monitors, "--no-media"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    said = capsys.readouterr().err
+    assert "monitor 'threshold' watches 'train/entropyy', which this run never logged" in said
+    assert "Did you mean 'train/entropy'" in said
+    (run,) = tmp_path.iterdir()
+    events = [r["event"] for r in Run.open(run).events()]
+    events = [e for e in events if e["kind"] == "monitor_unfed"]
+    assert len(events) == 1 and "train/entropyy" in events[0]["message"]
+    _, _, resolved = resolve("boatrace-ppo", ["monitors.0.window=7"])
+    assert resolved["monitors"][0]["window"] == 7
+    assert "monitors" not in resolve("boatrace-ppo", ["monitors=[]"])[2]
+    with pytest.raises(ConfigError, match="monitors.N.key=value, with N one of the recipe's"):
+        resolve("boatrace-ppo", ["monitors.3.window=7"])

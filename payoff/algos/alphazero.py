@@ -53,7 +53,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.envs.games import DRAW, GameState, make_game
-from payoff.envs.games.arena import MatchResult, play_match
+from payoff.envs.games.arena import MatchResult, play_match, random_opening
 from payoff.envs.games.base import state_from_planes
 from payoff.envs.games.players import make_player
 from payoff.models.game_nets import GameNetConfig, PolicyValueNet
@@ -195,6 +195,19 @@ class AlphaZeroConfig(RunKeys):
             raise ConfigError("config key 'baselines' needs at least one player, e.g. [random]")
         for baseline in self.baselines:
             make_player(baseline, game)
+        # Openings too long for the game (every line of that many plies ends it) would fail
+        # in the first self-play iteration or, worse, in the final evaluation after training.
+        for key in ("selfplay_openings", "final_eval_openings"):
+            plies = getattr(self, key)
+            if plies:
+                try:
+                    random_opening(game, plies, np.random.default_rng(0))
+                except ConfigError:
+                    raise ConfigError(
+                        f"config key {key!r} is {plies}, but no {plies} random plies of "
+                        f"{self.game} were found that leave the game running; use fewer "
+                        f"(0 starts from the empty board)"
+                    ) from None
 
 
 class AlphaZero(Agent):

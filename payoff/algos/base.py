@@ -17,6 +17,7 @@ around it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from payoff.core.errors import CheckpointError, ConfigError, suggest
 from payoff.core.imports import names_from
 from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of
-from payoff.monitor.detectors import Alarm, Monitor
+from payoff.monitor.detectors import Alarm, Monitor, unfed
 from payoff.monitor.detectors import replay as replay_records
 from payoff.monitor.integrity import alarm_samples
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
@@ -239,6 +240,8 @@ class Algorithm:
         self.state = LoopState()  # step, updates, evals, ...: the loop's counters (algos/loop.py)
         self._record: dict[str, Any] = {}  # metrics of the last iteration, until they are logged
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
+        self.attached: list[Monitor] = []  # those the user attached (recipe's `monitors:`)
+        self.logged_keys: set[str] = set()  # every metric key logged, for `unfed_monitors`
         self.alarms: list[Alarm] = []
         self.halted: Alarm | None = None  # set by on_alarm: halt; the loop stops
         # the latest samples that looked like hacks (paid but wrong, canary passes): evidence
@@ -337,6 +340,7 @@ class Algorithm:
     def log(self, step: int, **metrics: Any) -> None:
         """Record metrics (history, metrics.jsonl, TensorBoard) and feed them to the monitors."""
         self.history.append({"step": step, **metrics})
+        self.logged_keys.update(metrics)
         if self.run is not None:
             self.run.log(step, **metrics)
         alarms = [alarm for monitor in self.monitors for alarm in monitor.update(step, metrics)]
@@ -360,7 +364,17 @@ class Algorithm:
         the records logged before a resume."""
         watching = [*self.default_monitors(), *monitors]
         replay_records(watching, replay or [])
-        self.monitors = watching
+        self.monitors, self.attached = watching, list(monitors)
+        for record in replay or []:
+            self.logged_keys.update(record)
+
+    def say_unfed_monitors(self) -> None:
+        """At the end of training: name each attached monitor that read a metric this run
+        never logged (on the console and as a warning event in the run)."""
+        for line in unfed(self.attached, self.logged_keys):
+            print(f"payoff: {line}", file=sys.stderr)
+            if self.run is not None:
+                self.run.event(self.step, "monitor_unfed", line, "warning")
 
     # ---- integrity: the hooks monitors and on_alarm use (payoff.algos.response) -----------
     def default_monitors(self) -> list[Monitor]:

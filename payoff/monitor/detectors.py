@@ -32,6 +32,7 @@ class Monitor:
 
     kind = "monitor"
     config_class: type = type(None)  # the class its `config` annotation names
+    metric_fields: tuple[str, ...] = ()  # the config keys that name the metrics it reads
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -47,6 +48,24 @@ class Monitor:
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
         raise NotImplementedError
+
+    def watched(self) -> list[str]:
+        """The metric keys this monitor reads (it stays silent while any is missing)."""
+        return [str(getattr(self.config, name)) for name in self.metric_fields]
+
+
+def unfed(monitors: list[Monitor], logged: set[str]) -> list[str]:
+    """One line per monitor that reads a metric no record had: a misspelt or unlogged key
+    leaves a monitor watching nothing, and it would never say so."""
+    lines = []
+    for monitor in monitors:
+        missing = [key for key in monitor.watched() if key not in logged]
+        for key in missing:
+            lines.append(
+                f"monitor {monitor.kind!r} watches {key!r}, which this run never logged, so it "
+                f"could not fire.{suggest(key, sorted(logged))}"
+            )
+    return lines
 
 
 def _number(record: dict[str, Any], key: str) -> float | None:
@@ -83,6 +102,7 @@ class Divergence(Monitor):
     """Fires when the proxy keeps rising while the true objective stays flat or falls."""
 
     kind = "divergence"
+    metric_fields = ("proxy", "truth")
 
     config: DivergenceConfig
 
@@ -157,6 +177,7 @@ class Threshold(Monitor):
     """Fires when a metric stays above `above` (or below `below`) for `patience` records."""
 
     kind = "threshold"
+    metric_fields = ("key",)
 
     config: ThresholdConfig
 
@@ -220,6 +241,7 @@ class Drift(Monitor):
     """Fires when a metric's recent level drifts far from its starting level."""
 
     kind = "drift"
+    metric_fields = ("key",)
 
     config: DriftConfig
 
@@ -280,6 +302,7 @@ class SpuriousCorrelation(Monitor):
     """Fires when the rolling correlation of reward with a spurious feature passes `above`."""
 
     kind = "spurious_correlation"
+    metric_fields = ("reward", "feature")
 
     config: SpuriousCorrelationConfig
 
@@ -348,6 +371,7 @@ class ModelExploitation(Monitor):
     while the ensemble disagrees along its plans: it is optimizing the model's errors."""
 
     kind = "model_exploitation"
+    metric_fields = ("planned", "realized", "disagreement")
 
     config: ModelExploitationConfig
 

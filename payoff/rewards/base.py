@@ -427,6 +427,8 @@ def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseExcept
             out.append(None)
             continue
         try:
+            if isinstance(value, str | bytes):  # float("1") works, but text is not a score
+                raise TypeError
             number = float(value)
         except (TypeError, ValueError):
             return TypeError(f"reward function {key!r} returned {value!r}, not a number or None")
