@@ -255,3 +255,17 @@ def test_resume_after_a_stop_is_exact(algo, base_model, tmp_path):
     straight.close()
     stopped.close()
     assert comparable(straight) == comparable(stopped)
+
+
+def test_dpo_on_your_own_pairs_is_evaluated_on_its_held_out_pairs(base_model):
+    # `payoff eval` calls evaluate(): the built-in task's problems say nothing of your pairs
+    from payoff.algos.dpo import DPO, DPOEval
+
+    pairs = [
+        {"prompt": f"{a}+{a}=", "chosen": f" {2 * a}", "rejected": f" {2 * a + 1}"}
+        for a in range(40)
+    ]
+    dpo = DPO(model={"path": base_model}, preferences=pairs, steps=1)
+    result = dpo.evaluate(50)
+    assert isinstance(result, DPOEval) and result.gold is None
+    assert result.pairs == len(dpo.test_rows) > 0 and "held-out pairs" in result.line()

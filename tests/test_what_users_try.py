@@ -422,3 +422,39 @@ def test_monitors_from_the_command_line_and_a_monitor_that_watched_nothing(tmp_p
     assert "monitors" not in resolve("boatrace-ppo", ["monitors=[]"])[2]
     with pytest.raises(ConfigError, match="monitors.N.key=value, with N one of the recipe's"):
         resolve("boatrace-ppo", ["monitors.3.window=7"])
+
+
+def test_plot_keeps_runs_with_different_settings_apart(tmp_path):
+    from payoff.report.plots import _group_label
+    from payoff.track.run import Run
+
+    def run(name: str, overrides: list[str], label: str | None = None) -> Run:
+        config = {"recipe": "cartpole-ppo", "overrides": overrides, "algo": "ppo"}
+        if label:
+            config["label"] = label
+        return Run.create(tmp_path, name, config)
+
+    seed0 = run("a", ["seed=0"])
+    seed1 = run("b", ["seed=1"])
+    other = run("c", ["learning_rate=0.001", "seed=0"])
+    assert _group_label(seed0) == _group_label(seed1) == "cartpole-ppo"
+    assert _group_label(other) == "cartpole-ppo learning_rate=0.001"
+    assert _group_label(run("d", ["learning_rate=0.001"], label="slow")) == "slow"
+
+
+def test_lora_finds_the_linear_layers_of_any_architecture():
+    # The default used to name Llama's layers only: a GPT-2 model found none of them
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from payoff.models.lm import ModelConfig, add_lora
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
+    model = add_lora(gpt2, ModelConfig(lora_rank=4))
+    trained = {
+        n.split(".lora_")[0].rsplit(".", 1)[-1]
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
+    assert trained == {"c_attn", "c_proj", "c_fc"}
+    with pytest.raises(ConfigError, match=r"none of model.lora_targets \['q_proj'\]"):
+        add_lora(GPT2LMHeadModel(gpt2.config), ModelConfig(lora_rank=4, lora_targets=["q_proj"]))

@@ -91,17 +91,9 @@ class ModelConfig:
     lora_rank: int = 0
     lora_alpha: int = 16
     lora_dropout: float = 0.0
-    lora_targets: list[str] = field(
-        default_factory=lambda: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-    )
+    # all-linear: every linear layer but the output head, whatever the architecture calls
+    # them (Llama's q_proj ... down_proj, GPT-2's c_attn, c_proj and c_fc, ...)
+    lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])
 
     def validate(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -285,8 +277,10 @@ def add_lora(model, config: ModelConfig):
             "model.lora_rank > 0 needs peft: pip install 'payoff[llm]' (or pip install peft)"
         ) from None
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets = [t for t in config.lora_targets if t in names]
-    if not targets:
+    targets: Any = [t for t in config.lora_targets if t in names]
+    if config.lora_targets == ["all-linear"]:
+        targets = "all-linear"  # peft's shorthand
+    elif not targets:
         raise ConfigError(
             f"none of model.lora_targets {config.lora_targets} name a module of this model; "
             f"some of its module names: {sorted(names)[:20]}"

@@ -95,10 +95,14 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
 
 
 def _group_label(run: Run) -> str:
+    """The run's label, or its recipe and the overrides it ran with other than the seed:
+    runs that differ only by seed share it (and are drawn as one mean)."""
     config = run.config
-    recipe = config.get("recipe") or config.get("algo", "run")
-    overrides = config.get("label")
-    return str(overrides or recipe)
+    if config.get("label"):
+        return str(config["label"])
+    recipe = str(config.get("recipe") or config.get("algo", "run"))
+    changed = [str(o) for o in config.get("overrides") or [] if not str(o).startswith("seed=")]
+    return " ".join([recipe, *changed])
 
 
 def plot_curves(
