@@ -291,20 +291,13 @@ class DPO(LMAlgorithm):
         )
         return torch.stack(logps.chunk(2), 1)
 
-    def evaluate(  # type: ignore[override]
-        self,
-        episodes: int = 200,
-        seed: int | None = None,
-        split: str = "test",
-        k: Sequence[int] = (1, 8),
-        temperature: float = 1.0,
-    ) -> Any:
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """Trained on your own pairs: the held-out pairs' metrics (the built-in task's
-        problems say nothing about them). Otherwise, as every language-model run: greedy
-        accuracy and pass@k on `episodes` problems of the task's held-out split."""
+        problems say nothing about them). Otherwise, as every language-model run
+        (LMAlgorithm.evaluate): greedy accuracy and pass@k on a held-out split."""
         if self.config.preferences.own:
             return self.evaluate_pairs(with_gold=False)
-        return super().evaluate(episodes, seed, split, k, temperature)
+        return super().evaluate(*args, **kwargs)
 
     def evaluate_pairs(self, with_gold: bool = True) -> DPOEval:  # noqa: D401
         """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score."""
