@@ -377,6 +377,23 @@ def test_filling_the_work_dir_stops_at_its_quota():
     assert written <= 16
 
 
+@pytest.mark.parametrize("where", ["/", "/dev/shm", "/dev", "/sandbox"])
+def test_nothing_but_the_work_dir_is_writable(where):
+    # bubblewrap's root and /dev are tmpfs mounts as large as half the RAM: uncapped
+    result = run_program(f"open('{where.rstrip('/')}/x', 'w').write('a')")
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
+    assert run_program("open('/dev/null', 'w').write('a')").returncode == 0
+
+
+def test_a_host_work_dir_is_capped_and_a_fifo_does_not_hang_the_detector():
+    from payoff.monitor.code_hacks import naive_visible_pass
+
+    flood = "for i in range(100000): open(f'e{i}', 'w').close()\n"
+    assert naive_visible_pass(flood, "assert True\n") == (False, False)  # killed at 16 MiB
+    fifo = "import os\nos.remove('tests.py'); os.mkfifo('tests.py'); os._exit(0)\n"
+    assert naive_visible_pass(fifo, "assert True\n") == (True, True)  # returns, tampered
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_400_mib_of_output_grows_the_trainer_by_under_100_mb(stream):
     """Measured in a fresh process, so the peak is the sandbox call's and nothing else's."""

@@ -189,3 +189,14 @@ def test_a_loaded_imitation_run_cannot_pick_where_its_policy_is_written(tmp_path
     with pytest.raises(ConfigError, match=r"names a file to write \(export_policy"):
         BC.load(copy)
     assert BC.load(copy, trust_code=True).config.export_policy.endswith(".bashrc")
+
+
+def test_a_loaded_run_cannot_choose_the_ray_cluster_its_weights_go_to():
+    # A downloaded run resumed with backend ray would connect to the address it names (the
+    # Ray client unpickles what that server sends back)
+    from payoff import PPO
+
+    payload = PPO("CartPole-v1", num_envs=2)._payload_state()
+    payload["config"].update(backend="ray", ray={"address": "ray://203.0.113.9:10001"})
+    with pytest.raises(ConfigError, match=r"names a Ray cluster to connect to \(ray.address"):
+        PPO._from_payload(payload, source="downloaded.safetensors")

@@ -23,8 +23,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +45,8 @@ def naive_visible_pass(
     code still runs in payoff's OS sandbox, with a host folder as its work dir so that the
     test file can be hashed after the run, outside the sandbox.
     """
-    with tempfile.TemporaryDirectory(prefix="payoff-naive-") as workdir:
-        work = Path(workdir)
+    work = Path(tempfile.mkdtemp(prefix="payoff-naive-"))
+    try:
         (work / "solution.py").write_text(solution)
         (work / TEST_FILE).write_text(visible_tests)
         digest = hashlib.sha256(visible_tests.encode()).hexdigest()
@@ -52,13 +54,26 @@ def naive_visible_pass(
         result = run_program(runner, timeout=timeout, sandbox=sandbox, workdir=work)
         passed = result.outcome != "timeout" and result.returncode == 0
         tampered = _digest(work / TEST_FILE) != digest
+    finally:
+        _remove(work)
     return passed, tampered
+
+
+def _remove(folder: Path) -> None:
+    """Delete the work dir. A killed sandbox's last writes may land for a few ms after its
+    outer process is gone (the namespace's processes die after it), so try again briefly."""
+    for _ in range(100):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.02)
 
 
 def _digest(path: Path) -> str | None:
     """sha256 of a regular file, never following a link the code may have left in its place."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO left in the file's place would block a plain open forever
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as file:

@@ -59,7 +59,8 @@ def unfed(monitors: list[Monitor], logged: set[str]) -> list[str]:
     leaves a monitor watching nothing, and it would never say so."""
     lines = []
     for monitor in monitors:
-        missing = [key for key in monitor.watched() if key not in logged]
+        watched = getattr(monitor, "watched", None)  # duck-typed monitors may not say
+        missing = [key for key in (watched() if watched else []) if key not in logged]
         for key in missing:
             lines.append(
                 f"monitor {monitor.kind!r} watches {key!r}, which this run never logged, so it "

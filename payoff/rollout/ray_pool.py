@@ -29,6 +29,7 @@ import numpy as np
 
 from payoff.core.config import check_ranges
 from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.core.imports import refuse_untrusted
 
 
 @dataclass
@@ -71,6 +72,8 @@ class RayConfig:
     def validate(self) -> None:
         # the ranges of core.config, also for a RayConfig built in Python rather than loaded
         check_ranges(self, "ray.")
+        if self.address:  # a cluster named by a downloaded run would get its code and weights
+            refuse_untrusted("ray.address", self.address, "a Ray cluster to connect to")
 
 
 def import_ray() -> Any:

@@ -158,6 +158,12 @@ def bwrap_command(
             if workdir is not None
             else ["--size", str(limits.workdir_mb << 20), "--tmpfs", WORKDIR]
         ),
+        # bubblewrap's root and /dev are tmpfs mounts as large as half the RAM: read-only, so
+        # the work dir's cap is the only space the code can fill
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         WORKDIR,
         "--seccomp",
@@ -290,7 +296,9 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
             process.stdin.close()
         except BrokenPipeError:
             pass
-        streams, timed_out, discarded = _collect(process, result_read, limits, started)
+        # a host folder as the work dir has no tmpfs cap: the parent keeps it
+        host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
+        streams, timed_out, discarded = _collect(process, result_read, limits, started, host_dir)
     finally:
         _kill(process)
         os.close(result_read)
@@ -315,10 +323,35 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
     )
 
 
+def _tree_bytes(folder: Path, limit: int) -> int:
+    """Bytes in the files under `folder` (links not followed), counted until past `limit`;
+    every entry counts at least a block, so a flood of empty files counts too."""
+    total, pending = 0, [str(folder)]
+    while pending and total <= limit:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                total += max(4096, entry.stat(follow_symlinks=False).st_size)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+            except OSError:
+                continue
+    return total
+
+
 def _collect(
-    process: subprocess.Popen, result_fd: int, limits: Limits, started: float
+    process: subprocess.Popen,
+    result_fd: int,
+    limits: Limits,
+    started: float,
+    watch: Path | None = None,
 ) -> tuple[dict[str, bytes], bool, int]:
-    """Read stdout, stderr and results until all close or the deadline passes; keep the caps."""
+    """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
+    watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
+    once its files pass limits.workdir_mb."""
     assert process.stdout is not None and process.stderr is not None
     caps = {
         "stdout": limits.output_kb << 10,
@@ -334,13 +367,21 @@ def _collect(
     open_streams = 3
     timed_out = False
     deadline = started + limits.timeout
+    room_bytes = limits.workdir_mb << 20
     try:
         while open_streams:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            for key, _ in selector.select(timeout=remaining):
+            if watch is not None and _tree_bytes(watch, room_bytes) > room_bytes:
+                _kill(process)
+                kept["stderr"] += (
+                    f"\n[payoff: the work dir passed {limits.workdir_mb} MiB]".encode()
+                )
+                break
+            wait = remaining if watch is None else min(remaining, 0.05)
+            for key, _ in selector.select(timeout=wait):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     selector.unregister(key.fd)
