@@ -105,21 +105,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 "(continue an unfinished one with: payoff train --resume MEMBER)"
             )
         return exit_status()
-    summary = run.summary()
+    summary = run.summary()  # (a resumed run's summary came with its folder: anyone's)
     final = summary.get("final_eval")
     if summary.get("final_line"):  # algorithms with their own evaluation (language models)
-        print(f"final evaluation: {summary['final_line']}")
+        print(f"final evaluation: {_printable(summary['final_line'])}")
     elif final:
         from payoff.rollout.evaluate import EvalResult
 
-        print(f"final evaluation: {EvalResult(**final).line()}")
+        print(f"final evaluation: {_printable(EvalResult(**final).line())}")
     if summary.get("plateau_note"):
-        print(summary["plateau_note"])
+        print(_printable(summary["plateau_note"]))
     print(f"run: {run.path}")
     report = run.media / "report.html"
     if report.exists():
         print(f"report: {report}")
     return 0
+
+
+def _printable(text: object) -> str:
+    """Text from a run's files without control characters: escape sequences in a copied
+    run's summary could retitle the terminal, clear it or write the clipboard."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in str(text))
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

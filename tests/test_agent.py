@@ -403,3 +403,12 @@ def test_agent_canaries_are_planted_counted_and_watched(tmp_path, monkeypatch):
     record = next(r for r in agent.history if "train/reward" in r)
     assert record["integrity/canary_passes"] == 0  # an untrained model fools nothing
     assert agent.state_dict()["canary_passes"] == 0
+
+
+def test_what_a_model_writes_cannot_hang_or_crash_the_tools():
+    # 23 characters that would need gigabytes: refused before computing
+    with pytest.raises(ValueError, match="over 4096 bits"):
+        safe_eval("(((9**99)**99)**99)**99")
+    assert safe_eval("9**99") == 9**99
+    for body in ("[" * 100_000, '{"name": "c", "arguments": {"x": ' + "9" * 5000 + "}}"):
+        assert parse_tool_call(f"<tool>{body}</tool>").error.startswith("malformed tool call")

@@ -153,3 +153,60 @@ def test_report_shows_the_last_training_samples_with_their_rewards(tmp_path):
     page = write_report(run).read_text()
     assert "<h2>Training samples and their rewards</h2>" in page and "at step 3" in page
     assert "<th>short</th>" in page and "<pre>8</pre>" in page and "<pre>5</pre>" not in page
+
+
+def test_a_report_escapes_what_a_copied_run_wrote(tmp_path):
+    # a downloaded run's files are anyone's: nothing from them reaches the page as markup
+    import json
+
+    from payoff.cli import main
+
+    assert (
+        main(["train", "cartpole-ppo", "total_steps=512", "--no-media", "--out", str(tmp_path)])
+        == 0
+    )
+    (run,) = tmp_path.iterdir()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": "<script>alert(1)</script>", "time": 1, "zz/once": 1.0}) + "\n")
+        event = {"kind": "k", "severity": "info", "message": "m"}
+        f.write(
+            json.dumps({"step": "<img src=x onerror=alert(2)>", "time": 1, "event": event}) + "\n"
+        )
+    summary = json.loads((run / "summary.json").read_text())
+    summary.setdefault("final_eval", {})["mean_return"] = "<script>alert(3)</script>"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(run)]) == 0
+    page = (run / "media" / "report.html").read_text()
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(3)" in page
+
+
+def test_a_run_with_symbolic_links_inside_is_refused(tmp_path, capsys):
+    # payoff writes no links; a copied run's media/x.png -> ~/.bashrc would be overwritten
+    assert (
+        main(
+            [
+                "train",
+                "cartpole-ppo",
+                "total_steps=512",
+                "--no-media",
+                "--out",
+                str(tmp_path / "runs"),
+            ]
+        )
+        == 0
+    )
+    (run,) = (tmp_path / "runs").iterdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (run / "media" / "curves.png").unlink(missing_ok=True)
+    (run / "media" / "curves.png").symlink_to(victim)
+    assert main(["report", str(run)]) != 0
+    assert "holds symbolic links (media/curves.png)" in capsys.readouterr().err
+    assert victim.read_text() == "keep me"
+
+
+def test_text_from_a_copied_run_reaches_the_terminal_without_escapes():
+    from payoff.cli import _printable
+
+    assert _printable("ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\nnext") == "ok?]52;c;ZXZpbA==? ?[2J\nnext"

@@ -399,3 +399,18 @@ def test_the_documented_own_data_grpo_command_trains_on_a_train_and_a_test_file(
     assert summary["ood_accuracy"] is None and (run.path / "model" / "model.safetensors").is_file()
     example = summary["final_eval"]["examples"][0]
     assert example["prompt"].startswith("user: ") and example["prompt"].endswith("assistant: ")
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("deep.jsonl", '{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
+        ("bigint.jsonl", '{"prompt": "a", "answer": ' + "9" * 5000 + "}\n"),
+        ("big.csv", "prompt,answer\n" + "x" * 200_000 + ",1\n"),
+        ("bad.parquet", "PAR1 not parquet"),
+    ],
+)
+def test_a_hostile_data_file_is_one_data_error(tmp_path, name, content):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DataError, match=f"cannot be read as {name.split('.')[-1]}"):
+        read_records(tmp_path / name)

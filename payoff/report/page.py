@@ -187,7 +187,7 @@ def _results(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[str
     once = _logged_once(records)
     if once:
         rows = [
-            (f"<code>{_esc(m)}</code>", f"{_cell(v)} <span class='note'>at step {s}</span>")
+            (f"<code>{_esc(m)}</code>", f"{_cell(v)} <span class='note'>at step {_esc(s)}</span>")
             for m, v, s in once
         ]
         parts += ["<h3>Metrics logged once</h3>", _table(rows)]
@@ -305,7 +305,7 @@ def _events(events: list[dict[str, Any]]) -> list[str]:
                 f"</summary>{_rows_table(samples)}</details>"
             )
         parts.append(
-            f"<tr><td>{record['step']}</td><td>{_esc(event.get('kind'))}</td>"
+            f"<tr><td>{_esc(record['step'])}</td><td>{_esc(event.get('kind'))}</td>"
             f"<td class='sev-{severity}'>{severity}</td><td>{_esc(event.get('message'))}"
             f"{shown}</td></tr>"
         )
@@ -333,7 +333,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, list):
         text = json.dumps(value)
         return f"<code>{_esc(text if len(text) <= 300 else text[:300] + ' …')}</code>"
-    return _esc(_fmt(value))
+    return _fmt(value)  # escaped
 
 
 def _label(key: object) -> str:
@@ -356,4 +356,4 @@ def _fmt(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return _esc(value)  # a run's files may come from anyone: text goes into HTML escaped

@@ -119,6 +119,19 @@ class Run:
             raise RunError(f"run directory {str(path)!r} does not exist")
         if not (path / "config.yaml").is_file():
             raise RunError(f"{str(path)!r} is not a payoff run: it has no config.yaml")
+        links = [
+            str(entry.relative_to(path))
+            for folder in (path, path / "media", path / "checkpoints")
+            if folder.is_dir() and (folder == path or not folder.is_symlink())
+            for entry in folder.iterdir()
+            if entry.is_symlink()
+        ]
+        if links:
+            raise RunError(
+                f"run {str(path)!r} holds symbolic links ({', '.join(sorted(links)[:5])}): "
+                f"payoff writes none into a run, and reports, checkpoints and resumed metrics "
+                f"written through them would change files outside it; remove them"
+            )
         run = cls(path, loggers)
         run.checkpoints.mkdir(exist_ok=True)
         run.media.mkdir(exist_ok=True)
@@ -130,7 +143,13 @@ class Run:
 
     @property
     def config(self) -> dict[str, Any]:
-        data = yaml.safe_load((self.path / "config.yaml").read_text())
+        try:
+            data = yaml.safe_load((self.path / "config.yaml").read_text())
+        except (yaml.YAMLError, RecursionError) as err:
+            raise RunError(
+                f"{str(self.path / 'config.yaml')!r} is not valid YAML ({type(err).__name__}: "
+                f"{str(err)[:200]})"
+            ) from None
         if not isinstance(data, dict):
             raise RunError(f"{str(self.path / 'config.yaml')!r} is not a mapping")
         return data
@@ -223,8 +242,8 @@ class Run:
             return {}
         try:
             summary = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise RunError(f"{str(path)!r} is not valid JSON ({err})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as err:
+            raise RunError(f"{str(path)!r} is not valid JSON ({str(err)[:200]})") from None
         if not isinstance(summary, dict):
             raise RunError(f"{str(path)!r} holds a {type(summary).__name__}, not a JSON object")
         return summary
@@ -293,7 +312,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError, ValueError):  # deep nesting, huge ints
             continue
         if isinstance(record, dict):
             records.append(record)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from payoff.core.errors import ConfigError, DataError
+from payoff.core.errors import ConfigError, DataError, PayoffError
 
 Message = dict[str, str]
 Record = tuple[str, dict[str, Any]]  # ("file:line", the row as read)
@@ -51,14 +51,23 @@ def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list
     if not path.exists():
         raise DataError(f"{kind} file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return list(_json_lines(path, path.read_text(encoding="utf-8-sig")))
-    if suffix == ".json":
-        return _json_records(path)
-    if suffix == ".csv":
-        return _csv_records(path)
-    if suffix == ".parquet":
-        return _parquet_records(path)
+    readers = {
+        ".jsonl": lambda: list(_json_lines(path, path.read_text(encoding="utf-8-sig"))),
+        ".json": lambda: _json_records(path),
+        ".csv": lambda: _csv_records(path),
+        ".parquet": lambda: _parquet_records(path),
+    }
+    if suffix in readers:
+        try:
+            return readers[suffix]()
+        except PayoffError:
+            raise
+        except Exception as err:  # a file may come from anyone: deep nesting, a 5,000-digit
+            # number, a CSV field past csv's limit, a corrupt parquet file (pyarrow's errors)
+            raise DataError(
+                f"{str(path)!r} cannot be read as {suffix[1:]} ({type(err).__name__}: "
+                f"{str(err)[:200]})"
+            ) from None
     if suffix == ".arrow":
         folder = path.parent
         hint = (

@@ -90,6 +90,8 @@ def parse_tool_call(text: str) -> ToolCall | None:
         data = json.loads(body)
     except json.JSONDecodeError as err:
         return ToolCall(error=f"malformed tool call: invalid JSON ({err.msg} at char {err.pos})")
+    except (RecursionError, ValueError):  # a model can write [[[[... or a 5,000-digit number
+        return ToolCall(error="malformed tool call: JSON nested too deep or a number too long")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return ToolCall(error='malformed tool call: expected {"name": ..., "arguments": {...}}')
     arguments = data.get("arguments", {})
@@ -148,11 +150,14 @@ _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _FUNCTIONS = {"sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max}
 
 
-def safe_eval(expression: str, max_power: int = 100, max_length: int = 200) -> int | float:
+def safe_eval(
+    expression: str, max_power: int = 100, max_length: int = 200, max_bits: int = 4096
+) -> int | float:
     """Evaluate arithmetic by walking its AST: numbers, + - * / // % **, a few functions.
 
-    Names, attributes, calls other than the listed functions, and exponents above
-    `max_power` (which could hang the process) raise ValueError.
+    Names, attributes, calls other than the listed functions, exponents above `max_power`
+    and integers past `max_bits` (both could hang the process: ((9**99)**99)**99)**99 needs
+    gigabytes) raise ValueError; a power's size is checked before it is computed.
     """
     if len(expression) > max_length:
         raise ValueError(f"expression longer than {max_length} characters")
@@ -167,7 +172,13 @@ def safe_eval(expression: str, max_power: int = 100, max_length: int = 200) -> i
             left, right = walk(node.left), walk(node.right)
             if isinstance(node.op, ast.Pow) and abs(right) > max_power:
                 raise ValueError(f"exponent {right} is above {max_power}")
-            return _BINARY[type(node.op)](left, right)
+            power = isinstance(node.op, ast.Pow) and isinstance(left, int) and right > 0
+            if power and left.bit_length() * right > max_bits:
+                raise ValueError(f"the power would have over {max_bits} bits")
+            value = _BINARY[type(node.op)](left, right)
+            if isinstance(value, int) and value.bit_length() > max_bits:
+                raise ValueError(f"an intermediate result has over {max_bits} bits")
+            return value
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             return _UNARY[type(node.op)](walk(node.operand))
         if (
