@@ -458,3 +458,21 @@ def test_lora_finds_the_linear_layers_of_any_architecture():
     assert trained == {"c_attn", "c_proj", "c_fc"}
     with pytest.raises(ConfigError, match=r"none of model.lora_targets \['q_proj'\]"):
         add_lora(GPT2LMHeadModel(gpt2.config), ModelConfig(lora_rank=4, lora_targets=["q_proj"]))
+
+
+def test_load_settings_change_only_what_they_name():
+    # GRPO.load(path, task=rows) used to reset the saved task's eval_size to its default
+    from payoff.algos.base import _onto_saved
+    from payoff.algos.grpo import GRPOConfig
+    from payoff.core.config import to_dict
+
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    saved = to_dict(GRPOConfig(task=TaskConfig(name="jsonl", eval_size=7)))
+    task = _onto_saved(GRPOConfig, saved, {"task": rows})["task"]
+    assert task.eval_size == 7 and task.dataset is rows and task.name == "jsonl"
+    assert _onto_saved(GRPOConfig, saved, {"task": {"eval_size": 9}})["task"] == {
+        **saved["task"],
+        "eval_size": 9,
+    }
+    built_in = to_dict(GRPOConfig(task=TaskConfig(name="addition", options={"digits": 2})))
+    assert _onto_saved(GRPOConfig, built_in, {"task": rows})["task"] is rows  # another kind

@@ -17,12 +17,13 @@ around it.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, get_type_hints
 
 from payoff.algos.loop import LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
@@ -487,7 +488,7 @@ class Algorithm:
                     f"{suggest(unknown[0], valid)} It takes path, env, device, trust_code and "
                     f"{cls.__name__}'s config keys"
                 )
-            config_data.update(settings)
+            config_data.update(_onto_saved(cls.config_class, config_data, settings))
             yours = yours | _code_specs(settings)
         if device is not None:
             config_data["device"] = device
@@ -608,6 +609,49 @@ class Agent(Algorithm):
                 solved_at_step=self.solved_at,
                 **summary,
             )
+
+
+def _onto_saved(
+    config_class: type, saved: dict[str, Any], settings: dict[str, Any]
+) -> dict[str, Any]:
+    """`load`'s settings laid over the saved config: a sub-config given as a mapping
+    (`task={"eval_size": 50}`) changes only the keys it names, and one given as Python
+    material (`task=rows`, `preferences=pairs`) keeps the saved keys that are not about the
+    material (task.eval_size) unless it changes the kind (a built-in task to your rows)."""
+    hints = get_type_hints(config_class)
+    laid = {}
+    for key, value in settings.items():
+        old = saved.get(key)
+        from_value = getattr(hints.get(key), "from_value", None)
+        made = from_value(value) if isinstance(old, dict) and from_value else None
+        if isinstance(old, dict) and isinstance(value, dict):
+            value = {**old, **value}
+        elif dataclasses.is_dataclass(made) and getattr(made, "name", None) in (
+            None,
+            old.get("name"),  # type: ignore[union-attr]
+        ):
+            base = from_dict(type(made), old, prefix=f"{key}.")  # type: ignore[arg-type]
+            value = dataclasses.replace(base, **_changed_fields(made))
+        laid[key] = value
+    return laid
+
+
+def _changed_fields(config: Any) -> dict[str, Any]:
+    """The fields of a config dataclass that differ from their defaults."""
+    changed = {}
+    for f in dataclasses.fields(config):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        value = getattr(config, f.name)
+        if value is not default and not _equal(value, default):
+            changed[f.name] = value
+    return changed
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a Dataset against None, arrays: not a default
+        return False
 
 
 def _device_here(name: Any) -> bool:
