@@ -233,3 +233,22 @@ def test_cli_track_flag_chooses_the_loggers(no_tracker_env, tmp_path, capsys):
     assert not list(run.glob("events.out.tfevents.*"))  # not even TensorBoard
     assert main(["train", "frozenlake-q", "--track", "wandbb", "--out", str(out)]) != 0
     assert "unknown logger 'wandbb' in loggers" in capsys.readouterr().err
+
+
+def test_an_mlflow_server_that_does_not_answer_is_dropped_at_once(
+    no_tracker_env, monkeypatch, tmp_path
+):
+    # its client retried a dead server for minutes while training waited
+    import socket
+    import time
+
+    pytest.importorskip("mlflow")
+    with socket.socket() as closed:  # a free port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("PAYOFF_LOGGERS", "mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="no MLflow server answers at http://127.0.0.1"):
+        run = train("frozenlake-q", overrides=SHORT, out=tmp_path / "runs", media=False)
+    assert time.monotonic() - started < 60 and run.summary()["final_eval"]["episodes"] > 0

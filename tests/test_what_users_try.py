@@ -476,3 +476,23 @@ def test_load_settings_change_only_what_they_name():
     }
     built_in = to_dict(GRPOConfig(task=TaskConfig(name="addition", options={"digits": 2})))
     assert _onto_saved(GRPOConfig, built_in, {"task": rows})["task"] is rows  # another kind
+
+
+def test_ctrl_c_in_the_final_evaluation_keeps_the_training(tmp_path, monkeypatch, capsys):
+    # The final evaluation ran after the last checkpoint: Ctrl-C there lost the whole run
+    from payoff.algos.dqn import DQN
+    from payoff.cli import main
+    from payoff.track.run import Run
+
+    def interrupted(self):  # Ctrl-C (a KeyboardInterrupt) during the final evaluation
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DQN, "finish", interrupted)
+    args = ["train", "cartpole-dqn", "total_steps=600", "learning_starts=100", "--no-media"]
+    assert main([*args, "--out", str(tmp_path)]) > 128  # 128 + the signal
+    (run,) = tmp_path.iterdir()
+    assert "checkpoint saved. Continue with: payoff train --resume" in capsys.readouterr().out
+    assert Run.open(run).checkpoint_path().exists() and "final_eval" not in Run.open(run).summary()
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(run), "--no-media"]) == 0
+    assert Run.open(run).summary()["final_eval"]["episodes"] > 0

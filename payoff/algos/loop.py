@@ -137,6 +137,7 @@ class TrainLoop:
         if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
             algorithm.evaluate_now()
         algorithm.between_iterations()
+        checkpointed = -1  # the step of this loop's last checkpoint
         with GracefulInterrupt() as interrupt:
             while (
                 state.step < self.total
@@ -159,11 +160,20 @@ class TrainLoop:
                     algorithm.evaluate_now()
                 if crossed(before, state.step, self.checkpoint_every):
                     algorithm.checkpoint()
+                    checkpointed = state.step
                 algorithm.between_iterations()
         progress.close()
         algorithm.interrupted = interrupt.requested
         if not algorithm.interrupted:
-            algorithm.finish()
+            # The final evaluation can be long, and Ctrl-C stops it at once: the training
+            # is in a checkpoint first, and a resume runs the evaluation again.
+            if checkpointed != state.step:
+                algorithm.checkpoint()
+            try:
+                algorithm.finish()
+            except KeyboardInterrupt:
+                algorithm.interrupted = True
+                return False
         algorithm.say_unfed_monitors()
         algorithm.checkpoint()
         return not algorithm.interrupted

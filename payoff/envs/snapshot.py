@@ -86,7 +86,11 @@ def _chain(env: gym.Env) -> list[Any]:
 
 
 def _type_name(value: Any) -> str:
-    return f"{type(value).__module__}.{type(value).__qualname__}"
+    kind = type(value)
+    try:
+        return f"{kind.__module__}.{kind.__qualname__}"
+    except AttributeError:  # some extension types (Box2D's SWIG fixture defs) lack them
+        raise EnvStateError(f"an attribute of type {kind.__name__!r} cannot be saved") from None
 
 
 def _capture_attrs(obj: Any, depth: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, check_episodes, warn_unended
+from payoff.track.interrupt import ignore_ctrl_c_in_worker
 from payoff.track.progress import LateProgress
 
 Vectorization = Literal["auto", "batched", "sync", "async"]
@@ -74,10 +75,17 @@ def make_vector_env(
                 f"batched env {batched!r} uses autoreset mode {mode}; payoff's runner needs NEXT_STEP"
             )
         return envs
-    makers = [lambda: make_env(env) for _ in range(num_envs)]
     if vectorization == "async":
-        return gym.vector.AsyncVectorEnv(makers)
-    return gym.vector.SyncVectorEnv(makers)
+        # Ctrl-C reaches the worker processes too: they must not die mid-step while the
+        # main process finishes its iteration, checkpoints and closes them
+        return gym.vector.AsyncVectorEnv([lambda: _worker_env(env) for _ in range(num_envs)])
+    return gym.vector.SyncVectorEnv([lambda: make_env(env) for _ in range(num_envs)])
+
+
+def _worker_env(env: EnvConfig) -> gym.Env:
+    """The env of one AsyncVectorEnv worker process, deaf to Ctrl-C."""
+    ignore_ctrl_c_in_worker()
+    return make_env(env)
 
 
 class VectorRunner:

@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -169,6 +170,8 @@ class MLflowLogger(Logger):
         runs_folder = run_path.resolve().parent
         default_uri = f"sqlite:///{runs_folder / 'mlflow.db'}"
         self.tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or default_uri
+        if self.tracking_uri.startswith(("http://", "https://")):
+            _check_server(self.tracking_uri)
         # a client of its own, not mlflow's global active run: the user's mlflow state is theirs
         self.client = MlflowClient(self.tracking_uri)
         if saved.get("tracking_uri") == self.tracking_uri and saved.get("run_id"):
@@ -211,6 +214,22 @@ class MLflowLogger(Logger):
 
     def state(self) -> dict[str, Any]:
         return {"tracking_uri": self.tracking_uri, "run_id": self.run_id}
+
+
+def _check_server(uri: str) -> None:
+    """Fail at once when nothing answers at an MLflow server's address: its client retries
+    a dead server for minutes, while training waits. A server that answers and then goes
+    away gets 2 retries of at most 10 s (unless MLFLOW_HTTP_REQUEST_* say otherwise)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=5).close()
+    except OSError as err:
+        raise ConnectionError(f"no MLflow server answers at {uri} ({err})") from None
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 
 def _param_text(value: Any) -> str:
@@ -375,6 +394,8 @@ _DOING = {"opening": "opening", "log": "logging", "flush": "flushing", "close": 
 
 def _warn(name: str, action: str, err: Exception) -> None:
     message = str(err) if isinstance(err, ModuleNotFoundError) else f"{type(err).__name__}: {err}"
+    if name == "wandb" and action == "opening" and not isinstance(err, ModuleNotFoundError):
+        message += "; without a network, WANDB_MODE=offline logs locally for `wandb sync` later"
     warnings.warn(
         f"the {name} logger failed {_DOING[action]} and is off for the rest of this run "
         f"({message}); training goes on, and metrics.jsonl keeps every record",
