@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from payoff.core.errors import ConfigError, PayoffError, RunError, suggest
+from payoff.core.errors import CheckpointError, ConfigError, PayoffError, RunError, suggest
 from payoff.core.imports import trusting_loaded_code
 
 
@@ -220,13 +220,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
     with writing():
         run = Run.open(args.run)  # makes media/ when it is missing
+    algorithm = None
     if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
-        _, algorithm = load(args.run)
-        with writing():
+        try:
+            _, algorithm = load(args.run)
+        except CheckpointError as err:  # the metrics still tell the story: report them
+            print(f"payoff: {err}; the report shows the metrics only", file=sys.stderr)
+    with writing():
+        if algorithm is not None:
             write_media(run, algorithm)
-        path = run.media / "report.html"
-    else:
-        with writing():
+            path = run.media / "report.html"
+        else:
             path = write_report(run)
     print(f"wrote {path}")
     return 0

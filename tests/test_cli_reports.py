@@ -210,3 +210,16 @@ def test_text_from_a_copied_run_reaches_the_terminal_without_escapes():
     from payoff.cli import _printable
 
     assert _printable("ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\nnext") == "ok?]52;c;ZXZpbA==? ?[2J\nnext"
+
+
+def test_a_run_with_a_corrupt_checkpoint_still_gets_a_metrics_report(tmp_path, capsys):
+    assert (
+        main(["train", "cartpole-ppo", "total_steps=512", "--no-media", "--out", str(tmp_path)])
+        == 0
+    )
+    (run,) = tmp_path.iterdir()
+    checkpoint = Run.open(run).checkpoint_path()
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    assert main(["report", str(run)]) == 0
+    assert "the report shows the metrics only" in capsys.readouterr().err
+    assert (run / "media" / "report.html").is_file()

@@ -107,6 +107,8 @@ def test_bad_settings_are_named():
     assert all(torch.isfinite(p).all() for p in plain.actor.parameters())
     with pytest.raises(EnvError, match="PPO or A2C"):  # not "continuous actions"
         payoff.DQN(_MultiDiscreteEnv())
+    with pytest.raises(EnvError, match="PPO, A2C and REINFORCE"):  # not DQN, which refuses it too
+        payoff.SAC(_MultiDiscreteEnv())
 
 
 class _MultiDiscreteEnv(_Blank):
@@ -496,3 +498,20 @@ def test_ctrl_c_in_the_final_evaluation_keeps_the_training(tmp_path, monkeypatch
     monkeypatch.undo()
     assert main(["train", "--resume", str(run), "--no-media"]) == 0
     assert Run.open(run).summary()["final_eval"]["episodes"] > 0
+
+
+def test_plot_draws_the_metric_most_runs_log_and_names_every_group(tmp_path):
+    from PIL import Image
+
+    from payoff.report.plots import default_metrics, plot_curves
+    from payoff.track.run import Run
+
+    runs = []
+    for i in range(12):  # twelve settings; run 0 stopped before its first evaluation
+        run = Run.create(tmp_path, f"r{i}", {"recipe": "cartpole-dqn", "overrides": [f"lr={i}"]})
+        run.log(100, **({"train/loss": 1.0} if i == 0 else {"eval/mean_return": float(i)}))
+        run.close()
+        runs.append(run)
+    assert default_metrics(runs) == ["eval/mean_return"]  # not refused for run 0's lack of it
+    path = plot_curves(runs, tmp_path / "curves.png")
+    assert Image.open(path).size[0] < 1500  # the title no longer lists every setting

@@ -90,8 +90,9 @@ class QLearning(Agent):
         if not isinstance(obs_space, gym.spaces.Discrete):
             raise EnvError(
                 f"Q-learning keeps one table row per state, so it needs a Discrete observation space; "
-                f"{config.env.id!r} has {obs_space}. Use DQN (algo: dqn) for continuous observations, "
-                f"or wrap the env so it discretizes them."
+                f"{config.env.id!r} has {obs_space}. Use DQN (algo: dqn) for other observations "
+                f"(wrapped in gymnasium.wrappers.FlattenObservation if Tuple or Dict), or wrap "
+                f"the env so it numbers its states."
             )
         if not isinstance(act_space, gym.spaces.Discrete):
             raise EnvError(

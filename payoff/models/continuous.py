@@ -28,8 +28,12 @@ def check_continuous(
     if not isinstance(action_space, gym.spaces.Box):
         raise EnvError(
             f"{algorithm} outputs continuous actions, so it needs a Box action space; "
-            f"{env_id!r} has {action_space}. For Discrete actions use DQN (algo: dqn) or PPO "
-            f"(algo: ppo)."
+            f"{env_id!r} has {action_space}. "
+            + (
+                "For Discrete actions use DQN (algo: dqn) or PPO (algo: ppo)."
+                if isinstance(action_space, gym.spaces.Discrete)
+                else "PPO, A2C and REINFORCE (algo: ppo, a2c, reinforce) take it."
+            )
         )
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise EnvError(

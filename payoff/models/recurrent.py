@@ -88,7 +88,7 @@ class RecurrentActor(Actor):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise EnvError(
                 f"the recurrent actor takes Discrete action spaces, got {action_space}; "
-                f"use ppo (feed-forward) for continuous actions"
+                f"feed-forward PPO (algo: ppo) takes Box, MultiDiscrete and MultiBinary actions"
             )
         self.rnn_hidden = int(rnn_hidden)
         self.trunk = _GRUTrunk(self.encoder.dim, self.rnn_hidden)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -81,17 +81,16 @@ def is_number(value: object) -> TypeGuard[int | float]:
 
 
 def default_metrics(runs: Sequence[Run]) -> list[str]:
-    """The headline metric(s) common to the runs: the first preferred metric they all log."""
-    keys: set[str] | None = None
+    """The headline metric: the preferred metric that most of the runs log (the first of
+    PREFERRED_METRICS among equals), else the metric most of them log. Runs without it, such
+    as one stopped before its first evaluation, are left out of the plot, not the others."""
+    counts: Counter[str] = Counter()
     for run in runs:
-        run_keys = {k for r in run.records() for k in r}
-        keys = run_keys if keys is None else keys & run_keys
-    keys = keys or set()
-    for metric in PREFERRED_METRICS:
-        if metric in keys:
-            return [metric]
-    numeric = sorted(k for k in keys if "/" in k)
-    return numeric[:1]
+        counts.update({k for r in run.records() for k in r if "/" in k})
+    preferred = [m for m in PREFERRED_METRICS if counts[m]]
+    if preferred:
+        return [max(preferred, key=lambda m: counts[m])]  # max keeps the first among equals
+    return [max(sorted(counts), key=lambda m: counts[m])] if counts else []
 
 
 def _group_label(run: Run) -> str:
@@ -130,12 +129,15 @@ def plot_curves(
     for ax, metric in zip(axes[0], metrics, strict=True):
         final_labelled = False
         for color_index, (label, members) in enumerate(groups.items()):
+            # ten colours, then the same ten dashed, dash-dotted, dotted
             color = f"C{color_index % 10}"
+            style = ("-", "--", "-.", ":")[(color_index // 10) % 4]
             curves = [series(run, metric, x) for run in members]
             curves = [(xs, ys) for xs, ys in curves if len(xs)]
             if len(curves) == 1:
                 xs, ys = curves[0]
-                ax.plot(xs, ys, color=color, label=label, marker="o" if len(xs) == 1 else None)
+                marker = "o" if len(xs) == 1 else None
+                ax.plot(xs, ys, color=color, linestyle=style, label=label, marker=marker)
             elif curves:
                 grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
                 stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
@@ -143,6 +145,7 @@ def plot_curves(
                     grid,
                     stacked.mean(0),
                     color=color,
+                    linestyle=style,
                     label=f"{label} (mean of {len(curves)} seeds)",
                 )
                 ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
@@ -166,18 +169,22 @@ def plot_curves(
                 zorder=3,
                 edgecolors="black",
                 linewidths=0.5,
-                label=None
+                label=f"{label} (final evaluation)"  # no curve names this group
+                if not curves
+                else None
                 if final_labelled
                 else "final evaluation" + (" (each seed)" if len(finals) > 1 else ""),
             )
-            final_labelled = True
+            final_labelled = final_labelled or bool(curves)
         if mark_alarms:
             _mark_alarms(ax, runs, x)
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title or ", ".join(sorted(groups)))
+    # many settings: the legend names them, and the title counts them
+    many = f"{len(runs)} runs of {len(groups)} settings"
+    fig.suptitle(title or (", ".join(sorted(groups)) if len(groups) <= 3 else many))
     return save_figure(fig, path)
 
 
