@@ -67,6 +67,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise PayoffError(
                 "--resume continues a run with its own config; pass no recipe or overrides with it"
             )
+        if args.seed is not None or args.out != "runs":
+            raise PayoffError(
+                "--resume continues a run in its own folder with its own seed; pass no --seed "
+                "or --out with it"
+            )
         from payoff.track.run import Run
 
         step = finished_step(Run.open(args.resume))
@@ -78,7 +83,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "--resume continues a run in place, so the run must be writable "
             "(copy it somewhere writable and resume the copy)",
         ):
-            run = resume(args.resume, media=not args.no_media)
+            run = resume(args.resume, media=not args.no_media, loggers=args.track)
     else:
         if not args.recipe:
             raise PayoffError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,13 +221,14 @@ def train(
     return _learn_and_finish(algorithm, run, media)
 
 
-def resume(path: str | Path, media: bool = True) -> Run:
+def resume(path: str | Path, media: bool = True, loggers: Sequence[str] | str | None = None) -> Run:
     """Continue a run from its latest checkpoint, in the same directory.
 
     A run that already finished is returned as it is (see `finished_step`): resuming it
     again must not evaluate it, or write its summary, a second time.
+    loggers: as `train`'s; None keeps the ones the run was started with.
     """
-    run = Run.open(path)
+    run = Run.open(path, loggers)
     if finished_step(run) is not None:
         return run
     algo = run.config.get("algo")

@@ -515,3 +515,26 @@ def test_plot_draws_the_metric_most_runs_log_and_names_every_group(tmp_path):
     assert default_metrics(runs) == ["eval/mean_return"]  # not refused for run 0's lack of it
     path = plot_curves(runs, tmp_path / "curves.png")
     assert Image.open(path).size[0] < 1500  # the title no longer lists every setting
+
+
+def test_resume_refuses_what_it_cannot_honour_and_says_when_config_yaml_was_edited(
+    tmp_path, monkeypatch
+):
+    import yaml
+
+    from payoff.algos.dqn import DQN
+    from payoff.cli import main
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DQN, "finish", interrupted)  # stopped in its final evaluation
+    args = ["train", "cartpole-dqn", "total_steps=400", "learning_starts=100", "--no-media"]
+    assert main([*args, "--out", str(tmp_path)]) > 128
+    monkeypatch.undo()
+    (run,) = tmp_path.iterdir()
+    assert main(["train", "--resume", str(run), "--seed", "5"]) == 2
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "total_steps": 9999}))
+    with pytest.warns(RuntimeWarning, match="differs from the checkpoint's config in total_steps"):
+        assert main(["train", "--resume", str(run), "--no-media", "--track", "none"]) == 0

@@ -540,6 +540,20 @@ class Algorithm:
     def from_run(cls, run: Run) -> Self:
         """Rebuild the algorithm of a run from its latest checkpoint, ready to continue."""
         payload, elapsed = run.load_checkpoint(cls.name)
+        recorded = run.config
+        edited = sorted(
+            str(key)
+            for key, value in payload.get("config", {}).items()
+            if key in recorded and recorded[key] != value
+        )
+        if edited:
+            warnings.warn(
+                f"{str(run.path / 'config.yaml')!r} differs from the checkpoint's config in "
+                f"{', '.join(edited)}: a run resumes with the config it trained with, the "
+                f"checkpoint's; to change it, start a new run (init_from= takes these weights)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         algorithm = cls._from_payload(payload, run=run, source=run.checkpoint_path())
         run.truncate_metrics(algorithm.progress_step(), elapsed)
         note = algorithm.restore_note()
