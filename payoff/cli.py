@@ -399,6 +399,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     flags = [token for token in extra if token.startswith("-")]
+    if flags and hasattr(args, "overrides"):  # --device cuda: config keys are key=value
+        key, _, value = flags[0].lstrip("-").partition("=")
+        following = extra[extra.index(flags[0]) + 1 : extra.index(flags[0]) + 2]
+        value = value or next((t for t in following if not t.startswith("-")), "VALUE")
+        parser.error(
+            f"unrecognized arguments: {' '.join(flags)} (config keys are set as key=value: "
+            f"{key.replace('-', '_')}={value}; the flags are in --help)"
+        )
     if flags or (extra and not hasattr(args, "overrides")):
         parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
     if extra:

@@ -223,3 +223,9 @@ def test_a_run_with_a_corrupt_checkpoint_still_gets_a_metrics_report(tmp_path, c
     assert main(["report", str(run)]) == 0
     assert "the report shows the metrics only" in capsys.readouterr().err
     assert (run / "media" / "report.html").is_file()
+
+
+def test_a_config_key_given_as_a_flag_is_answered_with_its_key_value_form(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["train", "cartpole-ppo", "--device", "cuda"])
+    assert "config keys are set as key=value: device=cuda" in capsys.readouterr().err

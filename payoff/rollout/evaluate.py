@@ -123,6 +123,11 @@ def record_frames(
             image = None
         picture = np.asarray(image)
         if not (picture.ndim == 2 or picture.ndim == 3 and picture.shape[-1] in (3, 4)):
+            if str(env.id).startswith("payoff/"):  # payoff's own: nothing for its user to fix
+                raise EnvError(
+                    f"payoff's env {env.id!r} draws no frames, so there is no GIF of it; "
+                    f"`payoff eval RUN` scores its episodes"
+                )
             raise EnvError(
                 f"env {env.id!r} does not render RGB frames (render() gave "
                 f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
