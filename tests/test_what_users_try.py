@@ -538,3 +538,21 @@ def test_resume_refuses_what_it_cannot_honour_and_says_when_config_yaml_was_edit
     (run / "config.yaml").write_text(yaml.safe_dump({**config, "total_steps": 9999}))
     with pytest.warns(RuntimeWarning, match="differs from the checkpoint's config in total_steps"):
         assert main(["train", "--resume", str(run), "--no-media", "--track", "none"]) == 0
+
+
+class _Pixels(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 1.0, False, True, {}
+
+
+def test_raw_pixels_into_an_mlp_are_warned_about():
+    # a bright-vs-dark task learned at chance from 0..255 and perfectly from [0, 1]
+    with pytest.warns(RuntimeWarning, match="uint8 images, flattened into an MLP as 0..255"):
+        payoff.PPO(_Pixels(), num_envs=2, num_steps=8, minibatch_size=8)

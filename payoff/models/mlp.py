@@ -19,6 +19,7 @@ hold CPU tensors (`load_policy(path, device=...)` puts them back on a device).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -200,6 +201,19 @@ class _ObsEncoder(nn.Module):
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.dim = obs_dim(space)
         self.normalizer = normalizer if normalizer is not None else ObsNormalizer(self.dim)
+        image = (
+            isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) >= 2
+        )
+        if image and not self.normalizer.enabled:
+            warnings.warn(
+                f"observations {space} are uint8 images, flattened into an MLP as 0..255: "
+                f"it learns slowly or not at all from raw pixels (SB3 divides them by 255). "
+                f"Scale them first with an ObservationWrapper of yours that gives float32 in "
+                f"[0, 1] (env.wrappers=[{{name: my_module:ScaleImage}}]), or set "
+                f"normalize_obs=true",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete:
