@@ -81,7 +81,7 @@ def test_recurrent_actor_refuses_to_act_without_its_state():
 
 
 def test_recurrent_actor_rejects_continuous_actions():
-    with pytest.raises(EnvError, match=r"Discrete action spaces, got Box.*use ppo"):
+    with pytest.raises(EnvError, match=r"Discrete action spaces, got Box.*feed-forward PPO"):
         RecurrentPPO(env="Pendulum-v1", **SMALL)
 
 
