@@ -42,6 +42,12 @@ def resolve(
     description = data.pop("description", "")
     label = data.pop("label", None)
     monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
+    given = [parse_override(o)[1] for o in overrides if parse_override(o)[0] == ["seed"]]
+    if seed is not None and any(value != seed for value in given):
+        raise ConfigError(
+            f"two seeds: seed={given[-1]} among the overrides and {seed} (--seed, or an "
+            f"experiment member's seeds); give one"
+        )
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
     data = _without_other_task_options(data, all_overrides)

@@ -556,3 +556,17 @@ def test_raw_pixels_into_an_mlp_are_warned_about():
     # a bright-vs-dark task learned at chance from 0..255 and perfectly from [0, 1]
     with pytest.warns(RuntimeWarning, match="uint8 images, flattened into an MLP as 0..255"):
         payoff.PPO(_Pixels(), num_envs=2, num_steps=8, minibatch_size=8)
+
+
+def test_small_command_line_habits(tmp_path, capsys):
+    from payoff.cli import main
+
+    _, config, resolved = resolve("cartpole-ppo", ["env.wrappers=[FlattenObservation]"])
+    assert config.env.wrappers[0].name == "FlattenObservation"  # a bare name is a wrapper
+    assert resolved["env"]["wrappers"] == [{"name": "FlattenObservation", "kwargs": {}}]
+    with pytest.raises(ConfigError, match="two seeds: seed=3 among the overrides and 4"):
+        resolve("cartpole-ppo", ["seed=3"], seed=4)
+    assert resolve("cartpole-ppo", ["seed=3"], seed=3)[1].seed == 3
+    (tmp_path / "afile").write_text("")
+    assert main(["train", "cartpole-ppo", "--out", str(tmp_path / "afile")]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err

@@ -28,6 +28,11 @@ class WrapperSpec:
     name: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_value(cls, value: object) -> WrapperSpec | None:
+        """A bare name, `env.wrappers=[FlattenObservation]`, is a wrapper without arguments."""
+        return cls(name=value) if isinstance(value, str) else None
+
 
 @dataclass
 class EnvConfig:

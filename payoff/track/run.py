@@ -82,9 +82,12 @@ class Run:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise RunError(
-                f"cannot create output directory {str(out_dir)!r}: {err.strerror}"
-            ) from None
+            reason = (
+                "it is a file, not a folder"  # mkdir says only "File exists"
+                if out_dir.exists() and not out_dir.is_dir()
+                else err.strerror
+            )
+            raise RunError(f"cannot create output directory {str(out_dir)!r}: {reason}") from None
         if not os.access(out_dir, os.W_OK | os.X_OK):
             raise RunError(
                 f"output directory {str(out_dir)!r} is not writable; pass --out with a folder you can write to"
