@@ -478,6 +478,11 @@ def test_load_settings_change_only_what_they_name():
     }
     built_in = to_dict(GRPOConfig(task=TaskConfig(name="addition", options={"digits": 2})))
     assert _onto_saved(GRPOConfig, built_in, {"task": rows})["task"] is rows  # another kind
+    mine = {"name": "jsonl", "data": "mine.jsonl"}
+    assert _onto_saved(GRPOConfig, built_in, {"task": mine})["task"] == mine  # not merged
+    files = {**saved, "task": {**saved["task"], "data": "/gone/a.jsonl", "test_data": "/gone/b"}}
+    task = _onto_saved(GRPOConfig, files, {"task": rows})["task"]
+    assert (task.data, task.test_data, task.eval_size) == ("", "", 7)  # the rows replace them
 
 
 def test_ctrl_c_in_the_final_evaluation_keeps_the_training(tmp_path, monkeypatch, capsys):

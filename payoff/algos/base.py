@@ -639,15 +639,23 @@ def _onto_saved(
         from_value = getattr(hints.get(key), "from_value", None)
         made = from_value(value) if isinstance(old, dict) and from_value else None
         if isinstance(old, dict) and isinstance(value, dict):
-            value = {**old, **value}
+            if value.get("name", old.get("name")) == old.get("name"):  # same kind: merge
+                value = {**old, **value}
         elif dataclasses.is_dataclass(made) and getattr(made, "name", None) in (
             None,
             old.get("name"),  # type: ignore[union-attr]
         ):
-            base = from_dict(type(made), old, prefix=f"{key}.")  # type: ignore[arg-type]
+            # the saved files give way to the material passed in their place
+            kept = {k: v for k, v in old.items() if k not in _DATA_LOCATIONS}  # type: ignore[union-attr]
+            base = from_dict(type(made), kept, prefix=f"{key}.")  # type: ignore[arg-type]
             value = dataclasses.replace(base, **_changed_fields(made))
         laid[key] = value
     return laid
+
+
+# Sub-config keys naming where material lives (task data, preference pairs): Python
+# material passed to load() replaces them.
+_DATA_LOCATIONS = frozenset({"data", "test_data", "ood_data", "path", "test_path"})
 
 
 def _changed_fields(config: Any) -> dict[str, Any]:

@@ -174,6 +174,7 @@ class TrainLoop:
             except KeyboardInterrupt:
                 algorithm.interrupted = True
                 return False
-        algorithm.say_unfed_monitors()
+        if not algorithm.interrupted:  # a stopped run may yet log what a monitor reads
+            algorithm.say_unfed_monitors()
         algorithm.checkpoint()
         return not algorithm.interrupted

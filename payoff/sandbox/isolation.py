@@ -159,9 +159,14 @@ def bwrap_command(
             else ["--size", str(limits.workdir_mb << 20), "--tmpfs", WORKDIR]
         ),
         # bubblewrap's root and /dev are tmpfs mounts as large as half the RAM: read-only, so
-        # the work dir's cap is the only space the code can fill
+        # the caps are the only space the code can fill (/dev/shm: a capped tmpfs of its
+        # own, where multiprocessing keeps its semaphores)
         "--remount-ro",
         "/dev",
+        "--size",
+        str(limits.workdir_mb << 20),
+        "--tmpfs",
+        "/dev/shm",
         "--remount-ro",
         "/",
         "--chdir",
