@@ -401,7 +401,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     flags = [token for token in extra if token.startswith("-")]
     if flags and hasattr(args, "overrides"):  # --device cuda: config keys are key=value
         key, _, value = flags[0].lstrip("-").partition("=")
-        following = extra[extra.index(flags[0]) + 1 : extra.index(flags[0]) + 2]
+        following = extra[extra.index(flags[0]) + 1 :][:1]
         value = value or next((t for t in following if not t.startswith("-")), "VALUE")
         parser.error(
             f"unrecognized arguments: {' '.join(flags)} (config keys are set as key=value: "

@@ -42,7 +42,7 @@ def resolve(
     description = data.pop("description", "")
     label = data.pop("label", None)
     monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
-    given = [parse_override(o)[1] for o in overrides if parse_override(o)[0] == ["seed"]]
+    given = [value for keys, value in map(parse_override, overrides) if keys == ["seed"]]
     if seed is not None and any(value != seed for value in given):
         raise ConfigError(
             f"two seeds: seed={given[-1]} among the overrides and {seed} (--seed, or an "

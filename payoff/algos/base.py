@@ -242,7 +242,7 @@ class Algorithm:
         self._record: dict[str, Any] = {}  # metrics of the last iteration, until they are logged
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
         self.attached: list[Monitor] = []  # those the user attached (recipe's `monitors:`)
-        self.logged_keys: set[str] = set()  # every metric key logged, for `unfed_monitors`
+        self.logged_keys: set[str] = set()  # every metric key logged (say_unfed_monitors)
         self.alarms: list[Alarm] = []
         self.halted: Alarm | None = None  # set by on_alarm: halt; the loop stops
         # the latest samples that looked like hacks (paid but wrong, canary passes): evidence

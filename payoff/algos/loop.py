@@ -174,7 +174,6 @@ class TrainLoop:
             except KeyboardInterrupt:
                 algorithm.interrupted = True
                 return False
-        if not algorithm.interrupted:  # a stopped run may yet log what a monitor reads
-            algorithm.say_unfed_monitors()
+            algorithm.say_unfed_monitors()  # (a stopped run may yet log what a monitor reads)
         algorithm.checkpoint()
         return not algorithm.interrupted

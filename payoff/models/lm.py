@@ -277,10 +277,12 @@ def add_lora(model, config: ModelConfig):
             "model.lora_rank > 0 needs peft: pip install 'payoff[llm]' (or pip install peft)"
         ) from None
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets: Any = [t for t in config.lora_targets if t in names]
-    if config.lora_targets == ["all-linear"]:
-        targets = "all-linear"  # peft's shorthand
-    elif not targets:
+    targets: Any = (
+        "all-linear"  # peft's shorthand
+        if config.lora_targets == ["all-linear"]
+        else [t for t in config.lora_targets if t in names]
+    )
+    if not targets:
         raise ConfigError(
             f"none of model.lora_targets {config.lora_targets} name a module of this model; "
             f"some of its module names: {sorted(names)[:20]}"

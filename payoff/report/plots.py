@@ -160,6 +160,12 @@ def plot_curves(
                     color=color,
                     linestyle=":",
                 )
+            if not curves:  # no curve names this group
+                final_label: str | None = f"{label} (final evaluation)"
+            elif final_labelled:
+                final_label = None
+            else:
+                final_label = "final evaluation" + (" (each seed)" if len(finals) > 1 else "")
             ax.scatter(
                 [p[0] for p in finals],
                 [p[1] for p in finals],
@@ -169,11 +175,7 @@ def plot_curves(
                 zorder=3,
                 edgecolors="black",
                 linewidths=0.5,
-                label=f"{label} (final evaluation)"  # no curve names this group
-                if not curves
-                else None
-                if final_labelled
-                else "final evaluation" + (" (each seed)" if len(finals) > 1 else ""),
+                label=final_label,
             )
             final_labelled = final_labelled or bool(curves)
         if mark_alarms:

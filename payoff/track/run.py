@@ -245,7 +245,7 @@ class Run:
             return {}
         try:
             summary = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as err:
+        except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, deep, huge numbers
             raise RunError(f"{str(path)!r} is not valid JSON ({str(err)[:200]})") from None
         if not isinstance(summary, dict):
             raise RunError(f"{str(path)!r} holds a {type(summary).__name__}, not a JSON object")
@@ -315,7 +315,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError, ValueError):  # deep nesting, huge ints
+        except (ValueError, RecursionError):  # bad JSON, deep nesting, huge ints
             continue
         if isinstance(record, dict):
             records.append(record)
