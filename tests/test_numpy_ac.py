@@ -143,6 +143,21 @@ def test_numpy_sampler_samples_like_the_rollout_sampler(activation):
     assert torch.equal(actions, expected)
     assert len({tuple(a.tolist()) for a in actions}) > 1  # it did sample
     torch.testing.assert_close(sampler.logprobs(), reference.logprobs(), rtol=1e-5, atol=1e-6)
+    assert sampler.value_fn is None  # made without a critic
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_numpy_sampler_values_are_the_critics(activation):
+    """Given the critic, the sampler's values (the runner's pass over a rollout) are the torch
+    critic's, normalizer included; a critic it cannot run leaves value_fn None."""
+    actor, critic, _, _ = _networks([16, 8], activation, obs_dim=3)
+    actor.normalizer.enabled = True
+    actor.normalizer.update(torch.randn(50, 3) * 2 + 1)
+    obs = torch.randn(40, 3) * 3
+    sampler = NumpyRolloutSampler(actor, 2, 4, critic)
+    torch.testing.assert_close(sampler.value_fn(obs), critic(obs).detach(), rtol=1e-5, atol=1e-6)
+    other = Critic(gym.spaces.Box(-1.0, 1.0, (3,)), [16, 8], activation)  # its own normalizer
+    assert NumpyRolloutSampler(actor, 2, 4, other).value_fn is None
 
 
 def _config(**overrides):

@@ -129,7 +129,9 @@ class PPO(OnPolicyAlgorithm):
     def rollout_sampler(self) -> Any:
         if self.numpy_ac is not None and NumpyRolloutSampler.supports(self.actor):
             assert isinstance(self.actor, CategoricalActor)
-            return NumpyRolloutSampler(self.actor, self.config.num_steps, self.runner.num_envs)
+            return NumpyRolloutSampler(
+                self.actor, self.config.num_steps, self.runner.num_envs, self.critic
+            )
         return super().rollout_sampler()
 
     def update(self, storage: RolloutStorage, progress: float) -> dict[str, float]:

@@ -293,6 +293,10 @@ class NumpyRolloutSampler:
     cheaper calls. Logits agree with torch's to float32 rounding, so an action can differ
     only where two perturbed logits tie to within it. Box observations (flattened, through
     the actor's normalizer when enabled); weights are read when the sampler is made.
+
+    Given the critic (same inputs as the actor), `values` is the critic in NumPy too: the
+    runner's one pass over the rollout's observations, ~3x faster than torch's on 2,112
+    rows of CartPole (torch's tanh alone is ~8x NumPy's on arrays this size).
     """
 
     @staticmethod
@@ -305,7 +309,13 @@ class NumpyRolloutSampler:
             and actor.activation in ("tanh", "relu")
         )
 
-    def __init__(self, actor: CategoricalActor, num_steps: int, num_envs: int):
+    def __init__(
+        self,
+        actor: CategoricalActor,
+        num_steps: int,
+        num_envs: int,
+        critic: Critic | None = None,
+    ):
         actions = int(actor.action_space.n)  # type: ignore[attr-defined]
         self.step = 0
         self.noise = _gumbel(torch.rand(num_steps, num_envs, actions)).numpy()  # [T, N, A]
@@ -314,13 +324,16 @@ class NumpyRolloutSampler:
         self.actions_np = self.actions.numpy()
         self.perturbed = np.empty((num_envs, actions), _F32)
         self.tanh = actor.activation == "tanh"
-        self.layers = [
-            (
-                np.ascontiguousarray(layer.weight.detach().numpy().T),
-                layer.bias.detach().numpy().copy(),
-            )
-            for layer in _linears(actor.logits)
-        ]
+        self.layers = _numpy_layers(actor.logits)
+        # Each hidden layer's output buffer for a step's N rows, written in place.
+        self.hidden = [np.empty((num_envs, w.shape[1]), _F32) for w, _ in self.layers[:-1]]
+        self.value_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+        if (
+            critic is not None
+            and critic.encoder.normalizer is actor.encoder.normalizer
+            and critic.activation == actor.activation
+        ):
+            self.value_layers = _numpy_layers(critic.value)
         normalizer = actor.normalizer
         self.normalize: tuple[np.ndarray, np.ndarray, float] | None = None
         if normalizer.enabled:  # as ObsNormalizer.forward, in float32
@@ -328,31 +341,51 @@ class NumpyRolloutSampler:
             std = torch.sqrt(normalizer.var.to(torch.float32) + 1e-8)
             self.normalize = (mean.numpy(), std.numpy(), normalizer.clip)
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """The actions [N] sampled for the next step's observations [N, ...]."""
-        t = self.step
+    def _inputs(self, obs: torch.Tensor) -> np.ndarray:
+        """The networks' input for observations [B, ...]: flattened, float32, normalized."""
         x = obs.numpy().reshape(obs.shape[0], -1)
         if x.dtype != _F32:
             x = x.astype(_F32)
         if self.normalize is not None:
             mean, std, clip = self.normalize
             x = np.clip((x - mean) / std, -clip, clip)
-        last = len(self.layers) - 1
-        for k, (weight_t, bias) in enumerate(self.layers):
-            if k < last:
-                x = np.matmul(x, weight_t)
-                x += bias
-                if self.tanh:
-                    np.tanh(x, out=x)
-                else:
-                    np.maximum(x, 0, out=x)
-            else:
-                np.matmul(x, weight_t, out=self.logits[t])
-                self.logits[t] += bias
-        np.add(self.logits[t], self.noise[t], out=self.perturbed)
-        np.argmax(self.perturbed, axis=1, out=self.actions_np[t])
-        self.step += 1
+        return x
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actions [N] sampled for the next step's observations [N, ...]."""
+        t = self.step
+        x = self._inputs(obs)
+        activation = np.tanh if self.tanh else _relu
+        for (weight_t, bias), hidden in zip(self.layers, self.hidden, strict=False):
+            np.matmul(x, weight_t, out=hidden)
+            hidden += bias
+            x = activation(hidden, out=hidden)
+        weight_t, bias = self.layers[-1]
+        logits = np.matmul(x, weight_t, out=self.logits[t])
+        logits += bias
+        np.add(logits, self.noise[t], out=self.perturbed)
+        self.perturbed.argmax(axis=1, out=self.actions_np[t])
+        self.step = t + 1
         return self.actions[t]
+
+    @property
+    def value_fn(self) -> Any:
+        """`values`, or None when the sampler was made without a critic it can run."""
+        return self.values if self.value_layers is not None else None
+
+    def values(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's V(s) for observations [B, ...]: [B]."""
+        assert self.value_layers is not None, "made without a critic: see value_fn"
+        x = self._inputs(obs)
+        activation = np.tanh if self.tanh else _relu
+        for weight_t, bias in self.value_layers[:-1]:
+            x = np.matmul(x, weight_t)
+            x += bias
+            activation(x, out=x)
+        weight_t, bias = self.value_layers[-1]
+        out = np.matmul(x, weight_t)[:, 0]
+        out += bias
+        return torch.from_numpy(out)
 
     def logprobs(self) -> torch.Tensor:
         """log pi(a_t | s_t) of the actions sampled so far: [steps taken, N]."""
@@ -362,3 +395,18 @@ class NumpyRolloutSampler:
         logprobs = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
         chosen = np.take_along_axis(logprobs, self.actions_np[:taken, :, None], axis=-1)
         return torch.from_numpy(chosen[..., 0])
+
+
+def _numpy_layers(network: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each Linear of `network` as (W^T [in, out] contiguous, bias [out]), float32 copies."""
+    return [
+        (
+            np.ascontiguousarray(layer.weight.detach().numpy().T),
+            layer.bias.detach().numpy().copy(),
+        )
+        for layer in _linears(network)
+    ]
+
+
+def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0, out=out)

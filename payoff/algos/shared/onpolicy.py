@@ -365,11 +365,17 @@ class OnPolicyAlgorithm(Agent):
         if sampler is None:
             self.runner.collect(self._policy_step, self.storage, value_fn)
         else:
+            # A Discrete space's `start` as Actor.to_env adds it, looked up once per rollout.
+            start = int(getattr(self.actor.action_space, "start", 0))
 
             def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
                 actions = sampler(obs)
-                return actions, self.actor.to_env(actions), None
+                env_actions = actions.numpy()
+                return actions, env_actions + start if start else env_actions, None
 
+            # A sampler that runs the critic too (NumPy's) gives the values, with the same
+            # weights: the critic does not change during the rollout.
+            value_fn = getattr(sampler, "value_fn", None) or value_fn
             self.runner.collect(policy, self.storage, value_fn)
             self.storage.logprobs.copy_(sampler.logprobs())
         if self.reward_scaler is not None:  # the runner logged the episodes' raw returns
