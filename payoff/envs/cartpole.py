@@ -35,24 +35,47 @@ MAX_STEPS = 500
 _HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
 
 
+_THRESHOLDS = np.array([X_THRESHOLD, THETA_THRESHOLD])  # |x|, |theta| (columns 0 and 2)
+
+
 def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One Euler step of every cart: state [N, 4] float64, action [N] in {0, 1}.
 
     Returns the new state and whether each pole fell or cart left the track.
+
+    Gymnasium's expressions, in its order of operations (so the same float64 results, bit
+    for bit), written as in-place NumPy calls: with 64 carts each call costs more than its
+    arithmetic, so fewer temporaries and one [N, 4] update of the state count.
     """
-    x, x_dot, theta, theta_dot = state.T
-    force = np.where(action == 1, FORCE_MAG, -FORCE_MAG)
+    theta, theta_dot = state[:, 2], state[:, 3]
+    rates = np.empty_like(state)  # d/dt of (x, x_dot, theta, theta_dot)
     costheta, sintheta = np.cos(theta), np.sin(theta)
-    temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
-    thetaacc = (GRAVITY * sintheta - costheta * temp) / (
-        LENGTH * (4.0 / 3.0 - MASS_POLE * np.square(costheta) / TOTAL_MASS)
-    )
-    xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
-    new = np.stack(
-        [x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc],
-        axis=1,
-    )
-    terminated = (np.abs(new[:, 0]) > X_THRESHOLD) | (np.abs(new[:, 2]) > THETA_THRESHOLD)
+    # temp = (force + POLEMASS_LENGTH * theta_dot**2 * sintheta) / TOTAL_MASS
+    temp = np.square(theta_dot)
+    temp *= POLEMASS_LENGTH
+    temp *= sintheta
+    temp += np.where(action == 1, FORCE_MAG, -FORCE_MAG)
+    temp /= TOTAL_MASS
+    # thetaacc = (GRAVITY * sintheta - costheta * temp)
+    #            / (LENGTH * (4/3 - MASS_POLE * costheta**2 / TOTAL_MASS))
+    denominator = np.square(costheta)
+    denominator *= MASS_POLE
+    denominator /= TOTAL_MASS
+    np.subtract(4.0 / 3.0, denominator, out=denominator)
+    denominator *= LENGTH
+    thetaacc = np.multiply(GRAVITY, sintheta, out=rates[:, 3])
+    thetaacc -= costheta * temp
+    thetaacc /= denominator
+    # xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+    xacc = np.multiply(POLEMASS_LENGTH, thetaacc, out=rates[:, 1])
+    xacc *= costheta
+    xacc /= TOTAL_MASS
+    np.subtract(temp, xacc, out=xacc)
+    rates[:, 0] = state[:, 1]
+    rates[:, 2] = theta_dot
+    rates *= TAU
+    new = rates.__iadd__(state)  # state + TAU * rate, per column as Gymnasium's x + tau * x_dot
+    terminated = np.logical_or.reduce(np.abs(new[:, 0::2]) > _THRESHOLDS, axis=1)
     return new, terminated
 
 
