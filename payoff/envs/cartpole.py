@@ -35,7 +35,7 @@ MAX_STEPS = 500
 _HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
 
 
-_THRESHOLDS = np.array([X_THRESHOLD, THETA_THRESHOLD])  # |x|, |theta| (columns 0 and 2)
+_FORCES = np.array([-FORCE_MAG, FORCE_MAG])  # pushed left (action 0), right (action 1)
 
 
 def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +54,7 @@ def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np
     temp = np.square(theta_dot)
     temp *= POLEMASS_LENGTH
     temp *= sintheta
-    temp += np.where(action == 1, FORCE_MAG, -FORCE_MAG)
+    temp += _FORCES.take(action == 1)  # Gymnasium's force_mag if action == 1 else -force_mag
     temp /= TOTAL_MASS
     # thetaacc = (GRAVITY * sintheta - costheta * temp)
     #            / (LENGTH * (4/3 - MASS_POLE * costheta**2 / TOTAL_MASS))
@@ -75,7 +75,8 @@ def cartpole_step(state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np
     rates[:, 2] = theta_dot
     rates *= TAU
     new = rates.__iadd__(state)  # state + TAU * rate, per column as Gymnasium's x + tau * x_dot
-    terminated = np.logical_or.reduce(np.abs(new[:, 0::2]) > _THRESHOLDS, axis=1)
+    terminated = np.abs(new[:, 0]) > X_THRESHOLD
+    terminated |= np.abs(new[:, 2]) > THETA_THRESHOLD
     return new, terminated
 
 
@@ -134,6 +135,7 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         self.elapsed = np.zeros(num_envs, dtype=np.int64)
         self.needs_reset = np.zeros(num_envs, dtype=bool)
         self.rngs = [seeding.np_random(None)[0] for _ in range(num_envs)]
+        self._ones = np.ones(num_envs, dtype=np.float32)  # copied as each step's rewards
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -152,7 +154,7 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self.state, terminated = cartpole_step(self.state, np.asarray(actions))
         self.elapsed += 1
-        rewards = np.ones(self.num_envs, dtype=np.float32)
+        rewards = self._ones.copy()
         # Envs whose episode ended on the previous step reset now, ignoring their action.
         resetting = np.flatnonzero(self.needs_reset)
         for i in resetting:

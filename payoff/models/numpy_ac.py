@@ -212,14 +212,14 @@ class NumpyActorCritic:
         logits, values = out[0], out[1, :, 0]
         # Reductions call the ufuncs' own reduce: ndarray.sum/.mean/np.clip go through
         # Python wrappers that cost more than the arithmetic on arrays this small.
-        add, maximum = np.add.reduce, np.maximum.reduce
+        add = np.add.reduce
         # log-softmax and its probabilities
-        shifted = logits - maximum(logits, axis=1, keepdims=True)
+        shifted = logits - _last_axis(np.maximum, logits)
         exps = np.exp(shifted)
-        sums = add(exps, axis=1, keepdims=True)
+        sums = _last_axis(np.add, exps)
         logprobs = shifted - np.log(sums)  # [B, A]
         probs = exps / sums
-        neg_entropy = add(probs * logprobs, axis=1)  # [B]
+        neg_entropy = _last_axis(np.add, probs * logprobs)[:, 0]  # [B]
         log_ratio = logprobs.take(action_index) - old_logprobs
         ratio = np.exp(log_ratio)
         weighted = advantages * ratio
@@ -391,8 +391,8 @@ class NumpyRolloutSampler:
         """log pi(a_t | s_t) of the actions sampled so far: [steps taken, N]."""
         taken = self.step
         logits = self.logits[:taken]
-        shifted = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
-        logprobs = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+        shifted = logits - _last_axis(np.maximum, logits)
+        logprobs = shifted - np.log(_last_axis(np.add, np.exp(shifted)))
         chosen = np.take_along_axis(logprobs, self.actions_np[:taken, :, None], axis=-1)
         return torch.from_numpy(chosen[..., 0])
 
@@ -406,6 +406,19 @@ def _numpy_layers(network: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
         )
         for layer in _linears(network)
     ]
+
+
+def _last_axis(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
+    """`ufunc.reduce(x, axis=-1, keepdims=True)` for a few actions, column by column in the
+    same order. NumPy reduces a short last axis row by row: over 2 actions that costs ~35 ns
+    a row (72 us for a CartPole rollout's [32, 64, 2] logits), two column ops ~2 us."""
+    columns = x.shape[-1]
+    if columns > 16:
+        return ufunc.reduce(x, axis=-1, keepdims=True)
+    out = x[..., :1].copy()
+    for column in range(1, columns):
+        ufunc(out, x[..., column : column + 1], out=out)
+    return out
 
 
 def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
