@@ -20,6 +20,7 @@ from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.errors import CheckpointError
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic, mlp
+from payoff.rollout.buffers import RolloutStorage
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -294,3 +295,25 @@ def test_gae_numpy_recursion_equals_torch_bitwise(steps):
         last = torch.add(deltas[t], discounts[t] * last, out=expected[t])
     assert torch.equal(advantages, expected)
     assert torch.equal(returns, expected + values)
+
+
+def test_gae_and_truncation_bootstrap_keep_a_torch_path_off_the_cpu():
+    """On the CPU they run on NumPy views; elsewhere the same ops in torch. The meta device
+    runs those torch ops without data (what a GPU run would call), so the branch is tried."""
+    steps, envs = 5, 3
+    meta = {"device": "meta"}
+    advantages, returns = gae(
+        torch.rand(steps, envs, **meta),
+        torch.rand(steps, envs, **meta),
+        torch.rand(envs, **meta),
+        torch.zeros(steps, envs, dtype=torch.bool, **meta),
+        0.99,
+        0.95,
+    )
+    assert advantages.device.type == returns.device.type == "meta"
+    assert advantages.shape == returns.shape == (steps, envs)
+    storage = RolloutStorage.for_spaces(
+        steps, envs, gym.spaces.Box(-1.0, 1.0, (2,)), gym.spaces.Discrete(2)
+    ).to(torch.device("meta"))
+    storage.bootstrap_truncated(0.99)
+    assert storage.rewards.device.type == "meta"

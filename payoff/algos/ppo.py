@@ -296,8 +296,8 @@ class PPO(OnPolicyAlgorithm):
             if config.target_kl is not None and float(approx_kl) > config.target_kl:
                 break
         numpy_ac.push()
-        pg, v, ent, kl, clipfrac = np.mean(stats, axis=0).tolist()
-        return self._metrics_from(pg, v, ent, kl, clipfrac, clip, old_values, returns)
+        pg, v, ent, kl, clipfrac = (sum(stats) / len(stats)).tolist()
+        return self._metrics_from(pg, v, ent, kl, clipfrac, clip, old_values.numpy(), fields[4])
 
     def _metrics_from(
         self,
@@ -307,8 +307,8 @@ class PPO(OnPolicyAlgorithm):
         kl: float,
         clipfrac: float,
         clip: float,
-        old_values: torch.Tensor,
-        returns: torch.Tensor,
+        old_values: torch.Tensor | np.ndarray,
+        returns: torch.Tensor | np.ndarray,
     ) -> dict[str, float]:
         metrics = {
             "train/policy_loss": pg,
@@ -326,19 +326,23 @@ class PPO(OnPolicyAlgorithm):
 
 def _normalize_blocks(values: np.ndarray, size: int) -> np.ndarray:
     """`normalize` (zero mean, unit unbiased std) applied to each consecutive block of
-    `size` (the minibatches of one epoch) at once; a last block of one value stays as is."""
+    `size` (the minibatches of one epoch) at once; a last block of one value stays as is.
+    Means and variances by the ufuncs' reduce: ndarray.mean/.std's Python wrappers cost
+    more than their arithmetic here."""
     out = np.empty_like(values)
     full = len(values) // size * size
-    if full:
-        blocks = values[:full].reshape(-1, size)
-        mean = blocks.mean(axis=1, keepdims=True)
-        std = blocks.std(axis=1, ddof=1, keepdims=True)
-        out[:full].reshape(-1, size)[:] = (blocks - mean) / (std + 1e-8)
-    rest = values[full:]
-    if len(rest) > 1:
-        out[full:] = (rest - rest.mean()) / (rest.std(ddof=1) + 1e-8)
-    elif len(rest) == 1:
-        out[full:] = rest
+    blocks = [values[:full].reshape(-1, size), values[full:][None]]
+    outs = [out[:full].reshape(-1, size), out[full:][None]]
+    for block, block_out in zip(blocks, outs, strict=True):
+        count = block.shape[1]
+        if count == 1:
+            block_out[:] = block
+        elif count > 1 and len(block):
+            centred = block - np.add.reduce(block, axis=1, keepdims=True) / np.float32(count)
+            variance = np.add.reduce(np.square(centred), axis=1, keepdims=True) / np.float32(
+                count - 1
+            )
+            np.divide(centred, np.sqrt(variance) + np.float32(1e-8), out=block_out)
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -28,25 +29,29 @@ def gae(
     with returns = advantages + values, the value-function targets. lam=1 gives n-step
     returns minus the baseline (A2C); lam=0 the one-step TD error.
     """
-    not_done = 1.0 - dones.float()
-    following = torch.cat([values[1:], next_values[None]])  # V(s_{t+1}) for every t
+    # On the CPU every op runs on NumPy views of the same memory: the same float32 ops
+    # (bitwise, tested), each a fraction of a torch call's cost on [T, N] this small.
+    on_cpu = rewards.device.type == "cpu"
+    xp: Any = np if on_cpu else torch
+    if on_cpu:
+        rewards, values, next_values = rewards.numpy(), values.numpy(), next_values.numpy()
+        done = dones.numpy().astype(np.float32)
+    else:
+        done = dones.float()
+    not_done = 1.0 - done
+    following = xp.concatenate([values[1:], next_values[None]])  # V(s_{t+1}) for every t
     deltas = rewards + gamma * following * not_done - values  # all steps at once
     discounts = gamma * lam * not_done
-    advantages = torch.empty_like(rewards)
-    # Only the recursion itself runs per step. On the CPU it runs on NumPy views of the same
-    # memory: the same float32 ops (bitwise, tested), each a fraction of a torch call's cost.
-    on_cpu = rewards.device.type == "cpu"
-    steps: tuple[Any, Any, Any] = (
-        (deltas.numpy(), discounts.numpy(), advantages.numpy())
-        if on_cpu
-        else (deltas, discounts, advantages)
-    )
-    step_deltas, step_discounts, out = steps
+    advantages = xp.empty_like(rewards)
+    # Only the recursion itself runs per step.
     last: Any = 0.0
     for t in reversed(range(rewards.shape[0])):
-        last = step_deltas[t] + step_discounts[t] * last
-        out[t] = last
-    return advantages, advantages + values
+        last = deltas[t] + discounts[t] * last
+        advantages[t] = last
+    returns = advantages + values
+    if on_cpu:
+        return torch.from_numpy(advantages), torch.from_numpy(returns)
+    return advantages, returns
 
 
 def returns_to_go(rewards: torch.Tensor, dones: torch.Tensor, gamma: float) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -53,7 +54,10 @@ def value_loss(
     return 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var(target - predicted) / Var(target): 1 is a perfect critic, <= 0 a useless one."""
+def explained_variance(predicted: Any, target: Any) -> float:
+    """1 - Var(target - predicted) / Var(target): 1 is a perfect critic, <= 0 a useless one.
+
+    Tensors or NumPy arrays (torch's var divides by n - 1, NumPy's by n: the ratio is the
+    same)."""
     var = target.var()
     return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
