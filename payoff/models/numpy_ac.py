@@ -341,9 +341,9 @@ class NumpyRolloutSampler:
             std = torch.sqrt(normalizer.var.to(torch.float32) + 1e-8)
             self.normalize = (mean.numpy(), std.numpy(), normalizer.clip)
 
-    def _inputs(self, obs: torch.Tensor) -> np.ndarray:
+    def _inputs(self, obs: np.ndarray) -> np.ndarray:
         """The networks' input for observations [B, ...]: flattened, float32, normalized."""
-        x = obs.numpy().reshape(obs.shape[0], -1)
+        x = obs.reshape(obs.shape[0], -1)
         if x.dtype != _F32:
             x = x.astype(_F32)
         if self.normalize is not None:
@@ -353,6 +353,12 @@ class NumpyRolloutSampler:
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """The actions [N] sampled for the next step's observations [N, ...]."""
+        self.act(obs.numpy())
+        return self.actions[self.step - 1]
+
+    def act(self, obs: np.ndarray, start: int = 0) -> np.ndarray:
+        """`__call__` in NumPy: the env actions (each action's index plus the Discrete
+        space's `start`) for observations [N, ...]; `actions` keeps the indices."""
         t = self.step
         x = self._inputs(obs)
         activation = np.tanh if self.tanh else _relu
@@ -364,9 +370,9 @@ class NumpyRolloutSampler:
         logits = np.matmul(x, weight_t, out=self.logits[t])
         logits += bias
         np.add(logits, self.noise[t], out=self.perturbed)
-        self.perturbed.argmax(axis=1, out=self.actions_np[t])
+        actions = self.perturbed.argmax(axis=1, out=self.actions_np[t])
         self.step = t + 1
-        return self.actions[t]
+        return actions + start if start else actions
 
     @property
     def value_fn(self) -> Any:
@@ -376,7 +382,7 @@ class NumpyRolloutSampler:
     def values(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's V(s) for observations [B, ...]: [B]."""
         assert self.value_layers is not None, "made without a critic: see value_fn"
-        x = self._inputs(obs)
+        x = self._inputs(obs.numpy())
         activation = np.tanh if self.tanh else _relu
         for weight_t, bias in self.value_layers[:-1]:
             x = np.matmul(x, weight_t)

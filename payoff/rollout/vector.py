@@ -183,8 +183,19 @@ class VectorRunner:
     # Inference mode: no autograd bookkeeping (version counters, view tracking) on the
     # rollout's many small tensors; the storage it fills stays an ordinary tensor.
     @torch.inference_mode()
-    def collect(self, policy: PolicyStep, storage: RolloutStorage, value_fn: Any = None) -> None:
+    def collect(
+        self,
+        policy: PolicyStep | None,
+        storage: RolloutStorage,
+        value_fn: Any = None,
+        numpy_policy: Any = None,
+    ) -> None:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
+
+        numpy_policy(obs) -> env actions, given, replaces `policy`: it takes each step's
+        observations as the NumPy rows of the storage and keeps its own record of the
+        actions and log-probs, which the caller copies into `storage` after the rollout
+        (payoff.models.numpy_ac's sampler: no tensor per step).
 
         value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
         every step's observation and of the one after the last step (for GAE and truncation
@@ -203,6 +214,14 @@ class VectorRunner:
         terminated_np, truncated_np = storage.terminated.numpy(), storage.truncated.numpy()
         for t in range(storage.num_steps):
             obs_np[t] = self.obs
+            if numpy_policy is not None:
+                _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
+                    numpy_policy(obs_np[t])
+                )
+                for key, values_t in storage.info.items():
+                    values_t[t] = torch.from_numpy(self.step_info[key])
+                continue
+            assert policy is not None
             obs_t = torch.from_numpy(obs_np[t])
             if self.device is not None:
                 obs_t = obs_t.to(self.device)

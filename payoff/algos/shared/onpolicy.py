@@ -375,16 +375,21 @@ class OnPolicyAlgorithm(Agent):
         else:
             # A Discrete space's `start` as Actor.to_env adds it, looked up once per rollout.
             start = int(getattr(self.actor.action_space, "start", 0))
-
-            def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
-                actions = sampler(obs)
-                env_actions = actions.numpy()
-                return actions, env_actions + start if start else env_actions, None
-
             # A sampler that runs the critic too (NumPy's) gives the values, with the same
             # weights: the critic does not change during the rollout.
             value_fn = getattr(sampler, "value_fn", None) or value_fn
-            self.runner.collect(policy, self.storage, value_fn)
+            act = getattr(sampler, "act", None)
+            if act is not None:  # NumPy in, env actions out; its actions copied after
+                self.runner.collect(None, self.storage, value_fn, lambda obs: act(obs, start))
+                self.storage.actions.copy_(sampler.actions[: self.storage.num_steps])
+            else:
+
+                def policy(obs: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, None]:
+                    actions = sampler(obs)
+                    env_actions = actions.numpy()
+                    return actions, env_actions + start if start else env_actions, None
+
+                self.runner.collect(policy, self.storage, value_fn)
             self.storage.logprobs.copy_(sampler.logprobs())
         if self.reward_scaler is not None:  # the runner logged the episodes' raw returns
             storage = self.storage
