@@ -240,11 +240,14 @@ class NumpyActorCritic:
             self._grad_out = np.zeros((2, batch, actions), _F32)
         grad_out = self._grad_out
         grad_logits = grad_out[0]
-        np.multiply(
-            probs,
-            (logprobs - neg_entropy[:, None]) * _F32(ent_coef / batch) - grad_logprob[:, None],
-            out=grad_logits,
-        )
+        if ent_coef:
+            np.multiply(
+                probs,
+                (logprobs - neg_entropy[:, None]) * _F32(ent_coef / batch) - grad_logprob[:, None],
+                out=grad_logits,
+            )
+        else:  # no entropy bonus: the same, without the terms that would be multiplied by 0
+            np.multiply(probs, -grad_logprob[:, None], out=grad_logits)
         grad_logits.reshape(-1)[action_index] += grad_logprob
         np.multiply(error, _F32(vf_coef / batch), out=grad_out[1, :, 0])
         self.backward(inputs, grad_out)
@@ -362,12 +365,13 @@ class NumpyRolloutSampler:
         t = self.step
         x = self._inputs(obs)
         activation = np.tanh if self.tanh else _relu
+        # np.dot: for 2-D operands the same BLAS product as matmul, with less per-call work
         for (weight_t, bias), hidden in zip(self.layers, self.hidden, strict=False):
-            np.matmul(x, weight_t, out=hidden)
+            np.dot(x, weight_t, out=hidden)
             hidden += bias
             x = activation(hidden, out=hidden)
         weight_t, bias = self.layers[-1]
-        logits = np.matmul(x, weight_t, out=self.logits[t])
+        logits = np.dot(x, weight_t, out=self.logits[t])
         logits += bias
         np.add(logits, self.noise[t], out=self.perturbed)
         actions = self.perturbed.argmax(axis=1, out=self.actions_np[t])
@@ -421,8 +425,10 @@ def _last_axis(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
     columns = x.shape[-1]
     if columns > 16:
         return ufunc.reduce(x, axis=-1, keepdims=True)
-    out = x[..., :1].copy()
-    for column in range(1, columns):
+    if columns == 1:
+        return x.copy()
+    out = ufunc(x[..., :1], x[..., 1:2])
+    for column in range(2, columns):
         ufunc(out, x[..., column : column + 1], out=out)
     return out
 
