@@ -136,6 +136,9 @@ class NumpyActorCritic:
 
     def encode(self, obs: torch.Tensor) -> np.ndarray:
         """The networks' input for a batch of observations (one-hot, normalized): [B, in]."""
+        encoder = self.actor.encoder
+        if not encoder.discrete and not encoder.normalizer.enabled:  # flattened, as float32
+            return np.ascontiguousarray(obs.numpy().reshape(len(obs), -1), dtype=_F32)
         with torch.inference_mode():
             return np.ascontiguousarray(self.actor.encoder.forward(obs).numpy(), dtype=_F32)
 
