@@ -401,6 +401,27 @@ def test_a_host_work_dir_is_capped_and_a_fifo_does_not_hang_the_detector():
     assert naive_visible_pass(fifo, "assert True\n") == (True, True)  # returns, tampered
 
 
+def test_a_program_that_fills_a_host_work_dir_and_exits_at_once_is_an_error(tmp_path):
+    """The host work dir is measured every 50 ms; code that writes past its cap and exits
+    between two checks is caught by the check after it ended, not read as 'ok'."""
+    from payoff.sandbox.isolation import Limits, check_available, run_child
+
+    program = "b = b'x' * 700_000\nfor i in range(3): open(f'f{i}', 'wb').write(b)\n"
+    output = run_child(
+        {"mode": "program", "program": program},
+        Limits(timeout=5.0, workdir_mb=1),
+        check_available(None),
+        tmp_path,
+    )
+    assert output.over_workdir and "the work dir passed 1 MiB" in output.stderr
+    (tmp_path / "other").mkdir()
+    filled = run_program(
+        "b = b'x' * 1_000_000\nfor i in range(20): open(f'f{i}', 'wb').write(b)\n",
+        workdir=tmp_path / "other",
+    )
+    assert filled.outcome == "error" and filled.over_workdir
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_400_mib_of_output_grows_the_trainer_by_under_100_mb(stream):
     """Measured in a fresh process, so the peak is the sandbox call's and nothing else's."""

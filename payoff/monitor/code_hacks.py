@@ -52,7 +52,8 @@ def naive_visible_pass(
         digest = hashlib.sha256(visible_tests.encode()).hexdigest()
         runner = "exec(open('solution.py').read()); exec(open('tests.py').read())"
         result = run_program(runner, timeout=timeout, sandbox=sandbox, workdir=work)
-        passed = result.outcome != "timeout" and result.returncode == 0
+        # hackable in trusting exit status 0; not in the work dir's cap, which holds anyway
+        passed = result.outcome != "timeout" and result.returncode == 0 and not result.over_workdir
         tampered = _digest(work / TEST_FILE) != digest
     finally:
         _remove(work)

@@ -71,6 +71,9 @@ class ChildOutput:
     timed_out: bool
     discarded_bytes: int
     isolated: bool
+    over_workdir: bool = (
+        False  # a host work dir passed limits.workdir_mb (the code was stopped, or ended first)
+    )
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -303,7 +306,9 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
             pass
         # a host folder as the work dir has no tmpfs cap: the parent keeps it
         host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
-        streams, timed_out, discarded = _collect(process, result_read, limits, started, host_dir)
+        streams, timed_out, discarded, over_workdir = _collect(
+            process, result_read, limits, started, host_dir
+        )
     finally:
         _kill(process)
         os.close(result_read)
@@ -325,6 +330,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
         timed_out=timed_out,
         discarded_bytes=discarded,
         isolated=mode == "bwrap",
+        over_workdir=over_workdir,
     )
 
 
@@ -353,10 +359,12 @@ def _collect(
     limits: Limits,
     started: float,
     watch: Path | None = None,
-) -> tuple[dict[str, bytes], bool, int]:
+) -> tuple[dict[str, bytes], bool, int, bool]:
     """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
     watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
-    once its files pass limits.workdir_mb."""
+    once its files pass limits.workdir_mb; checked once more after the code ended (it may
+    write past the cap and exit between two checks). Returns the streams, whether the
+    deadline passed, the bytes discarded and whether the work dir passed its cap."""
     assert process.stdout is not None and process.stderr is not None
     caps = {
         "stdout": limits.output_kb << 10,
@@ -373,17 +381,20 @@ def _collect(
     timed_out = False
     deadline = started + limits.timeout
     room_bytes = limits.workdir_mb << 20
+    over_workdir = False
+
+    def past_room() -> bool:
+        return watch is not None and _tree_bytes(watch, room_bytes) > room_bytes
+
     try:
         while open_streams:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            if watch is not None and _tree_bytes(watch, room_bytes) > room_bytes:
+            if past_room():
                 _kill(process)
-                kept["stderr"] += (
-                    f"\n[payoff: the work dir passed {limits.workdir_mb} MiB]".encode()
-                )
+                over_workdir = True
                 break
             wait = remaining if watch is None else min(remaining, 0.05)
             for key, _ in selector.select(timeout=wait):
@@ -403,7 +414,16 @@ def _collect(
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-    return {name: bytes(buffer) for name, buffer in kept.items()}, timed_out, discarded
+    if not over_workdir and past_room():  # written past the cap between two checks
+        over_workdir = True
+    if over_workdir:
+        kept["stderr"] += f"\n[payoff: the work dir passed {limits.workdir_mb} MiB]".encode()
+    return (
+        {name: bytes(buffer) for name, buffer in kept.items()},
+        timed_out,
+        discarded,
+        over_workdir,
+    )
 
 
 def _kill(process: subprocess.Popen) -> None:

@@ -334,6 +334,7 @@ class ProgramResult:
     returncode: int | None = None
     discarded_bytes: int = 0
     isolated: bool = True
+    over_workdir: bool = False  # its work dir passed the cap: stopped, or 'error' if it ended
 
 
 def run_program(
@@ -356,7 +357,10 @@ def run_program(
         outcome = "timeout"
     else:
         exits = [r for r in output.records if "exit" in r or "program_raised" in r]
-        outcome = "ok" if exits and exits[-1].get("exit") == 0 else "error"
+        # ok: the program said it exited 0, and the sandbox ended so (not killed after
+        # it, for what it left in the work dir)
+        exited_cleanly = exits and exits[-1].get("exit") == 0 and output.returncode == 0
+        outcome = "ok" if exited_cleanly and not output.over_workdir else "error"
     return ProgramResult(
         outcome,
         output.stdout,
@@ -364,4 +368,5 @@ def run_program(
         output.returncode,
         output.discarded_bytes,
         output.isolated,
+        output.over_workdir,
     )
