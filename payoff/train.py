@@ -235,14 +235,21 @@ def resume(path: str | Path, media: bool = True, loggers: Sequence[str] | str | 
     loggers: as `train`'s; None keeps the ones the run was started with.
     """
     run = Run.open(path, loggers)
+    run.hold()  # before reading where it stands: another process may be training it
     if finished_step(run) is not None:
+        run.release()
         return run
     algo = run.config.get("algo")
     if not algo:
+        run.release()
         raise RunError(
             f"{str(path)!r} has no 'algo' in its config.yaml; cannot tell what to resume"
         )
-    algorithm = get_algorithm(str(algo)).from_run(run)
+    try:
+        algorithm = get_algorithm(str(algo)).from_run(run)
+    except BaseException:
+        run.release()
+        raise
     # monitors are functions of the metric records, so replaying the kept records restores them
     algorithm.attach_monitors(build_monitors(run.config.get("monitors")), replay=run.records())
     return _learn_and_finish(algorithm, run, media)
@@ -282,22 +289,28 @@ def _last_step(run: Run) -> int:
 
 
 def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
+    """Train, then mark the run finished and draw its media; the run's lock (`Run.hold`)
+    is taken first when the caller has not taken it, and given back at the end."""
+    run.hold()
     try:
-        algorithm.learn()
+        try:
+            algorithm.learn()
+        finally:
+            run.close()
+        if algorithm.interrupted and finished_step(run) is None:
+            return run
+        try:
+            step = algorithm.progress_step()
+        except NotImplementedError:
+            step = _last_step(run)
+        run.write_summary(finished=True, finished_step=step)
+        if algorithm.interrupted:
+            return run
+        if media:
+            write_media(run, algorithm)
+        return run
     finally:
-        run.close()
-    if algorithm.interrupted and finished_step(run) is None:
-        return run
-    try:
-        step = algorithm.progress_step()
-    except NotImplementedError:
-        step = _last_step(run)
-    run.write_summary(finished=True, finished_step=step)
-    if algorithm.interrupted:
-        return run
-    if media:
-        write_media(run, algorithm)
-    return run
+        run.release()
 
 
 def write_media(run: Run, algorithm: Algorithm) -> None:

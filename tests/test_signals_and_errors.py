@@ -133,6 +133,24 @@ def test_a_stop_signal_leaves_a_checkpoint_and_resume_matches_uninterrupted(
     assert comparable(run) == comparable(uninterrupted)
 
 
+def test_a_run_another_process_trains_cannot_be_resumed_beside_it(run_copy, capsys):
+    (run_copy / "summary.json").unlink()  # unfinished again: resumable
+    other = Run.open(run_copy)
+    other.hold()  # as the process training it would (flock: per open file, so in-process too)
+    try:
+        assert main(["train", "--resume", str(run_copy), "--no-media"]) != 0
+        message = one_error_line(capsys)
+        assert "is being trained by another process" in message
+        assert f"pid {os.getpid()}" in message
+    finally:
+        other.release()
+    assert main(["train", "--resume", str(run_copy), "--no-media"]) == 0
+    capsys.readouterr()
+    finished = Run.open(run_copy)
+    finished.hold()  # the resumed training gave its lock back
+    finished.release()
+
+
 def test_first_signal_asks_second_interrupts_and_handlers_are_restored():
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     with GracefulInterrupt() as interrupt:

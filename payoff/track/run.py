@@ -62,6 +62,7 @@ class Run:
         self._loggers = Loggers(self.path, lambda: self.config, loggers)
         self._start = time.time()
         self._time_offset = 0.0
+        self._lock: int | None = None  # the descriptor holding `.lock` while training
 
     # ---- creation and opening --------------------------------------------------------
     @classmethod
@@ -139,6 +140,41 @@ class Run:
         run.checkpoints.mkdir(exist_ok=True)
         run.media.mkdir(exist_ok=True)
         return run
+
+    # ---- one process trains a run at a time ---------------------------------------
+    def hold(self) -> None:
+        """Take the run's lock (flock on `.lock`, which names the holder's pid) for as long
+        as this process trains it: two processes resuming one run would interleave its
+        metrics and overwrite each other's checkpoints. The lock goes with `release` or
+        when the process ends, however it ends. No-op where fcntl is missing (Windows)."""
+        if self._lock is not None:
+            return
+        try:
+            import fcntl
+        except ImportError:
+            return
+        # an OSError here (a read-only run) is what writing to the run would raise
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise RunError(
+                f"run {str(self.path)!r} is being trained by another process{who}; two would "
+                f"interleave its metrics and overwrite its checkpoints. Let that one finish, "
+                f"or stop it, then resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock = fd
+
+    def release(self) -> None:
+        """Give the lock taken by `hold` back."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     @property
     def name(self) -> str:
