@@ -133,3 +133,27 @@ def test_ippo_learns_simple_spread() -> None:
     agent.learn()
     after = agent.evaluate(20).mean_return
     assert before < -45 and after > -32
+
+
+def test_ippo_gif_shows_the_whole_team_playing_the_shared_policy(tmp_path, monkeypatch) -> None:
+    """Every agent acts by the trained policy in the GIF (not one learner among random
+    players, as the single-agent view would show)."""
+    pytest.importorskip("mpe2")
+    from PIL import Image
+
+    from payoff.algos.ippo import IPPO
+
+    agent = IPPO(num_envs=3, num_steps=8, minibatch_size=24, total_steps=24, eval_every=0)
+    seen: list[int] = []
+    predict = agent.predict
+
+    def recorded(obs, deterministic=True):
+        seen.append(len(obs))
+        return predict(obs, deterministic)
+
+    monkeypatch.setattr(agent, "predict", recorded)
+    path = agent.record_gif(tmp_path / "team.gif")
+    with Image.open(path) as gif:
+        assert gif.n_frames >= 20  # the reset and max_cycles=25 steps (repeats may merge)
+    assert seen == [3] * 25  # one call a step, with the observations of all 3 agents
+    assert agent.evaluate(4).episodes == 4  # episodes, not agent-episodes (a mean per agent)

@@ -15,13 +15,16 @@ all agents follow the learned policy.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from payoff.algos.ppo import PPO, PPOConfig
 from payoff.core.errors import ConfigError
 from payoff.envs.make import EnvConfig
-from payoff.rollout.evaluate import EvalResult
+from payoff.rollout.evaluate import EvalResult, record_team_frames
 from payoff.rollout.vector import evaluate_batched
+from payoff.track.media import write_gif
 
 PETTINGZOO_ID = "payoff/PettingZoo-v0"
 
@@ -88,7 +91,18 @@ class IPPO(PPO):
             device=self.device,
         )
         self.actor.train()
-        return result
+        # n_agents returns an episode: the mean is per agent, the count is of episodes
+        return dataclasses.replace(result, episodes=episodes)
+
+    def record_gif(
+        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
+    ) -> Path:
+        """Render episodes in which every agent plays the deterministic shared policy."""
+        seed = self.config.seed + 2_000_000 if seed is None else seed
+        frames = record_team_frames(
+            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        )
+        return write_gif(frames, path, fps=fps)
 
 
 ALGORITHM = IPPO

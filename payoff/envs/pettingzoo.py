@@ -178,6 +178,17 @@ class _Agents:
         return self.observe(observations)
 
 
+def team_env(kwargs: dict[str, Any], render_mode: str | None = None) -> _Agents:
+    """One copy of the parallel env `payoff/PettingZoo-v0`'s kwargs name (env_id, agent_id
+    and the env's own), stepped with one action per agent: what a team GIF plays."""
+    kwargs = dict(kwargs)
+    env_id = str(kwargs.pop("env_id", "classic/rps-v2"))
+    agent_id = bool(kwargs.pop("agent_id", True))
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    return _Agents(env_id, agent_id, kwargs)
+
+
 class AgentsVectorEnv(gym.vector.VectorEnv):
     """Every agent of `num_envs // n_agents` copies of a parallel env, as one vector env.
 

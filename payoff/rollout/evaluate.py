@@ -106,45 +106,77 @@ def evaluate_policy(
     )
 
 
+def _frame(render: Callable[[], Any], env_id: str) -> np.ndarray:
+    """One rgb_array frame from `render`, or one EnvError saying why there is none."""
+    try:
+        image = render()
+    except NotImplementedError:
+        image = None
+    picture = np.asarray(image)
+    if not (picture.ndim == 2 or picture.ndim == 3 and picture.shape[-1] in (3, 4)):
+        if env_id.startswith("payoff/"):  # payoff's own: nothing for its user to fix
+            raise EnvError(
+                f"payoff's env {env_id!r} draws no frames, so there is no GIF of it; "
+                f"`payoff eval RUN` scores its episodes"
+            )
+        raise EnvError(
+            f"env {env_id!r} does not render RGB frames (render() gave "
+            f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
+            f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
+            f"[H, W, 3] (or [H, W]) uint8 array from render() when it is 'rgb_array'"
+        )
+    return picture
+
+
+def _headless() -> None:
+    """pygame-based renderers need no window for rgb_array; keep SDL from looking for one."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+
 def record_frames(
     env: EnvConfig, policy: Policy, episodes: int, seed: int, max_frames: int = 1000
 ) -> list[np.ndarray]:
     """Render `episodes` episodes of `policy` as rgb_array frames."""
-    # pygame-based renderers need no window for rgb_array; keep SDL from looking for one.
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    _headless()
     environment = make_env(env, render_mode="rgb_array")
     frames: list[np.ndarray] = []
-
-    def frame() -> np.ndarray:
-        try:
-            image = environment.render()
-        except NotImplementedError:
-            image = None
-        picture = np.asarray(image)
-        if not (picture.ndim == 2 or picture.ndim == 3 and picture.shape[-1] in (3, 4)):
-            if str(env.id).startswith("payoff/"):  # payoff's own: nothing for its user to fix
-                raise EnvError(
-                    f"payoff's env {env.id!r} draws no frames, so there is no GIF of it; "
-                    f"`payoff eval RUN` scores its episodes"
-                )
-            raise EnvError(
-                f"env {env.id!r} does not render RGB frames (render() gave "
-                f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
-                f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
-                f"[H, W, 3] (or [H, W]) uint8 array from render() when it is 'rgb_array'"
-            )
-        return picture
-
     try:
         for episode in range(episodes):
             obs, _ = environment.reset(seed=seed + episode)
-            frames.append(frame())
+            frames.append(_frame(environment.render, str(env.id)))
             done = False
             while not done and len(frames) < max_frames:
                 obs, _, terminated, truncated, _ = environment.step(policy(obs))
-                frames.append(frame())
+                frames.append(_frame(environment.render, str(env.id)))
                 done = terminated or truncated
     finally:
         environment.close()
+    return frames
+
+
+def record_team_frames(
+    env: EnvConfig, policy: Policy, episodes: int, seed: int, max_frames: int = 1000
+) -> list[np.ndarray]:
+    """Render `episodes` episodes of a PettingZoo parallel env (`payoff/PettingZoo-v0`,
+    its kwargs) in which every agent acts by `policy`, given all agents' observations
+    [n_agents, ...] at once: a shared-parameter team as it was trained, where
+    `record_frames`' single-agent view shows one learner among random players."""
+    from payoff.envs.pettingzoo import team_env
+
+    _headless()
+    team = team_env(dict(env.kwargs), render_mode="rgb_array")
+    name = str(env.kwargs.get("env_id", env.id))
+    frames: list[np.ndarray] = []
+    try:
+        for episode in range(episodes):
+            obs = team.reset(seed + episode)
+            frames.append(_frame(team.env.render, name))
+            done = False
+            while not done and len(frames) < max_frames:
+                obs, _, terminated, truncated = team.step(np.asarray(policy(obs)))
+                frames.append(_frame(team.env.render, name))
+                done = terminated or truncated
+    finally:
+        team.env.close()
     return frames
