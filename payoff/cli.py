@@ -18,9 +18,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from payoff.core.errors import CheckpointError, ConfigError, PayoffError, RunError, suggest
 from payoff.core.imports import trusting_loaded_code
+
+if TYPE_CHECKING:
+    from payoff.track.run import Run
 
 
 def _os_reason(err: OSError) -> str:
@@ -58,15 +62,41 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resume_length(run: Run, recipe: str | None, overrides: list[str]) -> tuple[str, int | None]:
+    """(the run's length key, the new length given as KEY=N, or None): the one setting
+    --resume takes, to train a run further; anything else is the run's own config."""
+    from payoff.algos import get_algorithm
+    from payoff.core.config import parse_override
+
+    algo = run.config.get("algo")
+    key = get_algorithm(str(algo)).total_key if algo else "total_steps"
+    given = [recipe] if recipe else []
+    given += overrides
+    if not given:
+        return key, None
+    if len(given) > 1 or "=" not in given[0]:
+        raise PayoffError(
+            f"--resume continues a run with its own config; the one setting it takes is the "
+            f"length to train to ({key}=N), got: {' '.join(given)}"
+        )
+    path, value = parse_override(given[0])
+    if path != [key]:
+        raise PayoffError(
+            f"--resume continues a run with its own config; the one setting it takes is the "
+            f"length to train to ({key}=N), got {'.'.join(path)!r}"
+        )
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # total_steps=1e6
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PayoffError(f"{key} must be a whole number >= 1, got {value!r}")
+    return key, value
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     # from the module by name: `payoff.train` is also the package's front-door function
     from payoff.train import finished_step, resume, train
 
     if args.resume:
-        if args.recipe or args.overrides:
-            raise PayoffError(
-                "--resume continues a run with its own config; pass no recipe or overrides with it"
-            )
         if args.seed is not None or args.out != "runs":
             raise PayoffError(
                 "--resume continues a run in its own folder with its own seed; pass no --seed "
@@ -74,16 +104,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
             )
         from payoff.track.run import Run
 
-        step = finished_step(Run.open(args.resume))
-        if step is not None:
-            print(f"run {args.resume} already finished at step {step}; nothing to resume")
+        run_dir = Run.open(args.resume)
+        key, total = _resume_length(run_dir, args.recipe, args.overrides)
+        step = finished_step(run_dir)
+        if step is not None and total is None:
+            print(
+                f"run {args.resume} already finished at step {step}; nothing to resume "
+                f"(to train it further: payoff train --resume {args.resume} {key}=N)"
+            )
             return 0
         with _writing(
             f"run {args.resume!r}",
             "--resume continues a run in place, so the run must be writable "
             "(copy it somewhere writable and resume the copy)",
         ):
-            run = resume(args.resume, media=not args.no_media, loggers=args.track)
+            run = resume(args.resume, media=not args.no_media, loggers=args.track, total=total)
     else:
         if not args.recipe:
             raise PayoffError(

@@ -227,26 +227,35 @@ def train(
     return _learn_and_finish(algorithm, run, media)
 
 
-def resume(path: str | Path, media: bool = True, loggers: Sequence[str] | str | None = None) -> Run:
+def resume(
+    path: str | Path,
+    media: bool = True,
+    loggers: Sequence[str] | str | None = None,
+    total: int | None = None,
+) -> Run:
     """Continue a run from its latest checkpoint, in the same directory.
 
     A run that already finished is returned as it is (see `finished_step`): resuming it
     again must not evaluate it, or write its summary, a second time.
     loggers: as `train`'s; None keeps the ones the run was started with.
+    total: train on to this length, in the unit of the algorithm's length key
+        (`total_key`: total_steps, total_episodes, iterations, ...): a finished run trains
+        further and is evaluated again at its new end (see `_extend`).
     """
     run = Run.open(path, loggers)
     run.hold()  # before reading where it stands: another process may be training it
-    if finished_step(run) is not None:
-        run.release()
-        return run
-    algo = run.config.get("algo")
-    if not algo:
-        run.release()
-        raise RunError(
-            f"{str(path)!r} has no 'algo' in its config.yaml; cannot tell what to resume"
-        )
     try:
+        if finished_step(run) is not None and total is None:
+            run.release()
+            return run
+        algo = run.config.get("algo")
+        if not algo:
+            raise RunError(
+                f"{str(path)!r} has no 'algo' in its config.yaml; cannot tell what to resume"
+            )
         algorithm = get_algorithm(str(algo)).from_run(run)
+        if total is not None:
+            _extend(algorithm, run, total)
     except BaseException:
         run.release()
         raise
@@ -264,6 +273,34 @@ def load(path: str | Path) -> tuple[Run, Algorithm]:
     cls = get_algorithm(str(algo))
     payload, _ = run.load_checkpoint(cls.name)
     return run, cls._from_payload(payload, source=run.checkpoint_path())
+
+
+def _extend(algorithm: Algorithm, run: Run, total: int) -> None:
+    """Set the run's length to `total` to train it further (SB3's learn(...,
+    reset_num_timesteps=False)). Schedules span the new length, as a run planned that long
+    would: a learning rate annealed to its end value by the old end rises again. A run that
+    stopped because it was solved (stop_at_return) trains on until its next evaluation
+    solves it again, or `total`."""
+    key = algorithm.total_key
+    before, now = getattr(algorithm.config, key), algorithm.state.step
+    if total <= now:
+        raise ConfigError(
+            f"{key}={total:,} is not past where run {str(run.path)!r} stands ({now:,}); "
+            f"pass a larger {key} to train it further"
+        )
+    setattr(algorithm.config, key, total)
+    algorithm.state.solved_at = None
+    run.drop_summary_keys("finished", "finished_step")
+    config = dict(run.config)
+    config[key] = total
+    run.rewrite_config(config)
+    run.event(
+        algorithm.progress_step(),
+        "extended",
+        f"{key} {before:,} -> {total:,}: resumed at {now:,} to train further",
+        severity="info",
+    )
+    algorithm.checkpoint()  # the new length in the checkpoint too, should it stop at once
 
 
 def finished_step(run: Run) -> int | None:

@@ -204,7 +204,8 @@ def test_resuming_a_finished_run_does_nothing_and_says_so(run_copy, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run_copy), "--no-media"]) == 0
     assert capsys.readouterr().out.strip() == (
-        f"run {run_copy} already finished at step {step}; nothing to resume"
+        f"run {run_copy} already finished at step {step}; nothing to resume (to train it "
+        f"further: payoff train --resume {run_copy} total_episodes=N)"
     )
     assert (run_copy / "metrics.jsonl").read_bytes() == metrics
     assert json.loads((run_copy / "summary.json").read_text()) == summary
@@ -215,6 +216,37 @@ def test_resuming_a_finished_run_does_nothing_and_says_so(run_copy, capsys):
     assert "already finished" in capsys.readouterr().out
     assert (run_copy / "metrics.jsonl").read_bytes() == metrics
     assert sum("final/mean_return" in r for r in read_jsonl(run_copy / "metrics.jsonl")) == 1
+
+
+def test_a_finished_run_trains_further_to_a_new_length(run_copy, capsys):
+    """--resume RUN total_episodes=N (the algorithm's length key) trains a finished run on,
+    as SB3's learn(..., reset_num_timesteps=False): same folder, metrics go on, the final
+    evaluation runs again at the new end; nothing else of its config can change."""
+    before = read_jsonl(run_copy / "metrics.jsonl")
+    step = before[-1]["step"]
+    capsys.readouterr()
+    for argv, message in [
+        (["total_episodes=300"], "total_episodes=300 is not past where run"),
+        (["total_steps=5000"], "the one setting it takes is the length to train to "),
+        (["total_episodes=900", "gamma=0.5"], "got: total_episodes=900 gamma=0.5"),
+        (["total_episodes=1.5"], "total_episodes must be a whole number >= 1, got 1.5"),
+    ]:
+        assert main(["train", "--resume", str(run_copy), *argv, "--no-media"]) != 0
+        assert message in one_error_line(capsys)
+    assert read_jsonl(run_copy / "metrics.jsonl") == before  # refused: nothing changed
+
+    assert main(["train", "--resume", str(run_copy), "total_episodes=1e3", "--no-media"]) == 0
+    summary = json.loads((run_copy / "summary.json").read_text())
+    records = read_jsonl(run_copy / "metrics.jsonl")
+    assert summary["finished"] and summary["finished_step"] == records[-1]["step"] > step
+    assert records[: len(before)] == before  # the first part kept as it was
+    extended = [r["event"] for r in records if r.get("event", {}).get("kind") == "extended"]
+    assert len(extended) == 1 and "total_episodes 600 -> 1,000" in extended[0]["message"]
+    assert sum("final/mean_return" in r for r in records) == 2  # at the old end and the new
+    assert "total_episodes: 1000" in (run_copy / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_copy), "--no-media"]) == 0
+    assert "already finished at step" in capsys.readouterr().out
 
 
 # ---- bad CLI input: one line ----------------------------------------------------------------

@@ -274,6 +274,18 @@ class Run:
             self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable)
         )
 
+    def drop_summary_keys(self, *keys: str) -> None:
+        """Remove `keys` from summary.json (a run trained further is unfinished again)."""
+        path = self.path / "summary.json"
+        if not path.exists():
+            return
+        summary = {k: v for k, v in self.summary().items() if k not in keys}
+        atomic_write_text(path, json.dumps(summary, indent=2, default=_jsonable))
+
+    def rewrite_config(self, config: dict[str, Any]) -> None:
+        """Replace config.yaml (its length, when a run is trained further)."""
+        atomic_write_text(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
     def summary(self) -> dict[str, Any]:
         """summary.json as a dict ({} before it exists); RunError when it is not a JSON object."""
         path = self.path / "summary.json"
