@@ -425,6 +425,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _close_flag(parser: argparse.ArgumentParser, command: str | None, flag: str) -> str:
+    """' Did you mean ...?' naming the command's own flags close to `flag`, or ''."""
+    import difflib
+
+    options = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            options += list(action.choices[command]._option_string_actions)
+    name = flag.partition("=")[0]
+    matches = difflib.get_close_matches(name, [o for o in options if o.startswith("--")], 2, 0.75)
+    return f" Did you mean {' or '.join(matches)}?" if matches else ""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; `key=value` overrides may follow the flags as well as precede them.
 
@@ -434,6 +447,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     flags = [token for token in extra if token.startswith("-")]
+    close = _close_flag(parser, getattr(args, "command", None), flags[0]) if flags else ""
+    if close:  # --seeed 3: a mistyped flag, not a config key
+        parser.error(f"unrecognized arguments: {' '.join(flags)}.{close}")
     if flags and hasattr(args, "overrides"):  # --device cuda: config keys are key=value
         key, _, value = flags[0].lstrip("-").partition("=")
         following = extra[extra.index(flags[0]) + 1 :][:1]

@@ -229,3 +229,18 @@ def test_a_config_key_given_as_a_flag_is_answered_with_its_key_value_form(capsys
     with pytest.raises(SystemExit):
         parse_args(["train", "cartpole-ppo", "--device", "cuda"])
     assert "config keys are set as key=value: device=cuda" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["train", "cartpole-ppo", "--seeed", "3"], "Did you mean --seed?"),
+        (["train", "cartpole-ppo", "--no-medai"], "Did you mean --no-media?"),
+        (["eval", "runs/x", "--episdes", "3"], "Did you mean --episodes?"),
+    ],
+)
+def test_a_mistyped_flag_is_answered_with_the_flag(argv, hint, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert hint in err and "key=value" not in err
