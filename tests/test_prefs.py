@@ -269,3 +269,5 @@ def test_dpo_on_your_own_pairs_is_evaluated_on_its_held_out_pairs(base_model):
     result = dpo.evaluate(50)
     assert isinstance(result, DPOEval) and result.gold is None
     assert result.pairs == len(dpo.test_rows) > 0 and "held-out pairs" in result.line()
+    with pytest.raises(ConfigError, match="evaluated on their held-out pairs.*--k, --split apply"):
+        dpo.evaluate(50, split="ood", k=[4])  # what `payoff eval RUN --split ood --k 4` passes

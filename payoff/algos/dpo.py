@@ -296,6 +296,13 @@ class DPO(LMAlgorithm):
         problems say nothing about them). Otherwise, as every language-model run
         (LMAlgorithm.evaluate): greedy accuracy and pass@k on a held-out split."""
         if self.config.preferences.own:
+            given = sorted(kwargs)  # (the first positional is the episode count, unused)
+            if given:
+                raise ConfigError(
+                    f"this DPO run trained on your own pairs and is evaluated on their held-out "
+                    f"pairs (implicit-reward accuracy and margins); "
+                    f"{', '.join('--' + k for k in given)} apply to a task's problems"
+                )
             return self.evaluate_pairs(with_gold=False)
         return super().evaluate(*args, **kwargs)
 
