@@ -6,6 +6,7 @@ value and what would do."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -561,6 +562,13 @@ def test_raw_pixels_into_an_mlp_are_warned_about():
     # a bright-vs-dark task learned at chance from 0..255 and perfectly from [0, 1]
     with pytest.warns(RuntimeWarning, match="uint8 images, flattened into an MLP as 0..255"):
         payoff.PPO(_Pixels(), num_envs=2, num_steps=8, minibatch_size=8)
+    grid = _Pixels()
+    grid.observation_space = gym.spaces.Box(0, 1, (6, 6), np.uint8)  # an occupancy grid
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        payoff.PPO(_Pixels(), num_envs=2, num_steps=8, minibatch_size=8)  # said once already
+        payoff.PPO(grid, num_envs=2, num_steps=8, minibatch_size=8)  # 0/1 cells: no pixels
+    assert not [w for w in caught if "uint8 images" in str(w.message)]
 
 
 def test_small_command_line_habits(tmp_path, capsys):

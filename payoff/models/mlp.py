@@ -193,6 +193,9 @@ class ObsNormalizer(nn.Module):
         return normed.clamp(-self.clip, self.clip)
 
 
+_WARNED_PIXELS: set[str] = set()  # the pixel spaces already warned about in this process
+
+
 class _ObsEncoder(nn.Module):
     """Flattens Box observations / one-hot encodes Discrete ones, then normalizes."""
 
@@ -202,9 +205,13 @@ class _ObsEncoder(nn.Module):
         self.dim = obs_dim(space)
         self.normalizer = normalizer if normalizer is not None else ObsNormalizer(self.dim)
         image = (
-            isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) >= 2
+            isinstance(space, gym.spaces.Box)
+            and space.dtype == np.uint8
+            and len(space.shape) >= 2
+            and int(space.high.max()) > 1  # 0..255 pixels, not a 0/1 occupancy grid
         )
-        if image and not self.normalizer.enabled:
+        if image and not self.normalizer.enabled and repr(space) not in _WARNED_PIXELS:
+            _WARNED_PIXELS.add(repr(space))  # once per space: the actor, its critic, a reload
             warnings.warn(
                 f"observations {space} are uint8 images, flattened into an MLP as 0..255: "
                 f"it learns slowly or not at all from raw pixels (SB3 divides them by 255). "
