@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -29,10 +30,24 @@ def test_metrics_and_events_round_trip(tmp_path):
     with open(run.path / "metrics.jsonl", "a") as handle:
         handle.write('{"step": 4, "trai')
     assert len(run.records()) == 2
-    run.truncate_metrics(1, elapsed=0.0)
+    run.truncate_metrics(1, elapsed=run.elapsed())
     assert [
         json.loads(line)["step"] for line in (run.path / "metrics.jsonl").read_text().splitlines()
     ] == [1]
+
+
+def test_resuming_drops_what_was_logged_at_the_checkpoints_step_after_it(tmp_path):
+    """A final evaluation cut short by Ctrl-C logs at the last checkpoint's step, after it:
+    the resumed run logs it again, so the partial one goes (kept: what came before)."""
+    run = Run.create(tmp_path, "demo", {"algo": "x"})
+    run.log(5, **{"eval/mean_return": 1.0})
+    run.save_checkpoint({"a": 1}, algo="x")
+    _, elapsed = run.load_checkpoint("x")
+    time.sleep(0.01)
+    run.log(5, **{"final/mean_return": 2.0})  # the interrupted final evaluation
+    run.close()
+    run.truncate_metrics(5, elapsed)
+    assert [sorted(r) for r in run.records()] == [["eval/mean_return", "step", "time"]]
 
 
 def test_checkpoint_errors(tmp_path):

@@ -252,10 +252,21 @@ class Run:
         return [r for r in read_jsonl(self.path / "metrics.jsonl") if "event" in r]
 
     def truncate_metrics(self, step: int, elapsed: float) -> None:
-        """Drop records logged after `step` (they came after the checkpoint we resume from)."""
+        """Drop the records logged after the checkpoint we resume from: those past its
+        `step`, and those at its step written after it (`elapsed`, the run's time when it
+        was saved), such as a final evaluation an interrupt cut short, which the resumed
+        run logs again."""
         self.close()
         path = self.path / "metrics.jsonl"
-        kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+
+        def after_checkpoint(record: dict[str, Any]) -> bool:
+            at, time_ = record.get("step", 0), record.get("time")
+            if at != step:
+                return at > step
+            # times are kept to the millisecond: half of one is rounding, not order
+            return isinstance(time_, int | float) and time_ > elapsed + 0.0005
+
+        kept = [r for r in read_jsonl(path) if not after_checkpoint(r)]
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
         self._time_offset = elapsed
         self._start = time.time()
