@@ -221,6 +221,8 @@ def test_cli_play_human(tmp_path, monkeypatch, capsys) -> None:
         == 0
     )
     run = next(tmp_path.iterdir())
+    # the final line names the opponent and the record, not a "mean return"
+    assert "final evaluation: vs random " in capsys.readouterr().out
     typed = iter(["4", "4", "q"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
     assert main(["play", str(run), "--human", "--second"]) == 0

@@ -589,9 +589,16 @@ class AlphaZero(Agent):
             self.log(self.games_played, **{f"final/score_vs_{baseline}": result.score})
             last = result
         rows = league_rows(self.results, config.baselines)
+        # the strongest opponent first (the baselines run weakest to strongest), by name
+        line = "; ".join(
+            f"vs {name} {r['won']}-{r['drawn']}-{r['lost']} (score {r['score']:.3f}, "
+            f"{r['distinct_games']} distinct games)"
+            for name, r in reversed(finals.items())
+        )
         if self.run is not None:
             self.run.write_summary(
                 final_eval=eval_result(last).to_dict() if last is not None else None,
+                final_line=line or None,
                 final_opponent=config.baselines[-1],
                 final_matches=finals,
                 self_play_games=self.games_played,
