@@ -243,9 +243,11 @@ def resume(
         further and is evaluated again at its new end (see `_extend`).
     """
     run = Run.open(path, loggers)
+    if finished_step(run) is not None and total is None:
+        return run  # (a finished run may be read-only: nothing to lock or write)
     run.hold()  # before reading where it stands: another process may be training it
     try:
-        if finished_step(run) is not None and total is None:
+        if finished_step(run) is not None and total is None:  # finished while we waited
             run.release()
             return run
         algo = run.config.get("algo")
@@ -256,11 +258,11 @@ def resume(
         algorithm = get_algorithm(str(algo)).from_run(run)
         if total is not None:
             _extend(algorithm, run, total)
+        # monitors are functions of the metric records: replaying the kept ones restores them
+        algorithm.attach_monitors(build_monitors(run.config.get("monitors")), replay=run.records())
     except BaseException:
         run.release()
         raise
-    # monitors are functions of the metric records, so replaying the kept records restores them
-    algorithm.attach_monitors(build_monitors(run.config.get("monitors")), replay=run.records())
     return _learn_and_finish(algorithm, run, media)
 
 
@@ -282,6 +284,12 @@ def _extend(algorithm: Algorithm, run: Run, total: int) -> None:
     stopped because it was solved (stop_at_return) trains on until its next evaluation
     solves it again, or `total`."""
     key = algorithm.total_key
+    if algorithm.extend_refusal or not hasattr(algorithm.config, key):
+        raise ConfigError(
+            f"a {algorithm.name} run cannot be trained further in place"
+            f"{': ' + algorithm.extend_refusal if algorithm.extend_refusal else ''}; "
+            f"start a new run"
+        )
     before, now = getattr(algorithm.config, key), algorithm.state.step
     if total <= now:
         raise ConfigError(
@@ -289,8 +297,10 @@ def _extend(algorithm: Algorithm, run: Run, total: int) -> None:
             f"pass a larger {key} to train it further"
         )
     setattr(algorithm.config, key, total)
+    algorithm.config.validate()
     algorithm.state.solved_at = None
-    run.drop_summary_keys("finished", "finished_step")
+    # unfinished again until the new end: a stop part-way must read as resumable
+    run.drop_summary_keys("finished", "finished_step", "final_eval", "final_line")
     config = dict(run.config)
     config[key] = total
     run.rewrite_config(config)

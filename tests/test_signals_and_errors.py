@@ -249,6 +249,54 @@ def test_a_finished_run_trains_further_to_a_new_length(run_copy, capsys):
     assert "already finished at step" in capsys.readouterr().out
 
 
+def test_an_extension_stopped_part_way_stays_resumable_and_a_failed_resume_frees_the_lock(
+    run_copy, monkeypatch
+):
+    from payoff.algos.base import Algorithm
+    from payoff.train import finished_step, resume
+
+    def stopped_at_once(self, *args, **kwargs):  # as a SIGTERM before the first new episode
+        self.interrupted = True
+        return self
+
+    monkeypatch.setattr(Algorithm, "learn", stopped_at_once)
+    resume(run_copy, media=False, total=1000)
+    assert finished_step(Run.open(run_copy)) is None  # not finished at the old end's step
+    monkeypatch.undo()
+    config = (run_copy / "config.yaml").read_text()
+    (run_copy / "config.yaml").write_text(config + "monitors: [{kind: nope}]\n")
+    for _ in range(2):  # the second would meet its own lock if the first had kept it
+        with pytest.raises(ConfigError, match="unknown monitor kind 'nope'"):
+            resume(run_copy, media=False)
+
+
+def test_the_lock_does_not_outlive_training_in_forked_env_workers(tmp_path):
+    from payoff.train import resume
+
+    argv = ["train", "cartpole-ppo", "total_steps=64", "num_envs=2", "num_steps=32"]
+    argv += ["minibatch_size=32", "eval_every=0", "final_eval_episodes=1"]
+    assert main([*argv, "vectorization=async", "--out", str(tmp_path), "--no-media"]) == 0
+    run = only_run(tmp_path)
+    resume(run, media=False, total=128)  # its AsyncVectorEnv workers were forked holding it
+    other = Run.open(run)
+    other.hold()
+    other.release()
+
+
+def test_a_kind_of_run_that_cannot_be_trained_further_says_why(run_copy, monkeypatch, capsys):
+    from payoff.algos import get_algorithm
+
+    # DAgger's label budget is shared out over its planned rounds: more rounds, more labels
+    assert "label_budget" in (get_algorithm("dagger").extend_refusal or "")
+    monkeypatch.setattr(get_algorithm("qlearning"), "extend_refusal", "a reason")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_copy), "total_episodes=900", "--no-media"]) != 0
+    assert (
+        "a qlearning run cannot be trained further in place: a reason; start a new run"
+        in one_error_line(capsys)
+    )
+
+
 # ---- bad CLI input: one line ----------------------------------------------------------------
 
 

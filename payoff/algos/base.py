@@ -190,6 +190,9 @@ class Algorithm:
     name: ClassVar[str]  # the recipe name (`algo: ppo`): the module's name
     config_class: ClassVar[type]  # the class of `config`, read from its annotation
     total_key: ClassVar[str] = "steps"  # the config key of the training length
+    # why `payoff train --resume RUN <total_key>=N` cannot train a run of this kind further
+    # (None: it can)
+    extend_refusal: ClassVar[str | None] = None
     loop_unit: ClassVar[str] = "step"  # what the progress bar counts
     eval_at_end: bool = False  # also evaluate after the last iteration (the curve's last point)
     eval_at_start: bool = False  # evaluate before the first iteration of a fresh run

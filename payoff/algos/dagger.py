@@ -76,6 +76,10 @@ class DAgger(ImitationAlgorithm):
     """Dataset Aggregation: learner-driven rollouts relabelled by the expert."""
 
     total_key = "rounds"
+    extend_refusal = (
+        "its label_budget is shared out over the rounds it planned, so more rounds would "
+        "ask the expert for more labels than the budget"
+    )
     loop_unit = "round"
     config: DAggerConfig
     saved = (*ImitationAlgorithm.saved, "rounds_log")

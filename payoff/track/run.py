@@ -16,6 +16,7 @@ A run directory is never overwritten; resuming continues the same directory.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -44,6 +45,9 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
     return value
+
+
+_HELD_LOCKS: set[int] = set()  # descriptors of the run locks this process holds
 
 
 class Run:
@@ -157,7 +161,16 @@ class Run:
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)  # a filesystem without flock (some network mounts): go on unlocked
+                warnings.warn(
+                    f"cannot lock run {str(self.path)!r} ({err.strerror}): nothing stops a "
+                    f"second process from resuming it at the same time",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
             who = f" (pid {holder})" if holder.isdigit() else ""
@@ -169,10 +182,23 @@ class Run:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock = fd
+        _HELD_LOCKS.add(fd)
+
+    @staticmethod
+    def _close_locks_in_child() -> None:
+        """After a fork (AsyncVectorEnv's workers, multiprocessing): the child's copies of
+        held lock descriptors close, or the lock would live as long as the child does."""
+        for fd in list(_HELD_LOCKS):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _HELD_LOCKS.clear()
 
     def release(self) -> None:
         """Give the lock taken by `hold` back."""
         if self._lock is not None:
+            _HELD_LOCKS.discard(self._lock)
             os.close(self._lock)
             self._lock = None
 
@@ -379,3 +405,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=Run._close_locks_in_child)
