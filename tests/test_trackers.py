@@ -246,9 +246,34 @@ def test_an_mlflow_server_that_does_not_answer_is_dropped_at_once(
     with socket.socket() as closed:  # a free port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PAYOFF_LOGGERS", "mlflow")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     started = time.monotonic()
     with pytest.warns(RuntimeWarning, match="no MLflow server answers at http://127.0.0.1"):
         run = train("frozenlake-q", overrides=SHORT, out=tmp_path / "runs", media=False)
     assert time.monotonic() - started < 60 and run.summary()["final_eval"]["episodes"] > 0
+
+
+def test_behind_a_proxy_the_mlflow_check_asks_the_proxy(monkeypatch):
+    """A server reached only through HTTP(S)_PROXY is not refused for failing a direct
+    connection; a dead proxy is named; NO_PROXY hosts are checked directly."""
+    import socket
+
+    from payoff.track.loggers import _check_server
+
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))
+        alive, dead = listening.getsockname()[1], closed.getsockname()[1]
+        for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY", "HTTP_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{alive}")
+        _check_server(f"http://127.0.0.1:{dead}")  # the proxy answers for it
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{dead}")
+        with pytest.raises(ConnectionError, match="through the proxy 127.0.0.1"):
+            _check_server("http://mlflow.example:5000")
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        _check_server(f"http://127.0.0.1:{alive}")  # bypassed: the server itself answers

@@ -221,13 +221,19 @@ def _check_server(uri: str) -> None:
     a dead server for minutes, while training waits. A server that answers and then goes
     away gets 2 retries of at most 10 s (unless MLFLOW_HTTP_REQUEST_* say otherwise)."""
     from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
 
     parts = urlsplit(uri)
+    host = parts.hostname or ""
+    proxy = getproxies().get(parts.scheme)
+    if proxy and not proxy_bypass(host):  # requests goes through it: check the proxy answers
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         socket.create_connection((parts.hostname or "", port), timeout=5).close()
     except OSError as err:
-        raise ConnectionError(f"no MLflow server answers at {uri} ({err})") from None
+        via = f" (through the proxy {parts.hostname}:{port})" if parts.hostname != host else ""
+        raise ConnectionError(f"no MLflow server answers at {uri}{via} ({err})") from None
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
