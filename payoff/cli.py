@@ -230,9 +230,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from payoff.report.plots import plot_curves
+    from payoff.report.plots import figure_format, plot_curves
     from payoff.track.run import Run
 
+    figure_format(args.out)  # before reading the runs: --out x.svg writes SVG, x.txt is refused
     runs = [Run.open(path) for path in args.runs]
     logged = {key for run in runs for record in run.records() for key in record}
     for key in [*(args.metric or []), args.x]:
@@ -393,7 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", default="curves.png", help="output PNG (default curves.png)")
+    p.add_argument(
+        "--out",
+        default="curves.png",
+        help="output image, its format by the extension: .png, .svg, .pdf, .jpg (default curves.png)",
+    )
     p.add_argument(
         "--metric",
         action="append",

@@ -89,6 +89,14 @@ def test_cli_train_eval_play_plot_report(tmp_path, capsys):
     runs = sorted(p for p in out.iterdir())
     assert main(["plot", *map(str, runs), "--out", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 1000
+    # the extension says the format: SVG text, PDF bytes; one it cannot tell is refused
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.svg")]) == 0
+    assert b"<svg" in (tmp_path / "curves.svg").read_bytes()[:2000]
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.pdf")]) == 0
+    assert (tmp_path / "curves.pdf").read_bytes().startswith(b"%PDF")
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.txt")]) == 2
+    assert "end it in .png, .svg, .pdf" in capsys.readouterr().err
+    assert not (tmp_path / "curves.txt").exists()
     assert main(["report", str(run)]) == 0
 
 

@@ -30,9 +30,24 @@ PREFERRED_METRICS = (
 )
 
 
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
+
+
+def figure_format(path: str | Path) -> str:
+    """The image format a figure path names by its extension (png, svg, pdf, jpg), or one
+    RunError naming what is valid: writing PNG bytes into 'curves.svg' would mislead."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FIGURE_FORMATS:
+        raise RunError(
+            f"cannot tell the image format of {str(path)!r} from its extension; end it in "
+            f"{', '.join('.' + f for f in FIGURE_FORMATS)}"
+        )
+    return suffix
+
+
 def save_figure(fig: Any, path: str | Path) -> Path:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buffer, format=figure_format(path), dpi=110, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
