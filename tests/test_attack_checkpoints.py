@@ -443,6 +443,14 @@ def test_an_env_that_cannot_be_saved_resumes_at_an_episode_boundary_and_says_so(
     )
     resumed.learn()  # and it goes on from fresh episodes
     assert resumed.step >= 256
+    # a plain load is not a resume: nothing to say until training goes on from it
+    agent.save(tmp_path / "opaque.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = PPO.load(tmp_path / "opaque.safetensors")
+        loaded.predict(loaded.runner.obs)
+    with pytest.warns(RuntimeWarning, match="not exactly an uninterrupted run"):
+        loaded.learn(64)
 
 
 def test_messages_between_processes_are_data_only():

@@ -583,3 +583,14 @@ def test_small_command_line_habits(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     assert main(["train", "cartpole-ppo", "--out", str(tmp_path / "afile")]) == 2
     assert "it is a file, not a folder" in capsys.readouterr().err
+
+
+def test_an_agent_trained_on_a_python_env_asks_for_it_again_on_load(tmp_path):
+    agent = payoff.PPO(_Pixels(), normalize_obs=True, **TINY)
+    agent.learn(64)
+    path = agent.save(tmp_path / "pixels.safetensors")
+    with pytest.raises(EnvError, match=r"trained on a Python env \(.*_Pixels.*env=\.\.\."):
+        payoff.PPO.load(path)  # 'module:_Pixels' is not a registered id to rebuild it from
+    loaded = payoff.PPO.load(path, env=_Pixels())
+    assert loaded.predict(_Pixels().observation_space.sample()) in (0, 1)
+    assert payoff.PPO.load(path, env=lambda: _Pixels()).config.env.python_env

@@ -275,6 +275,9 @@ class Algorithm:
         anneals over those 10,000 steps rather than over the default length.
         """
         total = _sb3_learn_arguments(type(self).__name__, total, sb3)
+        note, self._unexact_restore = getattr(self, "_unexact_restore", None), None
+        if note:  # loaded from a file whose envs could not be restored exactly
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
         key = self.total_key
         if total is not None:
             if isinstance(total, float) and total.is_integer():
@@ -451,9 +454,9 @@ class Algorithm:
         algorithm = cls._from_payload(
             payload, env=env, source=path, device=device, trust_code=trust_code, settings=settings
         )
-        note = algorithm.restore_note()
-        if note:
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+        # said when training goes on (learn), where it matters; predict and evaluate
+        # do not depend on the episodes that were in progress
+        algorithm._unexact_restore = algorithm.restore_note()
         return algorithm
 
     @classmethod

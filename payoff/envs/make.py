@@ -50,6 +50,9 @@ class EnvConfig:
     wrappers: wrappers to apply, e.g. [{name: NormalizeObservation}].
     factory / vector: set from Python only (`PPO(env=my_env)` with a gym.Env instance, a
         vector env or a function returning an env); not written to config.yaml.
+    python_env: true when the env was such a Python object that no id can rebuild (its
+        `id` is then only its class or function's name): a saved agent needs it passed
+        again, `Algo.load(path, env=...)`.
     """
 
     id: str = "CartPole-v1"
@@ -63,8 +66,15 @@ class EnvConfig:
     vector: gym.vector.VectorEnv | None = field(
         default=None, repr=False, compare=False, metadata=PYTHON_ONLY
     )
+    python_env: bool = False
 
     def validate(self) -> None:
+        if self.python_env and self.factory is None and self.vector is None:
+            raise EnvError(
+                f"this agent was trained on a Python env ({self.id}: an instance or function "
+                f"given as env=), which a saved file cannot rebuild; pass it again: "
+                f"Algo.load(path, env=...) with that env, or a function that returns one"
+            )
         if self.entry_point and self.id == "CartPole-v1":  # the default id: label it by the class
             self.id = self.entry_point
         if self.max_episode_steps is not None and self.max_episode_steps <= 0:
@@ -229,11 +239,17 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
                 f"a {type(env).__name__} without env_fns cannot make evaluation envs; pass a "
                 f"function that returns one env (payoff vectorizes it) or a SyncVectorEnv"
             )
-        return EnvConfig(id=_label(makers[0]), factory=makers[0], vector=env)
+        label = _label(makers[0])
+        return EnvConfig(
+            id=label, factory=makers[0], vector=env, python_env=label not in gym.registry
+        )
     if isinstance(env, gym.Env):
-        return EnvConfig(id=_label(env), factory=_instance_factory(env))
+        label = _label(env)
+        return EnvConfig(
+            id=label, factory=_instance_factory(env), python_env=label not in gym.registry
+        )
     if callable(env):
-        return EnvConfig(id=_label(env), factory=env)
+        return EnvConfig(id=_label(env), factory=env, python_env=True)
     raise EnvError(
         f"env must be an id, a gymnasium.Env, a vector env or a function returning an env, "
         f"got {type(env).__name__}"
