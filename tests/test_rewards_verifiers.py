@@ -54,6 +54,15 @@ def test_math_reward_compares_numerically_and_prefers_the_answer_tag():
     assert scores == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
 
 
+def test_a_reference_that_is_not_one_number_is_compared_as_text():
+    # the last number of '[1, 2, 3]' or of a date decides nothing: those references are text
+    completions = ["3", "[1,  2, 3]", "5", "2024-05-01", "1999-12-01", "12", "$5", "50 %"]
+    answers = ["[1, 2, 3]", "[1, 2, 3]", "3 apples and 5 oranges", "1999-12-01"]
+    answers += ["1999-12-01", "A12", "5", "50%"]
+    scores = math_reward(["q"] * 8, completions, answer=answers)
+    assert scores == [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]  # (spaces normalized)
+
+
 def test_math_reward_without_an_answer_column_is_not_applicable():
     assert math_reward(["q"], ["3"]) == [None]
 

@@ -46,13 +46,21 @@ def parse_number(text: str) -> Fraction | None:
         return None
 
 
+# A reference that is one number (optionally $ before it, % after it): compared as numbers.
+SINGLE_NUMBER = re.compile(rf"\s*\$?\s*(?:{NUMBER.pattern})\s*%?\s*")
+
+
 def answers_match(completion: str, reference: Any) -> bool:
-    """Whether the completion's final answer equals `reference` numerically (or as text)."""
-    predicted = parse_number(extract_answer(completion))
-    expected = parse_number(str(reference))
-    if predicted is not None and expected is not None:
-        return predicted == expected
-    return extract_answer(completion).strip() == str(reference).strip()
+    """Whether the completion's final answer equals `reference`: as numbers when the
+    reference is one number (the completion's last number counts, GSM8K-style: '46 apples'
+    matches 46), else as text, whitespace-normalized. A reference such as '[1, 2, 3]',
+    '1999-12-01' or 'A12' is text, so the last number in it decides nothing."""
+    text = str(reference).replace("\u2212", "-")
+    if SINGLE_NUMBER.fullmatch(text):
+        predicted, expected = parse_number(extract_answer(completion)), parse_number(text)
+        if predicted is not None and expected is not None:
+            return predicted == expected
+    return " ".join(extract_answer(completion).split()) == " ".join(text.split())
 
 
 def _score_answers(
