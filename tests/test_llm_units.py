@@ -245,6 +245,10 @@ def test_grpo_config_checks_explain_themselves():
         from_dict(GRPOConfig, {"prompts_per_step": 4, "group_size": 3, "minibatch_size": 5})
     with pytest.raises(ConfigError, match="loss_aggregation"):
         from_dict(GRPOConfig, {"loss_aggregation": "mean"})
+    # 0 turns evaluation during training off, as for PPO or DQN (the final one still runs)
+    assert from_dict(GRPOConfig, {"eval_every": 0}).eval_every == 0
+    with pytest.raises(ConfigError, match="eval_every' must be >= 0"):
+        from_dict(GRPOConfig, {"eval_every": -1})
 
 
 # ---- tasks and data ---------------------------------------------------------------------------

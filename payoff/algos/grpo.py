@@ -153,7 +153,8 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     sampler_threads: torch threads of the sampling process (0 = threads).
     temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
         logits / temperature, the same distribution the samples came from.
-    eval_every / eval_size: greedy held-out accuracy during training (test split).
+    eval_every / eval_size: greedy held-out accuracy during training (test split); 0: none
+        during training (the final evaluation still runs), as for the RL algorithms.
     final_eval_k: pass@k measured at the end (e.g. [1, 8]); sampled at temperature 1.
     backend: where completions are sampled: 'local' (this process, the default) or 'ray'
         (Ray actors with a copy of the model each; needs payoff[distributed]). Workers load
@@ -203,8 +204,6 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     def validate(self) -> None:
         # Ranges of single keys (group_size >= 2, beta >= 0, clip_eps > 0, ...) are checked
         # by core.config.
-        if self.eval_every <= 0:
-            raise ConfigError(f"config key 'eval_every' must be > 0, got {self.eval_every}")
         batch = self.prompts_per_step * self.group_size
         if self.minibatch_size < 0 or self.minibatch_size > batch:
             raise ConfigError(
