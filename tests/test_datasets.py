@@ -124,12 +124,15 @@ def test_csv_lines_count_quoted_cells_that_span_lines(tmp_path):
     path = write_csv(
         [
             {"prompt": "def f():\n    return", "tests": "assert f() == 1"},
-            {"prompt": "", "tests": ""},
+            {"prompt": "", "tests": "assert True"},
         ],
         tmp_path / "code",
     )
     with pytest.raises(DataError, match=r"code.csv:4: missing a non-empty string 'prompt'"):
         read_rows(path)
+    # a row of empty cells (',': a spreadsheet's trailing row) is blank, as a blank line is
+    rows = [{"prompt": "def g():", "tests": "assert True"}, {"prompt": "", "tests": ""}]
+    assert len(read_rows(write_csv(rows, tmp_path / "trailing"))) == 1
 
 
 def test_file_types_that_cannot_be_read_say_what_can(tmp_path):

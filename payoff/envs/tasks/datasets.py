@@ -170,6 +170,8 @@ def _csv_records(path: Path) -> list[Record]:
                 raise DataError(
                     f"{where}: more cells than the header has columns ({reader.fieldnames})"
                 )
+            if all(v in ("", None) for v in row.values()):
+                continue  # ',,': a row of empty cells (a spreadsheet's trailing row) is blank
             # An empty cell is a missing value, as pandas and datasets read it.
             records.append((where, {k: (v if v != "" else None) for k, v in row.items()}))
     return records
