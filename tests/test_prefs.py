@@ -266,6 +266,7 @@ def test_dpo_on_your_own_pairs_is_evaluated_on_its_held_out_pairs(base_model):
         for a in range(40)
     ]
     dpo = DPO(model={"path": base_model}, preferences=pairs, steps=1)
+    assert dpo.progress_label() == "your pairs"  # not the task it would make pairs from
     result = dpo.evaluate(50)
     assert isinstance(result, DPOEval) and result.gold is None
     assert result.pairs == len(dpo.test_rows) > 0 and "held-out pairs" in result.line()

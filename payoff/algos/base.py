@@ -313,8 +313,13 @@ class Algorithm:
         ).run()
 
     def progress_label(self) -> str:
-        """What the progress bar names after the algorithm: the env, or the task."""
+        """What the progress bar names after the algorithm: the env, or the task (your
+        preference pairs' file where a trainer learns from them, not the task it would
+        make pairs from)."""
         env, task = getattr(self.config, "env", None), getattr(self.config, "task", None)
+        preferences = getattr(self.config, "preferences", None)
+        if preferences is not None and getattr(preferences, "own", False):
+            return Path(preferences.path).name if preferences.path else "your pairs"
         return str(env.id if env is not None else getattr(task, "name", ""))
 
     def log_training(self) -> None:
