@@ -162,6 +162,8 @@ class TrainLoop:
                     algorithm.checkpoint()
                     checkpointed = state.step
                 algorithm.between_iterations()
+        if state.updates and progress.visible:  # its last word: the run's last numbers
+            progress.set_postfix(algorithm.progress_postfix())
         progress.close()
         algorithm.interrupted = interrupt.requested
         if not algorithm.interrupted:

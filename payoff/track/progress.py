@@ -40,6 +40,11 @@ class Progress:
             self._last_postfix = now
             self._bar.set_postfix({k: _fmt(v) for k, v in postfix.items()}, refresh=False)
 
+    @property
+    def visible(self) -> bool:
+        """Whether the bar is drawn at all (not off by PAYOFF_PROGRESS=0 or a pipe)."""
+        return not self._bar.disable
+
     def postfix_due(self) -> bool:
         """Whether a new postfix would be shown now (at most every 0.5 s); cheap to ask."""
         return not self._bar.disable and time.time() - self._last_postfix > 0.5
