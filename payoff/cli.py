@@ -245,7 +245,25 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     with _writing(f"the plot {args.out!r}", "pass --out with a path you can write to"):
         path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
     print(f"wrote {path}")
+    envs = sorted({_trained_on(run.config) for run in runs})
+    if len(envs) > 1:  # a return of -600 on Taxi and of -0.1 on Blackjack share an axis
+        print(
+            f"note: these runs train on different envs or tasks ({', '.join(envs)}): their "
+            f"curves are on one axis but not on one scale",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _trained_on(config: dict) -> str:
+    """The env id or task name a run's config trains on ('?' where it names neither)."""
+    for key, field_name in (("env", "id"), ("task", "name")):
+        value = config.get(key)
+        if isinstance(value, dict) and value.get(field_name):
+            return _printable(value[field_name])
+        if isinstance(value, str) and value:
+            return _printable(value)
+    return "?"
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -96,6 +96,13 @@ def test_cli_train_eval_play_plot_report(tmp_path, capsys):
     assert (tmp_path / "curves.pdf").read_bytes().startswith(b"%PDF")
     assert main(["plot", str(run), "--out", str(tmp_path / "curves.txt")]) == 2
     assert "end it in .png, .svg, .pdf" in capsys.readouterr().err
+    other = tmp_path / "other"  # a run on another env: its returns are on another scale
+    tiny = ["total_steps=256", "num_envs=2", "num_steps=64", "minibatch_size=64", "eval_every=0"]
+    assert main(["train", "cartpole-ppo", *tiny, "--out", str(other), "--no-media"]) == 0
+    (other_run,) = other.iterdir()
+    capsys.readouterr()
+    assert main(["plot", str(run), str(other_run), "--out", str(tmp_path / "mixed.png")]) == 0
+    assert "different envs or tasks (CartPole-v1, FrozenLake-v1)" in capsys.readouterr().err
     assert not (tmp_path / "curves.txt").exists()
     assert main(["report", str(run)]) == 0
 
