@@ -232,6 +232,18 @@ def test_sequences_past_a_models_context_or_vocabulary_are_named():
         )
 
 
+def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_training(
+    tmp_path,
+):
+    from payoff.algos.grpo import GRPO
+
+    _gpt2(tmp_path / "gpt2", positions=32)  # learned positions: nothing past 32 embeds
+    model = {"path": str(tmp_path / "gpt2")}
+    with pytest.raises(ConfigError, match=r"max_new_tokens is 40: .* past the 32 .*\(gpt2\)"):
+        GRPO(model=model, max_new_tokens=40, steps=1)
+    assert GRPO(model=model, max_new_tokens=8, steps=1).model.config.n_positions == 32
+
+
 def test_reward_functions_returning_inf_or_needing_a_missing_column_are_named(capsys):
     def infinite_for_c(prompts, completions, **kwargs):
         return [float("-inf") if c == "c" else 1.0 for c in completions]
