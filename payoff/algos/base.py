@@ -603,10 +603,15 @@ class Agent(Algorithm):
     ) -> Path:
         """Render episodes of the deterministic policy to a GIF."""
         seed = self.config.seed + 2_000_000 if seed is None else seed
-        frames = record_frames(
-            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+        frames = self.render_frames(
+            lambda obs: self.predict(obs, deterministic=True), episodes, seed
         )
         return write_gif(frames, path, fps=fps)
+
+    def render_frames(self, policy: Any, episodes: int, seed: int) -> list[Any]:
+        """rgb frames of `episodes` episodes of `policy` in the config's env (what
+        `record_gif` draws; a multi-agent learner renders its whole team instead)."""
+        return record_frames(self.config.env, policy, episodes, seed)
 
     # ---- evaluation in the loop: scored by the episode return ----------------------------
     def evaluate_returns(self) -> None:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from payoff.algos.ppo import PPO, PPOConfig
 from payoff.core.errors import ConfigError
 from payoff.envs.make import EnvConfig
 from payoff.rollout.evaluate import EvalResult, record_team_frames
 from payoff.rollout.vector import evaluate_batched
-from payoff.track.media import write_gif
 
 PETTINGZOO_ID = "payoff/PettingZoo-v0"
 
@@ -94,15 +93,9 @@ class IPPO(PPO):
         # n_agents returns an episode: the mean is per agent, the count is of episodes
         return dataclasses.replace(result, episodes=episodes)
 
-    def record_gif(
-        self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8
-    ) -> Path:
-        """Render episodes in which every agent plays the deterministic shared policy."""
-        seed = self.config.seed + 2_000_000 if seed is None else seed
-        frames = record_team_frames(
-            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
-        )
-        return write_gif(frames, path, fps=fps)
+    def render_frames(self, policy: Any, episodes: int, seed: int) -> list[Any]:
+        """Episodes in which every agent plays `policy` (the shared deterministic one)."""
+        return record_team_frames(self.config.env, policy, episodes, seed)
 
 
 ALGORITHM = IPPO
