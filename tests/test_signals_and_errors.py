@@ -30,7 +30,7 @@ SHORT = [
     "checkpoint_every=200",
 ]
 LONG = [
-    "total_episodes=6000",
+    "total_episodes=20000",  # a window of seconds for the signals, even on a loaded machine
     "eval_every=1000",
     "eval_episodes=50",
     "final_eval_episodes=100",
@@ -127,7 +127,7 @@ def test_a_stop_signal_leaves_a_checkpoint_and_resume_matches_uninterrupted(
     assert f"payoff train --resume {run}" in stdout
     assert list(run.glob("checkpoints/latest.*"))
     state, _ = Run.open(run).load_checkpoint("qlearning")
-    assert 0 < state["state"]["loop"]["step"] < 6000  # episodes played
+    assert 0 < state["state"]["loop"]["step"] < 20000  # episodes played
     assert not (run / "summary.json").exists()
     assert main(["train", "--resume", str(run), "--no-media"]) == 0
     assert comparable(run) == comparable(uninterrupted)
