@@ -14,6 +14,7 @@ tensors and NumPy actions for the envs.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -78,13 +79,17 @@ def make_vector_env(
     if vectorization == "async":
         # Ctrl-C reaches the worker processes too: they must not die mid-step while the
         # main process finishes its iteration, checkpoints and closes them
-        return gym.vector.AsyncVectorEnv([lambda: _worker_env(env) for _ in range(num_envs)])
+        main = os.getpid()
+        return gym.vector.AsyncVectorEnv([lambda: _worker_env(env, main) for _ in range(num_envs)])
     return gym.vector.SyncVectorEnv([lambda: make_env(env) for _ in range(num_envs)])
 
 
-def _worker_env(env: EnvConfig) -> gym.Env:
-    """The env of one AsyncVectorEnv worker process, deaf to Ctrl-C."""
-    ignore_ctrl_c_in_worker()
+def _worker_env(env: EnvConfig, main: int) -> gym.Env:
+    """The env of one AsyncVectorEnv worker process, deaf to Ctrl-C. AsyncVectorEnv also
+    calls it once in the main process (a dummy env for the spaces): there Ctrl-C must keep
+    stopping training, so only another process (pid) ignores it."""
+    if os.getpid() != main:
+        ignore_ctrl_c_in_worker()
     return make_env(env)
 
 
