@@ -153,9 +153,9 @@ class VectorRunner:
             self.step_info[key] = np.where(valid, np.asarray(infos[key], dtype=np.float64), 0.0)
             self.episode_info[key] += self.step_info[key]
         done = terminated | truncated
-        if np.count_nonzero(
-            done
-        ):  # a quarter of ndarray.any()'s cost  # tolist: one call for all the episodes that ended (the same floats)
+        # count_nonzero: a quarter of ndarray.any()'s cost; tolist: one call for all the
+        # episodes that ended (the same floats)
+        if np.count_nonzero(done):
             self.finished_returns += self.episode_return[done].tolist()
             self.finished_lengths += self.episode_length[done].tolist()
             for key in self.info_keys:
@@ -222,20 +222,16 @@ class VectorRunner:
         for t in range(storage.num_steps):
             obs_np[t] = self.obs
             if numpy_policy is not None:
-                _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
-                    numpy_policy(obs_np[t])
-                )
-                for key, values_t in storage.info.items():
-                    values_t[t] = torch.from_numpy(self.step_info[key])
-                continue
-            assert policy is not None
-            obs_t = torch.from_numpy(obs_np[t])
-            if self.device is not None:
-                obs_t = obs_t.to(self.device)
-            actions, env_actions, logprobs = policy(obs_t)
-            actions_np[t] = actions.numpy()
-            if logprobs is not None:
-                logprobs_np[t] = logprobs.numpy()
+                env_actions = numpy_policy(obs_np[t])
+            else:
+                assert policy is not None
+                obs_t = torch.from_numpy(obs_np[t])
+                if self.device is not None:
+                    obs_t = obs_t.to(self.device)
+                actions, env_actions, logprobs = policy(obs_t)
+                actions_np[t] = actions.numpy()
+                if logprobs is not None:
+                    logprobs_np[t] = logprobs.numpy()
             _, rewards_np[t], terminated_np[t], truncated_np[t], valid_np[t] = self.step(
                 env_actions
             )

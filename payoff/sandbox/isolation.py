@@ -71,9 +71,8 @@ class ChildOutput:
     timed_out: bool
     discarded_bytes: int
     isolated: bool
-    over_workdir: bool = (
-        False  # a host work dir passed limits.workdir_mb (the code was stopped, or ended first)
-    )
+    # a host work dir passed limits.workdir_mb (the code was stopped, or had ended first)
+    over_workdir: bool = False
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -414,8 +413,7 @@ def _collect(
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-    if not over_workdir and past_room():  # written past the cap between two checks
-        over_workdir = True
+    over_workdir = over_workdir or past_room()  # written past the cap between two checks
     if over_workdir:
         kept["stderr"] += f"\n[payoff: the work dir passed {limits.workdir_mb} MiB]".encode()
     return (
