@@ -74,16 +74,11 @@ def _resume_length(run: Run, recipe: str | None, overrides: list[str]) -> tuple[
     given += overrides
     if not given:
         return key, None
-    if len(given) > 1 or "=" not in given[0]:
-        raise PayoffError(
-            f"--resume continues a run with its own config; the one setting it takes is the "
-            f"length to train to ({key}=N), got: {' '.join(given)}"
-        )
-    path, value = parse_override(given[0])
+    path, value = parse_override(given[0]) if len(given) == 1 and "=" in given[0] else ([], None)
     if path != [key]:
         raise PayoffError(
             f"--resume continues a run with its own config; the one setting it takes is the "
-            f"length to train to ({key}=N), got {'.'.join(path)!r}"
+            f"length to train to ({key}=N), got: {' '.join(given)}"
         )
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # total_steps=1e6

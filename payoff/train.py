@@ -303,7 +303,7 @@ def _extend(algorithm: Algorithm, run: Run, total: int) -> None:
     run.drop_summary_keys("finished", "finished_step", "final_eval", "final_line")
     config = dict(run.config)
     config[key] = total
-    run.rewrite_config(config)
+    run.write_config(config)
     run.event(
         algorithm.progress_step(),
         "extended",

@@ -134,25 +134,50 @@ def _headless() -> None:
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 
+def _episode_frames(
+    reset: Callable[[int], Any],
+    step: Callable[[Any], tuple[Any, bool]],
+    render: Callable[[], Any],
+    name: str,
+    episodes: int,
+    seed: int,
+    max_frames: int,
+) -> list[np.ndarray]:
+    """The frames of `episodes` episodes: reset(seed) -> obs, step(obs) -> (obs, ended)."""
+    frames: list[np.ndarray] = []
+    for episode in range(episodes):
+        obs = reset(seed + episode)
+        frames.append(_frame(render, name))
+        done = False
+        while not done and len(frames) < max_frames:
+            obs, done = step(obs)
+            frames.append(_frame(render, name))
+    return frames
+
+
 def record_frames(
     env: EnvConfig, policy: Policy, episodes: int, seed: int, max_frames: int = 1000
 ) -> list[np.ndarray]:
     """Render `episodes` episodes of `policy` as rgb_array frames."""
     _headless()
     environment = make_env(env, render_mode="rgb_array")
-    frames: list[np.ndarray] = []
+
+    def step(obs: Any) -> tuple[Any, bool]:
+        obs, _, terminated, truncated, _ = environment.step(policy(obs))
+        return obs, terminated or truncated
+
     try:
-        for episode in range(episodes):
-            obs, _ = environment.reset(seed=seed + episode)
-            frames.append(_frame(environment.render, str(env.id)))
-            done = False
-            while not done and len(frames) < max_frames:
-                obs, _, terminated, truncated, _ = environment.step(policy(obs))
-                frames.append(_frame(environment.render, str(env.id)))
-                done = terminated or truncated
+        return _episode_frames(
+            lambda s: environment.reset(seed=s)[0],
+            step,
+            environment.render,
+            str(env.id),
+            episodes,
+            seed,
+            max_frames,
+        )
     finally:
         environment.close()
-    return frames
 
 
 def record_team_frames(
@@ -166,17 +191,13 @@ def record_team_frames(
 
     _headless()
     team = team_env(dict(env.kwargs), render_mode="rgb_array")
-    name = str(env.kwargs.get("env_id", env.id))
-    frames: list[np.ndarray] = []
+
+    def step(obs: Any) -> tuple[Any, bool]:
+        obs, _, terminated, truncated = team.step(np.asarray(policy(obs)))
+        return obs, terminated or truncated
+
     try:
-        for episode in range(episodes):
-            obs = team.reset(seed + episode)
-            frames.append(_frame(team.env.render, name))
-            done = False
-            while not done and len(frames) < max_frames:
-                obs, _, terminated, truncated = team.step(np.asarray(policy(obs)))
-                frames.append(_frame(team.env.render, name))
-                done = terminated or truncated
+        name = str(env.kwargs.get("env_id", env.id))
+        return _episode_frames(team.reset, step, team.env.render, name, episodes, seed, max_frames)
     finally:
         team.env.close()
-    return frames

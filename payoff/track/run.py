@@ -115,7 +115,7 @@ class Run:
         run = cls(path, loggers)
         run.checkpoints.mkdir()
         run.media.mkdir()
-        atomic_write_text(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        run.write_config(config)
         run._loggers.record_choice()
         return run
 
@@ -307,20 +307,20 @@ class Run:
             warnings.warn(f"{err}; writing a new one", RuntimeWarning, stacklevel=2)
             summary = {}
         summary.update(values)
+        self._write_summary(summary)
+
+    def drop_summary_keys(self, *keys: str) -> None:
+        """Remove `keys` from summary.json (a run trained further is unfinished again)."""
+        if (self.path / "summary.json").exists():
+            self._write_summary({k: v for k, v in self.summary().items() if k not in keys})
+
+    def _write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_text(
             self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable)
         )
 
-    def drop_summary_keys(self, *keys: str) -> None:
-        """Remove `keys` from summary.json (a run trained further is unfinished again)."""
-        path = self.path / "summary.json"
-        if not path.exists():
-            return
-        summary = {k: v for k, v in self.summary().items() if k not in keys}
-        atomic_write_text(path, json.dumps(summary, indent=2, default=_jsonable))
-
-    def rewrite_config(self, config: dict[str, Any]) -> None:
-        """Replace config.yaml (its length, when a run is trained further)."""
+    def write_config(self, config: dict[str, Any]) -> None:
+        """Write config.yaml (at creation; its length again when a run is trained further)."""
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     def summary(self) -> dict[str, Any]:
