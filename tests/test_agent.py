@@ -412,3 +412,16 @@ def test_what_a_model_writes_cannot_hang_or_crash_the_tools():
     assert safe_eval("9**99") == 9**99
     for body in ("[" * 100_000, '{"name": "c", "arguments": {"x": ' + "9" * 5000 + "}}"):
         assert parse_tool_call(f"<tool>{body}</tool>").error.startswith("malformed tool call")
+
+
+def test_eval_every_0_evaluates_at_the_start_and_the_end(tmp_path, monkeypatch):
+    from payoff.track.run import Run
+
+    run = Run.create(tmp_path, "agent", {"algo": "agent_grpo"})
+    agent = _tiny_agent(tmp_path, monkeypatch, eval_every=0, run=run)
+    agent.learn()
+    run.close()
+    evals = [r["step"] for r in run.records() if "eval/success" in r]
+    assert evals == [0, 2]  # not the start's score reported as the end's
+    with pytest.raises(ConfigError, match="'eval_every' must be >= 0"):
+        _tiny_agent(tmp_path, monkeypatch, eval_every=-1)

@@ -272,3 +272,24 @@ def test_dpo_on_your_own_pairs_is_evaluated_on_its_held_out_pairs(base_model):
     assert result.pairs == len(dpo.test_rows) > 0 and "held-out pairs" in result.line()
     with pytest.raises(ConfigError, match="evaluated on their held-out pairs.*--k, --split apply"):
         dpo.evaluate(50, split="ood", k=[4])  # what `payoff eval RUN --split ood --k 4` passes
+
+
+def test_rlhf_ppo_with_eval_every_0_scores_the_start_and_the_end(base_model, tmp_path):
+    from payoff.algos.rlhf_ppo import RLHFPPO
+    from payoff.track.run import Run
+
+    run = Run.create(tmp_path, "rlhf", {"algo": "rlhf_ppo"})
+    RLHFPPO(
+        run=run,
+        model={"path": base_model},
+        rewards=[{"name": "payoff.envs.tasks.preferences:gold_reward"}],
+        steps=2,
+        prompts_per_step=8,
+        minibatch_size=8,
+        eval_every=0,
+        task={"name": "styled_addition", "eval_size": 8},
+    ).learn()
+    run.close()
+    evals = [r["step"] for r in run.records() if "eval/gold" in r]
+    assert evals == [0]  # the start only: the end is the summary's
+    assert "start" in run.summary()["final_line"] and "nan" not in run.summary()["final_line"]

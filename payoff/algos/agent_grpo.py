@@ -117,7 +117,7 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
         group that all succeeded, are always skippable).
     temperature / max_new_tokens: sampling per model turn (max_new_tokens caps one turn).
     eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
-        held-out tasks.
+        held-out tasks (eval_every 0: only before the first step and at the end).
     chat_template: render episodes with the tokenizer's chat template (Hugging Face models,
         tools listed in it) instead of the tiny model's plain format. null (default) follows
         model.chat_template (auto: the template when the tokenizer has one; the tiny model
@@ -163,9 +163,14 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
         self.task.validate()
         if self.group_size < 2:
             raise ConfigError(f"config key 'group_size' must be >= 2, got {self.group_size}")
-        for name in ("steps", "tasks_per_step", "updates_per_batch", "eval_every", "log_every"):
+        for name in ("steps", "tasks_per_step", "updates_per_batch", "log_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise ConfigError(
+                f"config key 'eval_every' must be >= 0 (0: only at the start and the end), "
+                f"got {self.eval_every}"
+            )
         if self.credit not in ("trajectory", "turn"):
             raise ConfigError(
                 f"config key 'credit' must be 'trajectory' or 'turn', got {self.credit!r}"
@@ -557,9 +562,10 @@ class AgentGRPO(Algorithm):
         """Export the model and write the summary (first and last held-out success)."""
         if self.run is None:
             return
-        if not any("eval/success" in r for r in self.history):  # learn(0): nothing evaluated yet
+        final = next((r for r in reversed(self.history) if "eval/success" in r), None)
+        if final is None or final["step"] != self.step:  # learn(0), or eval_every 0 or off-beat
             self.evaluate_now()
-        final = next(r for r in reversed(self.history) if "eval/success" in r)
+            final = self.history[-1]
         start = next(r for r in self.history if "eval/success" in r)
         save_lm(self.model, self.tokenizer, self.run.path / "model")
         self.run.write_summary(

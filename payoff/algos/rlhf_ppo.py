@@ -78,7 +78,8 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
     clip / value_clip / value_coef: PPO's ratio clip, the value clip and the value-loss weight.
     learning_rate / critic_learning_rate: AdamW for policy and critic.
     temperature / max_new_tokens: sampling; the loss uses the same temperature.
-    eval_every: greedy gold score on held-out prompts, in steps.
+    eval_every: greedy gold score on held-out prompts, in steps (0: only before the first
+        step and at the end).
     """
 
     base: BaseModelConfig = field(default_factory=small_base)
@@ -118,10 +119,10 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
                 f"is trained here. Got reward_model={self.reward_model!r}, rewards={self.rewards}"
             )
         # Ranges of single keys (counts > 0, kl_coef >= 0, ...) are checked by core.config.
-        if self.eval_every <= 0 or self.minibatch_size <= 0:
+        if self.eval_every < 0 or self.minibatch_size <= 0:
             raise ConfigError(
-                f"config keys 'eval_every' and 'minibatch_size' must be > 0, got "
-                f"{self.eval_every} and {self.minibatch_size}"
+                f"config key 'eval_every' must be >= 0 (0: only at the start and the end) and "
+                f"'minibatch_size' > 0, got {self.eval_every} and {self.minibatch_size}"
             )
         if self.prompts_per_step % self.minibatch_size:
             raise ConfigError(
