@@ -372,6 +372,28 @@ def test_a_long_evaluation_shows_a_bar_a_short_one_none():
     slow.close()
 
 
+def test_a_batched_evaluation_whose_episodes_end_together_moves_its_bar_by_steps():
+    # 50 CarRacing episodes all end at the 1,000-step limit: a bar of episodes would sit
+    # at 0% for minutes, then jump to 100%
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.vector import episode_limit, make_vector_env
+    from payoff.track.progress import LateProgress
+
+    for config, limit in (
+        (EnvConfig(id="CartPole-v1"), 500),
+        (EnvConfig(id="CartPole-v1", max_episode_steps=50), 50),
+    ):
+        envs = make_vector_env(config, 2, "sync")
+        assert episode_limit(envs) == limit
+        envs.close()
+    bar = LateProgress(3, "evaluating", after=0.0, episode_steps=10)
+    for step in range(256):  # the bar appears at the 256th call; all three run 8 steps
+        bar.tick(3 if step < 8 else 0, finished=3 * (step == 7), unused=3 * 2 * (step == 7))
+    assert bar._bar is not None and bar._bar._bar.total == 30
+    assert bar.count == 30 and bar._bar._bar.n == 30 and bar.done == 3 and bar.steps == 24
+    bar.close()
+
+
 def test_yaml_reads_3e_4_as_a_number_and_an_experiment_checks_every_member_first(tmp_path):
     from payoff.core.config import load_yaml
     from payoff.train import train_experiment

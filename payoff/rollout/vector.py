@@ -399,6 +399,19 @@ def _env_error(envs: gym.vector.VectorEnv, err: Exception, env_id: str, when: st
     return EnvError(f"env {env_id!r} raised {type(err).__name__} in {when}: {err}{hint}")
 
 
+def episode_limit(envs: gym.vector.VectorEnv) -> int | None:
+    """The episodes' time limit (their spec's max_episode_steps, or a batched env's own
+    attribute), or None where the env declares none."""
+    limit = getattr(envs, "max_episode_steps", None)
+    if limit is None:
+        try:
+            spec = envs.get_attr("spec")[0]
+        except Exception:  # a vector env of the user's own, without get_attr or a spec
+            return None
+        limit = getattr(spec, "max_episode_steps", None)
+    return int(limit) if isinstance(limit, int | np.integer) and limit > 0 else None
+
+
 @torch.no_grad()
 def evaluate_batched(
     env: EnvConfig,
@@ -420,7 +433,8 @@ def evaluate_batched(
     to_device = device if device is not None and device.type != "cpu" else None
     # fresh envs for evaluation, never the vector env a user passed in for training
     envs = make_vector_env(dataclasses.replace(env, vector=None), episodes, vectorization)
-    progress = LateProgress(episodes, f"evaluating {env.id}")
+    limit = episode_limit(envs)
+    progress = LateProgress(episodes, f"evaluating {env.id}", episode_steps=limit)
     try:
         obs, _ = reset_envs(envs, seed, env.id, "evaluation")
         returns = np.zeros(episodes)
@@ -435,7 +449,9 @@ def evaluate_batched(
             returns += np.asarray(rewards) * running
             lengths += running
             still = running & ~(np.asarray(terminated) | np.asarray(truncated))
-            progress.tick(int(running.sum()), int(running.sum() - still.sum()))
+            ended = running & ~still
+            unused = int((limit - lengths[ended]).clip(0).sum()) if limit else 0
+            progress.tick(int(running.sum()), int(ended.sum()), unused)
             running = still
             if running.any() and lengths.max() >= step_limit:
                 warn_unended(env.id, step_limit)

@@ -68,28 +68,55 @@ class LateProgress:
     """A bar that appears only once work has run `after` seconds: evaluation is usually a
     blink, but an env without a time limit, or a planner at a second a step, can make it
     minutes, and a silent minute looks hung. `tick(steps)` is cheap: it looks at the clock
-    once every 256 calls."""
+    once every 256 calls.
 
-    def __init__(self, total: int, desc: str, unit: str = "episode", after: float = 10.0):
+    It counts finished episodes, unless `episode_steps` (the episodes' time limit) is
+    given: then it counts env steps out of total * episode_steps, an episode that ends
+    early counting its unused steps as done, so a batch of episodes that all end at the
+    limit together moves the bar all along (the episodes done are in the postfix)."""
+
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        unit: str = "episode",
+        after: float = 10.0,
+        episode_steps: int | None = None,
+    ):
+        self.episode_steps = episode_steps
+        if episode_steps:
+            total, unit = total * episode_steps, "step"
         self.total, self.desc, self.unit, self.after = total, desc, unit, after
         self.started = time.monotonic()
-        self.done = 0
+        self.done = 0  # episodes finished
         self.steps = 0
+        self.count = 0  # what the bar counts: episodes, or steps taken and steps left unused
         self._calls = 0
         self._bar: Progress | None = None
 
-    def tick(self, steps: int = 1, finished: int = 0) -> None:
-        """`steps` env steps taken and `finished` more episodes ended since the last call."""
+    def tick(self, steps: int = 1, finished: int = 0, unused: int = 0) -> None:
+        """`steps` env steps taken and `finished` more episodes ended since the last call,
+        `unused` steps of their time limits left over (counted only with episode_steps)."""
         self.steps += steps
         self.done += finished
+        counted = steps + unused if self.episode_steps else finished
+        self.count += counted
         if self._bar is not None:
-            self._bar.update(finished, steps=self.steps)
+            if self.episode_steps:
+                self._bar.update(counted, episodes=self.done)
+            else:
+                self._bar.update(counted, steps=self.steps)
             return
         self._calls += 1
         if self._calls % 256 == 0 and time.monotonic() - self.started > self.after:
-            self._bar = Progress(self.total, initial=self.done, desc=self.desc, unit=self.unit)
-            self._bar.set_postfix({"steps": self.steps})
+            self._bar = Progress(self.total, initial=self.count, desc=self.desc, unit=self.unit)
+            self._bar.set_postfix(
+                {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
+            )
 
     def close(self) -> None:
-        if self._bar is not None:
+        if self._bar is not None:  # its last word: the final counts, not the last shown
+            self._bar.set_postfix(
+                {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
+            )
             self._bar.close()
