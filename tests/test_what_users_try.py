@@ -354,6 +354,18 @@ def test_a_datasetdicts_validation_split_is_held_out_and_no_held_out_rows_fail_e
     )
     task = make_task(TaskConfig.from_value(splits))
     assert (len(task.train_rows), len(task.test_rows)) == (40, 10)
+    # what GRPO(task=splits) and DPO(preferences=splits) do with it: a DatasetDict is a
+    # dict, and was read as config keys ('unknown config key task.train')
+    from payoff.algos.dpo import DPOConfig
+    from payoff.algos.grpo import GRPOConfig
+    from payoff.core.config import from_dict
+
+    assert from_dict(GRPOConfig, {"task": splits}).task.dataset is splits
+    pairs = [{"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": str(i)} for i in range(4)]
+    pair_splits = DatasetDict(
+        {"train": Dataset.from_list(pairs[:3]), "test": Dataset.from_list(pairs[3:])}
+    )
+    assert from_dict(DPOConfig, {"preferences": pair_splits}).preferences.dataset is pair_splits
     with pytest.raises(ConfigError, match="split 'test' has no rows"):  # before any pretraining
         payoff.GRPO(task=[rows[0]] * 3, steps=1)
 

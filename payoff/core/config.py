@@ -409,7 +409,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, tp):
             return value
         from_value = getattr(tp, "from_value", None)
-        if from_value is not None and not isinstance(value, dict):
+        # (a DatasetDict is a dict too, but not a mapping of fields: from_value takes it)
+        if from_value is not None and type(value) is not dict:
             made = from_value(value)  # a Schedule from a number, a RewardSpec from a function
             if made is not None:
                 return made
