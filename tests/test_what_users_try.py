@@ -640,3 +640,39 @@ def test_an_agent_trained_on_a_python_env_asks_for_it_again_on_load(tmp_path):
     loaded = payoff.PPO.load(path, env=_Pixels())
     assert loaded.predict(_Pixels().observation_space.sample()) in (0, 1)
     assert payoff.PPO.load(path, env=lambda: _Pixels()).config.env.python_env
+
+
+def test_dropout_is_off_while_rl_and_preference_losses_train_and_on_for_sft(tmp_path):
+    # GPT-2's default dropout (0.1) made GRPO's own samples look off-policy (mismatch_kl
+    # 0.002 on synchronous sampling), the KL non-zero at step 1 and DPO's first margin non-zero
+    from payoff.algos.dpo import DPO
+    from payoff.algos.grpo import GRPO
+    from payoff.algos.sft import SFT
+
+    _gpt2(tmp_path / "gpt2")
+    model = {"path": str(tmp_path / "gpt2")}
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(6)]
+    grpo = GRPO(
+        model=model,
+        task=rows,
+        steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        max_new_tokens=4,
+        eval_every=0,
+        beta=0.1,
+        learning_rate=1e-9,
+    )
+    assert all(m.p == 0.0 for m in grpo.model.modules() if isinstance(m, torch.nn.Dropout))
+    grpo.learn()
+    record = next(r for r in grpo.history if "train/mismatch_kl" in r)
+    assert abs(record["train/mismatch_kl"]) < 1e-5 and abs(record["train/kl"]) < 1e-5
+    pairs = [
+        {"prompt": r["prompt"], "chosen": r["answer"], "rejected": "9" + r["answer"]} for r in rows
+    ]
+    dpo = DPO(model=model, preferences=pairs, steps=1, batch_size=4, eval_every=0, log_every=1)
+    dpo.learn()
+    first = next(r for r in dpo.history if "train/loss" in r)
+    assert first["train/loss"] == pytest.approx(np.log(2), abs=1e-5)  # the policy is its reference
+    sft = SFT(model=model, task=rows, steps=1)
+    assert {m.p for m in sft.model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}

@@ -87,6 +87,7 @@ class SFT(LMAlgorithm):
 
     config: SFTConfig
     samples_from_prompts = False  # 'text' rows (an empty prompt) are plain language modelling
+    keeps_dropout = True  # supervised training keeps the model's dropout, as TRL's SFT
     saved = ("model", "optimizer", "scheduler", "best_accuracy", "rng")
     eval_at_end = True
 

@@ -56,6 +56,12 @@ class ModelConfig:
         merged; the adapter alone is saved beside them (MODEL/adapter/, peft's format).
     lora_alpha / lora_dropout / lora_targets: the usual peft LoRA settings; lora_targets are
         module names (default: attention and MLP projections of Llama-style models).
+    disable_dropout: the model's dropout off while it trains (TRL's `disable_dropout`, its
+        DPO and reward trainers' default); null (the default) turns it off for every trainer
+        but SFT, which keeps the model's own, a regularizer. With dropout on, the log-probs a loss takes of the policy's own samples
+        differ from the sampler's and the reference's, which run without it: on-policy ratios
+        move off 1, the KL is not 0 at the start, DPO's first margin is not 0, and
+        `mismatch_correction` weights tokens by that noise. (LoRA's own lora_dropout stays.)
 
     From Python, `model=` also takes a path string, or a loaded Hugging Face model with its
     tokenizer as a pair: `GRPO(model=(model, tokenizer), ...)`. The pair is saved once
@@ -94,6 +100,7 @@ class ModelConfig:
     # all-linear: every linear layer but the output head, whatever the architecture calls
     # them (Llama's q_proj ... down_proj, GPT-2's c_attn, c_proj and c_fc, ...)
     lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])
+    disable_dropout: bool | None = None
 
     def validate(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -237,6 +244,8 @@ def load_lm(
         # forward and 25 ms a backward, half of a GRPO step. The flash, memory-efficient and
         # math kernels need no such build. This is process-wide, like any torch.backends flag.
         torch.backends.cuda.enable_cudnn_sdp(False)
+    if config.disable_dropout is not False:  # (null: off; SFT passes false)
+        disable_dropout(model)
     if config.autocast and device.type == "cuda":
         autocast_decoder(model, device.type, torch.bfloat16)
     if config.gradient_checkpointing:
@@ -244,6 +253,17 @@ def load_lm(
     if config.lora_rank > 0:
         model = add_lora(model, config)
     return model, tokenizer
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Every dropout layer's rate to 0 (nn.Dropout, and the attention dropout rate that
+    attention modules keep as a number, as Llama's does), so training passes compute what
+    evaluation passes do. The model's config, and so a saved model, keeps its rates."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def autocast_decoder(model: Any, device_type: str, dtype: torch.dtype) -> None:

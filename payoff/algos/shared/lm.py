@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,7 @@ class LMAlgorithm(Algorithm):
     chat_template: bool
 
     samples_from_prompts = True  # RL trainers generate from the rows' prompts (SFT does not)
+    keeps_dropout = False  # model.disable_dropout null: the model's dropout off (SFT: kept)
 
     def setup_lm(self, build_base: Callable[[], Path] | None = None) -> ModelConfig:
         """The stack every LM trainer starts from; returns the model config with its folder.
@@ -207,7 +208,10 @@ class LMAlgorithm(Algorithm):
                 )
             self.task.split("test", 1)  # no held-out rows: say so now, not after pretraining
         self.verifier = RewardMix([correctness_spec(self.task)])
-        start = start_lm(config.model, config.seed, config.threads, build_base, config.device)
+        model = config.model
+        if model.disable_dropout is None:
+            model = replace(model, disable_dropout=not self.keeps_dropout)
+        start = start_lm(model, config.seed, config.threads, build_base, config.device)
         self.rng, self.model, self.tokenizer = start.rng, start.model, start.tokenizer
         self.device = start.device
         self.base_model_path = start.model_config.path
