@@ -239,9 +239,61 @@ def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_tr
 
     _gpt2(tmp_path / "gpt2", positions=32)  # learned positions: nothing past 32 embeds
     model = {"path": str(tmp_path / "gpt2")}
-    with pytest.raises(ConfigError, match=r"max_new_tokens is 40: .* past the 32 .*\(gpt2\)"):
+    with pytest.raises(ConfigError, match=r"max_new_tokens is 40: .* past the 32 .*\(gpt2\) can"):
         GRPO(model=model, max_new_tokens=40, steps=1)
     assert GRPO(model=model, max_new_tokens=8, steps=1).model.config.n_positions == 32
+    # one row past the context: named, and not "lower max_new_tokens to 0 or less"
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    rows[7]["prompt"] = "1+" * 20 + "1="
+    with pytest.raises(
+        ConfigError, match=r"training row 7 \('1\+1\+.* is 42 tokens.*Shorten or drop"
+    ):
+        GRPO(model=model, task=rows, max_new_tokens=4, steps=1)
+    # DPO and reward models check their pairs (they failed with an IndexError mid-run)
+    from payoff.algos.dpo import DPO
+    from payoff.algos.reward_model import RewardModel
+
+    pairs = [{"prompt": r["prompt"], "chosen": r["answer"], "rejected": "0"} for r in rows]
+    for algo in (DPO, RewardModel):
+        with pytest.raises(ConfigError, match=r"training pair 7 is 44 tokens.* past the 32"):
+            algo(model=model, preferences=pairs, steps=1)
+
+
+def test_a_rotary_model_is_held_to_the_context_it_was_trained_for(tmp_path):
+    # one 400k-character prompt asked a Llama for a 160 GB attention matrix
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from payoff.algos.grpo import GRPO
+
+    _gpt2(tmp_path / "llama")  # for its tokenizer
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=48,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "llama")
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    rows[3]["prompt"] = "1+" * 500 + "1="
+    with pytest.raises(
+        ConfigError,
+        match=r"training row 3 .* 1002 tokens.* past the 48 this model \(llama\) was trained for",
+    ):
+        GRPO(model={"path": str(tmp_path / "llama")}, task=rows, max_new_tokens=4, steps=1)
+
+
+def test_a_reward_model_scores_a_sequence_past_its_context_on_its_last_tokens(tmp_path, capsys):
+    from payoff.models.lm import ModelConfig
+    from payoff.rewards.learned import build_scalar_model
+
+    _gpt2(tmp_path / "gpt2", positions=32)
+    scorer = build_scalar_model(ModelConfig(path=str(tmp_path / "gpt2")))
+    long, tail = scorer.score_batched(["x" * 20, "x" * 9], ["1" * 30, "1" * 30])
+    assert "scored on their last 32 tokens" in capsys.readouterr().err
+    assert torch.isfinite(long) and long == tail  # the same last 32 tokens, the same score
 
 
 def test_reward_functions_returning_inf_or_needing_a_missing_column_are_named(capsys):

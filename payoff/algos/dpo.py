@@ -32,7 +32,7 @@ from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig
-from payoff.models.lm import FrozenReference
+from payoff.models.lm import FrozenReference, check_pairs_fit
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     completion_logprobs,
@@ -223,6 +223,8 @@ class DPO(LMAlgorithm):
         self.packed = packable(self.model)
         self.train_pairs = encode_pairs(self.tokenizer, self.train_rows)
         self.test_pairs = encode_pairs(self.tokenizer, self.test_rows)
+        check_pairs_fit(self.model, self.train_pairs, "training pair")
+        check_pairs_fit(self.model, self.test_pairs, "held-out pair")
         # The reference is frozen, so its log-probs are a property of the data: compute once.
         with FrozenReference(self.model).model() as reference:
             self.ref_train = pair_logprobs(

@@ -31,7 +31,7 @@ from payoff.core.seeding import seed_everything
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
-from payoff.models.lm import ModelConfig
+from payoff.models.lm import ModelConfig, check_pairs_fit
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
     pack_shared_prompts,
@@ -236,6 +236,17 @@ class RewardModel(Algorithm):
             self.members[0],
             [r["prompt"] for r in self.train_rows],
             [(r["chosen"], r["rejected"]) for r in self.train_rows],
+        )
+        backbone = self.members[0].language_model
+        check_pairs_fit(backbone, self.train_groups, "training pair")
+        check_pairs_fit(
+            backbone,
+            encode_groups(
+                self.members[0],
+                [r["prompt"] for r in self.test_rows],
+                [(r["chosen"], r["rejected"]) for r in self.test_rows],
+            ),
+            "held-out pair",
         )
         self.scorer = RewardModelScorer(self.members)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -253,6 +253,46 @@ def load_lm(
     if config.lora_rank > 0:
         model = add_lora(model, config)
     return model, tokenizer
+
+
+def context_limit(model: Any) -> tuple[int, str] | None:
+    """(positions, what they are) of a model's context, from its config: a model with
+    learned absolute position embeddings (GPT-2's wpe, OPT's and BART's embed_positions)
+    "can embed" n_positions / max_position_embeddings and no more; a rotary one (Llama,
+    Qwen) "was trained for" max_position_embeddings. None where the config declares none."""
+    config = getattr(model, "config", None)
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in (
+            "wpe",
+            "embed_positions",
+            "position_embeddings",
+        ):
+            return limit, "can embed"
+    return limit, "was trained for"
+
+
+def check_pairs_fit(
+    model: Any, groups: Sequence[tuple[list[int], list[list[int]]]], what: str
+) -> None:
+    """ConfigError naming the first of `what` (e.g. 'training pair') whose prompt plus its
+    longest answer does not fit the model's context (`context_limit`); `groups` are token
+    ids, (prompt, [answer, ...]) per row, as the preference trainers encode them."""
+    context = context_limit(model)
+    if context is None:
+        return
+    limit, fits = context
+    for index, (prompt, answers) in enumerate(groups):
+        longest = len(prompt) + max((len(a) for a in answers), default=0)
+        if longest > limit:
+            raise ConfigError(
+                f"{what} {index} is {longest} tokens (prompt and its longer answer, EOS "
+                f"included), past the {limit} positions this model "
+                f"({getattr(model.config, 'model_type', '?')}) {fits}: shorten or drop the "
+                f"pairs that long, or use a model with a longer context"
+            )
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

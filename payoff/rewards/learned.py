@@ -16,6 +16,7 @@ stays float32 whatever the backbone's dtype, and scores without gradients come b
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import CheckpointError, ConfigError
-from payoff.models.lm import ModelConfig, load_lm, model_device, save_lm
+from payoff.models.lm import ModelConfig, context_limit, load_lm, model_device, save_lm
 from payoff.track.checkpoint import load_state, save_state
 
 
@@ -39,6 +40,7 @@ class ScalarHeadModel(nn.Module):
         self.head = nn.Linear(hidden, 1)
         nn.init.normal_(self.head.weight, std=1.0 / (hidden + 1) ** 0.5)
         nn.init.zeros_(self.head.bias)
+        self.said_truncated = False  # whether encode has said it cut a sequence
 
     def body(self) -> nn.Module:
         return self.language_model.get_decoder()
@@ -68,12 +70,31 @@ class ScalarHeadModel(nn.Module):
         return self.head(self.hidden_states(input_ids, attention_mask)).squeeze(-1).float()
 
     def encode(self, prompts: Sequence[str], completions: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Left-padded ids of prompt + completion + EOS (the EOS marks 'the answer is complete')."""
+        """Left-padded ids of prompt + completion + EOS (the EOS marks 'the answer is complete').
+
+        A sequence longer than the backbone's context (`context_limit`) keeps its last
+        tokens, the completion's end among them: a policy's completion, decoded and read
+        again after its prompt, can come back as more tokens than the policy generated
+        (36 for 24 with a byte-level BPE), and GPT-2's forward would fail on it mid-run.
+        The first time, it is said on the console."""
         tok = self.tokenizer
         texts = [p + c for p, c in zip(prompts, completions, strict=True)]
         ids = [
             [*row, tok.eos_token_id] for row in tok(texts, add_special_tokens=False)["input_ids"]
         ]
+        context = context_limit(self.language_model)
+        if context is not None and any(len(row) > context[0] for row in ids):
+            limit = context[0]
+            if not self.said_truncated:
+                self.said_truncated = True
+                longest = max(len(row) for row in ids)
+                print(
+                    f"reward model: a prompt and completion of {longest} tokens passed the "
+                    f"{limit} positions its backbone {context[1]}; such sequences are scored on "
+                    f"their last {limit} tokens",
+                    file=sys.stderr,
+                )
+            ids = [row[-limit:] for row in ids]
         width = max(len(row) for row in ids)
         pad = tok.pad_token_id
         on = {"device": self.device}

@@ -17,7 +17,7 @@ from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
 from payoff.models.base_model import start_lm
 from payoff.models.chat import completion_text, prompt_text, uses_chat_template
-from payoff.models.lm import ModelConfig, save_lm
+from payoff.models.lm import ModelConfig, context_limit, save_lm
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 
@@ -220,32 +220,45 @@ class LMAlgorithm(Algorithm):
         return start.model_config
 
     def check_context(self, most: int = 5_000) -> None:
-        """Stop now, not hours into training, where a model with learned position
-        embeddings (GPT-2's n_positions) cannot hold the longest prompt plus max_new_tokens:
-        its forward would fail on the first sequence that long. Checks up to `most` training
-        rows and the held-out split; models with rotary positions (Llama, Qwen) have no
-        such wall."""
-        limit = learned_position_limit(self.model)
-        if limit is None:
+        """Stop now, not hours into training, where the longest prompt plus max_new_tokens
+        does not fit the model's context (`context_limit`: GPT-2's n_positions, whose forward
+        would fail on the first sequence that long; a rotary model's max_position_embeddings,
+        past which it was never trained and one huge row can ask for hundreds of GB). Checks
+        up to `most` training rows and the held-out split, and names the longest row."""
+        context = context_limit(self.model)
+        if context is None:
             return
-        rows = list(getattr(self.task, "train_rows", None) or [])[:most]
+        limit, fits = context
+        rows = [
+            ("training", i, r) for i, r in enumerate(getattr(self.task, "train_rows", None) or [])
+        ]
+        rows = rows[:most]
         try:
-            rows += self.task.split("test", min(most, 1_000))
+            held_out = self.task.split("test", min(most, 1_000))
         except PayoffError:  # no held-out prompts ('text' rows for SFT): nothing to check
-            pass
-        prompted = [r for r in rows if r.get("prompt")]
+            held_out = []
+        rows += [("held-out", i, r) for i, r in enumerate(held_out)]
+        prompted = [(split, i, r) for split, i, r in rows if r.get("prompt")]
         if not prompted:
             return
-        lengths = [len(self.tokenizer(self.prompt_text(r)).input_ids) for r in prompted]
-        longest = max(lengths)
-        if longest + self.max_new_tokens() > limit:
-            raise ConfigError(
-                f"the longest prompt is {longest} tokens and max_new_tokens is "
-                f"{self.max_new_tokens()}: {longest + self.max_new_tokens()} positions, past the "
-                f"{limit} this model ({getattr(self.model.config, 'model_type', '?')}) can "
-                f"embed. Lower max_new_tokens to {max(limit - longest, 0)} or less, shorten the "
-                f"prompts, or use a model with a longer context"
-            )
+        lengths = [len(self.tokenizer(self.prompt_text(r)).input_ids) for _, _, r in prompted]
+        at = int(np.argmax(lengths))
+        longest, new = lengths[at], self.max_new_tokens()
+        if longest + new <= limit:
+            return
+        split, index, row = prompted[at]
+        where = f"{split} row {index} ({str(row['prompt'])[:40]!r}...)"
+        advice = (
+            f"Lower max_new_tokens to {limit - longest} or less, shorten the prompts"
+            if longest < limit
+            else "Shorten or drop the rows that long"
+        )
+        raise ConfigError(
+            f"the longest prompt, {where}, is {longest} tokens and max_new_tokens is {new}: "
+            f"{longest + new} positions, past the {limit} this model "
+            f"({getattr(self.model.config, 'model_type', '?')}) {fits}. {advice}, or use a "
+            f"model with a longer context"
+        )
 
     def prompt_text(self, row: Row) -> str:
         """What the model reads for a task row: its prompt, through the chat template when on."""
@@ -315,20 +328,3 @@ class LMAlgorithm(Algorithm):
         """Save the trained model as RUN/model/ next to the checkpoints."""
         if self.run is not None:
             self.save_model(self.run.path / "model")
-
-
-def learned_position_limit(model: Any) -> int | None:
-    """How many positions a model with learned absolute position embeddings can embed
-    (GPT-2's wpe, OPT's and BART's embed_positions), or None for models without them."""
-    config = getattr(model, "config", None)
-    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-    if not isinstance(limit, int):
-        return None
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in (
-            "wpe",
-            "embed_positions",
-            "position_embeddings",
-        ):
-            return limit
-    return None
