@@ -728,3 +728,21 @@ def test_dropout_is_off_while_rl_and_preference_losses_train_and_on_for_sft(tmp_
     assert first["train/loss"] == pytest.approx(np.log(2), abs=1e-5)  # the policy is its reference
     sft = SFT(model=model, task=rows, steps=1)
     assert {m.p for m in sft.model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
+
+
+def test_reward_functions_get_trls_conversational_forms_on_chat_rows():
+    # TRL's documented pattern for conversational data: completion[0]["content"]
+    def length(prompts, completions, **kwargs):
+        assert prompts[0][-1] == {"role": "user", "content": "2+2?"}
+        return [float(len(completion[0]["content"])) for completion in completions]
+
+    def exact_text(prompts, completions, answer, **kwargs):  # payoff's own read text
+        return [float(c == a) for c, a in zip(completions, answer, strict=True)]
+
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    columns = {"answer": ["4", "4"], "prompt_messages": [chat, chat]}
+    mix = RewardMix([RewardSpec.from_value(length), RewardSpec(name="exact")])
+    result = mix(["system: Be brief.\nuser: 2+2?\nassistant: "] * 2, ["4", "four"], **columns)
+    assert result.scores["length"] == [1.0, 4.0] and result.scores["exact"] == [1.0, 0.0]
+    plain = RewardMix([RewardSpec.from_value(exact_text)])(["2+2="], ["4"], answer=["4"])
+    assert plain.total == [1.0]  # text rows: text, as before

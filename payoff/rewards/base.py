@@ -3,6 +3,9 @@
 A reward function is any callable `(prompts, completions, **columns) -> list[float | None]`
 -- TRL's convention, so a TRL reward function works unchanged. payoff passes
 `prompts`, `completions`, `completion_ids` and every dataset column as keyword arguments;
+on conversational rows (chat messages) your functions get TRL's conversational forms, each
+prompt a list of messages and each completion `[{"role": "assistant", "content": text}]`,
+while the built-in verifiers and payoff's own functions read the text;
 a function that does not take `**kwargs` gets only the names it declares. A `None` score
 means "does not apply to this row": it is skipped, not counted as zero.
 
@@ -83,6 +86,28 @@ class RewardSpec:
             name = getattr(value, "__qualname__", None) or type(value).__qualname__
             return cls(name=f"{module}:{name}", function=value)
         return None
+
+
+def _conversational(available: dict[str, Any]) -> dict[str, Any] | None:
+    """TRL's arguments for conversational rows (every row has `prompt_messages`): prompts as
+    lists of messages and each completion as [{"role": "assistant", "content": text}], the
+    rest as given; None when the rows are plain text."""
+    messages = available.get("prompt_messages")
+    if not messages or not all(isinstance(m, list) and m for m in messages):
+        return None
+    return {
+        **available,
+        "prompts": [list(m) for m in messages],
+        "completions": [[{"role": "assistant", "content": c}] for c in available["completions"]],
+    }
+
+
+def _reads_text(spec: RewardSpec) -> bool:
+    """Whether a function reads prompts and completions as text even on conversational rows:
+    the built-in verifiers and payoff's own functions do; yours get TRL's message lists."""
+    if spec.function is None and spec.name in BUILTIN:
+        return True
+    return spec.name.split(":", 1)[0].split(".", 1)[0] == "payoff"
 
 
 class RewardFunctionError(PayoffError):
@@ -230,11 +255,13 @@ class RewardMix:
             "completion_ids": list(completion_ids) if completion_ids is not None else [[]] * n,
             **{k: list(v) for k, v in columns.items()},
         }
+        chat = _conversational(available)
         total = [0.0] * n
         scores: dict[str, list[float | None]] = {}
         errors: dict[str, int] = {}
         for spec, fn in zip(self.specs, self.functions, strict=True):
-            values, error_count = self._score(spec, fn, available, n)
+            given = available if chat is None or _reads_text(spec) else chat
+            values, error_count = self._score(spec, fn, given, n)
             self._count_failed_batch(spec, error_count, n)
             scores[spec.key], errors[spec.key] = values, error_count
             self.error_totals[spec.key] = self.error_totals.get(spec.key, 0) + error_count
