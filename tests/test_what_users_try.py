@@ -746,3 +746,36 @@ def test_reward_functions_get_trls_conversational_forms_on_chat_rows():
     assert result.scores["length"] == [1.0, 4.0] and result.scores["exact"] == [1.0, 0.0]
     plain = RewardMix([RewardSpec.from_value(exact_text)])(["2+2="], ["4"], answer=["4"])
     assert plain.total == [1.0]  # text rows: text, as before
+
+
+def test_a_run_evaluates_after_its_reward_file_is_gone_and_refuses_to_train(tmp_path):
+    # `payoff eval RUN` stopped at "reward file ... does not exist", though evaluation is
+    # the verifier's; training on needs the file
+    from payoff.algos.grpo import GRPO
+    from payoff.track.run import Run
+
+    _gpt2(tmp_path / "gpt2")
+    rewards = tmp_path / "mine.py"
+    rewards.write_text(
+        "def short(prompts, completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    run = Run.create(tmp_path, "grpo", {"algo": "grpo"})
+    GRPO(
+        run=run,
+        model={"path": str(tmp_path / "gpt2")},
+        task=rows,
+        steps=1,
+        rewards=[{"name": f"{rewards}:short"}],
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=2,
+        eval_every=0,
+        final_eval_k=[1],
+    ).learn()
+    run.close()
+    rewards.unlink()
+    loaded = GRPO.load(run.path, task=rows)
+    assert loaded.evaluate(4, k=()).accuracy >= 0.0
+    with pytest.raises(ConfigError, match=r"does not exist\. \(The run was loaded without it"):
+        loaded.learn(2)

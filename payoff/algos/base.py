@@ -21,6 +21,9 @@ import dataclasses
 import sys
 import warnings
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self, get_type_hints
@@ -123,6 +126,25 @@ class VectorAgentKeys(AgentKeys):
     max_grad_norm: float = 0.5
     stop_at_return: float | None = None
     check_finite: bool = True
+
+
+_RESTORING: ContextVar[bool] = ContextVar("payoff_restoring", default=False)
+
+
+@contextmanager
+def _restoring() -> Iterator[None]:
+    """While active, algorithms are being rebuilt from a file (`Algorithm.load`, a resume)."""
+    token = _RESTORING.set(True)
+    try:
+        yield
+    finally:
+        _RESTORING.reset(token)
+
+
+def restoring() -> bool:
+    """Whether the algorithm being set up is rebuilt from a file: what only training needs
+    (a run's reward functions) may then be missing until training asks for it."""
+    return _RESTORING.get()
 
 
 class _LoopCounter:
@@ -517,7 +539,7 @@ class Algorithm:
         except ConfigError as err:
             raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
         trusted = trust_code or (source is not None and written_here(source, payload["config"]))
-        with names_from(None if trusted else where, yours):
+        with names_from(None if trusted else where, yours), _restoring():
             try:
                 algorithm = cls(config=config, run=run)
             except ConfigError as err:

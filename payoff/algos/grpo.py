@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
+from payoff.algos.base import restoring
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.group import (
     Aggregation,
@@ -344,7 +345,7 @@ class GRPO(LMAlgorithm):
         # The frozen reference for the KL term; with beta = 0 there is none to keep.
         self.reference = FrozenReference(self.model) if config.beta > 0 else None
         specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
-        self.rewards = RewardMix(specs, on_event=self._reward_event)
+        self.rewards = RewardMix(specs, on_event=self._reward_event, defer_unavailable=restoring())
         # A judge or reward model can be talked to: watch for completions that try.
         self.judge_addressing = JudgeAddressing() if is_model_scored(self.rewards) else None
         self.sampler: Sampler = LocalSampler(self.model, self.tokenizer)

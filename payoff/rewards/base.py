@@ -88,6 +88,12 @@ class RewardSpec:
         return None
 
 
+def _unavailable(*args: Any, **kwargs: Any) -> list[float | None]:
+    """Stands in for a reward function that could not be loaded; never called (RewardMix
+    stops first, naming why)."""
+    raise AssertionError("an unavailable reward function was called")
+
+
 def _conversational(available: dict[str, Any]) -> dict[str, Any] | None:
     """TRL's arguments for conversational rows (every row has `prompt_messages`): prompts as
     lists of messages and each completion as [{"role": "assistant", "content": text}], the
@@ -223,6 +229,7 @@ class RewardMix:
         specs: Sequence[RewardSpec],
         on_event: Callable[..., None] | None = None,
         max_failed_batches: int = 3,
+        defer_unavailable: bool = False,
     ):
         if not specs:
             raise ConfigError("at least one reward function is needed (config key 'rewards')")
@@ -232,7 +239,19 @@ class RewardMix:
             raise ConfigError(
                 f"reward labels must be unique, got {keys}; set 'label' to tell them apart"
             )
-        self.functions = [resolve_reward(s) for s in self.specs]
+        # A function that cannot be had (its file gone, or named by a file not trusted to
+        # run code) stops the first call instead, with defer_unavailable: a loaded run
+        # evaluates with its verifier alone, and only training needs every reward.
+        self.unavailable: ConfigError | None = None
+        self.functions: list[RewardFn] = []
+        for spec in self.specs:
+            try:
+                self.functions.append(resolve_reward(spec))
+            except ConfigError as err:
+                if not defer_unavailable:
+                    raise
+                self.unavailable = self.unavailable or err
+                self.functions.append(_unavailable)
         self.on_event = on_event or (lambda *a, **k: None)
         self.error_totals = {s.key: 0 for s in self.specs}
         self.max_failed_batches = max_failed_batches
@@ -248,6 +267,11 @@ class RewardMix:
         completion_ids: Sequence[Sequence[int]] | None = None,
         **columns: Sequence[Any],
     ) -> RewardResult:
+        if self.unavailable is not None:
+            raise ConfigError(
+                f"{self.unavailable}. (The run was loaded without it: evaluating needs only "
+                f"its verifier, training needs every reward function.)"
+            )
         n = len(completions)
         available = {
             "prompts": list(prompts),
