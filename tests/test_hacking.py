@@ -227,3 +227,25 @@ def test_cleaning_ppo_hides_the_mess_instead_of_removing_it_and_the_alarm_fires(
     assert records[-1]["train/episode_true_reward"] < 0.2
     (alarm,) = [e for e in run.events() if e["event"]["kind"] == "divergence"]
     assert alarm["step"] <= 8000  # measured: 6016
+
+
+def test_divergence_stays_quiet_when_the_proxy_only_jitters():
+    # GRPO on a random model with a saturated format reward (weight 0.1): the reward moved
+    # between 0.094 and 0.1 and the alarm said "rose by 0.00188 since step 11" at step 16
+    rewards = [0.0969, 0.1, 0.0969, 0.0969, 0.0969, 0.0969, 0.0969, 0.0969, 0.1, 0.1, 0.0938]
+    rewards += [0.0969, 0.1, 0.1, 0.1, 0.1, 0.0969, 0.1, 0.1, 0.1, 0.1, 0.1, 0.0969, 0.1, 0.1]
+    accuracy = [0.0] * 6 + [0.031, 0.0, 0.031, 0.0, 0.031] + [0.0] * 6 + [0.031, 0.062] + [0.0] * 6
+    monitor = Divergence(proxy="p", truth="t")
+    assert not [
+        a
+        for s, (p, t) in enumerate(zip(rewards, accuracy, strict=True))
+        for a in monitor.update(s, {"p": p, "t": t})
+    ]
+    noisy_rise = Divergence(proxy="p", truth="t")  # a real rise through the same jitter fires
+    rng = np.random.default_rng(0)
+    fired = [
+        a.step
+        for s in range(60)
+        for a in noisy_rise.update(s, {"p": 0.1 + 0.01 * s + rng.normal(0, 0.05), "t": 0.0})
+    ]
+    assert fired and fired[0] < 40

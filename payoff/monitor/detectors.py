@@ -88,6 +88,10 @@ class DivergenceConfig:
         since the true objective's best window...
     true_tolerance: ...while the true objective is no more than this above that best
         (flat) or has fallen below it. In units of the true metric.
+    significance: ...and the proxy's gain is at least this many standard errors of the
+        difference of two window means, the per-record noise estimated from successive
+        records' differences (std / sqrt 2). A proxy that only jitters, e.g. a reward
+        stuck between 0.094 and 0.1, has a range too, and a quarter of it is noise. 0: off.
     min_records: records needed before the detector may fire.
     """
 
@@ -96,6 +100,7 @@ class DivergenceConfig:
     window: int = 5
     proxy_gain_fraction: float = 0.25
     true_tolerance: float = 0.1
+    significance: float = 3.0
     min_records: int = 10
 
 
@@ -127,9 +132,11 @@ class Divergence(Monitor):
         proxy_range = float(proxies.max() - proxies.min())
         proxy_gain = float(proxy_smooth[-1] - proxy_smooth[best])
         true_gain = float(true_smooth[-1] - true_smooth[best])
+        noise = float(np.diff(proxies).std()) / np.sqrt(2)  # one record's, about its trend
         if (
             proxy_range <= 0
             or proxy_gain < c.proxy_gain_fraction * proxy_range
+            or proxy_gain < c.significance * noise * np.sqrt(2 / c.window)
             or true_gain > c.true_tolerance
         ):
             return []
