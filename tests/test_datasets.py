@@ -239,6 +239,15 @@ def test_every_reference_column_and_text_rows(tmp_path):
         ),
         ({"messages": user("hi")}, "column 'messages' must end with an assistant turn"),
         (
+            {
+                "messages": user("2+2?")
+                + [{"role": "assistant", "content": "", "tool_calls": [{"name": "add"}]}]
+                + [{"role": "tool", "content": "4"}]
+                + assistant("4")
+            },
+            "column 'messages', message 1 holds 'tool_calls', which payoff's data rows do not",
+        ),
+        (
             {"prompt": "x", "completion": user("1") + assistant("1")},
             "'completion' must be a string or one assistant message",
         ),

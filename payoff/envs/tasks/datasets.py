@@ -259,6 +259,14 @@ def messages(where: str, column: str, value: Any) -> list[Message]:
                 f"{where}: column {column!r}, message {i}: needs string 'role' and 'content', "
                 f"got {message!r}"
             )
+        if message.get("tool_calls"):  # would be dropped here: a turn of calls read as empty
+            raise DataError(
+                f"{where}: column {column!r}, message {i} holds 'tool_calls', which payoff's "
+                f"data rows do not carry (only each message's role and content are read). Write "
+                f"the call into the message's content as the model should produce it, or drop "
+                f"the row; payoff's tool-using agents call tools in their own envs "
+                f"(docs/agents.md)"
+            )
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
