@@ -779,3 +779,25 @@ def test_a_run_evaluates_after_its_reward_file_is_gone_and_refuses_to_train(tmp_
     assert loaded.evaluate(4, k=()).accuracy >= 0.0
     with pytest.raises(ConfigError, match=r"does not exist\. \(The run was loaded without it"):
         loaded.learn(2)
+
+
+def test_an_error_mid_run_starts_on_its_own_line_below_the_progress_bar(monkeypatch, capsys):
+    # the bar's \r line was left open, and the CLI's "error: ..." landed at its end
+    class Breaks(gym.Wrapper):
+        steps = 0
+
+        def step(self, action):
+            Breaks.steps += 1
+            if Breaks.steps > 300:
+                raise RuntimeError("the simulator crashed")
+            return self.env.step(action)
+
+    monkeypatch.setenv("PAYOFF_PROGRESS", "1")
+    agent = payoff.PPO(env=lambda: Breaks(gym.make("CartPole-v1")), num_envs=1, num_steps=64)
+    capsys.readouterr()
+    try:
+        agent.learn(10_000)
+    except EnvError as error:  # what the CLI prints, while the error (and the bar) lives
+        err = capsys.readouterr().err
+        assert "the simulator crashed" in str(error)
+    assert "%|" in err and err.endswith("\n")

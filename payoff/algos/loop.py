@@ -134,34 +134,38 @@ class TrainLoop:
         """Train; True when it ran to the end (or was solved), False when a signal stopped it."""
         algorithm, state = self.algorithm, self.algorithm.state
         progress = Progress(self.total, initial=state.step, desc=self.desc, unit=self.unit)
-        if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
-            algorithm.evaluate_now()
-        algorithm.between_iterations()
-        checkpointed = -1  # the step of this loop's last checkpoint
-        with GracefulInterrupt() as interrupt:
-            while (
-                state.step < self.total
-                and state.solved_at is None
-                and algorithm.halted is None
-                and not interrupt.requested
-            ):
-                before, started = state.step, time.perf_counter()
-                algorithm.iterate()
-                state.updates += 1
-                state.train_seconds += time.perf_counter() - started
-                progress.update(state.step - before)
-                if progress.postfix_due():
-                    progress.set_postfix(algorithm.progress_postfix())
-                if crossed(before, state.step, self.log_every):
-                    algorithm.log_training()
-                if crossed(before, state.step, self.eval_every) or (
-                    self.eval_at_end and state.step >= self.total and self.eval_every > 0
+        try:
+            if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
+                algorithm.evaluate_now()
+            algorithm.between_iterations()
+            checkpointed = -1  # the step of this loop's last checkpoint
+            with GracefulInterrupt() as interrupt:
+                while (
+                    state.step < self.total
+                    and state.solved_at is None
+                    and algorithm.halted is None
+                    and not interrupt.requested
                 ):
-                    algorithm.evaluate_now()
-                if crossed(before, state.step, self.checkpoint_every):
-                    algorithm.checkpoint()
-                    checkpointed = state.step
-                algorithm.between_iterations()
+                    before, started = state.step, time.perf_counter()
+                    algorithm.iterate()
+                    state.updates += 1
+                    state.train_seconds += time.perf_counter() - started
+                    progress.update(state.step - before)
+                    if progress.postfix_due():
+                        progress.set_postfix(algorithm.progress_postfix())
+                    if crossed(before, state.step, self.log_every):
+                        algorithm.log_training()
+                    if crossed(before, state.step, self.eval_every) or (
+                        self.eval_at_end and state.step >= self.total and self.eval_every > 0
+                    ):
+                        algorithm.evaluate_now()
+                    if crossed(before, state.step, self.checkpoint_every):
+                        algorithm.checkpoint()
+                        checkpointed = state.step
+                    algorithm.between_iterations()
+        except BaseException:  # the bar's line ends before the error is printed below it
+            progress.close()
+            raise
         if state.updates and progress.visible:  # its last word: the run's last numbers
             progress.set_postfix(algorithm.progress_postfix())
         progress.close()
