@@ -262,3 +262,19 @@ def test_td3_solves_pendulum():
     ).learn()
     assert agent.solved_at is not None and agent.solved_at <= 8000
     assert agent.evaluate(20).mean_return >= -250
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("noise_clip", -1, "'noise_clip' must be >= 0"),  # clamp(1, -1) made every noise -1
+        ("policy_delay", 0, "'policy_delay' must be >= 1"),  # a ZeroDivisionError after 1,000 steps
+        ("exploration_noise", -0.1, "'exploration_noise' must be >= 0"),
+        ("tau", 0, "'tau' must be in \\(0, 1\\]"),
+    ],
+)
+def test_td3_keys_out_of_range_are_refused_before_training(key, value, message):
+    from payoff.algos.td3 import TD3
+
+    with pytest.raises(ConfigError, match=message):
+        TD3("Pendulum-v1", **{key: value})

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
+from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.models.continuous import SquashedGaussianActor
 from payoff.models.flat import FlatAdam, FlatParameters
@@ -55,7 +56,7 @@ class SACConfig(OffPolicyKeys):
     max_grad_norm: float = 0.0
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: Literal["tanh", "relu", "gelu"] = "relu"
-    tau: float = 0.005
+    tau: float = field(default=0.005, metadata=in_range(0, 1, low_open=True))
     alpha: float = 1.0
     autotune: bool = True
     target_entropy: float | None = None

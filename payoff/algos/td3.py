@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
+from payoff.core.config import in_range
 from payoff.models.continuous import DeterministicActor
 from payoff.rollout.replay import TransitionBatch
 
@@ -51,11 +52,11 @@ class TD3Config(OffPolicyKeys):
     max_grad_norm: float = 0.0
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: Literal["tanh", "relu", "gelu"] = "relu"
-    tau: float = 0.005
-    policy_delay: int = 2
-    exploration_noise: float = 0.1
-    policy_noise: float = 0.2
-    noise_clip: float = 0.5
+    tau: float = field(default=0.005, metadata=in_range(0, 1, low_open=True))
+    policy_delay: int = field(default=2, metadata=in_range(1))
+    exploration_noise: float = field(default=0.1, metadata=in_range(0))
+    policy_noise: float = field(default=0.2, metadata=in_range(0))
+    noise_clip: float = field(default=0.5, metadata=in_range(0))
 
 
 class TD3(ContinuousActorCritic):
