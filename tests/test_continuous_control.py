@@ -278,3 +278,19 @@ def test_td3_keys_out_of_range_are_refused_before_training(key, value, message):
 
     with pytest.raises(ConfigError, match=message):
         TD3("Pendulum-v1", **{key: value})
+
+
+def test_nan_actions_are_named_as_the_policys_divergence_not_the_envs():
+    # SAC at learning_rate=50: "env 'Pendulum-v1' returned a non-finite observation ... Fix
+    # the env or wrap it; set check_finite=false" sent the user after the wrong culprit
+    from payoff.core.errors import TrainingError
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
+
+    env = EnvConfig(id="Pendulum-v1")
+    nan = lambda obs: np.full((len(obs), 1), np.nan, dtype=np.float32)  # noqa: E731
+    with pytest.raises(TrainingError, match="actions are not finite at step 0.*diverged"):
+        evaluate_batched(env, nan, 2, seed=0)
+    runner = VectorRunner(make_vector_env(env, 2, "sync"), "Pendulum-v1", seed=0)
+    with pytest.raises(TrainingError, match="Lower learning_rate"):
+        runner.step(np.array([[0.5], [np.nan]], dtype=np.float32))

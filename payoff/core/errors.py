@@ -36,3 +36,7 @@ def suggest(name: str, valid: Iterable[str], n: int = 3) -> str:
     if not matches:
         return ""
     return " Did you mean " + " or ".join(repr(m) for m in matches) + "?"
+
+
+class TrainingError(PayoffError):
+    """Training itself went wrong: the networks diverged (NaN or inf weights or actions)."""

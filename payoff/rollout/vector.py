@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError, EnvError, PayoffError
+from payoff.core.errors import ConfigError, EnvError, PayoffError, TrainingError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
@@ -136,6 +136,8 @@ class VectorRunner:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env; returns (next_obs, rewards, terminated, truncated, valid)."""
         valid = ~self.resetting
+        if self.check_finite:
+            check_actions(env_actions, self.env_id, self.env_steps)
         next_obs, rewards, terminated, truncated, infos = step_envs(
             self.envs, env_actions, self.env_id, self.env_steps, "training"
         )
@@ -412,6 +414,22 @@ def episode_limit(envs: gym.vector.VectorEnv) -> int | None:
     return int(limit) if isinstance(limit, int | np.integer) and limit > 0 else None
 
 
+def check_actions(actions: Any, env_id: str, step: int) -> None:
+    """TrainingError when a policy's continuous actions are NaN or inf: its weights have
+    diverged, and the env, stepped with them, would be blamed for the NaN it returns."""
+    if (
+        isinstance(actions, np.ndarray)
+        and actions.dtype.kind == "f"
+        and not np.isfinite(actions).all()
+    ):
+        raise TrainingError(
+            f"the policy's actions are not finite at step {step} of env {env_id!r} "
+            f"({actions[~np.isfinite(actions)][:3].tolist()}): its weights have diverged (NaN "
+            f"or inf). Lower learning_rate, clip gradients (max_grad_norm) or scale the rewards "
+            f"down; a checkpoint saved since then holds the broken weights"
+        )
+
+
 @torch.no_grad()
 def evaluate_batched(
     env: EnvConfig,
@@ -443,6 +461,7 @@ def evaluate_batched(
         while running.any():
             obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
             actions = act(obs_t if to_device is None else obs_t.to(to_device))
+            check_actions(actions, env.id, int(lengths.max()))
             obs, rewards, terminated, truncated, _ = step_envs(
                 envs, actions, env.id, int(lengths.max()), "evaluation"
             )
