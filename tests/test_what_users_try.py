@@ -801,3 +801,18 @@ def test_an_error_mid_run_starts_on_its_own_line_below_the_progress_bar(monkeypa
         err = capsys.readouterr().err
         assert "the simulator crashed" in str(error)
     assert "%|" in err and err.endswith("\n")
+
+
+def test_sb3_and_trl_key_names_point_to_payoffs():
+    # SAC(env, buffer_size=...) answered "Did you mean 'batch_size'?": a batch of a million
+    from payoff.algos.grpo import GRPOConfig
+    from payoff.core.config import from_dict
+
+    with pytest.raises(
+        ConfigError, match="'buffer_size'. That is SB3's name; payoff's is 'replay.size'"
+    ):
+        payoff.SAC("Pendulum-v1", buffer_size=1000)
+    with pytest.raises(ConfigError, match="payoff's SAC has 'alpha'"):
+        payoff.SAC("Pendulum-v1", ent_coef=0.1)
+    with pytest.raises(ConfigError, match="That is TRL's name; payoff's is 'group_size'"):
+        from_dict(GRPOConfig, {"num_generations": 8})

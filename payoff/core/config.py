@@ -463,6 +463,40 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+# What Stable-Baselines3 and TRL call some of payoff's keys: a key that is close in spelling
+# to another is not always the one meant (SB3's buffer_size is not batch_size).
+OTHER_LIBRARIES: dict[str, tuple[str, str]] = {
+    "buffer_size": ("SB3", "replay.size"),
+    "train_freq": ("SB3", "train_every"),
+    "n_steps": ("SB3", "num_steps"),
+    "n_epochs": ("SB3", "epochs"),
+    "n_envs": ("SB3", "num_envs"),
+    "clip_range": ("SB3", "clip"),
+    "total_timesteps": ("SB3", "total_steps"),
+    "net_arch": ("SB3", "hidden"),
+    "policy_kwargs": ("SB3", "hidden"),
+    "num_generations": ("TRL", "group_size"),
+    "max_completion_length": ("TRL", "max_new_tokens"),
+    "max_steps": ("TRL", "steps"),
+    "per_device_train_batch_size": ("TRL", "prompts_per_step"),
+    "epsilon": ("TRL", "clip_eps"),
+    "epsilon_high": ("TRL", "clip_eps_high"),
+    "loss_type": ("TRL", "loss_aggregation"),
+}
+
+
+def _hint(key: str, fields: Any) -> str:
+    """' Did you mean ...?', or the key's name here when another library's name was used."""
+    names = set(fields)
+    if key in OTHER_LIBRARIES:
+        library, ours = OTHER_LIBRARIES[key]
+        if ours.split(".", 1)[0] in names:
+            return f" That is {library}'s name; payoff's is {ours!r}."
+    if key == "ent_coef" and "alpha" in names:  # SAC (PPO's ent_coef is its own)
+        return " That is SB3's name; payoff's SAC has 'alpha' (and 'autotune')."
+    return suggest(key, names)
+
+
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping, checking every key and value."""
     if not isinstance(data, dict):
@@ -478,7 +512,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
             )
         if key not in fields:
             raise ConfigError(
-                f"unknown config key {prefix + str(key)!r}.{suggest(str(key), fields)} "
+                f"unknown config key {prefix + str(key)!r}.{_hint(str(key), fields)} "
                 f"Valid keys{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(sorted(fields))}"
             )
         kwargs[key] = _coerce(value, hints[key], prefix + key)
