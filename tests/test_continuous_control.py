@@ -294,3 +294,13 @@ def test_nan_actions_are_named_as_the_policys_divergence_not_the_envs():
     runner = VectorRunner(make_vector_env(env, 2, "sync"), "Pendulum-v1", seed=0)
     with pytest.raises(TrainingError, match="Lower learning_rate"):
         runner.step(np.array([[0.5], [np.nan]], dtype=np.float32))
+
+
+def test_a_run_that_ends_before_learning_starts_says_it_never_trained(capsys):
+    from payoff.algos.sac import SAC
+
+    agent = SAC("Pendulum-v1", learning_starts=300, hidden=[8]).learn(
+        np.int64(200)
+    )  # numpy ints too
+    assert agent.gradient_updates == 0 and agent.step == 200
+    assert "before learning_starts (300)" in capsys.readouterr().err

@@ -18,6 +18,7 @@ around it.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import sys
 import warnings
 from collections import deque
@@ -304,6 +305,8 @@ class Algorithm:
         if total is not None:
             if isinstance(total, float) and total.is_integer():
                 total = int(total)  # learn(1e5), as SB3 users write it
+            if isinstance(total, numbers.Integral) and not isinstance(total, bool):
+                total = int(total)  # learn(np.int64(50))
             if isinstance(total, bool) or not isinstance(total, int) or total < 0:
                 raise ConfigError(
                     f"learn() takes a whole number of steps >= 0 (e.g. 10_000 or 1e4), "

@@ -11,6 +11,7 @@ algorithm's own module holds only its networks, how it acts and its update.
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,6 +229,13 @@ class OffPolicyAlgorithm(Agent):
         self.evaluate_returns()
 
     def finish(self) -> None:
+        if self.gradient_updates == 0 and self.step <= self.config.learning_starts:
+            print(
+                f"note: the run ended at step {self.step}, before learning_starts "
+                f"({self.config.learning_starts}): its steps only filled the replay buffer and "
+                f"the policy was never trained. Give it more steps or a smaller learning_starts",
+                file=sys.stderr,
+            )
         self.finish_returns(gradient_updates=self.gradient_updates)
 
 
