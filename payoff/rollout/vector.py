@@ -27,7 +27,14 @@ from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
-from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, check_episodes, warn_unended
+from payoff.rollout.evaluate import (
+    EARLY_NOTE_STEPS,
+    EPISODE_STEP_LIMIT,
+    EvalResult,
+    check_episodes,
+    note_long_episodes,
+    warn_unended,
+)
 from payoff.track.interrupt import ignore_ctrl_c_in_worker
 from payoff.track.progress import LateProgress
 
@@ -475,6 +482,8 @@ def evaluate_batched(
             if running.any() and lengths.max() >= step_limit:
                 warn_unended(env.id, step_limit)
                 break
+            if lengths.max() == EARLY_NOTE_STEPS and running.any() and limit is None:
+                note_long_episodes(env.id, EARLY_NOTE_STEPS, step_limit)
     finally:
         envs.close()
         progress.close()
