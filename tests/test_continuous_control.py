@@ -304,3 +304,30 @@ def test_a_run_that_ends_before_learning_starts_says_it_never_trained(capsys):
     )  # numpy ints too
     assert agent.gradient_updates == 0 and agent.step == 200
     assert "before learning_starts (300)" in capsys.readouterr().err
+
+
+def test_predicting_between_learn_calls_changes_nothing_in_training():
+    # SAC's exploring predict and MBRL's planner drew from the training's random streams
+    from payoff.algos.mbrl import MBRL
+    from payoff.algos.sac import SAC
+
+    def run(cls, predicts, **keys):
+        agent = cls("Pendulum-v1", seed=0, **keys)
+        agent.learn(300)
+        for _ in range(predicts):
+            agent.predict(np.array([1.0, 0.0, 0.0], np.float32), deterministic=False)
+        return agent.learn(60)
+
+    sac = {"learning_starts": 200, "hidden": [16]}
+    quiet, chatty = run(SAC, 0, **sac), run(SAC, 3, **sac)
+    flat = lambda agent, net: torch.cat([p.flatten() for p in getattr(agent, net).parameters()])  # noqa: E731
+    assert torch.equal(flat(quiet, "actor"), flat(chatty, "actor"))
+    mbrl = {"learning_starts": 200, "train_every": 100, "fit_steps": 5, "hidden": [16]}
+    mbrl["planner"] = {"horizon": 3, "population": 8, "iterations": 1, "elites": 2}
+    quiet, chatty = run(MBRL, 0, **mbrl), run(MBRL, 3, **mbrl)
+    assert torch.equal(flat(quiet, "model"), flat(chatty, "model"))
+    same = [
+        np.array_equal(a, b)
+        for a, b in zip(quiet.store.model_data(), chatty.store.model_data(), strict=True)
+    ]
+    assert all(same)  # the same actions were played after the predicts

@@ -719,13 +719,18 @@ class MBRL(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The planner's action for one observation or a batch [B, o] (a planner of its own,
-        warm-started from the previous call's plan when the batch size is the same)."""
+        warm-started from the previous call's plan when the batch size is the same, with a
+        random stream of its own: predicting changes nothing in training).
+
+        The planner is a random search whichever `deterministic` says: the same observation
+        twice can get two actions (the second search starts from the first's plan)."""
         batch, single = observation_batch(observation, self.observation_space)
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()
+            self._predict_generator = torch.Generator().manual_seed(self.config.seed + 3_000_000)
         self._predict_planner.policy = self.planner.policy  # method policy: the latest search
         actions, _ = self._predict_planner.plan(
-            torch.from_numpy(batch), self.generator, report=False
+            torch.from_numpy(batch), self._predict_generator, report=False
         )
         actions = self._act_space(actions)
         return actions[0] if single else actions
