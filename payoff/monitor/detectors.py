@@ -91,7 +91,8 @@ class DivergenceConfig:
     significance: ...and the proxy's gain is at least this many standard errors of the
         difference of two window means, the per-record noise estimated from successive
         records' differences (std / sqrt 2). A proxy that only jitters, e.g. a reward
-        stuck between 0.094 and 0.1, has a range too, and a quarter of it is noise. 0: off.
+        stuck between 0.094 and 0.1, has a range too, and a quarter of it is noise (that one
+        reached 2.0-2.5; code-hack-grpo's learned hack 2.5-3.0 under rollbacks). 0: off.
     min_records: records needed before the detector may fire.
     """
 
@@ -100,7 +101,7 @@ class DivergenceConfig:
     window: int = 5
     proxy_gain_fraction: float = 0.25
     true_tolerance: float = 0.1
-    significance: float = 3.0
+    significance: float = 2.5
     min_records: int = 10
 
 
