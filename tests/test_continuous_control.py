@@ -331,3 +331,34 @@ def test_predicting_between_learn_calls_changes_nothing_in_training():
         for a, b in zip(quiet.store.model_data(), chatty.store.model_data(), strict=True)
     ]
     assert all(same)  # the same actions were played after the predicts
+
+
+def test_mbpo_takes_observations_that_are_not_flat_as_sac_does():
+    # Box (2, 3) observations crashed at the first imagined step: the model buffer was flat
+    from payoff.algos.mbpo import MBPO
+
+    class Grid(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2, 3), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros((2, 3), np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            obs = self.np_random.uniform(-1, 1, (2, 3)).astype(np.float32)
+            return obs, -(float(action[0]) ** 2), False, self.t >= 20, {}
+
+    agent = MBPO(
+        Grid(),
+        total_steps=160,
+        learning_starts=100,
+        hidden=[8],
+        eval_every=0,
+        final_eval_episodes=1,
+        model={"train_every": 50, "fit_steps": 5},
+        rollout_batch=20,
+    ).learn()
+    assert agent.model_buffer.obs.shape[1:] == (2, 3) and len(agent.model_buffer) > 0

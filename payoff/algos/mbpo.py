@@ -123,7 +123,10 @@ class MBPO(SAC):
             self.model.parameters(), lr=m.learning_rate, weight_decay=m.weight_decay
         )
         capacity = config.rollout_batch * config.rollout_length * config.model_retain
-        self.model_buffer = ReplayBuffer(capacity, (obs_dim,), (self.scaler.dim,), np.float32)
+        # observations kept in their own shape, as the real buffer keeps them (MBPO mixes the two)
+        self.model_buffer = ReplayBuffer(
+            capacity, tuple(self.observation_space.shape or ()), (self.scaler.dim,), np.float32
+        )
         self.fits = 0
         self.fitted_size = 0  # real transitions stored at the last refit
         self.last_fit_step = 0
