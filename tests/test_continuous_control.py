@@ -362,3 +362,24 @@ def test_mbpo_takes_observations_that_are_not_flat_as_sac_does():
         rollout_batch=20,
     ).learn()
     assert agent.model_buffer.obs.shape[1:] == (2, 3) and len(agent.model_buffer) > 0
+
+
+@pytest.mark.parametrize(("num_envs", "train_every"), [(1, 1), (4, 1), (4, 3), (2, 2)])
+def test_updates_per_env_step_are_gradient_steps_over_train_every_whatever_num_envs(
+    num_envs, train_every
+):
+    # with 4 envs and train_every 1 a vector step trained once: 251 updates where 1,001 were due
+    from payoff.algos.sac import SAC
+
+    agent = SAC(
+        "Pendulum-v1",
+        num_envs=num_envs,
+        train_every=train_every,
+        gradient_steps=1,
+        learning_starts=200,
+        hidden=[8],
+        batch_size=16,
+        eval_every=0,
+    ).learn(400)
+    trained = agent.step - 200  # env steps since learning started
+    assert abs(agent.gradient_updates - trained / train_every) <= num_envs

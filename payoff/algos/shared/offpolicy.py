@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from payoff.algos.base import Agent, VectorAgentKeys
-from payoff.algos.loop import crossed
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
@@ -230,8 +229,12 @@ class OffPolicyAlgorithm(Agent):
             np.asarray(terminated)[valid],
         )
         self.step = self.runner.env_steps
-        if self.step >= config.learning_starts and crossed(before, self.step, config.train_every):
-            self.train(config.gradient_steps)
+        # Every multiple of train_every passed trains: a vector step of 4 envs with
+        # train_every 1 passes 4 of them (it used to train once, a quarter of the updates
+        # per env step that gradient_steps / train_every promises).
+        passed = self.step // config.train_every - before // config.train_every
+        if self.step >= config.learning_starts and passed:
+            self.train(passed * config.gradient_steps)
 
     def progress_postfix(self) -> dict[str, Any]:
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
