@@ -62,7 +62,9 @@ def make_vector_env(
     if env.vector is not None:
         if env.vector.num_envs != num_envs:
             raise ConfigError(
-                f"the vector env passed holds {env.vector.num_envs} envs, but num_envs is {num_envs}"
+                f"the vector env passed holds {env.vector.num_envs} envs, but this algorithm "
+                f"runs {num_envs} (its num_envs key, where it has one; MBRL plans for one env "
+                f"at a time): pass a single env, or a vector env of {num_envs}"
             )
         return env.vector
     check_env(env)
