@@ -426,3 +426,15 @@ def test_a_hostile_data_file_is_one_data_error(tmp_path, name, content):
     (tmp_path / name).write_text(content)
     with pytest.raises(DataError, match=f"cannot be read as {name.split('.')[-1]}"):
         read_records(tmp_path / name)
+
+
+def test_a_file_that_is_not_utf8_is_named_by_line(tmp_path):
+    # the error gave the decoder's byte position (541), not a line a user can find
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(
+        b'{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": "2"}\n{"prompt": "\xff"}\n'
+    )
+    with pytest.raises(
+        DataError, match="cannot be read as jsonl at line 3: bytes that are not UTF-8"
+    ):
+        read_records(str(path))

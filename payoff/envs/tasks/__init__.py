@@ -94,7 +94,11 @@ def make_task(config: TaskConfig) -> Task:
         test = config.test_dataset if config.test_dataset is not None else config.test_data
         return JsonlTask(data, test, config.ood_data)
     if config.data:
-        raise ConfigError(f"task.data is only read by task 'jsonl', not {config.name!r}")
+        raise ConfigError(
+            f"task.data is only read by task 'jsonl', not {config.name!r}: add task.name=jsonl "
+            f"to train on your file (in Python, task={{'name': 'jsonl', 'data': ...}} or "
+            f"task=rows)"
+        )
     return TASKS[config.name](**config.options)
 
 

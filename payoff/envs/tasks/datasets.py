@@ -64,8 +64,12 @@ def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list
             raise
         except Exception as err:  # a file may come from anyone: deep nesting, a 5,000-digit
             # number, a CSV field past csv's limit, a corrupt parquet file (pyarrow's errors)
+            where = ""
+            if isinstance(err, UnicodeDecodeError):  # its position counts bytes, not lines
+                line = path.read_bytes()[: err.start].count(b"\n") + 1
+                where = f" at line {line}: bytes that are not UTF-8 (save the file as UTF-8)"
             raise DataError(
-                f"{str(path)!r} cannot be read as {suffix[1:]} ({type(err).__name__}: "
+                f"{str(path)!r} cannot be read as {suffix[1:]}{where} ({type(err).__name__}: "
                 f"{str(err)[:200]})"
             ) from None
     if suffix == ".arrow":
