@@ -816,3 +816,15 @@ def test_sb3_and_trl_key_names_point_to_payoffs():
         payoff.SAC("Pendulum-v1", ent_coef=0.1)
     with pytest.raises(ConfigError, match="That is TRL's name; payoff's is 'group_size'"):
         from_dict(GRPOConfig, {"num_generations": 8})
+
+
+def test_a_task_or_preferences_given_as_a_path_string_is_read_as_your_file():
+    # GRPO(task="rows.jsonl") and DPO(preferences="pairs.jsonl") were refused: "must be a mapping"
+    from payoff.algos.dpo import DPOConfig
+    from payoff.algos.grpo import GRPOConfig
+    from payoff.core.config import from_dict
+
+    task = from_dict(GRPOConfig, {"task": "data/rows.jsonl"}).task
+    assert (task.name, task.data) == ("jsonl", "data/rows.jsonl")
+    assert from_dict(GRPOConfig, {"task": "addition"}).task.name == "addition"  # a built-in's name
+    assert from_dict(DPOConfig, {"preferences": "pairs.jsonl"}).preferences.path == "pairs.jsonl"

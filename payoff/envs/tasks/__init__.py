@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from payoff.core.config import PYTHON_ONLY
@@ -56,9 +57,12 @@ class TaskConfig:
 
     @classmethod
     def from_value(cls, value: object) -> TaskConfig | None:
-        """`task=<rows>` from Python: a list of dicts, a datasets.Dataset or a DatasetDict."""
+        """`task=<rows>` from Python: a list of dicts, a datasets.Dataset or a DatasetDict;
+        or a string: a built-in task's name, else your data's file or folder."""
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
             return cls(name="jsonl", dataset=value)
+        if isinstance(value, str | Path):
+            return cls(name=str(value)) if value in TASKS else cls(name="jsonl", data=str(value))
         return None
 
     def validate(self) -> None:

@@ -290,6 +290,8 @@ class PreferenceDataConfig:
         DatasetDict (its 'test' split is held out), in the formats `path` takes."""
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
             return cls(dataset=value, from_python=True)
+        if isinstance(value, str | Path):  # a file or folder of pairs
+            return cls(path=str(value))
         return None
 
     @property
