@@ -828,3 +828,21 @@ def test_a_task_or_preferences_given_as_a_path_string_is_read_as_your_file():
     assert (task.name, task.data) == ("jsonl", "data/rows.jsonl")
     assert from_dict(GRPOConfig, {"task": "addition"}).task.name == "addition"  # a built-in's name
     assert from_dict(DPOConfig, {"preferences": "pairs.jsonl"}).preferences.path == "pairs.jsonl"
+
+
+def test_generation_stops_on_every_eos_the_models_generation_config_lists(tmp_path):
+    # chat models list several (Qwen: <|im_end|> and <|endoftext|>); only the tokenizer's
+    # eos stopped a completion, so they ran on to max_new_tokens past the end of the turn
+    from payoff.models.lm import ModelConfig, load_lm
+    from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+    torch.manual_seed(0)  # the random GPT-2's weights: its greedy tokens are fixed
+    _gpt2(tmp_path / "gpt2")
+    model, tokenizer = load_lm(ModelConfig(path=str(tmp_path / "gpt2")))
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    before = LocalSampler(model, tokenizer).generate(["1+1="], greedy)
+    first = int(before.completion_ids[0, 0])
+    assert first != tokenizer.eos_token_id and int(before.completion_mask[0].sum()) > 1
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, first]
+    after = LocalSampler(model, tokenizer).generate(["1+1="], greedy)
+    assert int(after.completion_mask[0].sum()) == 1 and not bool(after.truncated[0])

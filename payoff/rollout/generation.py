@@ -228,6 +228,18 @@ def sample_next(
     return tokens, logprobs_all.gather(-1, tokens[:, None])[:, 0]
 
 
+def stop_token_ids(model: Any, tokenizer: Any) -> torch.Tensor:
+    """The token ids that end a completion: the tokenizer's eos and every id the model's
+    generation_config lists as eos (chat models list several: Qwen's <|im_end|> and
+    <|endoftext|>, Llama 3's <|eot_id|> and <|end_of_text|>), as transformers' generate
+    stops on them."""
+    ids = {tokenizer.eos_token_id}
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(listed if isinstance(listed, list | tuple) else [listed])
+    device = next(model.parameters()).device
+    return torch.tensor(sorted(i for i in ids if isinstance(i, int)), device=device)
+
+
 class LocalSampler:
     """Sampling with the model in this process, using its KV cache (`use_cache=True`)."""
 
@@ -276,7 +288,7 @@ class LocalSampler:
         prompt_ids = encoded["input_ids"].to(device)  # [B / group, P]
         prompt_mask = encoded["attention_mask"].to(device)
         batch = len(prompts)
-        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        eos, pad = stop_token_ids(model, tokenizer), tokenizer.pad_token_id
         was_training = model.training
         model.eval()
 
@@ -301,7 +313,7 @@ class LocalSampler:
             tokens_out.append(tokens)
             logprobs_out.append(logprobs.masked_fill(done, 0.0))
             masks_out.append((~done).long())
-            done = done | (tokens == eos)
+            done = done | torch.isin(tokens, eos)
             if longest_stop:
                 # Only the tail can newly contain a stop string; a token is >= 1 character.
                 tail = torch.stack(tokens_out[-(longest_stop + 1) :], 1).tolist()
@@ -333,7 +345,7 @@ class LocalSampler:
         model.train(was_training)
         completion_ids = torch.stack(tokens_out, 1)  # [B, T]
         completion_mask = torch.stack(masks_out, 1)
-        ended = (completion_ids == eos).any(-1) | stop_hit
+        ended = torch.isin(completion_ids, eos).any(-1) | stop_hit
         texts = tokenizer.batch_decode(
             (completion_ids * completion_mask + pad * (1 - completion_mask)).tolist(),
             skip_special_tokens=True,
