@@ -252,6 +252,7 @@ def test_every_reference_column_and_text_rows(tmp_path):
             "'completion' must be a string or one assistant message",
         ),
         ({"prompt": "x", "answer": ["1"]}, "'answer' must be a string or number, got ['1']"),
+        ({"prompt": "x", "answer": float("nan")}, "'answer' is nan (an empty cell"),
         ({"prompt": "x", "tests": 3}, "'tests' must be a string of Python asserts"),
         ({"text": ""}, "column 'text' must be a non-empty string"),
     ],

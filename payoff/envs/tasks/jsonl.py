@@ -16,6 +16,7 @@ the reward functions.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
     if reference is not None:
         value = row[reference]
         conversational = reference == "completion" and is_conversation(value)
+        if isinstance(value, float) and not math.isfinite(value):  # NaN: a missing value
+            raise DataError(
+                f"{where}: {reference!r} is {value} (an empty cell or a missing value?); give "
+                f"each row its reference answer or drop the row"
+            )
         if not (isinstance(value, str | int | float) or conversational):
             raise DataError(
                 f"{where}: {reference!r} must be a string or number"
