@@ -51,6 +51,8 @@ def resolve(
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
     data = _without_other_task_options(data, all_overrides)
+    if Path(recipe).suffix in (".yaml", ".yml") or Path(recipe).is_file():
+        data = _absolute_paths(data, folder=Path(recipe).expanduser().resolve().parent)
     data = _absolute_paths(apply_overrides(data, all_overrides))
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
@@ -125,24 +127,37 @@ _PATH_KEYS = frozenset(
 )
 
 
-def _absolute_paths(data: Any, key: str = "") -> Any:
+def _absolute_paths(data: Any, key: str = "", folder: Path | None = None) -> Any:
     """`data` with every relative path under a path key that exists from the working folder
     made absolute, and the file of a reward named 'file.py:function' too. Names that are
-    not paths on disk ('kart', 'CartPole-v1', 'module:function') stay as written."""
+    not paths on disk ('kart', 'CartPole-v1', 'module:function') stay as written.
+
+    folder: a recipe file's folder: a path written in the recipe that is not found from the
+    working folder but is beside the recipe is taken from there (`payoff train
+    exp/mine.yaml` run from the project root finds exp/mine.yaml's data/rows.jsonl)."""
     if isinstance(data, dict):
-        return {k: _absolute_paths(v, str(k)) for k, v in data.items()}
+        return {k: _absolute_paths(v, str(k), folder) for k, v in data.items()}
     if isinstance(data, list):
-        return [_absolute_paths(v, key) for v in data]
+        return [_absolute_paths(v, key, folder) for v in data]
     if not isinstance(data, str) or not data:
         return data
     if key == "expert" and data in ("kart", "cartpole", "keyboard"):  # shipped experts
         return data
-    if key in _PATH_KEYS and not Path(data).expanduser().is_absolute() and Path(data).exists():
-        return str(Path(data).resolve())
+
+    def found(path: str, exists: Any) -> Path | None:
+        if Path(path).expanduser().is_absolute():
+            return None
+        for base in (Path.cwd(), folder):
+            if base is not None and exists(base / path):
+                return (base / path).resolve()
+        return None
+
+    if key in _PATH_KEYS and (where := found(data, Path.exists)) is not None:
+        return str(where)
     if key == "name" and ".py:" in data:
         file, function = data.rsplit(":", 1)
-        if file.endswith(".py") and not Path(file).is_absolute() and Path(file).is_file():
-            return f"{Path(file).resolve()}:{function}"
+        if file.endswith(".py") and (where := found(file, Path.is_file)) is not None:
+            return f"{where}:{function}"
     return data
 
 

@@ -846,3 +846,20 @@ def test_generation_stops_on_every_eos_the_models_generation_config_lists(tmp_pa
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, first]
     after = LocalSampler(model, tokenizer).generate(["1+1="], greedy)
     assert int(after.completion_mask[0].sum()) == 1 and not bool(after.truncated[0])
+
+
+def test_paths_in_a_recipe_file_are_also_found_beside_the_recipe(tmp_path, monkeypatch):
+    # run from the project root, exp/mine.yaml's data/rows.jsonl was 'does not exist'
+    (tmp_path / "exp" / "data").mkdir(parents=True)
+    (tmp_path / "exp" / "data" / "rows.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    (tmp_path / "exp" / "mine.py").write_text(
+        "def one(prompts, completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
+    recipe = tmp_path / "exp" / "mine.yaml"
+    recipe.write_text(
+        "algo: grpo\ntask: {name: jsonl, data: data/rows.jsonl}\nrewards: [{name: mine.py:one}]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    _, config, _ = resolve(str(recipe.relative_to(tmp_path)), [])
+    assert config.task.data == str(tmp_path / "exp" / "data" / "rows.jsonl")
+    assert config.rewards[0].name == f"{tmp_path / 'exp' / 'mine.py'}:one"
