@@ -863,3 +863,35 @@ def test_paths_in_a_recipe_file_are_also_found_beside_the_recipe(tmp_path, monke
     _, config, _ = resolve(str(recipe.relative_to(tmp_path)), [])
     assert config.task.data == str(tmp_path / "exp" / "data" / "rows.jsonl")
     assert config.rewards[0].name == f"{tmp_path / 'exp' / 'mine.py'}:one"
+
+
+def test_plot_calls_runs_of_one_seed_runs_not_seeds(tmp_path, monkeypatch):
+    # two runs of the same recipe and seed were drawn as "(mean of 2 seeds)"
+    import matplotlib.axes
+
+    from payoff.report.plots import plot_curves
+    from payoff.track.run import Run
+
+    labels: list[str] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def recording(self, *args, **kwargs):
+        labels.append(str(kwargs.get("label")))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
+
+    def runs(seeds):
+        made = []
+        for i, seed in enumerate(seeds):
+            run = Run.create(tmp_path, f"s{seed}-{i}", {"recipe": "cartpole-ppo", "seed": seed})
+            for step in (100, 200):
+                run.log(step, **{"eval/mean_return": float(step + i)})
+            run.close()
+            made.append(run)
+        return made
+
+    plot_curves(runs([0, 0]), tmp_path / "same.png")
+    plot_curves(runs([1, 2]), tmp_path / "two.png")
+    assert any("(mean of 2 runs)" in label for label in labels)
+    assert any("(mean of 2 seeds)" in label for label in labels)

@@ -156,12 +156,16 @@ def plot_curves(
             elif curves:
                 grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
                 stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
+                seeds = {run.config.get("seed") for run in members}
+                what = (
+                    f"{len(curves)} seeds" if len(seeds) == len(members) else f"{len(curves)} runs"
+                )
                 ax.plot(
                     grid,
                     stacked.mean(0),
                     color=color,
                     linestyle=style,
-                    label=f"{label} (mean of {len(curves)} seeds)",
+                    label=f"{label} (mean of {what})",
                 )
                 ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
             finals = [p for p in (final_point(run, metric, x) for run in members) if p]
