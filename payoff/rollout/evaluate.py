@@ -178,7 +178,9 @@ def record_frames(
 ) -> list[np.ndarray]:
     """Render `episodes` episodes of `policy` as rgb_array frames."""
     _headless()
-    environment = make_env(env, render_mode="rgb_array")
+    with warnings.catch_warnings():  # an env without rgb_array: the caller's note says so
+        warnings.filterwarnings("ignore", message=".*render_mode.*")
+        environment = make_env(env, render_mode="rgb_array")
 
     def step(obs: Any) -> tuple[Any, bool]:
         obs, _, terminated, truncated, _ = environment.step(policy(obs))
