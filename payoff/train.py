@@ -318,6 +318,9 @@ def _extend(algorithm: Algorithm, run: Run, total: int) -> None:
     run.drop_summary_keys("finished", "finished_step", "final_eval", "final_line")
     config = dict(run.config)
     config[key] = total
+    # the run's label in plots and reports lists its overrides: the length is the new one
+    overrides = [o for o in config.get("overrides") or [] if not str(o).startswith(f"{key}=")]
+    config["overrides"] = [*overrides, f"{key}={total}"]
     run.write_config(config)
     run.event(
         algorithm.progress_step(),

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from payoff.algos import available_algorithms, get_algorithm
 from payoff.cli import main
@@ -244,6 +245,9 @@ def test_a_finished_run_trains_further_to_a_new_length(run_copy, capsys):
     assert len(extended) == 1 and "total_episodes 600 -> 1,000" in extended[0]["message"]
     assert sum("final/mean_return" in r for r in records) == 2  # at the old end and the new
     assert "total_episodes: 1000" in (run_copy / "config.yaml").read_text()
+    overrides = yaml.safe_load((run_copy / "config.yaml").read_text())["overrides"]
+    assert overrides[-1] == "total_episodes=1000"  # plot labels read them: not the old length
+    assert not [o for o in overrides[:-1] if o.startswith("total_episodes=")]
     capsys.readouterr()
     assert main(["train", "--resume", str(run_copy), "--no-media"]) == 0
     assert "already finished at step" in capsys.readouterr().out
