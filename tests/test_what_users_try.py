@@ -895,3 +895,19 @@ def test_plot_calls_runs_of_one_seed_runs_not_seeds(tmp_path, monkeypatch):
     plot_curves(runs([1, 2]), tmp_path / "two.png")
     assert any("(mean of 2 runs)" in label for label in labels)
     assert any("(mean of 2 seeds)" in label for label in labels)
+
+
+def test_an_lm_predicts_from_a_conversation_as_from_a_prompt(tmp_path):
+    # predict([{"role": "user", ...}]) treated each message as a prompt and failed
+    from payoff.algos.grpo import GRPO
+
+    torch.manual_seed(0)
+    _gpt2(tmp_path / "gpt2")
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    grpo = GRPO(model={"path": str(tmp_path / "gpt2")}, task=rows, steps=1, max_new_tokens=3)
+    chat = [{"role": "user", "content": "2+2?"}]
+    one = grpo.predict(chat)
+    assert isinstance(one, str) and one == grpo.predict("user: 2+2?\nassistant: ")  # no template
+    assert grpo.predict([chat, chat]) == [one, one]
+    with pytest.raises(ConfigError, match="predict takes a prompt string, a conversation"):
+        grpo.predict([3])

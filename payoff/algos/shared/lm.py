@@ -15,6 +15,7 @@ from payoff.algos.base import Algorithm, RunKeys
 from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
+from payoff.envs.tasks.datasets import messages, render_chat
 from payoff.models.base_model import start_lm
 from payoff.models.chat import completion_text, prompt_text, uses_chat_template
 from payoff.models.lm import ModelConfig, context_limit, save_lm
@@ -304,12 +305,17 @@ class LMAlgorithm(Algorithm):
         return result
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        """Completion(s) for a prompt string (or a list of them); greedy when deterministic.
+        """Completion(s) for a prompt string or a conversation (a list of {'role', 'content'}
+        messages), or a list of either; greedy when deterministic.
 
-        A prompt reaches the model as a task row's would: through the chat template when on.
+        A prompt reaches the model as a task row's would: through the chat template when on
+        (a conversation without one is written out as 'role: content' lines).
         """
-        texts = [observation] if isinstance(observation, str) else list(observation)
-        prompts = [self.prompt_text({"prompt": text}) for text in texts]
+        single = isinstance(observation, str) or (
+            isinstance(observation, list) and bool(observation) and isinstance(observation[0], dict)
+        )
+        items = [observation] if single else list(observation)
+        prompts = [self.prompt_text(_prompt_row(item)) for item in items]
         sampling = SamplingConfig(
             temperature=0.0 if deterministic else 1.0,
             max_new_tokens=self.max_new_tokens(),
@@ -318,7 +324,7 @@ class LMAlgorithm(Algorithm):
         completions = (
             LocalSampler(self.model, self.tokenizer).generate(prompts, sampling).completions
         )
-        return completions[0] if isinstance(observation, str) else completions
+        return completions[0] if single else completions
 
     def save_model(self, path: str | Path) -> Path:
         """Write the model in Hugging Face format (loads with AutoModelForCausalLM.from_pretrained)."""
@@ -328,3 +334,16 @@ class LMAlgorithm(Algorithm):
         """Save the trained model as RUN/model/ next to the checkpoints."""
         if self.run is not None:
             self.save_model(self.run.path / "model")
+
+
+def _prompt_row(item: Any) -> Row:
+    """A task row for what `predict` was given: a prompt string, or chat messages."""
+    if isinstance(item, str):
+        return {"prompt": item}
+    if isinstance(item, list) and item and all(isinstance(m, dict) for m in item):
+        turns = messages("predict", "observation", item)
+        return {"prompt": render_chat(turns), "prompt_messages": turns}
+    raise ConfigError(
+        f"predict takes a prompt string, a conversation (a list of {{'role', 'content'}} "
+        f"messages) or a list of either; got {item!r}"
+    )
