@@ -308,6 +308,7 @@ def test_a_run_that_ends_before_learning_starts_says_it_never_trained(capsys):
 
 def test_predicting_between_learn_calls_changes_nothing_in_training():
     # SAC's exploring predict and MBRL's planner drew from the training's random streams
+    import payoff as payoff_algos
     from payoff.algos.mbrl import MBRL
     from payoff.algos.sac import SAC
 
@@ -324,6 +325,19 @@ def test_predicting_between_learn_calls_changes_nothing_in_training():
     assert torch.equal(flat(quiet, "actor"), flat(chatty, "actor"))
     mbrl = {"learning_starts": 200, "train_every": 100, "fit_steps": 5, "hidden": [16]}
     mbrl["planner"] = {"horizon": 3, "population": 8, "iterations": 1, "elites": 2}
+    for cls, keys in (
+        (payoff_algos.DQN, {"learning_starts": 100, "env": "CartPole-v1"}),
+        (payoff_algos.PPO, {"num_steps": 64, "env": "CartPole-v1"}),
+    ):
+        env = keys.pop("env")
+        agents = []
+        for predicts in (0, 3):
+            agent = cls(env, seed=0, eval_every=0, **keys)
+            agent.learn(256)
+            for _ in range(predicts):
+                agent.predict(np.zeros(4, np.float32), deterministic=False)
+            agents.append(agent.learn(128))
+        assert agents[0].history[-1] == agents[1].history[-1], cls.__name__
     quiet, chatty = run(MBRL, 0, **mbrl), run(MBRL, 3, **mbrl)
     assert torch.equal(flat(quiet, "model"), flat(chatty, "model"))
     same = [

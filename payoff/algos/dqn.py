@@ -157,7 +157,8 @@ class DQN(OffPolicyAlgorithm):
             return super().predict(observation, deterministic=True)
         # Exploration as at the end of training, not at the schedule's current point.
         batch, single = observation_batch(observation, self.observation_space)
-        actions = self._epsilon_greedy(batch, self.config.epsilon.end)
+        with self.predict_streams():
+            actions = self._epsilon_greedy(batch, self.config.epsilon.end)
         return int(actions[0]) if single else actions
 
     # ---- learning ---------------------------------------------------------------------

@@ -132,16 +132,12 @@ class QLearning(Agent):
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action (an int) for one state, or an array of actions for a batch of states."""
         states, single = observation_batch(observation, self.env.observation_space, np.int64)
-        if single:
-            state = int(states[0])
-            if deterministic:
-                return int(np.argmax(self.q[state]))
-            return self._explore(state, self.config.epsilon.end)
         if deterministic:
             actions = [int(np.argmax(self.q[s])) for s in states]
         else:
-            actions = [self._explore(int(s), self.config.epsilon.end) for s in states]
-        return np.array(actions, np.int64)
+            with self.predict_streams():
+                actions = [self._explore(int(s), self.config.epsilon.end) for s in states]
+        return actions[0] if single else np.array(actions, np.int64)
 
     # ---- learning ---------------------------------------------------------------------
     @property

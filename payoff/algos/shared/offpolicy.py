@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,33 +173,11 @@ class OffPolicyAlgorithm(Agent):
         if deterministic:
             actions = self.greedy(self.tensor(batch))
         else:
-            with self._predict_streams():
+            with self.predict_streams():
                 actions = self.env_actions(self.explore(batch))
         if not single:
             return actions
         return int(actions[0]) if isinstance(self.action_space, gym.spaces.Discrete) else actions[0]
-
-    @contextmanager
-    def _predict_streams(self) -> Iterator[None]:
-        """predict's random draws come from streams of its own (the CPU's torch stream and
-        self.rng swapped for predict's while it runs), so that exploring predictions between
-        learn() calls change nothing in training: a run that called predict(deterministic=
-        False) three times ended at -872.9 where the same run without ended at -1131.9."""
-        training = (torch.get_rng_state(), self.rng.bit_generator.state)
-        if not hasattr(self, "_predict_state"):
-            seed = self.config.seed + 3_000_000
-            self._predict_state = (
-                torch.Generator().manual_seed(seed).get_state(),
-                np.random.default_rng(seed).bit_generator.state,
-            )
-        torch.set_rng_state(self._predict_state[0])
-        self.rng.bit_generator.state = self._predict_state[1]
-        try:
-            yield
-        finally:
-            self._predict_state = (torch.get_rng_state(), self.rng.bit_generator.state)
-            torch.set_rng_state(training[0])
-            self.rng.bit_generator.state = training[1]
 
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """The deterministic policy on `episodes` fresh episodes of the real env, batched."""

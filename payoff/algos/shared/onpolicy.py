@@ -272,7 +272,10 @@ class OnPolicyAlgorithm(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """Action(s) for one observation or a batch of them."""
-        return self.actor.act(observation, deterministic)
+        if deterministic:
+            return self.actor.act(observation, deterministic)
+        with self.predict_streams():
+            return self.actor.act(observation, deterministic)
 
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
         """Deterministic policy on `episodes` fresh episodes of the real env, batched."""
