@@ -747,6 +747,14 @@ def test_reward_functions_get_trls_conversational_forms_on_chat_rows():
     plain = RewardMix([RewardSpec.from_value(exact_text)])(["2+2="], ["4"], answer=["4"])
     assert plain.total == [1.0]  # text rows: text, as before
 
+    def either(prompts, completions, **kwargs):  # a batch mixing chat and plain rows
+        return [float(isinstance(c, list)) for c in completions]
+
+    mixed = RewardMix([RewardSpec.from_value(either)])(
+        ["user: 2+2?\nassistant: ", "2+2="], ["4", "4"], prompt_messages=[chat, None]
+    )
+    assert mixed.total == [1.0, 0.0]  # each row in its own form
+
 
 def test_a_run_evaluates_after_its_reward_file_is_gone_and_refuses_to_train(tmp_path):
     # `payoff eval RUN` stopped at "reward file ... does not exist", though evaluation is

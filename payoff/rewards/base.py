@@ -95,16 +95,23 @@ def _unavailable(*args: Any, **kwargs: Any) -> list[float | None]:
 
 
 def _conversational(available: dict[str, Any]) -> dict[str, Any] | None:
-    """TRL's arguments for conversational rows (every row has `prompt_messages`): prompts as
-    lists of messages and each completion as [{"role": "assistant", "content": text}], the
-    rest as given; None when the rows are plain text."""
-    messages = available.get("prompt_messages")
-    if not messages or not all(isinstance(m, list) and m for m in messages):
+    """TRL's arguments for conversational rows (those with `prompt_messages`): the prompt as
+    its list of messages and the completion as [{"role": "assistant", "content": text}];
+    plain rows keep their strings, the rest is as given. None when no row is a chat."""
+    messages = available.get("prompt_messages") or []
+    chat = [isinstance(m, list) and bool(m) for m in messages]
+    if not any(chat):
         return None
     return {
         **available,
-        "prompts": [list(m) for m in messages],
-        "completions": [[{"role": "assistant", "content": c}] for c in available["completions"]],
+        "prompts": [
+            list(m) if is_chat else p
+            for m, p, is_chat in zip(messages, available["prompts"], chat, strict=True)
+        ],
+        "completions": [
+            [{"role": "assistant", "content": c}] if is_chat else c
+            for c, is_chat in zip(available["completions"], chat, strict=True)
+        ],
     }
 
 

@@ -99,8 +99,9 @@ def correctness_spec(task: Task) -> RewardSpec:
 
 
 def columns_of(rows: Sequence[Row]) -> dict[str, list[Any]]:
-    """Dataset columns (everything but the prompt) as lists, the way reward functions get them."""
-    keys = [k for k in rows[0] if k != "prompt"]
+    """Dataset columns (everything but the prompt) as lists, the way reward functions get them:
+    every column any row has (None where a row lacks it: chat and plain rows can mix)."""
+    keys = list(dict.fromkeys(k for row in rows for k in row if k != "prompt"))
     return {k: [row.get(k) for row in rows] for k in keys}
 
 
