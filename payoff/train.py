@@ -16,6 +16,7 @@ from payoff.algos import get_algorithm
 from payoff.algos.base import Agent, Algorithm, config_from_run
 from payoff.core.config import apply_overrides, from_dict, parse_override, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.envs.tasks import TASKS
 from payoff.monitor.detectors import build_monitors
 from payoff.recipes import load_recipe
 from payoff.report.figures import draw_comparisons, draw_figures
@@ -152,7 +153,8 @@ def _absolute_paths(data: Any, key: str = "", folder: Path | None = None) -> Any
                 return (base / path).resolve()
         return None
 
-    if key in _PATH_KEYS and (where := found(data, Path.exists)) is not None:
+    path_key = key in _PATH_KEYS or key == "preferences" or (key == "task" and data not in TASKS)
+    if path_key and (where := found(data, Path.exists)) is not None:  # task: FILE too
         return str(where)
     if key == "name" and ".py:" in data:
         file, function = data.rsplit(":", 1)

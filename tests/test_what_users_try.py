@@ -836,6 +836,8 @@ def test_a_task_or_preferences_given_as_a_path_string_is_read_as_your_file():
     assert (task.name, task.data) == ("jsonl", "data/rows.jsonl")
     assert from_dict(GRPOConfig, {"task": "addition"}).task.name == "addition"  # a built-in's name
     assert from_dict(DPOConfig, {"preferences": "pairs.jsonl"}).preferences.path == "pairs.jsonl"
+    with pytest.raises(ConfigError, match="unknown task 'additon'. Did you mean 'addition'"):
+        from_dict(GRPOConfig, {"task": "additon"}).task.validate()  # not 'file does not exist'
 
 
 def test_generation_stops_on_every_eos_the_models_generation_config_lists(tmp_path):
@@ -871,6 +873,10 @@ def test_paths_in_a_recipe_file_are_also_found_beside_the_recipe(tmp_path, monke
     _, config, _ = resolve(str(recipe.relative_to(tmp_path)), [])
     assert config.task.data == str(tmp_path / "exp" / "data" / "rows.jsonl")
     assert config.rewards[0].name == f"{tmp_path / 'exp' / 'mine.py'}:one"
+    short = tmp_path / "exp" / "short.yaml"  # task: FILE, as Python's task="rows.jsonl"
+    short.write_text("algo: grpo\ntask: data/rows.jsonl\n")
+    _, config, _ = resolve(str(short.relative_to(tmp_path)), [])
+    assert config.task.data == str(tmp_path / "exp" / "data" / "rows.jsonl")
 
 
 def test_plot_calls_runs_of_one_seed_runs_not_seeds(tmp_path, monkeypatch):

@@ -62,7 +62,10 @@ class TaskConfig:
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
             return cls(name="jsonl", dataset=value)
         if isinstance(value, str | Path):
-            return cls(name=str(value)) if value in TASKS else cls(name="jsonl", data=str(value))
+            text = str(value)
+            named = text in TASKS or not (Path(text).suffix or "/" in text or Path(text).exists())
+            # a bare word that is no file: a task's name (mistyped: validate suggests one)
+            return cls(name=text) if named else cls(name="jsonl", data=text)
         return None
 
     def validate(self) -> None:
