@@ -218,3 +218,54 @@ def test_dagger_imitates_a_trained_ppo_expert(tmp_path):
     ).learn()
     assert student.labels == 600
     assert student.evaluate(10).mean_return >= 400  # measured 475.2 (the PPO expert: 490)
+
+
+def test_your_own_expert_as_a_function_a_saved_agent_or_none_for_recorded_demos(tmp_path):
+    # expert=my_fn was refused ("must be str"), BC from demonstrations still built the
+    # default kart expert, and a file PPO.save wrote was "not a payoff policy file"
+    from payoff import PPO
+
+    def push_toward_the_fall(obs):  # the scripted balancer, as a user would write it
+        return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+
+    bc = BC(
+        env="CartPole-v1",
+        expert=push_toward_the_fall,
+        hidden=[32],
+        label_budget=600,
+        epochs=40,
+        eval_every=0,
+        final_eval_episodes=3,
+    ).learn()
+    assert (
+        bc.config.expert
+        == "python:test_your_own_expert_as_a_function_a_saved_agent_or_none_for_recorded_demos.<locals>.push_toward_the_fall"
+    )
+    assert bc.evaluate(3).mean_return >= 100  # random play scores ~20
+    bc.save(tmp_path / "bc.safetensors")
+    loaded = BC.load(tmp_path / "bc.safetensors")  # predicts and evaluates without the function
+    assert loaded.expert is None and loaded.evaluate(2).episodes == 2
+    with pytest.raises(ConfigError, match="was a Python function .* cannot label more states"):
+        loaded.labeller()
+
+    pytest.importorskip("h5py")
+    demos = demonstrations.record("CartPole-v1", CartPoleExpert(), steps=300, seed=1)
+    path = demonstrations.save(demos, tmp_path / "demos")
+    alone = BC(env="CartPole-v1", demonstrations=str(path), expert=None, epochs=1, hidden=[8])
+    assert alone.expert is None and alone.learn().labels == 300
+
+    PPO("CartPole-v1", total_steps=2048, num_envs=8, num_steps=64).learn().save(
+        tmp_path / "ppo.safetensors"
+    )
+    dagger = DAgger(
+        env="CartPole-v1",
+        expert=str(tmp_path / "ppo.safetensors"),
+        rounds=1,
+        label_budget=64,
+        epochs_per_round=1,
+        hidden=[8],
+    )
+    assert dagger.expert is not None
+
+    with pytest.raises(EnvError, match="non-finite actions"):
+        BC(env="Pendulum-v1", expert=lambda obs: np.full((len(obs), 1), np.nan))

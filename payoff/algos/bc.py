@@ -15,7 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
+from payoff.core.errors import DataError
 from payoff.rollout import demonstrations
 
 
@@ -59,6 +62,9 @@ class BC(ImitationAlgorithm):
     def progress_step(self) -> int:
         return self.epoch
 
+    def needs_expert(self) -> bool:
+        return not self.config.demonstrations  # recorded ones need no one to label them
+
     def gather(self) -> None:
         """Record (or load) the demonstrations, once."""
         config = self.config
@@ -72,9 +78,18 @@ class BC(ImitationAlgorithm):
                 observations[: config.label_budget],
                 actions[: config.label_budget],
             )
+            bad = ~np.isfinite(np.asarray(actions, dtype=np.float64).reshape(len(actions), -1)).all(
+                1
+            )
+            if bad.any():
+                raise DataError(
+                    f"demonstrations {config.demonstrations!r}: {int(bad.sum())} of "
+                    f"{len(actions)} actions are NaN or inf (the first at step "
+                    f"{int(np.flatnonzero(bad)[0])}); fix or drop them"
+                )
         else:
             demos = demonstrations.record(
-                config.env, self.expert, steps=config.label_budget, seed=config.seed + 10_000
+                config.env, self.labeller(), steps=config.label_budget, seed=config.seed + 10_000
             )
             observations, actions = demos.observations, demos.actions
         if len(demos.episode_starts):

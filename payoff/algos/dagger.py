@@ -117,7 +117,7 @@ class DAgger(ImitationAlgorithm):
             self._envs,
             obs,
             self.act,
-            self.expert,
+            self.labeller(),
             beta,
             labels_for_round(config, self.round),
             self.rng,

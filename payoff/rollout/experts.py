@@ -207,6 +207,12 @@ def check_expert(expert: Expert, observation_space: gym.Space, action_space: gym
     elif isinstance(action_space, gym.spaces.Box):
         ok = actions.shape == (2, *action_space.shape)
         want = f"[B, {', '.join(map(str, action_space.shape))}] floats"
+        if ok and not np.isfinite(actions.astype(np.float64)).all():
+            raise EnvError(
+                f"expert {type(expert).__name__} returned non-finite actions {actions.tolist()} "
+                f"for 2 sample states of {observation_space}: labels of NaN or inf would train "
+                f"a NaN policy"
+            )
     else:
         raise EnvError(f"imitation supports Discrete and Box action spaces, got {action_space}")
     if not ok:

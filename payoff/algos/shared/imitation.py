@@ -24,16 +24,22 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys
+from payoff.algos.base import Agent, AgentKeys, restoring
 from payoff.core.device import resolve_device
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
 from payoff.models.mlp import Actor, Critic, actor_for
 from payoff.models.policy_file import save_policy
 from payoff.rollout.evaluate import EvalResult
-from payoff.rollout.experts import Expert, PolicyExpert, check_expert, make_expert
+from payoff.rollout.experts import (
+    Expert,
+    FunctionExpert,
+    PolicyExpert,
+    check_expert,
+    make_expert,
+)
 from payoff.rollout.imitation import EpisodeTraces, discounted_returns, play_episodes
 
 KART_ID = "payoff/KartTrack-v0"
@@ -52,7 +58,10 @@ class ImitationConfig(AgentKeys):
     env: any Gymnasium env with Box observations and Discrete or Box actions.
     expert: who labels states: 'kart' (scripted KartTrack driver), 'cartpole' (scripted
         balancer), 'keyboard' (you, in a pygame window), or a path to a payoff run
-        directory or a policy file (any trained payoff policy).
+        directory, a policy file or a file `Algo.save` wrote (any trained payoff agent).
+        From Python also any function `fn(observations) -> actions` on a batch, or an
+        object with `act(observations)`: BC(env, expert=my_fn). BC from `demonstrations`
+        needs no expert (null).
     label_budget: how many states the expert labels in total. Compare imitation methods at
         equal label budgets: that is the expert's time, the scarce resource.
     loss: 'mse' or 'nll' for Box actions (ignored for Discrete: always cross-entropy).
@@ -76,7 +85,7 @@ class ImitationConfig(AgentKeys):
     """
 
     env: EnvConfig = field(default_factory=_kart)
-    expert: str = "kart"
+    expert: str | None = "kart"
     label_budget: int = 2000
     loss: Literal["mse", "nll"] = "mse"
     hidden: list[int] = field(default_factory=lambda: [64, 64])
@@ -138,7 +147,31 @@ def expert_from_run(path: str | Path) -> Expert:
             "an expert run must be an agent's (ppo, dqn, bc, ...)"
         )
     payload, _ = run.load_checkpoint(cls.name)
-    algorithm = cls._from_payload(payload, source=run.checkpoint_path())
+    return _agent_as_expert(cls._from_payload(payload, source=run.checkpoint_path()), path)
+
+
+def expert_from_file(path: str | Path) -> Expert:
+    """A policy file (`save_policy`, a run's policy.safetensors) or a file an agent's
+    `save` wrote (PPO(...).save(path)) as an expert."""
+    from payoff.algos import get_algorithm
+    from payoff.track.checkpoint import load_state
+
+    try:
+        return PolicyExpert.load(path)
+    except CheckpointError:
+        payload = load_state(Path(path), "checkpoint")  # an agent's save file names its algo
+        algo = payload.get("algo") if isinstance(payload, dict) else None
+        if not isinstance(algo, str):
+            raise
+    cls = get_algorithm(algo)
+    if not issubclass(cls, Agent):
+        raise ConfigError(
+            f"expert {str(path)!r} was saved by {algo}, which does not act in an environment"
+        )
+    return _agent_as_expert(cls.load(path), path)
+
+
+def _agent_as_expert(algorithm: Agent, path: str | Path) -> Expert:
     actor = getattr(algorithm, "actor", None)
     if isinstance(actor, Actor):  # network policies answer a whole batch at once
         return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), str(path))
@@ -149,6 +182,22 @@ def expert_from_run(path: str | Path) -> Expert:
 
 class ImitationAlgorithm(Agent):
     """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
+
+    def __init__(self, env: Any = None, *extra: Any, **kwargs: Any):
+        # expert=<a function or an object with act()>: kept here, not in the config (which
+        # records its name): a file cannot hold it, so a saved run asks for it again
+        expert = kwargs.get("expert")
+        self._expert_object: Expert | None = None
+        if expert is not None and not isinstance(expert, str | Path):
+            if not (callable(expert) or callable(getattr(expert, "act", None))):
+                raise ConfigError(
+                    f"config key 'expert' takes a name, a path, a function fn(observations) -> "
+                    f"actions or an object with act(observations); got {expert!r}"
+                )
+            self._expert_object = expert if hasattr(expert, "act") else FunctionExpert(expert)
+            name = getattr(expert, "__qualname__", None) or type(expert).__qualname__
+            kwargs["expert"] = f"python:{name}"
+        super().__init__(env, *extra, **kwargs)
 
     config: ImitationConfig
     saved: tuple[str, ...] = (
@@ -182,8 +231,9 @@ class ImitationAlgorithm(Agent):
             )
         if config.export_policy:  # written at the end, also when a loaded run resumes
             refuse_untrusted("export_policy", config.export_policy, "a file to write")
-        self.expert: Expert = self._make_expert()
-        check_expert(self.expert, self.observation_space, self.action_space)
+        self.expert: Expert | None = self._make_expert()
+        if self.expert is not None:
+            check_expert(self.expert, self.observation_space, self.action_space)
         self.actor = actor_for(config, self.observation_space, self.action_space).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
@@ -195,10 +245,40 @@ class ImitationAlgorithm(Agent):
         self.gradient_steps = 0
         self.fit_seconds = 0.0  # time spent fitting (collection and evaluation excluded)
 
-    def _make_expert(self) -> Expert:
+    def needs_expert(self) -> bool:
+        """Whether this run asks an expert for labels (BC from demonstrations does not)."""
+        return True
+
+    def labeller(self) -> Expert:
+        """The expert, to label states; a loaded run whose expert was a Python function
+        has none until it is given again."""
+        if self.expert is None:
+            raise ConfigError(
+                f"this {self.name} run's expert was a Python function ({self.config.expert}), "
+                f"which a file cannot hold, so it cannot label more states: start a new "
+                f"{type(self).__name__}(env, expert=fn)"
+            )
+        return self.expert
+
+    def _make_expert(self) -> Expert | None:
         spec = self.config.expert
+        if self._expert_object is not None:
+            return self._expert_object
+        if not self.needs_expert():
+            return None
+        if spec is None:
+            raise ConfigError(
+                f"{self.name} needs an expert to label states: set the config key 'expert' "
+                f"(or, for BC, 'demonstrations' to learn from recorded ones)"
+            )
+        if spec.startswith("python:"):
+            if restoring():  # predict and evaluate need no expert; labelling more does
+                return None
+            raise ConfigError(f"expert {spec!r} names a Python function; pass the function")
         if Path(spec).is_dir():
             return expert_from_run(spec)
+        if Path(spec).is_file():
+            return expert_from_file(spec)
         kwargs: dict[str, Any] = {}
         if spec == "kart":  # the scripted driver must know the track's width and speed
             options = ("half_width", "speed", "max_steer", "throttle")
