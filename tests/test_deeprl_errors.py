@@ -142,6 +142,16 @@ def _train_metrics(history):
                 "log_every": 256,
             },
         ),
+        (  # saved between two logs: the episodes finished since the last one come back too
+            DQN,
+            {
+                "num_envs": 4,
+                "learning_starts": 200,
+                "train_every": 64,
+                "gradient_steps": 4,
+                "log_every": 300,
+            },
+        ),
     ],
 )
 def test_resume_from_saved_state_continues_exactly(tmp_path, cls, config):

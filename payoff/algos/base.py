@@ -366,6 +366,8 @@ class Algorithm:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.state.load_state_dict(state["loop"])
         for name in self.saved:
+            if name not in state and isinstance(getattr(self, name), list):
+                continue  # a list kept since (what a log averages): older checkpoints lack it
             setattr(self, name, restore(getattr(self, name), state.get(name), name))
 
     def spaces(self) -> dict[str, str]:

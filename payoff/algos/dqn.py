@@ -94,7 +94,19 @@ class DQN(OffPolicyAlgorithm):
     """DQN / double DQN with replay and target-network switches."""
 
     config: DQNConfig
-    saved = ("q_net", "target_net", "optimizer", "buffer", "rng", "runner", "gradient_updates")
+    # (_td_errors, _q_values: what the next log averages, kept so that a checkpoint between
+    # two logs resumes to the same record)
+    saved = (
+        "q_net",
+        "target_net",
+        "optimizer",
+        "buffer",
+        "rng",
+        "runner",
+        "gradient_updates",
+        "_td_errors",
+        "_q_values",
+    )
 
     def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         if isinstance(action_space, gym.spaces.Discrete) and int(action_space.start) != 0:

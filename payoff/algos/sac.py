@@ -92,6 +92,7 @@ class SAC(ContinuousActorCritic):
         "rng",
         "runner",
         "gradient_updates",
+        "_stats",  # what the next log averages: a checkpoint between logs keeps it
     )
 
     actor_class = SquashedGaussianActor

@@ -72,6 +72,8 @@ class TD3(ContinuousActorCritic):
         "rng",
         "runner",
         "gradient_updates",
+        "_stats",  # what the next log averages: a checkpoint between logs keeps them
+        "_actor_losses",
     )
 
     actor_class = DeterministicActor

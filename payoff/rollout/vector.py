@@ -295,6 +295,13 @@ class VectorRunner:
             "envs": None,
             "envs_note": None,
             "episode_info": {key: sums.copy() for key, sums in self.episode_info.items()},
+            # episodes finished since the last log, which a checkpoint between two logs
+            # must keep: without them a resumed run's next train/return differed
+            "finished": {
+                "returns": list(self.finished_returns),
+                "lengths": list(self.finished_lengths),
+                "info": {key: list(v) for key, v in self.finished_info.items()},
+            },
         }
         envs = self.envs.unwrapped
         if hasattr(envs, "get_state"):
@@ -313,6 +320,12 @@ class VectorRunner:
 
     def load_state_dict(self, state: dict[str, Any], seed: int | None = None) -> None:
         self.env_steps = int(state["env_steps"])
+        finished = state.get("finished") or {}  # (checkpoints before 2026-11-28 hold none)
+        self.finished_returns = [float(r) for r in finished.get("returns", [])]
+        self.finished_lengths = [int(n) for n in finished.get("lengths", [])]
+        for key, values in (finished.get("info") or {}).items():
+            if key in self.finished_info:
+                self.finished_info[key] = [float(v) for v in values]
         saved: Any = state.get("envs")
         self.restore_note = None
         kind = saved[0] if isinstance(saved, list | tuple) and len(saved) == 2 else None
