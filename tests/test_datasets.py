@@ -439,3 +439,7 @@ def test_a_file_that_is_not_utf8_is_named_by_line(tmp_path):
         DataError, match="cannot be read as jsonl at line 3: bytes that are not UTF-8"
     ):
         read_records(str(path))
+    csv = tmp_path / "rows.csv"  # decoded by a stream, chunk by chunk
+    csv.write_bytes(b"prompt,answer\n" + b"a,1\n" * 2500 + b"\xff,2\n" + b"b,3\n" * 10)
+    with pytest.raises(DataError, match="cannot be read as csv at line 2502"):
+        read_records(str(csv))

@@ -866,6 +866,11 @@ class GRPO(LMAlgorithm):
             "len": self._record["train/completion_length"],
         }
 
+    def train_until(self, total: int) -> None:
+        if self.state.step < total:
+            self.rewards.check_available()  # at once, not after a batch is sampled
+        super().train_until(total)
+
     def evaluate_now(self) -> None:
         if self.run is not None and getattr(self, "_samples", None):
             self.run.append_jsonl("samples.jsonl", self._samples)

@@ -267,6 +267,15 @@ class RewardMix:
         self._shown: set[str] = set()  # functions whose first error was shown on the console
         self._worker: _RewardWorker | None = None
 
+    def check_available(self) -> None:
+        """ConfigError naming the reward function this mix was built without (see
+        defer_unavailable); nothing when it has them all."""
+        if self.unavailable is not None:
+            raise ConfigError(
+                f"{self.unavailable}. (The run was loaded without it: evaluating needs only "
+                f"its verifier, training needs every reward function.)"
+            )
+
     def __call__(
         self,
         prompts: Sequence[Any],
@@ -274,11 +283,7 @@ class RewardMix:
         completion_ids: Sequence[Sequence[int]] | None = None,
         **columns: Sequence[Any],
     ) -> RewardResult:
-        if self.unavailable is not None:
-            raise ConfigError(
-                f"{self.unavailable}. (The run was loaded without it: evaluating needs only "
-                f"its verifier, training needs every reward function.)"
-            )
+        self.check_available()
         n = len(completions)
         available = {
             "prompts": list(prompts),

@@ -66,8 +66,13 @@ def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list
             # number, a CSV field past csv's limit, a corrupt parquet file (pyarrow's errors)
             where = ""
             if isinstance(err, UnicodeDecodeError):  # its position counts bytes, not lines
-                line = path.read_bytes()[: err.start].count(b"\n") + 1
-                where = f" at line {line}: bytes that are not UTF-8 (save the file as UTF-8)"
+                # (of the chunk a stream decoded: decode the whole file to place it)
+                raw = path.read_bytes()
+                try:
+                    raw.decode("utf-8-sig")
+                except UnicodeDecodeError as whole:
+                    line = raw[: whole.start].count(b"\n") + 1
+                    where = f" at line {line}: bytes that are not UTF-8 (save the file as UTF-8)"
             raise DataError(
                 f"{str(path)!r} cannot be read as {suffix[1:]}{where} ({type(err).__name__}: "
                 f"{str(err)[:200]})"
