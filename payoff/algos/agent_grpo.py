@@ -63,7 +63,7 @@ from payoff.rollout.episodes import (
     replay_episode,
     rollout_episodes,
 )
-from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.rollout.generation import LocalSampler, SamplingConfig, stop_token_ids
 
 STOP = ["</tool>", "</answer>"]
 
@@ -319,6 +319,7 @@ class AgentGRPO(Algorithm):
             self.format,
             self.sampling(greedy),
             self.generator,
+            stop_token_ids(self.model, self.tokenizer).tolist(),
         )
 
     def efficiency(self, episode: Episode) -> list[float]:

@@ -149,15 +149,18 @@ def rollout_episodes(
     fmt: Format,
     sampling: SamplingConfig,
     generator: torch.Generator | None = None,
+    stop_ids: Sequence[int] | None = None,
 ) -> list[Episode]:
-    """Run one episode per task, all live episodes sampled together turn by turn."""
+    """Run one episode per task, all live episodes sampled together turn by turn.
+    stop_ids: the tokens that end the model's talking (the sampler stops on them: see
+    payoff.rollout.generation.stop_token_ids); default the tokenizer's eos."""
     envs = [make_env() for _ in tasks]
     episodes = [
         start_episode(env, task, fmt, tokenizer) for env, task in zip(envs, tasks, strict=True)
     ]
     for episode in episodes:
         _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
-    eos = tokenizer.eos_token_id
+    stops = set(stop_ids) if stop_ids is not None else {tokenizer.eos_token_id} - {None}
     while True:
         live = [i for i, e in enumerate(episodes) if not e.done]
         if not live:
@@ -167,7 +170,7 @@ def rollout_episodes(
             length = int(generation.completion_mask[row].sum())
             ids = generation.completion_ids[row, :length].tolist()
             advance(episodes[i], envs[i], fmt, tokenizer, generation.completions[row], ids)
-            if eos is not None and ids and ids[-1] == eos and not episodes[i].done:
+            if ids and ids[-1] in stops and not episodes[i].done:
                 # EOS mid-episode: the model stopped talking; nothing more will come.
                 episodes[i].done = True
 
