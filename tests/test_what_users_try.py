@@ -246,7 +246,7 @@ def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_tr
     rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
     rows[7]["prompt"] = "1+" * 20 + "1="
     with pytest.raises(
-        ConfigError, match=r"training row 7 \('1\+1\+.* is 42 tokens.*Shorten or drop"
+        ConfigError, match=r"a training row \('1\+1\+.* is 42 tokens.*Shorten or drop"
     ):
         GRPO(model=model, task=rows, max_new_tokens=4, steps=1)
     # DPO and reward models check their pairs (they failed with an IndexError mid-run)
@@ -255,7 +255,7 @@ def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_tr
 
     pairs = [{"prompt": r["prompt"], "chosen": r["answer"], "rejected": "0"} for r in rows]
     for algo in (DPO, RewardModel):
-        with pytest.raises(ConfigError, match=r"training pair 7 is 44 tokens.* past the 32"):
+        with pytest.raises(ConfigError, match=r"a training pair .* is 44 tokens.* past the 32"):
             algo(model=model, preferences=pairs, steps=1)
 
 
@@ -280,7 +280,7 @@ def test_a_rotary_model_is_held_to_the_context_it_was_trained_for(tmp_path):
     rows[3]["prompt"] = "1+" * 500 + "1="
     with pytest.raises(
         ConfigError,
-        match=r"training row 3 .* 1002 tokens.* past the 48 this model \(llama\) was trained for",
+        match=r"a training row .* 1002 tokens.* past the 48 this model \(llama\) was trained for",
     ):
         GRPO(model={"path": str(tmp_path / "llama")}, task=rows, max_new_tokens=4, steps=1)
 

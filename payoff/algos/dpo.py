@@ -223,8 +223,11 @@ class DPO(LMAlgorithm):
         self.packed = packable(self.model)
         self.train_pairs = encode_pairs(self.tokenizer, self.train_rows)
         self.test_pairs = encode_pairs(self.tokenizer, self.test_rows)
-        check_pairs_fit(self.model, self.train_pairs, "training pair")
-        check_pairs_fit(self.model, self.test_pairs, "held-out pair")
+        for pairs, rows, what in (
+            (self.train_pairs, self.train_rows, "training pair"),
+            (self.test_pairs, self.test_rows, "held-out pair"),
+        ):
+            check_pairs_fit(self.model, pairs, [r["prompt"] for r in rows], what)
         # The reference is frozen, so its log-probs are a property of the data: compute once.
         with FrozenReference(self.model).model() as reference:
             self.ref_train = pair_logprobs(

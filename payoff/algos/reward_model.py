@@ -237,17 +237,17 @@ class RewardModel(Algorithm):
             [r["prompt"] for r in self.train_rows],
             [(r["chosen"], r["rejected"]) for r in self.train_rows],
         )
-        backbone = self.members[0].language_model
-        check_pairs_fit(backbone, self.train_groups, "training pair")
-        check_pairs_fit(
-            backbone,
-            encode_groups(
-                self.members[0],
-                [r["prompt"] for r in self.test_rows],
-                [(r["chosen"], r["rejected"]) for r in self.test_rows],
-            ),
-            "held-out pair",
+        backbone, test_prompts = (
+            self.members[0].language_model,
+            [r["prompt"] for r in self.test_rows],
         )
+        check_pairs_fit(
+            backbone, self.train_groups, [r["prompt"] for r in self.train_rows], "training pair"
+        )
+        test_groups = encode_groups(
+            self.members[0], test_prompts, [(r["chosen"], r["rejected"]) for r in self.test_rows]
+        )
+        check_pairs_fit(backbone, test_groups, test_prompts, "held-out pair")
         self.scorer = RewardModelScorer(self.members)
 
     def spaces(self) -> dict[str, str]:

@@ -275,21 +275,25 @@ def context_limit(model: Any) -> tuple[int, str] | None:
 
 
 def check_pairs_fit(
-    model: Any, groups: Sequence[tuple[list[int], list[list[int]]]], what: str
+    model: Any,
+    groups: Sequence[tuple[list[int], list[list[int]]]],
+    prompts: Sequence[str],
+    what: str,
 ) -> None:
     """ConfigError naming the first of `what` (e.g. 'training pair') whose prompt plus its
     longest answer does not fit the model's context (`context_limit`); `groups` are token
-    ids, (prompt, [answer, ...]) per row, as the preference trainers encode them."""
+    ids, (prompt, [answer, ...]) per row, as the preference trainers encode them, and
+    `prompts` the rows' prompts (named in the error)."""
     context = context_limit(model)
     if context is None:
         return
     limit, fits = context
-    for index, (prompt, answers) in enumerate(groups):
+    for (prompt, answers), text in zip(groups, prompts, strict=True):
         longest = len(prompt) + max((len(a) for a in answers), default=0)
         if longest > limit:
             raise ConfigError(
-                f"{what} {index} is {longest} tokens (prompt and its longer answer, EOS "
-                f"included), past the {limit} positions this model "
+                f"a {what} ({text[:40]!r}...) is {longest} tokens (prompt and its longer "
+                f"answer, EOS included), past the {limit} positions this model "
                 f"({getattr(model.config, 'model_type', '?')}) {fits}: shorten or drop the "
                 f"pairs that long, or use a model with a longer context"
             )

@@ -231,25 +231,22 @@ class LMAlgorithm(Algorithm):
         if context is None:
             return
         limit, fits = context
-        rows = [
-            ("training", i, r) for i, r in enumerate(getattr(self.task, "train_rows", None) or [])
-        ]
-        rows = rows[:most]
+        rows = [("training", r) for r in (getattr(self.task, "train_rows", None) or [])[:most]]
         try:
             held_out = self.task.split("test", min(most, 1_000))
         except PayoffError:  # no held-out prompts ('text' rows for SFT): nothing to check
             held_out = []
-        rows += [("held-out", i, r) for i, r in enumerate(held_out)]
-        prompted = [(split, i, r) for split, i, r in rows if r.get("prompt")]
+        rows += [("held-out", r) for r in held_out]
+        prompted = [(split, r) for split, r in rows if r.get("prompt")]
         if not prompted:
             return
-        lengths = [len(self.tokenizer(self.prompt_text(r)).input_ids) for _, _, r in prompted]
+        lengths = [len(self.tokenizer(self.prompt_text(r)).input_ids) for _, r in prompted]
         at = int(np.argmax(lengths))
         longest, new = lengths[at], self.max_new_tokens()
         if longest + new <= limit:
             return
-        split, index, row = prompted[at]
-        where = f"{split} row {index} ({str(row['prompt'])[:40]!r}...)"
+        split, row = prompted[at]
+        where = f"a {split} row ({str(row['prompt'])[:40]!r}...)"
         advice = (
             f"Lower max_new_tokens to {limit - longest} or less, shorten the prompts"
             if longest < limit
