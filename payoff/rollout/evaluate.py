@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import ConfigError, EnvError, TrainingError
 from payoff.envs.make import EnvConfig, is_success, make_env
 from payoff.track.progress import LateProgress
 
@@ -51,6 +51,22 @@ def note_long_episodes(env_id: str, steps: int, limit: int = EPISODE_STEP_LIMIT)
     )
 
 
+def check_actions(actions: Any, env_id: str, step: int) -> None:
+    """TrainingError when a policy's continuous actions are NaN or inf: its weights have
+    diverged, and the env, stepped with them, would be blamed for the NaN it returns."""
+    if (
+        isinstance(actions, np.ndarray)
+        and actions.dtype.kind == "f"
+        and not np.isfinite(actions).all()
+    ):
+        raise TrainingError(
+            f"the policy's actions are not finite at step {step} of env {env_id!r} "
+            f"({actions[~np.isfinite(actions)][:3].tolist()}): its weights have diverged (NaN "
+            f"or inf). Lower learning_rate, clip gradients (max_grad_norm) or scale the rewards "
+            f"down; a checkpoint saved since then holds the broken weights"
+        )
+
+
 @dataclass
 class EvalResult:
     """Summary of evaluation episodes; success_rate is None where the env defines no success."""
@@ -88,6 +104,9 @@ def evaluate_policy(
     `step_limit` steps, with a warning, if it has not ended by then)."""
     check_episodes(episodes)
     environment = make_env(env)
+    spec = getattr(environment, "spec", None)
+    unlimited = getattr(spec, "max_episode_steps", None) is None  # its own time limit ends them
+    noted = False
     returns, lengths, successes = [], [], []
     progress = LateProgress(episodes, f"evaluating {env.id}")
     try:
@@ -97,7 +116,9 @@ def evaluate_policy(
             reward: float = 0.0
             info: dict[str, Any] = {}
             while not done:
-                obs, step_reward, terminated, truncated, info = environment.step(policy(obs))
+                action = policy(obs)
+                check_actions(action, env.id, length)
+                obs, step_reward, terminated, truncated, info = environment.step(action)
                 reward = float(step_reward)
                 total += reward
                 length += 1
@@ -105,8 +126,9 @@ def evaluate_policy(
                 if not done and length >= step_limit:
                     warn_unended(env.id, step_limit)
                     done = True
-                if length == EARLY_NOTE_STEPS and not done and step_limit > EARLY_NOTE_STEPS:
+                if length == EARLY_NOTE_STEPS and not done and not noted and unlimited:
                     note_long_episodes(env.id, length, step_limit)
+                    noted = True  # once per evaluation
                 progress.tick(1, int(done))
             returns.append(total)
             lengths.append(length)

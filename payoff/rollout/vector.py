@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError, EnvError, PayoffError, TrainingError
+from payoff.core.errors import ConfigError, EnvError, PayoffError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
@@ -31,6 +31,7 @@ from payoff.rollout.evaluate import (
     EARLY_NOTE_STEPS,
     EPISODE_STEP_LIMIT,
     EvalResult,
+    check_actions,
     check_episodes,
     note_long_episodes,
     warn_unended,
@@ -434,22 +435,6 @@ def episode_limit(envs: gym.vector.VectorEnv) -> int | None:
             return None
         limit = getattr(spec, "max_episode_steps", None)
     return int(limit) if isinstance(limit, int | np.integer) and limit > 0 else None
-
-
-def check_actions(actions: Any, env_id: str, step: int) -> None:
-    """TrainingError when a policy's continuous actions are NaN or inf: its weights have
-    diverged, and the env, stepped with them, would be blamed for the NaN it returns."""
-    if (
-        isinstance(actions, np.ndarray)
-        and actions.dtype.kind == "f"
-        and not np.isfinite(actions).all()
-    ):
-        raise TrainingError(
-            f"the policy's actions are not finite at step {step} of env {env_id!r} "
-            f"({actions[~np.isfinite(actions)][:3].tolist()}): its weights have diverged (NaN "
-            f"or inf). Lower learning_rate, clip gradients (max_grad_norm) or scale the rewards "
-            f"down; a checkpoint saved since then holds the broken weights"
-        )
 
 
 @torch.no_grad()
