@@ -925,3 +925,34 @@ def test_an_lm_predicts_from_a_conversation_as_from_a_prompt(tmp_path):
     assert grpo.predict([chat, chat]) == [one, one]
     with pytest.raises(ConfigError, match="predict takes a prompt string, a conversation"):
         grpo.predict([3])
+
+
+def test_disable_dropout_reaches_rates_kept_as_numbers():
+    # OPT's layers call F.dropout(p=self.dropout) with a float, no nn.Dropout to find
+    from transformers import OPTConfig, OPTForCausalLM
+
+    from payoff.models.lm import disable_dropout
+
+    model = OPTForCausalLM(
+        OPTConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            ffn_dim=32,
+            num_attention_heads=2,
+            word_embed_proj_dim=16,
+            max_position_embeddings=32,
+        )
+    )
+
+    def rates():
+        return {
+            v
+            for m in model.modules()
+            for n, v in vars(m).items()
+            if "dropout" in n and isinstance(v, float)
+        }
+
+    assert 0.1 in rates()
+    disable_dropout(model)
+    assert rates() == {0.0}

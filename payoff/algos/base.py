@@ -35,9 +35,9 @@ import torch
 from payoff.algos.loop import LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
-from payoff.core.config import annotated_class, fields_of, from_dict, to_dict
+from payoff.core.config import annotated_class, fields_of, from_dict, key_hint, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
-from payoff.core.errors import CheckpointError, ConfigError, suggest
+from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.imports import names_from
 from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of
@@ -526,7 +526,7 @@ class Algorithm:
             if unknown:
                 raise ConfigError(
                     f"{cls.__name__}.load() got unknown config key(s) {unknown}."
-                    f"{suggest(unknown[0], valid)} It takes path, env, device, trust_code and "
+                    f"{key_hint(unknown[0], valid)} It takes path, env, device, trust_code and "
                     f"{cls.__name__}'s config keys"
                 )
             config_data.update(_onto_saved(cls.config_class, config_data, settings))

@@ -478,20 +478,25 @@ OTHER_LIBRARIES: dict[str, tuple[str, str]] = {
     "num_generations": ("TRL", "group_size"),
     "max_completion_length": ("TRL", "max_new_tokens"),
     "max_steps": ("TRL", "steps"),
-    "per_device_train_batch_size": ("TRL", "prompts_per_step"),
+    "per_device_train_batch_size": ("TRL", "prompts_per_step"),  # x group_size completions
     "epsilon": ("TRL", "clip_eps"),
     "epsilon_high": ("TRL", "clip_eps_high"),
     "loss_type": ("TRL", "loss_aggregation"),
 }
 
 
-def _hint(key: str, fields: Any) -> str:
+def key_hint(key: str, fields: Any) -> str:
     """' Did you mean ...?', or the key's name here when another library's name was used."""
     names = set(fields)
     if key in OTHER_LIBRARIES:
         library, ours = OTHER_LIBRARIES[key]
         if ours.split(".", 1)[0] in names:
-            return f" That is {library}'s name; payoff's is {ours!r}."
+            counts = (
+                " (TRL's counts completions: prompts_per_step x group_size)"
+                if key == "per_device_train_batch_size"
+                else ""
+            )
+            return f" That is {library}'s name; payoff's is {ours!r}{counts}."
     if key == "ent_coef" and "alpha" in names:  # SAC (PPO's ent_coef is its own)
         return " That is SB3's name; payoff's SAC has 'alpha' (and 'autotune')."
     return suggest(key, names)
@@ -512,7 +517,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
             )
         if key not in fields:
             raise ConfigError(
-                f"unknown config key {prefix + str(key)!r}.{_hint(str(key), fields)} "
+                f"unknown config key {prefix + str(key)!r}.{key_hint(str(key), fields)} "
                 f"Valid keys{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(sorted(fields))}"
             )
         kwargs[key] = _coerce(value, hints[key], prefix + key)

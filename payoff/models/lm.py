@@ -300,14 +300,16 @@ def check_pairs_fit(
 
 
 def disable_dropout(model: torch.nn.Module) -> None:
-    """Every dropout layer's rate to 0 (nn.Dropout, and the attention dropout rate that
-    attention modules keep as a number, as Llama's does), so training passes compute what
-    evaluation passes do. The model's config, and so a saved model, keeps its rates."""
+    """Every dropout rate to 0: nn.Dropout layers, and the rates modules keep as numbers
+    for F.dropout (Llama's attention_dropout, OPT's and BART's dropout, Bloom's
+    hidden_dropout), so training passes compute what evaluation passes do. The model's
+    config, and so a saved model, keeps its rates. (Before LoRA is added: lora_dropout stays.)"""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
 
 
 def autocast_decoder(model: Any, device_type: str, dtype: torch.dtype) -> None:
