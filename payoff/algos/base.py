@@ -617,6 +617,11 @@ class Agent(Algorithm):
     """An algorithm whose product acts in an environment: `predict` an action for an
     observation, `evaluate` on fresh episodes (episode statistics), `record_gif`."""
 
+    def progress_postfix(self) -> dict[str, Any]:
+        """The bar's `ret`: the mean return of the recent training episodes, a dash until
+        one has finished (0 would read as a return of zero)."""
+        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else "-"}
+
     @contextmanager
     def predict_streams(self) -> Iterator[None]:
         """predict's random draws come from streams of its own: while it runs, the torch

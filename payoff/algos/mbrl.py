@@ -904,9 +904,6 @@ class MBRL(Agent):
             "train/plan_gap": mean_planned - mean_realized,
         }
 
-    def progress_postfix(self) -> dict[str, Any]:
-        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
-
     def log_training(self) -> None:
         returns, lengths = self.runner.drain_episodes()
         self.state.add_returns(returns)

@@ -212,9 +212,6 @@ class OffPolicyAlgorithm(Agent):
         if self.step >= config.learning_starts and passed:
             self.train(passed * config.gradient_steps)
 
-    def progress_postfix(self) -> dict[str, Any]:
-        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
-
     def log_training(self) -> None:
         returns, lengths = self.runner.drain_episodes()
         self.state.add_returns(returns)

@@ -406,9 +406,6 @@ class OnPolicyAlgorithm(Agent):
         """The fast sampler for the next local rollout (the actor's), or None."""
         return self.actor.rollout_sampler(self.config.num_steps, self.runner.num_envs)
 
-    def progress_postfix(self) -> dict[str, Any]:
-        return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0}
-
     def log_training(self) -> None:
         returns, lengths = self.runner.drain_episodes()
         self.state.add_returns(returns)
