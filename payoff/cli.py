@@ -225,7 +225,13 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from payoff.report.plots import figure_format, plot_curves
+    from payoff.report.plots import (
+        default_metrics,
+        figure_format,
+        final_point,
+        plot_curves,
+        series,
+    )
     from payoff.track.run import Run
 
     figure_format(args.out)  # before reading the runs: --out x.svg writes SVG, x.txt is refused
@@ -240,6 +246,18 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     with _writing(f"the plot {args.out!r}", "pass --out with a path you can write to"):
         path = plot_curves(runs, args.out, metrics=args.metric or None, x=args.x)
     print(f"wrote {path}")
+    drawn = args.metric or default_metrics(runs)
+    left_out = [
+        run.path.name
+        for run in runs
+        if not any(len(series(run, m, args.x)[0]) or final_point(run, m, args.x) for m in drawn)
+    ]
+    if left_out:  # the title counts them, the legend cannot
+        print(
+            f"note: {', '.join(left_out)} logged none of {', '.join(drawn)}, so the plot has "
+            f"no line for {'it' if len(left_out) == 1 else 'them'} (--metric picks another)",
+            file=sys.stderr,
+        )
     envs = sorted({_trained_on(run.config) for run in runs})
     if len(envs) > 1:  # a return of -600 on Taxi and of -0.1 on Blackjack share an axis
         print(
@@ -251,8 +269,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _trained_on(config: dict) -> str:
-    """The env id or task name a run's config trains on ('?' where it names neither)."""
-    for key, field_name in (("env", "id"), ("task", "name")):
+    """The env id, task name or game a run's config trains on ('?' where it names none)."""
+    for key, field_name in (("env", "id"), ("task", "name"), ("game", "name")):
         value = config.get(key)
         if isinstance(value, dict) and value.get(field_name):
             return _printable(value[field_name])

@@ -244,3 +244,29 @@ def test_a_mistyped_flag_is_answered_with_the_flag(argv, hint, capsys):
         parse_args(argv)
     err = capsys.readouterr().err
     assert hint in err and "key=value" not in err
+
+
+def test_plot_says_which_runs_have_no_line(tmp_path, capsys):
+    # a tic-tac-toe run among CartPole ones vanished from the legend without a word
+    from payoff.cli import main
+    from payoff.track.run import Run
+
+    paths = []
+    for name, record in (
+        ("a", {"eval/mean_return": 1.0}),
+        ("b", {"eval/mean_return": 2.0}),
+        ("c", {"eval/elo": 3.0}),
+    ):
+        run = Run.create(
+            tmp_path,
+            name,
+            {"recipe": name, "env": {"id": "CartPole-v1"}}
+            if name != "c"
+            else {"recipe": "c", "game": "tictactoe"},
+        )
+        run.log(10, **record)
+        run.close()
+        paths.append(str(run.path))
+    assert main(["plot", *paths, "--out", str(tmp_path / "p.png")]) == 0
+    err = capsys.readouterr().err
+    assert "c logged none of eval/mean_return" in err and "tictactoe" in err and "?" not in err
