@@ -189,6 +189,8 @@ class _Encoder:
         dtype = value.dtype
         if dtype.newbyteorder("=") in _NUMPY_VIA_TORCH:
             native = np.asarray(value, dtype=dtype.newbyteorder("="), order="C")  # keeps 0-d
+            if not native.flags.writeable:  # (Ray hands out read-only arrays; torch warns)
+                native = native.copy()
             return {"~": "ndarray", "key": self._store(torch.from_numpy(native), where)}
         if _RAW_DTYPE.fullmatch(dtype.str) is None:
             raise CheckpointError(
