@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,10 +203,15 @@ def plot_curves(
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        # long labels (a recipe and its overrides) wrapped: wider than the axes, the legend
+        # was placed over the axis label
+        handles, names = ax.get_legend_handles_labels()
+        ax.legend(handles, [textwrap.fill(name, 48) for name in names], fontsize=8)
     # many settings: the legend names them, and the title counts them
     many = f"{len(runs)} runs of {len(groups)} settings"
-    fig.suptitle(title or (", ".join(sorted(groups)) if len(groups) <= 3 else many))
+    fig.suptitle(
+        textwrap.fill(title or (", ".join(sorted(groups)) if len(groups) <= 3 else many), 90)
+    )
     return save_figure(fig, path)
 
 
