@@ -366,3 +366,10 @@ def test_eval_symmetries_reaches_the_play_time_players_but_not_the_gate(monkeypa
     agent.player()
     assert made[-1] is True
     assert agent.predict(agent.game.initial_state()) in range(agent.game.num_actions)
+
+
+def test_evaluate_says_who_it_played() -> None:
+    # `payoff eval` on an AlphaZero run printed a mean return with no opponent
+    result = AlphaZero(**TINY).evaluate(4)
+    assert result.opponent == "greedy" and result.wins + result.draws + result.losses == 4
+    assert result.line().startswith("against greedy: ") and result.to_dict()["opponent"] == "greedy"

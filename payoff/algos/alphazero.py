@@ -567,7 +567,7 @@ class AlphaZero(Agent):
             self.config.final_eval_openings,
             seed,
         )
-        return eval_result(result)
+        return eval_result(result, baseline)
 
     def finish(self) -> None:
         config = self.config
@@ -597,7 +597,9 @@ class AlphaZero(Agent):
         )
         if self.run is not None:
             self.run.write_summary(
-                final_eval=eval_result(last).to_dict() if last is not None else None,
+                final_eval=eval_result(last, config.baselines[-1]).to_dict()
+                if last is not None
+                else None,
                 final_line=line or None,
                 final_opponent=config.baselines[-1],
                 final_matches=finals,

@@ -10,7 +10,7 @@ baseline once more. A match is (PlayerSpec, PlayerSpec, games), so any process c
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -102,13 +102,34 @@ def as_result(match: MatchResult) -> Result:
     return Result(match.a, match.b, match.wins, match.draws, match.losses)
 
 
-def eval_result(match: MatchResult) -> EvalResult:
+@dataclass
+class MatchEval(EvalResult):
+    """A match as evaluation episodes, and who was played with what result."""
+
+    opponent: str = ""
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+
+    def line(self) -> str:
+        return (
+            f"against {self.opponent}: {self.wins} won, {self.draws} drawn, {self.losses} lost "
+            f"of {self.episodes} games (mean return {self.mean_return:.3f}, not lost "
+            f"{self.success_rate:.3f})"
+        )
+
+
+def eval_result(match: MatchResult, opponent: str = "") -> MatchEval:
     """A match as evaluation episodes: +1 win / 0 draw / -1 loss; success = not lost."""
     scores = np.array([1.0] * match.wins + [0.0] * match.draws + [-1.0] * match.losses)
-    return EvalResult(
+    return MatchEval(
         mean_return=float(scores.mean()),
         std_return=float(scores.std()),
         episodes=match.games,
         success_rate=1.0 - match.losses / max(match.games, 1),
         mean_length=float(np.mean(match.lengths)),
+        opponent=opponent,
+        wins=match.wins,
+        draws=match.draws,
+        losses=match.losses,
     )
