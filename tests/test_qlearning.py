@@ -269,3 +269,12 @@ def test_frozenlake_q_reaches_070_over_1000_episodes(tmp_path, capsys):
     assert summary["final_eval"]["episodes"] == 1000
     assert summary["final_eval"]["success_rate"] >= 0.70
     assert summary["episodes_to_plateau"] is not None
+
+
+def test_the_plateau_on_returns_is_a_fraction_of_their_range():
+    # Taxi's returns run from -200 to 20: "within 0.05 of its best" meant almost never
+    from payoff.algos.qlearning import QLearning
+
+    agent = QLearning(env="CliffWalking-v1", total_episodes=1)
+    agent.evals = [(100, -200.0, None), (200, -30.0, None), (300, -19.0, None), (400, -13.0, None)]
+    assert agent.episodes_to_plateau() == 300  # within 0.05 x 187 of -13

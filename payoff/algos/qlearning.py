@@ -46,7 +46,9 @@ class QLearningConfig(AgentKeys):
         slippery-ice noise; a constant one keeps the table jittering).
     epsilon: exploration rate, scheduled over training.
     plateau_tolerance: the run reports the first evaluation within this much of the best
-        success rate (or return) it reached: "episodes until it stopped improving".
+        success rate it reached, "episodes until it stopped improving"; for an env without
+        a success rate, within this fraction of the range from its worst evaluated return to
+        its best (a return's scale is the env's: 0.05 of Taxi's -200..20 is 11).
     device: cpu or auto (the table is a NumPy array on the CPU: there is no network to
         move); naming an accelerator is an error.
     """
@@ -226,8 +228,10 @@ class QLearning(Agent):
             return None
         scores = [s if s is not None else r for _, r, s in self.evals]
         best = max(scores)
+        returns = any(s is None for _, _, s in self.evals)
+        tolerance = self.config.plateau_tolerance * ((best - min(scores)) if returns else 1.0)
         for (episode, _, _), score in zip(self.evals, scores, strict=True):
-            if score >= best - self.config.plateau_tolerance:
+            if score >= best - tolerance:
                 return episode
         return None
 
@@ -247,8 +251,9 @@ class QLearning(Agent):
                 steps=self.env_steps,
                 episodes_to_plateau=plateau,
                 plateau_note=(
-                    f"greedy-policy evaluation came within {config.plateau_tolerance} of its best "
-                    f"after {plateau} episodes"
+                    f"greedy-policy evaluation came within {config.plateau_tolerance:g} of its "
+                    f"best {'success rate' if result.success_rate is not None else 'return (as a fraction of its range)'} "
+                    f"after {plateau} episodes ({len(self.evals)} evaluations)"
                     if plateau is not None
                     else None
                 ),
