@@ -157,3 +157,15 @@ def test_ippo_gif_shows_the_whole_team_playing_the_shared_policy(tmp_path, monke
         assert gif.n_frames >= 20  # the reset and max_cycles=25 steps (repeats may merge)
     assert seen == [3] * 25  # one call a step, with the observations of all 3 agents
     assert agent.evaluate(4).episodes == 4  # episodes, not agent-episodes (a mean per agent)
+
+
+def test_pettingzoo_refusals_point_to_what_works():
+    # a turn-based game and agents of different shapes were refused without a way forward
+    pytest.importorskip("pettingzoo")
+    from payoff.envs.pettingzoo import _Agents, make_pettingzoo
+
+    with pytest.raises(EnvError, match="turn-based game .* AlphaZero"):
+        make_pettingzoo("pettingzoo.classic.tictactoe_v3", "parallel")
+    pytest.importorskip("mpe2")
+    with pytest.raises(EnvError, match="SuperSuit's pad_observations_v0"):
+        _Agents("mpe2.simple_adversary_v3", False, {})

@@ -67,6 +67,13 @@ def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
         if maker is None:
             raise EnvError(
                 f"module {env_id!r} has no {'parallel_env' if api == 'parallel' else 'env'}()"
+                + (
+                    ": a turn-based game (PettingZoo's classic envs) is played one agent at a "
+                    "time; AlphaZero plays payoff's games (algo: alphazero, game: tictactoe | "
+                    "connect4), and play_aec plays a policy on an AEC env"
+                    if api == "parallel"
+                    else ""
+                )
             )
         return maker(**kwargs)
     try:
@@ -109,7 +116,9 @@ class _Agents:
         if any(s != spaces[0] for s in spaces) or any(a != actions[0] for a in actions):
             raise EnvError(
                 f"PettingZoo env {env_id!r} gives its agents different observation or action "
-                f"spaces; shared-parameter learners need them equal"
+                f"spaces; shared-parameter learners need them equal. SuperSuit's "
+                f"pad_observations_v0 and pad_action_space_v0 pad them to one shape (wrap the "
+                f"env in your own factory, env.id=my_module:factory)"
             )
         if not isinstance(actions[0], gym.spaces.Discrete | gym.spaces.Box):
             raise EnvError(
