@@ -150,6 +150,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"final evaluation: {_printable(EvalResult(**final).line())}")
     if summary.get("plateau_note"):
         print(_printable(summary["plateau_note"]))
+    for line in summary.get("member_finals") or []:  # an experiment: each member's result
+        print(_printable(line))
     print(f"run: {run.path}")
     report = run.media / "report.html"
     if report.exists():

@@ -476,11 +476,26 @@ def train_experiment(
     draw_comparisons(member_runs, labels, run.media)
     run.write_summary(
         members=[str(r.path) for r in member_runs],
+        member_finals=[_final_line(r, label) for r, label in zip(member_runs, labels, strict=True)],
         seconds=round(time.time() - started, 1),
         finished=True,
     )
     write_report(run)
     return run
+
+
+def _final_line(run: Run, label: str) -> str:
+    """One member of an experiment in a line: its label, seed and final evaluation."""
+    summary = run.summary()
+    final = summary.get("final_line")
+    if not final and isinstance(summary.get("final_eval"), dict):
+        from payoff.rollout.evaluate import EvalResult
+
+        try:
+            final = EvalResult(**summary["final_eval"]).line()
+        except TypeError:  # another algorithm's fields
+            final = None
+    return f"{label} (seed {run.config.get('seed')}): {final or 'no final evaluation'}"
 
 
 def algorithm_config(run: Run) -> dict[str, Any]:

@@ -270,3 +270,36 @@ def test_plot_says_which_runs_have_no_line(tmp_path, capsys):
     assert main(["plot", *paths, "--out", str(tmp_path / "p.png")]) == 0
     err = capsys.readouterr().err
     assert "c logged none of eval/mean_return" in err and "tictactoe" in err and "?" not in err
+
+
+def test_an_experiment_prints_each_members_result(tmp_path, capsys):
+    # the terminal showed only run: and report: for a whole ablation
+    from payoff.cli import main
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(
+        "kind: experiment\nmembers:\n"
+        "  - {recipe: frozenlake-q, seeds: [0, 1], label: default}\n"
+        "  - {recipe: frozenlake-q, seeds: [0], overrides: [gamma=0.5], label: short-sighted}\n"
+    )
+    assert (
+        main(
+            [
+                "train",
+                str(experiment),
+                "total_episodes=200",
+                "final_eval_episodes=20",
+                "--out",
+                str(tmp_path / "runs"),
+                "--no-media",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    for label in (
+        "default (seed 0): mean return",
+        "default (seed 1): ",
+        "short-sighted (seed 0): ",
+    ):
+        assert label in out
