@@ -254,9 +254,8 @@ def test_your_own_expert_as_a_function_a_saved_agent_or_none_for_recorded_demos(
     alone = BC(env="CartPole-v1", demonstrations=str(path), expert=None, epochs=1, hidden=[8])
     assert alone.expert is None and alone.learn().labels == 300
 
-    PPO("CartPole-v1", total_steps=2048, num_envs=8, num_steps=64).learn().save(
-        tmp_path / "ppo.safetensors"
-    )
+    ppo = PPO("CartPole-v1", total_steps=2048, num_envs=8, num_steps=64).learn()
+    ppo.save(tmp_path / "ppo.safetensors")
     dagger = DAgger(
         env="CartPole-v1",
         expert=str(tmp_path / "ppo.safetensors"),
@@ -265,7 +264,14 @@ def test_your_own_expert_as_a_function_a_saved_agent_or_none_for_recorded_demos(
         epochs_per_round=1,
         hidden=[8],
     )
-    assert dagger.expert is not None
+    states = np.random.default_rng(0).uniform(-0.2, 0.2, (16, 4)).astype(np.float32)
+    assert np.array_equal(dagger.expert.act(states), ppo.predict(states))  # PPO's policy labels
+
+    def nan_off_centre(obs):  # fine on the two sample states checked first, NaN later
+        return np.where(np.abs(obs[:, 2:3]) > 4.0, np.nan, 0.5)
+
+    with pytest.raises(EnvError, match="labelled a state with a non-finite action"):
+        BC(env="Pendulum-v1", expert=nan_off_centre, label_budget=400, hidden=[8], epochs=1).learn()
 
     with pytest.raises(EnvError, match="non-finite actions"):
         BC(env="Pendulum-v1", expert=lambda obs: np.full((len(obs), 1), np.nan))

@@ -365,10 +365,15 @@ class Algorithm:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.state.load_state_dict(state["loop"])
+        device = getattr(self, "device", None)
         for name in self.saved:
             if name not in state and isinstance(getattr(self, name), list):
                 continue  # a list kept since (what a log averages): older checkpoints lack it
-            setattr(self, name, restore(getattr(self, name), state.get(name), name))
+            value = restore(getattr(self, name), state.get(name), name)
+            if isinstance(value, list) and isinstance(device, torch.device):
+                # tensors a log averages come back on the CPU; the run appends device ones
+                value = [v.to(device) if isinstance(v, torch.Tensor) else v for v in value]
+            setattr(self, name, value)
 
     def spaces(self) -> dict[str, str]:
         """repr of observation/action spaces, checked when a checkpoint meets an env (an
@@ -619,7 +624,7 @@ class Agent(Algorithm):
 
     def progress_postfix(self) -> dict[str, Any]:
         """The bar's `ret`: the mean return of the recent training episodes, a dash until
-        one has finished (0 would read as a return of zero)."""
+        the first log that has one (0 would read as a return of zero)."""
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else "-"}
 
     @contextmanager

@@ -78,15 +78,17 @@ class BC(ImitationAlgorithm):
                 observations[: config.label_budget],
                 actions[: config.label_budget],
             )
-            bad = ~np.isfinite(np.asarray(actions, dtype=np.float64).reshape(len(actions), -1)).all(
-                1
-            )
-            if bad.any():
-                raise DataError(
-                    f"demonstrations {config.demonstrations!r}: {int(bad.sum())} of "
-                    f"{len(actions)} actions are NaN or inf (the first at step "
-                    f"{int(np.flatnonzero(bad)[0])}); fix or drop them"
-                )
+            for what, values in (("observations", observations), ("actions", actions)):
+                if not len(values):  # (no demonstrations: said where they are used)
+                    continue
+                flat = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
+                bad = ~np.isfinite(flat).all(1)
+                if bad.any():
+                    raise DataError(
+                        f"demonstrations {config.demonstrations!r}: {int(bad.sum())} of "
+                        f"{len(values)} {what} are NaN or inf (the first at step "
+                        f"{int(np.flatnonzero(bad)[0])}); fix or drop them"
+                    )
         else:
             demos = demonstrations.record(
                 config.env, self.labeller(), steps=config.label_budget, seed=config.seed + 10_000

@@ -259,7 +259,10 @@ class RecurrentPPO(OnPolicyAlgorithm):
             episode (zeros). episode_start: bool or [batch] bools, True where this
             observation is the first of an episode (its state resets to zeros first).
         """
-        return self.actor.predict_step(observation, state, episode_start, deterministic)
+        if deterministic:
+            return self.actor.predict_step(observation, state, episode_start, deterministic)
+        with self.predict_streams():
+            return self.actor.predict_step(observation, state, episode_start, deterministic)
 
     def _greedy_player(self, batch: int) -> Any:
         """act(obs [batch, ...]) -> NumPy actions of the deterministic policy, remembering

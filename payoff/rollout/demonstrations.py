@@ -25,7 +25,7 @@ import numpy as np
 
 from payoff.core.errors import DataError, EnvError
 from payoff.envs.make import EnvConfig, make_env
-from payoff.rollout.experts import Expert, check_expert
+from payoff.rollout.experts import Expert, check_expert, finite_labels
 
 MINARI_VERSION = "0.5.4"  # the Minari release whose layout this writes
 EPISODE_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -90,7 +90,7 @@ def record(
             starts.append(len(act_rows))
             done = False
             while not done:
-                action = np.asarray(expert.act(np.asarray(obs)[None]))[0]
+                action = finite_labels(expert, np.asarray(expert.act(np.asarray(obs)[None])))[0]
                 obs_rows.append(np.asarray(obs))
                 act_rows.append(action)
                 obs, reward, terminated, truncated, _ = environment.step(action)

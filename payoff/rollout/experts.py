@@ -182,6 +182,18 @@ def make_expert(spec: str, action_space: gym.Space | None = None, **kwargs: Any)
     )
 
 
+def finite_labels(expert: Expert, actions: np.ndarray) -> np.ndarray:
+    """`actions` an expert labelled, or EnvError where any is NaN or inf: a label like that
+    would train a NaN policy."""
+    if actions.dtype.kind == "f" and not np.isfinite(actions).all():
+        raise EnvError(
+            f"expert {type(expert).__name__} labelled a state with a non-finite action "
+            f"({actions[~np.isfinite(actions)][:3].tolist()}); such labels would train a NaN "
+            f"policy: fix the expert"
+        )
+    return actions
+
+
 def check_expert(expert: Expert, observation_space: gym.Space, action_space: gym.Space) -> None:
     """Ask the expert about two sample states and check its answers fit the action space."""
     sample = np.stack([observation_space.sample(), observation_space.sample()])

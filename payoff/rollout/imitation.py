@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.envs.make import EnvConfig, check_env
-from payoff.rollout.experts import Expert
+from payoff.rollout.experts import Expert, finite_labels
 
 Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
 
@@ -80,7 +80,7 @@ def collect_mixture(
     running_return = np.zeros(num)
     returns: list[float] = []
     while collected < labels:
-        expert_act = np.asarray(expert.act(obs))
+        expert_act = finite_labels(expert, np.asarray(expert.act(obs)))
         learner_act = np.asarray(learner(obs))
         use_expert = rng.random(num) < beta
         shape = (num,) + (1,) * (learner_act.ndim - 1)

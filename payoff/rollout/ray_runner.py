@@ -362,6 +362,11 @@ class RayRunner:
             "workers": workers,
             "ready": None if self._ready is None else [_as_data(r) for r in self._ready],
             "ready_version": self._pending_version,
+            # episodes finished since the last log (as VectorRunner keeps them)
+            "finished": {
+                "returns": list(self.finished_returns),
+                "lengths": list(self.finished_lengths),
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any], seed: int | None = None) -> None:
@@ -382,6 +387,9 @@ class RayRunner:
         ready = state.get("ready")
         self._ready = None if ready is None else [_from_data(r) for r in ready]
         self._pending_version = int(state.get("ready_version", 0))
+        finished = state.get("finished") or {}  # (checkpoints before 2026-11-28 hold none)
+        self.finished_returns = [float(r) for r in finished.get("returns", [])]
+        self.finished_lengths = [int(n) for n in finished.get("lengths", [])]
         self._restored = state["workers"]
         if self.workers:  # already running: push the states now
             ray = connect(self.config)

@@ -105,6 +105,11 @@ class ImitationConfig(AgentKeys):
         # Ranges of single keys (counts > 0, learning_rate > 0, ...) are checked by core.config.
         if not self.hidden:
             raise ConfigError("config key 'hidden' needs at least one layer width, e.g. [64, 64]")
+        if self.expert is not None and not isinstance(self.expert, str):
+            raise ConfigError(
+                f"config key 'expert' is a name or a path here; pass a function or an object "
+                f"with act() as BC(env, expert=...), not inside a config: got {self.expert!r}"
+            )
 
 
 def imitation_loss(
@@ -195,8 +200,9 @@ class ImitationAlgorithm(Agent):
                     f"actions or an object with act(observations); got {expert!r}"
                 )
             self._expert_object = expert if hasattr(expert, "act") else FunctionExpert(expert)
+            source = getattr(expert, "source", "")  # a PolicyExpert knows its file: keep it
             name = getattr(expert, "__qualname__", None) or type(expert).__qualname__
-            kwargs["expert"] = f"python:{name}"
+            kwargs["expert"] = str(source) if source else f"python:{name}"
         super().__init__(env, *extra, **kwargs)
 
     config: ImitationConfig
@@ -297,7 +303,10 @@ class ImitationAlgorithm(Agent):
         return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        return self.actor.act(observation, deterministic)
+        if deterministic:
+            return self.actor.act(observation, deterministic)
+        with self.predict_streams():
+            return self.actor.act(observation, deterministic)
 
     # ---- learning ---------------------------------------------------------------------
     def add_data(self, observations: np.ndarray, actions: np.ndarray) -> None:
