@@ -397,3 +397,20 @@ def test_updates_per_env_step_are_gradient_steps_over_train_every_whatever_num_e
     ).learn(400)
     trained = agent.step - 200  # env steps since learning started
     assert abs(agent.gradient_updates - trained / train_every) <= num_envs
+
+
+def test_a_replay_buffer_larger_than_memory_is_refused_up_front(monkeypatch):
+    # 84x84x3 images at SB3's default 1,000,000 transitions: 158 GiB as float32, reserved
+    # lazily by NumPy, so the run failed only once the buffer filled
+    import payoff.rollout.replay as replay
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (16 * 2**30) // 4096}  # a 16 GiB machine
+    monkeypatch.setattr(replay.os, "sysconf", lambda name: pages[name])
+    with pytest.raises(
+        ConfigError,
+        match=r"needs 157.7 GiB .* of this machine's 16.0 GiB; replay.size=50,\d{3} fits",
+    ):
+        replay.ReplayBuffer(1_000_000, (84, 84, 3), (1,), np.float32)
+    with pytest.warns(RuntimeWarning, match="needs 9.5 GiB"):
+        replay.check_fits(60_000, (84, 84, 3))
+    replay.check_fits(100_000, (4,))  # CartPole's: nothing to say

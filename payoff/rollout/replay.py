@@ -3,12 +3,15 @@ and self-play positions (planes, pi, z) for AlphaZero."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from payoff.core.errors import ConfigError
 from payoff.core.state import tensors_to
 
 
@@ -52,6 +55,27 @@ def interleave(first: TransitionBatch, second: TransitionBatch, steps: int) -> T
     )
 
 
+def check_fits(capacity: int, obs_shape: tuple[int, ...]) -> None:
+    """ConfigError when `capacity` transitions' observations (float32, twice: obs and
+    next_obs) would not fit in this machine's memory; a warning past half of it."""
+    needed = 2 * 4 * int(capacity) * int(np.prod(obs_shape, dtype=np.int64))
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): not checked
+        return
+    if needed <= memory // 2:
+        return
+    fits = max(int(memory // 2 // max(needed // max(capacity, 1), 1)), 1)
+    message = (
+        f"the replay buffer of {capacity:,} transitions of {tuple(obs_shape)} observations needs "
+        f"{needed / 2**30:.1f} GiB (observations kept as float32, with the next ones) of this "
+        f"machine's {memory / 2**30:.1f} GiB; replay.size={fits:,} fits in half of it"
+    )
+    if needed > memory:
+        raise ConfigError(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 class ReplayBuffer:
     """Fixed-capacity storage; the oldest transitions are overwritten first.
 
@@ -67,7 +91,9 @@ class ReplayBuffer:
         act_dtype: type = np.int64,
     ):
         """act_shape / act_dtype: () and int64 for Discrete actions (indices), the Box's
-        shape and float32 for continuous ones."""
+        shape and float32 for continuous ones. A buffer larger than the machine's memory is
+        refused now (NumPy's zeros reserve it lazily: the run would fail once it filled)."""
+        check_fits(capacity, obs_shape)
         self.capacity = int(capacity)
         self.obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
         self.next_obs = np.zeros((self.capacity, *obs_shape), dtype=np.float32)
