@@ -667,6 +667,11 @@ def test_raw_pixels_into_an_mlp_are_warned_about():
         payoff.PPO(_Pixels(), num_envs=2, num_steps=8, minibatch_size=8)  # said once already
         payoff.PPO(grid, num_envs=2, num_steps=8, minibatch_size=8)  # 0/1 cells: no pixels
     assert not [w for w in caught if "uint8 images" in str(w.message)]
+    continuous = _Pixels()  # SAC's and TD3's networks read them raw too
+    continuous.observation_space = gym.spaces.Box(0, 255, (4, 4, 3), np.uint8)
+    continuous.action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    with pytest.warns(RuntimeWarning, match="uint8 images, flattened into an MLP"):
+        payoff.SAC(continuous, hidden=[8])
 
 
 def test_small_command_line_habits(tmp_path, capsys):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import EnvError
-from payoff.models.mlp import ACTIVATIONS, as_numpy, mlp, obs_dim
+from payoff.models.mlp import ACTIVATIONS, as_numpy, mlp, obs_dim, warn_raw_pixels
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps exp(log_std) finite and the policy not deterministic
 
@@ -133,6 +133,7 @@ class SquashedGaussianActor(nn.Module):
         super().__init__()
         self.action_dim = action_dim
         # One head for both: the first half of its output is the mean, the second log sigma.
+        warn_raw_pixels(observation_space)
         self.net = mlp(obs_dim(observation_space), hidden, 2 * action_dim, activation, 0.01)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,6 +179,7 @@ class DeterministicActor(nn.Module):
     ):
         super().__init__()
         self.action_dim = action_dim
+        warn_raw_pixels(observation_space)
         self.net = mlp(obs_dim(observation_space), hidden, action_dim, activation, 0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -196,6 +196,28 @@ class ObsNormalizer(nn.Module):
 _WARNED_PIXELS: set[str] = set()  # the pixel spaces already warned about in this process
 
 
+def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
+    """Warn, once per space, when observations are uint8 images (0..255) an MLP reads as
+    they are: it learns slowly or not at all from raw pixels."""
+    image = (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype == np.uint8
+        and len(space.shape) >= 2
+        and int(space.high.max()) > 1  # 0..255 pixels, not a 0/1 occupancy grid
+    )
+    if not image or repr(space) in _WARNED_PIXELS:
+        return
+    _WARNED_PIXELS.add(repr(space))  # once per space: the actor, its critic, a reload
+    warnings.warn(
+        f"observations {space} are uint8 images, flattened into an MLP as 0..255: it learns "
+        f"slowly or not at all from raw pixels (SB3 divides them by 255). Scale them first "
+        f"with an ObservationWrapper of yours that gives float32 in [0, 1] "
+        f"(env.wrappers=[{{name: my_module:ScaleImage}}]){', ' + remedy if remedy else ''}",
+        RuntimeWarning,
+        stacklevel=5,
+    )
+
+
 class _ObsEncoder(nn.Module):
     """Flattens Box observations / one-hot encodes Discrete ones, then normalizes."""
 
@@ -204,23 +226,8 @@ class _ObsEncoder(nn.Module):
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.dim = obs_dim(space)
         self.normalizer = normalizer if normalizer is not None else ObsNormalizer(self.dim)
-        image = (
-            isinstance(space, gym.spaces.Box)
-            and space.dtype == np.uint8
-            and len(space.shape) >= 2
-            and int(space.high.max()) > 1  # 0..255 pixels, not a 0/1 occupancy grid
-        )
-        if image and not self.normalizer.enabled and repr(space) not in _WARNED_PIXELS:
-            _WARNED_PIXELS.add(repr(space))  # once per space: the actor, its critic, a reload
-            warnings.warn(
-                f"observations {space} are uint8 images, flattened into an MLP as 0..255: "
-                f"it learns slowly or not at all from raw pixels (SB3 divides them by 255). "
-                f"Scale them first with an ObservationWrapper of yours that gives float32 in "
-                f"[0, 1] (env.wrappers=[{{name: my_module:ScaleImage}}]), or set "
-                f"normalize_obs=true",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        if not self.normalizer.enabled:
+            warn_raw_pixels(space, "or set normalize_obs=true")
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete:
