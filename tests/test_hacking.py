@@ -249,3 +249,37 @@ def test_divergence_stays_quiet_when_the_proxy_only_jitters():
         for a in noisy_rise.update(s, {"p": 0.1 + 0.01 * s + rng.normal(0, 0.05), "t": 0.0})
     ]
     assert fired and fired[0] < 40
+
+
+def test_divergence_pairs_a_train_metric_with_an_eval_metric_logged_apart():
+    # PPO logs eval/... in records of their own: a monitor of train/proxy against
+    # eval/mean_return saw no record with both and could never fire
+    monitor = Divergence(proxy="train/proxy", truth="eval/mean_return", window=3, min_records=6)
+    alarms = []
+    for step in range(40):
+        alarms += monitor.update(step, {"train/proxy": float(step)})
+        if step % 5 == 0:
+            alarms += monitor.update(step, {"eval/mean_return": 10.0})
+    assert len(alarms) == 1 and "stayed flat" in alarms[0].message
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"kind": "threshold", "key": "x", "above": 1, "patience": 0}, "'patience' must be >= 1"),
+        ({"kind": "divergence", "proxy": "a", "truth": "b", "window": 0}, "'window' must be >= 1"),
+        ({"kind": "spurious_correlation", "window": 1}, "'window' must be >= 3"),
+    ],
+)
+def test_monitor_settings_that_cannot_work_are_refused(spec, message):
+    # patience 0 halted an honest run ("is below None for 0 records"); window 0 crashed mid-run
+    with pytest.raises(ConfigError, match=message):
+        build_monitors([spec])
+
+
+def test_drift_by_ratio_works_on_negative_levels():
+    from payoff.monitor.detectors import Drift
+
+    monitor = Drift(key="r", baseline=3, window=3, ratio=2.0)
+    values = [-10.0] * 6 + [-100.0] * 3
+    assert [a.step for s, v in enumerate(values) for a in monitor.update(s, {"r": v})] == [6]

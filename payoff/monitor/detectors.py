@@ -98,10 +98,10 @@ class DivergenceConfig:
 
     proxy: str = "train/return"
     truth: str = "train/true_return"
-    window: int = 5
+    window: int = field(default=5, metadata=in_range(1))
     proxy_gain_fraction: float = 0.25
     true_tolerance: float = 0.1
-    significance: float = 2.5
+    significance: float = field(default=2.5, metadata=in_range(0))
     min_records: int = 10
 
 
@@ -115,13 +115,20 @@ class Divergence(Monitor):
 
     def setup(self) -> None:
         self.points: list[tuple[int, float, float]] = []  # (step, proxy, true)
+        self.latest: dict[str, float] = {}  # each metric's last value
 
     def update(self, step: int, record: dict[str, Any]) -> list[Alarm]:
-        proxy, true = _number(record, self.config.proxy), _number(record, self.config.truth)
+        # The two may come in different records (train/... every update, eval/... at each
+        # evaluation): each record with either pairs it with the other's latest value.
+        c = self.config
+        fresh = {k: v for k in (c.proxy, c.truth) if (v := _number(record, k)) is not None}
+        if not fresh:
+            return []
+        self.latest.update(fresh)
+        proxy, true = self.latest.get(c.proxy), self.latest.get(c.truth)
         if proxy is None or true is None:
             return []
         self.points.append((step, proxy, true))
-        c = self.config
         if self.fired or len(self.points) < max(c.min_records, 2 * c.window):
             return []
         proxies = np.array([p for _, p, _ in self.points])
@@ -178,7 +185,7 @@ class ThresholdConfig:
     key: str = "train/kl"
     above: float | None = None
     below: float | None = None
-    patience: int = 1
+    patience: int = field(default=1, metadata=in_range(1))
     severity: Literal["info", "warning", "critical"] = "warning"
 
 
@@ -235,12 +242,13 @@ class DriftConfig:
 
     key: metric key. baseline: the first records averaged as the starting level; window:
     the latest records averaged. Fires when the latest level is more than `ratio` times the
-    start (or less than start / ratio), or more than `increase` above it (either set).
+    start (or less than start / ratio; for a negative start, the same ratios of it: -100 is
+    10x -10), or more than `increase` above it (either set).
     """
 
     key: str = "train/completion_length"
-    baseline: int = 5
-    window: int = 5
+    baseline: int = field(default=5, metadata=in_range(1))
+    window: int = field(default=5, metadata=in_range(1))
     ratio: float | None = field(default=2.0, metadata=in_range(1.0, low_open=True))
     increase: float | None = None
     severity: Literal["info", "warning", "critical"] = "warning"
@@ -275,7 +283,9 @@ class Drift(Monitor):
         start = float(np.mean(self.start))
         now = float(np.mean([v for _, v in self.recent]))
         how = ""
-        if c.ratio is not None and start > 0 and (now > start * c.ratio or now < start / c.ratio):
+        # (a negative level drifts by the same ratios: -100 is 10x a start of -10; a start
+        # of 0 has no ratio, only `increase`)
+        if c.ratio is not None and start != 0 and not 1 / c.ratio <= now / start <= c.ratio:
             how = f"{now / start:.2f}x its starting level"
         elif c.increase is not None and now - start > c.increase:
             how = f"{now - start:+.3g} above its starting level"
@@ -303,7 +313,7 @@ class SpuriousCorrelationConfig:
 
     reward: str = "train/reward"
     feature: str = "train/completion_length"
-    window: int = 20
+    window: int = field(default=20, metadata=in_range(3))  # a correlation needs 3 points
     above: float = 0.8
 
 
