@@ -389,6 +389,13 @@ def write_media(run: Run, algorithm: Algorithm) -> None:
         except (PayoffError, NotImplementedError, ImportError, AttributeError) as err:
             # the env does not render to rgb_array; the report simply has no GIF
             print(f"no episode GIF: {str(err).splitlines()[0][:300]}", file=sys.stderr)
+        except Exception as err:  # the env's own render() failed: the run's curves and
+            # report are still worth having (it had trained and been evaluated by now)
+            first = (str(err).splitlines() or [""])[0][:300]
+            print(
+                f"no episode GIF: the env's render raised {type(err).__name__}: {first}",
+                file=sys.stderr,
+            )
     write_report(run)
 
 

@@ -303,3 +303,37 @@ def test_an_experiment_prints_each_members_result(tmp_path, capsys):
         "short-sighted (seed 0): ",
     ):
         assert label in out
+
+
+def test_an_env_whose_render_raises_still_gets_its_report(tmp_path, capsys, monkeypatch):
+    # the finished run ended in a traceback from render(), with no curves and no report
+    from payoff.cli import main
+
+    (tmp_path / "broken_render.py").write_text(
+        "import gymnasium as gym\n"
+        "class Env(gym.Wrapper):\n"
+        "    def __init__(self, render_mode=None):\n"
+        "        super().__init__(gym.make('CartPole-v1', render_mode=render_mode))\n"
+        "    def render(self):\n"
+        "        raise RuntimeError('no display')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "train",
+        "cartpole-ppo",
+        "env.entry_point=broken_render:Env",
+        "total_steps=512",
+        "num_envs=2",
+        "num_steps=64",
+        "minibatch_size=64",
+        "final_eval_episodes=1",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
+    assert main(args) == 0
+    assert (
+        "no episode GIF: the env's render raised RuntimeError: no display"
+        in capsys.readouterr().err
+    )
+    (run,) = (tmp_path / "runs").iterdir()
+    assert (run / "media" / "report.html").exists()
