@@ -275,6 +275,15 @@ def resume(
         algorithm = get_algorithm(str(algo)).from_run(run)
         if total is not None:
             _extend(algorithm, run, total)
+        halted = run.summary().get("halted")
+        if isinstance(halted, dict):  # training on past an alarm is the user's call: say it
+            print(
+                f"note: this run was halted by the {halted.get('alarm', '?')} alarm at step "
+                f"{halted.get('step', '?')}; it trains on from its checkpoint, and that alarm's "
+                f"monitor, having fired, stays quiet",
+                file=sys.stderr,
+            )
+            run.drop_summary_keys("halted")
         # monitors are functions of the metric records: replaying the kept ones restores them
         algorithm.attach_monitors(build_monitors(run.config.get("monitors")), replay=run.records())
     except BaseException:

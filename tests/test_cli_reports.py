@@ -337,3 +337,41 @@ def test_an_env_whose_render_raises_still_gets_its_report(tmp_path, capsys, monk
     )
     (run,) = (tmp_path / "runs").iterdir()
     assert (run / "media" / "report.html").exists()
+
+
+def test_training_on_past_a_halting_alarm_is_said(tmp_path, capsys):
+    # learn() after a halt did nothing in silence; a resumed halted run trained on with its
+    # summary still saying "halted"
+    import json
+
+    import pytest
+
+    from payoff import PPO
+    from payoff.cli import main
+    from payoff.monitor.detectors import Alarm
+
+    agent = PPO("CartPole-v1", num_envs=2, num_steps=32, minibatch_size=32)
+    agent.halted = Alarm(64, "divergence", "made up")
+    with pytest.warns(RuntimeWarning, match="halted by the divergence alarm at step 64"):
+        agent.learn(64)
+    args = [
+        "train",
+        "cartpole-ppo",
+        "total_steps=2048",
+        "num_envs=2",
+        "num_steps=64",
+        "minibatch_size=64",
+        "on_alarm=halt",
+        "final_eval_episodes=1",
+        "--no-media",
+        "monitors=[{kind: threshold, key: train/return, above: 1.0}]",
+        "--out",
+        str(tmp_path),
+    ]
+    main(args)
+    (run,) = tmp_path.iterdir()
+    assert json.loads((run / "summary.json").read_text())["halted"]["alarm"].startswith("threshold")
+    capsys.readouterr()
+    main(["train", "--resume", str(run), "total_steps=4096", "--no-media"])
+    assert "note: this run was halted by the threshold" in capsys.readouterr().err
+    assert "halted" not in json.loads((run / "summary.json").read_text())

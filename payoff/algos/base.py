@@ -301,6 +301,14 @@ class Algorithm:
         anneals over those 10,000 steps rather than over the default length.
         """
         total = _sb3_learn_arguments(type(self).__name__, total, sb3)
+        if self.halted is not None:  # the loop would stop at once, without a word
+            warnings.warn(
+                f"{type(self).__name__} was halted by the {self.halted.kind} alarm at step "
+                f"{self.halted.step} (on_alarm: halt), so learn() trains no further; set "
+                f"agent.halted = None to train on past it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         note, self._unexact_restore = getattr(self, "_unexact_restore", None), None
         if note:  # loaded from a file whose envs could not be restored exactly
             warnings.warn(note, RuntimeWarning, stacklevel=2)
