@@ -283,3 +283,24 @@ def test_drift_by_ratio_works_on_negative_levels():
     monitor = Drift(key="r", baseline=3, window=3, ratio=2.0)
     values = [-10.0] * 6 + [-100.0] * 3
     assert [a.step for s, v in enumerate(values) for a in monitor.update(s, {"r": v})] == [6]
+
+
+def test_monitors_are_attached_from_python_as_from_a_recipe():
+    # PPO(env, monitors=[...]) was "unknown config key 'monitors'"
+    from payoff import PPO
+    from payoff.monitor.detectors import Threshold
+
+    agent = PPO(
+        "CartPole-v1",
+        monitors=[
+            {"kind": "threshold", "key": "train/return", "above": 1.0},
+            Threshold(key="x", above=1),
+        ],
+        on_alarm="halt",
+        num_envs=2,
+        num_steps=64,
+        minibatch_size=64,
+        total_steps=1024,
+    ).learn()
+    assert [m.kind for m in agent.attached] == ["threshold", "threshold"]
+    assert agent.halted is not None and agent.halted.kind == "threshold:train/return"

@@ -41,7 +41,7 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.imports import names_from
 from payoff.core.state import restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of
-from payoff.monitor.detectors import Alarm, Monitor, unfed
+from payoff.monitor.detectors import Alarm, Monitor, build_monitors, unfed
 from payoff.monitor.detectors import replay as replay_records
 from payoff.monitor.integrity import alarm_samples
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
@@ -249,6 +249,8 @@ class Algorithm:
                 f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
                 f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
             )
+        # monitors=[{kind: ...}, ...] or Monitor objects, as a recipe's `monitors:`
+        monitors = kwargs.pop("monitors", None)
         data_given = config is None
         if config is None:
             data = dict(kwargs)
@@ -279,6 +281,10 @@ class Algorithm:
         self.responder = Responder(self)
         self.setup()
         self.monitors = self.default_monitors()
+        if monitors is not None:
+            self.attach_monitors(
+                [m if isinstance(m, Monitor) else build_monitors([m])[0] for m in monitors]
+            )
 
     # ---- the loop's counters, under the names algorithms and users read ------------------
     step = _LoopCounter()
