@@ -961,3 +961,18 @@ def test_disable_dropout_reaches_rates_kept_as_numbers():
     assert 0.1 in rates()
     disable_dropout(model)
     assert rates() == {0.0}
+
+
+def test_an_info_that_is_not_a_dict_is_named_as_such():
+    # it got the old-Gym hint about 4-value steps, which did not apply
+    class InfoNone(gym.Wrapper):
+        def step(self, action):
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+            return obs, reward, terminated, truncated, None
+
+    agent = payoff.PPO(
+        lambda: InfoNone(gym.make("CartPole-v1")), num_envs=2, num_steps=8, minibatch_size=8
+    )
+    with pytest.raises(EnvError, match="return info as a dict") as caught:
+        agent.learn(16)
+    assert "4 values" not in str(caught.value)

@@ -415,11 +415,16 @@ def _env_error(envs: gym.vector.VectorEnv, err: Exception, env_id: str, when: st
             ". A vector env stores one number per env as its reward: step must return the "
             "reward as a float, not an array or a list"
         )
-    elif "values to unpack" in text or "has no attribute 'items'" in text:
+    elif "values to unpack" in text:
         hint = (
             ". Gymnasium's API is reset() -> (observation, info) and step() -> (observation, "
             "reward, terminated, truncated, info); an env written for the old Gym returns "
             "an observation alone from reset and 4 values from step"
+        )
+    elif "has no attribute 'items'" in text or "has no attribute 'keys'" in text:
+        hint = (
+            ". reset() and step() return info as a dict (an empty {} when there is nothing "
+            "to say); this env returned something else there"
         )
     return EnvError(f"env {env_id!r} raised {type(err).__name__} in {when}: {err}{hint}")
 
