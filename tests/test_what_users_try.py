@@ -976,3 +976,13 @@ def test_an_info_that_is_not_a_dict_is_named_as_such():
     with pytest.raises(EnvError, match="return info as a dict") as caught:
         agent.learn(16)
     assert "4 values" not in str(caught.value)
+
+
+def test_an_env_refusing_its_kwargs_is_one_clear_error():
+    # CleaningRobot(messes=40) ended in numpy's "Cannot take a larger sample than population"
+    from payoff.envs.make import EnvConfig, make_env
+
+    with pytest.raises(
+        EnvError, match=r"rejected its arguments \{'messes': 40\}: messes must be 1..23"
+    ):
+        make_env(EnvConfig(id="payoff/CleaningRobot-v0", kwargs={"messes": 40}))

@@ -196,6 +196,10 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
         ) from None
     except gym.error.Error as err:
         raise EnvError(f"cannot create environment {config.id!r}: {err}") from None
+    except ValueError as err:  # an env's own check of its arguments (env.kwargs)
+        raise EnvError(
+            f"environment {config.id!r} rejected its arguments {options}: {err}"
+        ) from None
     if config.max_episode_steps is not None:
         made = gym.wrappers.TimeLimit(made, config.max_episode_steps)
     for wrapper in config.wrappers:

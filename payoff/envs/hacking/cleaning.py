@@ -42,6 +42,9 @@ class CleaningRobotEnv(gym.Env):
         step_cost: float = 0.01,
         render_mode: str | None = None,
     ):
+        most = SIZE * SIZE - 2  # every cell but the robot's start and the camera's
+        if not 1 <= messes <= most:
+            raise ValueError(f"messes must be 1..{most} on the {SIZE}x{SIZE} room, got {messes}")
         self.messes = messes
         self.max_steps = max_steps
         self.step_cost = step_cost
