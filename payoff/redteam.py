@@ -114,6 +114,12 @@ def play(spec: RedTeamSpec, policy: Any, episodes: int, seed: int, render: bool)
                     f"its info keys are: {', '.join(sorted(info))}"
                 )
             true += float(info[spec.true_key])
+            if spec.state_key and spec.state_key not in info:  # a misspelt key: say it
+                raise ConfigError(
+                    f"env {spec.env.id!r} puts no {spec.state_key!r} in info (state_key); "
+                    f"its info keys are: {', '.join(sorted(info))}. Leave state_key out to "
+                    f"tell states apart by the observation"
+                )
             state = info.get(spec.state_key) if spec.state_key else None
             states.append(state if state is not None else np.asarray(obs).round(3).tobytes())
             if render:

@@ -42,6 +42,7 @@ def resolve(
         )
     description = data.pop("description", "")
     label = data.pop("label", None)
+    written = list(overrides)  # all of them, monitors' too, for the record
     monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
     given = [value for keys, value in map(parse_override, overrides) if keys == ["seed"]]
     if seed is not None and any(value != seed for value in given):
@@ -58,7 +59,8 @@ def resolve(
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
-    resolved["overrides"] = list(all_overrides)  # what the run changed from the recipe (reports)
+    # what the run changed from the recipe (reports, plot labels)
+    resolved["overrides"] = written + ([f"seed={seed}"] if seed is not None else [])
     if note:
         resolved["recipe_note"] = note
     if label:

@@ -169,6 +169,12 @@ def test_redteam_spec_errors():
         load_spec("boatrac")
     with pytest.raises(ConfigError, match="unknown config key 'budgett'"):
         load_spec("boatrace", ["budgett=5"])
+    # a misspelt state_key fell back to the observation in silence (true_key's was refused)
+    from payoff.redteam import play
+
+    _, spec, _ = load_spec("boatrace", ["state_key=positon"])
+    with pytest.raises(ConfigError, match="puts no 'positon' in info \\(state_key\\)"):
+        play(spec, lambda obs: 0, episodes=1, seed=0, render=False)
 
 
 def test_lagrange_multiplier_rises_over_the_limit_and_falls_back_to_zero():

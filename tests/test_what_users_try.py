@@ -986,3 +986,10 @@ def test_an_env_refusing_its_kwargs_is_one_clear_error():
         EnvError, match=r"rejected its arguments \{'messes': 40\}: messes must be 1..23"
     ):
         make_env(EnvConfig(id="payoff/CleaningRobot-v0", kwargs={"messes": 40}))
+
+
+def test_a_monitors_override_is_recorded_among_the_runs_overrides():
+    # the report's "Overrides" line left out monitors=[...] given on the command line
+    monitor = "monitors=[{kind: threshold, key: train/kl, above: 0.5}]"
+    _, _, resolved = resolve("cartpole-ppo", ["total_steps=100", monitor], seed=3)
+    assert resolved["overrides"] == ["total_steps=100", monitor, "seed=3"]
