@@ -642,12 +642,16 @@ class Agent(Algorithm):
         return {"ret": float(np.mean(self.recent_returns)) if self.recent_returns else "-"}
 
     @contextmanager
-    def predict_streams(self) -> Iterator[None]:
+    def predict_streams(self, exploring: bool = True) -> Iterator[None]:
         """predict's random draws come from streams of its own: while it runs, the torch
         stream (the CPU's, and the GPU's where the agent trains on one) and `self.rng` are
         swapped for predict's, so that exploring predictions between learn() calls change
         nothing in training (three of SAC's moved a run's final return from -1131.9 to
-        -872.9)."""
+        -872.9). exploring=False (a deterministic predict, which draws nothing) swaps
+        nothing."""
+        if not exploring:
+            yield
+            return
         rng = getattr(self, "rng", None)
         device = getattr(self, "device", None)
         cuda = isinstance(device, torch.device) and device.type == "cuda"

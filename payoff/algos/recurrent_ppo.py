@@ -259,9 +259,7 @@ class RecurrentPPO(OnPolicyAlgorithm):
             episode (zeros). episode_start: bool or [batch] bools, True where this
             observation is the first of an episode (its state resets to zeros first).
         """
-        if deterministic:
-            return self.actor.predict_step(observation, state, episode_start, deterministic)
-        with self.predict_streams():
+        with self.predict_streams(exploring=not deterministic):
             return self.actor.predict_step(observation, state, episode_start, deterministic)
 
     def _greedy_player(self, batch: int) -> Any:

@@ -303,9 +303,7 @@ class ImitationAlgorithm(Agent):
         return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        if deterministic:
-            return self.actor.act(observation, deterministic)
-        with self.predict_streams():
+        with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
     # ---- learning ---------------------------------------------------------------------

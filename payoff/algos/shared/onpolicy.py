@@ -272,9 +272,7 @@ class OnPolicyAlgorithm(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """Action(s) for one observation or a batch of them."""
-        if deterministic:
-            return self.actor.act(observation, deterministic)
-        with self.predict_streams():
+        with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
     def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
