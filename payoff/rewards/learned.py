@@ -41,6 +41,7 @@ class ScalarHeadModel(nn.Module):
         nn.init.normal_(self.head.weight, std=1.0 / (hidden + 1) ** 0.5)
         nn.init.zeros_(self.head.bias)
         self.said_truncated = False  # whether encode has said it cut a sequence
+        self.context = context_limit(language_model)  # (a walk over its modules: once)
 
     def body(self) -> nn.Module:
         return self.language_model.get_decoder()
@@ -82,7 +83,7 @@ class ScalarHeadModel(nn.Module):
         ids = [
             [*row, tok.eos_token_id] for row in tok(texts, add_special_tokens=False)["input_ids"]
         ]
-        context = context_limit(self.language_model)
+        context = self.context
         if context is not None and any(len(row) > context[0] for row in ids):
             limit = context[0]
             if not self.said_truncated:

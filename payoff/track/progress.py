@@ -102,21 +102,18 @@ class LateProgress:
         counted = steps + unused if self.episode_steps else finished
         self.count += counted
         if self._bar is not None:
-            if self.episode_steps:
-                self._bar.update(counted, episodes=self.done)
-            else:
-                self._bar.update(counted, steps=self.steps)
+            self._bar.update(counted, **self._postfix())
             return
         self._calls += 1
         if self._calls % 256 == 0 and time.monotonic() - self.started > self.after:
             self._bar = Progress(self.total, initial=self.count, desc=self.desc, unit=self.unit)
-            self._bar.set_postfix(
-                {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
-            )
+            self._bar.set_postfix(self._postfix())
 
     def close(self) -> None:
         if self._bar is not None:  # its last word: the final counts, not the last shown
-            self._bar.set_postfix(
-                {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
-            )
+            self._bar.set_postfix(self._postfix())
             self._bar.close()
+
+    def _postfix(self) -> dict[str, int]:
+        """What the bar does not count: episodes done when it counts steps, else steps."""
+        return {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
