@@ -18,7 +18,7 @@ from payoff.core.config import apply_overrides, from_dict, parse_override, to_di
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.envs.tasks import TASKS
 from payoff.monitor.detectors import build_monitors
-from payoff.recipes import load_recipe
+from payoff.recipes import load_recipe, recipe_file
 from payoff.report.figures import draw_comparisons, draw_figures
 from payoff.report.page import write_report
 from payoff.report.plots import plot_curves
@@ -53,8 +53,8 @@ def resolve(
     all_overrides = list(overrides) + ([f"seed={seed}"] if seed is not None else [])
     data, note = _retarget(name, str(algo), data, all_overrides)
     data = _without_other_task_options(data, all_overrides)
-    if Path(recipe).suffix in (".yaml", ".yml") or Path(recipe).is_file():
-        data = _absolute_paths(data, folder=Path(recipe).expanduser().resolve().parent)
+    if (path := recipe_file(recipe)) is not None:  # its paths are also found beside it
+        data = _absolute_paths(data, folder=path.expanduser().resolve().parent)
     data = _absolute_paths(apply_overrides(data, all_overrides))
     cls = get_algorithm(str(algo))
     config: Any = from_dict(cls.config_class, data)

@@ -28,10 +28,16 @@ def list_recipes() -> list[tuple[str, str]]:
     ]
 
 
+def recipe_file(name_or_path: str) -> Path | None:
+    """The YAML file a recipe argument names by path, or None for a shipped recipe's name."""
+    path = Path(name_or_path)
+    return path if path.suffix in (".yaml", ".yml") or path.is_file() else None
+
+
 def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """A shipped recipe by name, or a YAML file by path; returns (name, mapping)."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    path = recipe_file(name_or_path)
+    if path is not None:
         return path.stem, load_yaml(path)
     names = recipe_names()
     if name_or_path not in names:
