@@ -200,3 +200,16 @@ def test_a_loaded_run_cannot_choose_the_ray_cluster_its_weights_go_to():
     payload["config"].update(backend="ray", ray={"address": "ray://203.0.113.9:10001"})
     with pytest.raises(ConfigError, match=r"names a Ray cluster to connect to \(ray.address"):
         PPO._from_payload(payload, source="downloaded.safetensors")
+
+
+def test_a_loaded_config_cannot_import_a_module_as_a_pettingzoo_env():
+    """payoff/PettingZoo-v0's env_id may name a module, and importing one runs it: `this`
+    prints, `venv.__main__` made a venv out of the run folder on `payoff eval`."""
+    pytest.importorskip("pettingzoo")
+    from payoff.envs.pettingzoo import make_pettingzoo
+
+    with names_from("checkpoint 'x'"), pytest.raises(ConfigError, match="env.kwargs.env_id"):
+        make_pettingzoo("this")
+    with names_from("checkpoint 'x'"):  # PettingZoo's own packages load as before
+        env = make_pettingzoo("mpe2.simple_spread_v3", max_cycles=5)
+    env.close()

@@ -45,6 +45,10 @@ def require_pettingzoo() -> Any:
     return pettingzoo
 
 
+# The packages PettingZoo's envs ship in; a module elsewhere is the user's own code.
+PETTINGZOO_PACKAGES = ("pettingzoo", "mpe2", "magent2")
+
+
 def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
     """A PettingZoo env from a registry id ('classic/rps-v2') or a module ('mpe2.simple_spread_v3')."""
     pettingzoo = require_pettingzoo()
@@ -56,6 +60,9 @@ def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
         except (ImportError, AttributeError) as err:
             raise EnvError(f"cannot make PettingZoo env {env_id!r}: {err}") from None
     if "/" not in env_id:
+        if env_id.partition(".")[0] not in PETTINGZOO_PACKAGES:
+            # Importing a module runs it: only PettingZoo's own packages on a loaded file's word.
+            refuse_untrusted("env.kwargs.env_id", env_id)
         try:
             module = importlib.import_module(env_id)
         except ImportError as err:
