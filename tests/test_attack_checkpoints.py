@@ -226,6 +226,12 @@ def write_tree(path: Path, tree_json: str, tensors: dict | None = None, **extra:
             '{"algo": "q", "state": {"~": "dict", "items": [[[1], 2]]}}',
             "unhashable dict key",
         ),
+        (  # ints k * (2**61 - 1) all hash to 0: 40,000 of them took 13 s to load
+            '{"algo": "q", "state": {"~": "dict", "items": ['
+            + ", ".join(f"[{k * (2**61 - 1)}, 0]" for k in range(1, 41))
+            + "]}}",
+            "keys made to collide",
+        ),
     ],
 )
 def test_malformed_headers_are_one_clear_error(tmp_path, tree, message):

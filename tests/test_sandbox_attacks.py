@@ -100,6 +100,16 @@ FORGERIES = {
             except OSError:
                 pass
     """,
+    # an int of over 4,300 digits is a ValueError in json.loads, not a JSONDecodeError: it
+    # used to escape run_tests and fail the whole batch's reward call
+    "write_an_int_json_cannot_read": """
+        import os
+        for fd in range(3, 20):
+            try:
+                os.write(fd, b"1" * 5000 + b"\\n")
+            except OSError:
+                pass
+    """,
     "kill_the_sandbox_init": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
     "kill_everything_it_can": "import os, signal\nos.kill(-1, signal.SIGKILL)",
 }
@@ -108,6 +118,20 @@ FORGERIES = {
 @pytest.mark.parametrize("trick", list(FORGERIES))
 def test_forged_passes_get_no_reward(trick):
     assert_no_reward(run_tests(attack(FORGERIES[trick]), TESTS))
+
+
+def test_values_whose_keys_collide_are_refused_before_a_set_is_built():
+    """k * (2**61 - 1) hash to 0 for every k: a set of 40,000 of them took the trainer 8 s
+    to build from a forged record, after the child's deadline."""
+    from payoff.sandbox.child import NotPlainData, decode
+
+    colliding = [{"int": str(k * (2**61 - 1))} for k in range(1, 41)]
+    for kind in ("set", "frozenset"):
+        with pytest.raises(NotPlainData, match="keys made to collide"):
+            decode({kind: colliding})
+    with pytest.raises(NotPlainData, match="keys made to collide"):
+        decode({"dict": [[key, 0] for key in colliding]})
+    assert decode({"set": [{"int": str(k)} for k in range(1000)]}) == set(range(1000))
 
 
 def test_an_object_equal_to_everything_gets_no_reward():

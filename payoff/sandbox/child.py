@@ -119,6 +119,29 @@ class NotPlainData(ValueError):
     """A value that is not typed plain data as `encode` writes it."""
 
 
+# How many keys of one set or dict may share a hash. Ints are their own hash below 2**61 - 1
+# (-1 and -2 share one), so plain data never comes near; keys made to collide (k * (2**61 - 1)
+# all hash to 0, and floats and tuples of them follow) make each insertion walk all the
+# others: 40,000 such keys cost 8 s of the reader's CPU, a few MB of them hours.
+SAME_HASH_LIMIT = 8
+
+
+def refuse_shared_hashes(keys):
+    """The keys, or NotPlainData when more than SAME_HASH_LIMIT of them share one hash: a
+    set or dict built from them would take quadratic time. Unhashable keys raise TypeError."""
+    counts = {}
+    for key in keys:
+        digest = hash(key)
+        counts[digest] = counts.get(digest, 0) + 1
+        if counts[digest] > SAME_HASH_LIMIT:
+            shown = repr(key) if len(repr(key)) < 60 else type(key).__name__
+            raise NotPlainData(
+                f"more than {SAME_HASH_LIMIT} keys with one hash ({shown} among them): "
+                f"keys made to collide"
+            )
+    return keys
+
+
 def decode(node, depth=0):
     """Inverse of `encode`, strict: anything `encode` cannot have written is refused.
 
@@ -137,16 +160,20 @@ def decode(node, depth=0):
     if kind in ("list", "tuple", "set", "frozenset") and type(body) is list:
         items = [decode(v, depth + 1) for v in body]
         try:
+            if kind in ("set", "frozenset"):
+                refuse_shared_hashes(items)
             return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
         except TypeError as err:  # an unhashable item in a set
             raise NotPlainData(str(err)) from None
     if kind == "dict" and type(body) is list:
+        pairs = [
+            (decode(pair[0], depth + 1), decode(pair[1], depth + 1))
+            for pair in body
+            if type(pair) is list and len(pair) == 2
+        ]
         try:
-            return {
-                decode(pair[0], depth + 1): decode(pair[1], depth + 1)
-                for pair in body
-                if type(pair) is list and len(pair) == 2
-            }
+            refuse_shared_hashes([key for key, _ in pairs])
+            return dict(pairs)
         except TypeError as err:
             raise NotPlainData(str(err)) from None
     if kind == "bytes" and type(body) is str:

@@ -317,7 +317,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
     for line in streams["result"].splitlines():
         try:
             record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, or an int of over 4,300 digits
             continue
         if isinstance(record, dict):
             records.append(record)

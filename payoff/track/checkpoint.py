@@ -32,6 +32,7 @@ import torch
 
 from payoff.core.errors import CheckpointError
 from payoff.core.io import atomic_write_bytes
+from payoff.sandbox.child import NotPlainData, refuse_shared_hashes
 
 STATE_FORMAT = "payoff-state/1"
 FORMAT_KEY = "payoff.format"
@@ -338,17 +339,20 @@ class _Decoder:
             items = self.field(value, "items", list, where)
             return tuple(self.decode(v, (*where, i)) for i, v in enumerate(items))
         if tag == "dict":
-            result = {}
-            for pair in self.field(value, "items", list, where):
-                if not (isinstance(pair, list) and len(pair) == 2):
-                    raise self.fail(where, "a dict item that is not a [key, value] pair")
-                key = self.decode(pair[0], (*where, "<key>"))
-                try:
-                    hash(key)
-                except TypeError:
-                    raise self.fail(where, f"an unhashable dict key {key!r}") from None
-                result[key] = self.decode(pair[1], (*where, key))
-            return result
+            pairs = self.field(value, "items", list, where)
+            if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
+                raise self.fail(where, "a dict item that is not a [key, value] pair")
+            keys = [self.decode(pair[0], (*where, "<key>")) for pair in pairs]
+            try:  # before any dict is built from them: keys made to collide take hours
+                refuse_shared_hashes(keys)
+            except TypeError as err:
+                raise self.fail(where, f"an unhashable dict key ({err})") from None
+            except NotPlainData as err:
+                raise self.fail(where, str(err)) from None
+            return {
+                key: self.decode(pair[1], (*where, key))
+                for key, pair in zip(keys, pairs, strict=True)
+            }
         if tag == "int":
             text = self.field(value, "value", str, where)
             if not re.fullmatch(r"-?\d{1,4000}", text):
