@@ -477,3 +477,44 @@ def test_messages_between_processes_are_data_only():
     for hostile in (pickle.dumps(Boom()), b"", b"\x00" * 16, safetensors_save({})):
         with pytest.raises(CheckpointError, match="message"):
             loads_state(hostile, "message")
+
+
+# ---- files that declare more network than they hold ----------------------------------------
+def test_a_policy_file_declaring_huge_layers_is_refused_before_they_are_made(tmp_path):
+    """728 bytes declaring 4 hidden layers of 12,000 made 3.6 GB of layers (234 s) before the
+    load noticed there were no weights for them."""
+    payload = {
+        "format": "payoff-policy/2",
+        "spec": {
+            "hidden": [12_000] * 4,
+            "activation": "tanh",
+            "normalize_obs": False,
+            "log_std_init": 0.0,
+            "observation_space": {
+                "type": "Box",
+                "low": np.zeros(4, np.float32),
+                "high": np.ones(4, np.float32),
+                "dtype": "float32",
+            },
+            "action_space": {"type": "Discrete", "n": 2, "start": 0, "dtype": "int64"},
+        },
+        "actor": {},
+        "critic": None,
+    }
+    save_state(tmp_path / "bomb.safetensors", payload)
+    with pytest.raises(CheckpointError, match=r"declares an MLP .* 432,\d{3},\d{3} weights"):
+        load_policy(tmp_path / "bomb.safetensors")
+    # an honest file loads as before
+    actor = make_actor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden=[8])
+    load_policy(save_policy(tmp_path / "honest.safetensors", actor))
+
+
+def test_a_copied_checkpoint_whose_config_outgrows_its_weights_is_refused(tmp_path):
+    agent = PPO(env="CartPole-v1", total_steps=128, num_envs=2, num_steps=64, hidden=[8])
+    saved = agent.save(tmp_path / "ppo.safetensors")
+    tree = load_state(saved)
+    tree["state"]["config"]["hidden"] = [20_000, 20_000, 20_000]
+    save_state(tmp_path / "grown.safetensors", tree)  # a file payoff did not write as it is
+    with pytest.raises(CheckpointError, match="declares an MLP of widths"):
+        PPO.load(tmp_path / "grown.safetensors")
+    assert PPO.load(saved).predict(np.zeros(4, np.float32)) in (0, 1)

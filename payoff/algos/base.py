@@ -38,8 +38,8 @@ from payoff.core.cache import remember_written, written_here
 from payoff.core.config import annotated_class, fields_of, from_dict, key_hint, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
-from payoff.core.imports import names_from
-from payoff.core.state import restore, state_of
+from payoff.core.imports import names_from, weights_from
+from payoff.core.state import count_values, restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of
 from payoff.monitor.detectors import Alarm, Monitor, build_monitors, unfed
 from payoff.monitor.detectors import replay as replay_records
@@ -566,7 +566,12 @@ class Algorithm:
         except ConfigError as err:
             raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
         trusted = trust_code or (source is not None and written_here(source, payload["config"]))
-        with names_from(None if trusted else where, yours), _restoring():
+        untrusted = None if trusted else where
+        with (
+            names_from(untrusted, yours),
+            _restoring(),
+            weights_from(untrusted, count_values(payload["state"])),
+        ):
             try:
                 algorithm = cls(config=config, run=run)
             except ConfigError as err:

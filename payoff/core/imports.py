@@ -22,11 +22,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from payoff.core.errors import ConfigError, PayoffError, suggest
+from payoff.core.errors import CheckpointError, ConfigError, PayoffError, suggest
 
 _UNTRUSTED_SOURCE: ContextVar[str | None] = ContextVar("payoff_untrusted_source", default=None)
 _ALLOWED: ContextVar[frozenset[str]] = ContextVar("payoff_allowed_code", default=frozenset())
 _TRUST_ALL: ContextVar[bool] = ContextVar("payoff_trust_all_code", default=False)
+_WEIGHTS_BUDGET: ContextVar[tuple[str, int] | None] = ContextVar(
+    "payoff_weights_budget", default=None
+)
 
 
 @contextmanager
@@ -51,6 +54,31 @@ def names_from(source: str | None, allowed: frozenset[str] = frozenset()) -> Ite
     finally:
         _UNTRUSTED_SOURCE.reset(token)
         _ALLOWED.reset(allowed_token)
+
+
+@contextmanager
+def weights_from(source: str | None, values: int) -> Iterator[None]:
+    """While active, the networks being built for a file from `source` may declare at most
+    the `values` (tensor and array elements) the file holds: its weights must fill them.
+    A 728-byte policy file declaring hidden sizes of 12,000 made 3.6 GB of layers before
+    the load found no weights for them. None (a trusted source) sets no bound."""
+    token = _WEIGHTS_BUDGET.set(None if source is None else (source, int(values)))
+    try:
+        yield
+    finally:
+        _WEIGHTS_BUDGET.reset(token)
+
+
+def check_weights(count: int, what: str) -> None:
+    """CheckpointError, before anything is allocated, when a network of `count` weights is
+    built for a loaded file that holds fewer values (see `weights_from`)."""
+    budget = _WEIGHTS_BUDGET.get()
+    if budget is not None and count > budget[1]:
+        source, values = budget
+        raise CheckpointError(
+            f"{source} declares {what} of {count:,} weights, but the file holds {values:,} "
+            f"values in all: its config does not match its weights (a corrupt or crafted file)"
+        )
 
 
 def refuse_untrusted(key: str, value: str, what: str = "code to import and run") -> None:

@@ -75,6 +75,19 @@ def restore(current: Any, saved: Any, name: str) -> Any:
     return current
 
 
+def count_values(tree: Any) -> int:
+    """How many elements the tensors and arrays in a loaded tree (dicts, lists, tuples) hold."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel()
+    if isinstance(tree, np.ndarray):
+        return int(tree.size)
+    if isinstance(tree, dict):
+        return sum(count_values(v) for v in tree.values())
+    if isinstance(tree, list | tuple):
+        return sum(count_values(v) for v in tree)
+    return 0
+
+
 def tensors_to(batch: T, device: torch.device | str) -> T:
     """A copy of the dataclass `batch` with every tensor field (and every tensor in a dict
     field) moved to `device`; other fields are shared."""

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import EnvError
+from payoff.core.imports import check_weights
 from payoff.models.mlp import ACTIVATIONS, as_numpy, mlp, obs_dim, warn_raw_pixels
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps exp(log_std) finite and the policy not deterministic
@@ -78,6 +79,10 @@ class EnsembleLinear(nn.Module):
 
     def __init__(self, members: int, in_features: int, out_features: int):
         super().__init__()
+        check_weights(
+            members * (in_features + 1) * out_features,
+            f"{members} ensemble layers of {in_features} x {out_features}",
+        )
         self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
         self.bias = nn.Parameter(torch.empty(members, 1, out_features))
         # nn.Linear's default initialization, member by member.

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import ConfigError
+from payoff.core.imports import check_weights
 
 
 @dataclass
@@ -73,6 +74,13 @@ class PolicyValueNet(nn.Module):
         rows, cols = shape
         cells = rows * cols
         inputs = 3 if config.colour_plane else 2
+        c, h = int(config.channels), int(config.hidden)
+        if config.kind == "resnet":  # the trunk's 3x3 convolutions and the value head's layer
+            check_weights(
+                9 * c * (inputs + 2 * c * config.blocks) + cells * h, f"a {c}-channel net"
+            )
+        else:
+            check_weights((inputs * cells + 1) * h + (h + 1) * h, f"a {h}-unit net")
         if config.kind == "resnet":
             c = config.channels
             self.trunk: nn.Module = nn.Sequential(

@@ -30,6 +30,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from payoff.core.errors import EnvError
+from payoff.core.imports import check_weights
 from payoff.envs.observations import observation_batch
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -138,6 +139,11 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_g
     """
     if activation not in ACTIVATIONS:
         raise EnvError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+    widths = [int(in_dim), *map(int, hidden), int(out_dim)]
+    check_weights(
+        sum((a + 1) * b for a, b in zip(widths, widths[1:], strict=False)),
+        f"an MLP of widths {widths}",
+    )
     layers: list[nn.Module] = []
     width = in_dim
     for size in hidden:

@@ -16,6 +16,8 @@ import torch
 
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, EnvError
+from payoff.core.imports import weights_from
+from payoff.core.state import count_values
 from payoff.models.mlp import ACTIVATIONS, Actor, Critic, make_actor
 from payoff.track.checkpoint import load_state, save_state
 
@@ -90,30 +92,35 @@ def policy_from_payload(payload: dict[str, Any], source: str | Path) -> tuple[Ac
             raise bad(f"{name!r} is not a dict of tensors")
     if not isinstance(payload.get("actor"), dict):
         raise bad("no actor weights")
+    # What the file's weights cannot fill is refused before it is made (check_weights).
+    budget = weights_from(f"policy file {str(source)!r}", count_values(payload))
     try:
-        actor = make_actor(
-            observation_space,
-            action_space,
-            hidden=list(hidden),
-            activation=spec["activation"],
-            normalize_obs=spec["normalize_obs"],
-            log_std_init=float(log_std_init),
-        )
-        actor.load_state_dict(payload["actor"])
-        critic = None
-        if payload.get("critic") is not None:
-            critic_hidden: Any = payload.get("critic_hidden")
-            if not _layer_sizes(critic_hidden):
-                raise bad(f"critic hidden sizes {critic_hidden!r} are not a list of positive ints")
-            if payload.get("critic_activation") not in ACTIVATIONS:
-                raise bad(f"critic activation {payload.get('critic_activation')!r} is unknown")
-            critic = Critic(
+        with budget:
+            actor = make_actor(
                 observation_space,
-                critic_hidden,
-                payload["critic_activation"],
-                normalizer=actor.normalizer,
+                action_space,
+                hidden=list(hidden),
+                activation=spec["activation"],
+                normalize_obs=spec["normalize_obs"],
+                log_std_init=float(log_std_init),
             )
-            critic.load_state_dict(payload["critic"])
+            actor.load_state_dict(payload["actor"])
+            critic = None
+            if payload.get("critic") is not None:
+                critic_hidden: Any = payload.get("critic_hidden")
+                if not _layer_sizes(critic_hidden):
+                    raise bad(
+                        f"critic hidden sizes {critic_hidden!r} are not a list of positive ints"
+                    )
+                if payload.get("critic_activation") not in ACTIVATIONS:
+                    raise bad(f"critic activation {payload.get('critic_activation')!r} is unknown")
+                critic = Critic(
+                    observation_space,
+                    critic_hidden,
+                    payload["critic_activation"],
+                    normalizer=actor.normalizer,
+                )
+                critic.load_state_dict(payload["critic"])
     except (RuntimeError, ValueError, TypeError, KeyError, EnvError) as err:
         raise bad(
             f"its weights do not fit its architecture ({type(err).__name__}: {err})"

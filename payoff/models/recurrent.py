@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from payoff.core.errors import EnvError
+from payoff.core.imports import check_weights
 from payoff.models.mlp import Actor, ObsNormalizer, mlp
 
 
@@ -35,6 +36,8 @@ class _GRUTrunk(nn.Module):
     def __init__(self, in_dim: int, rnn_hidden: int):
         super().__init__()
         self.rnn_hidden = int(rnn_hidden)
+        h = self.rnn_hidden
+        check_weights(3 * h * (int(in_dim) + h + 2), f"a GRU of {h} units on {in_dim} inputs")
         self.gru = nn.GRU(in_dim, self.rnn_hidden)
         for name, param in self.gru.named_parameters():
             if "weight" in name:
