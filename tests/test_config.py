@@ -4,7 +4,7 @@ from typing import Literal
 import pytest
 
 from payoff.core.config import apply_overrides, from_dict, parse_override
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, RunError
 from payoff.core.schedules import Schedule
 
 
@@ -87,3 +87,28 @@ def test_every_shipped_recipe_parses_and_resolves():
                 train.resolve(member["recipe"], member.get("overrides", []))
         else:
             train.resolve(name)
+
+
+def test_a_yaml_alias_bomb_is_one_clear_error(tmp_path, capsys):
+    """578 bytes of nested aliases stand for 10**9 values: `payoff train` and `payoff report`
+    on such a config.yaml ran out of memory after a minute, with a traceback."""
+    from payoff.cli import main
+    from payoff.core.config import load_yaml
+    from payoff.track.run import Run
+
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]" for k in range(1, 9)
+    ]
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text("algo: ppo\nenv: {id: CartPole-v1}\n" + "\n".join(levels) + "\n")
+    with pytest.raises(ConfigError, match="aliases .* expand to more than 1,000,000 values"):
+        load_yaml(bomb)
+    assert main(["train", str(bomb)]) == 2
+    assert "expand to more than" in capsys.readouterr().err
+    run = Run.create(tmp_path / "runs", "x", {"algo": "ppo"})
+    (run.path / "config.yaml").write_text(bomb.read_text())
+    with pytest.raises(RunError, match="expand to more than"):
+        _ = run.config
+    # a config that uses an alias or two, as people do, loads as before
+    (tmp_path / "ok.yaml").write_text("lr: &lr 0.001\nlearning_rate: {start: *lr, end: *lr}\n")
+    assert load_yaml(tmp_path / "ok.yaml")["learning_rate"] == {"start": 0.001, "end": 0.001}

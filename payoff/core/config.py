@@ -303,9 +303,40 @@ def _numbers(data: Any) -> Any:
     return data
 
 
+# The most values a YAML document may stand for, counting each use of an alias in full.
+MAX_YAML_VALUES = 1_000_000
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML document whose aliases expand beyond MAX_YAML_VALUES (an alias bomb)."""
+
+
+def safe_yaml(text: str) -> Any:
+    """yaml.safe_load (data only, never objects), refused (YAMLTooLarge) when its aliases
+    expand to more than MAX_YAML_VALUES values. Aliases share one object, so loading nine
+    levels of ten aliases each takes 578 bytes and no time, but anything that walks or
+    copies the result (the config checks, a report page) meets a billion values."""
+    data = yaml.safe_load(text)
+    stack, count = [data], 0
+    while stack:  # each node as often as it is used: what a walk of the result would see
+        node = stack.pop()
+        count += 1
+        if count > MAX_YAML_VALUES:
+            raise YAMLTooLarge(
+                f"its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values: an "
+                f"alias repeated inside another alias's value, many levels deep"
+            )
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return data
+
+
 def read_yaml_text(text: str) -> Any:
-    """yaml.safe_load (data only, never objects), with `3e-4` read as a number."""
-    return _numbers(yaml.safe_load(text))
+    """`safe_yaml`, with `3e-4` read as a number."""
+    return _numbers(safe_yaml(text))
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

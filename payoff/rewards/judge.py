@@ -34,6 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from payoff.core.config import safe_yaml
 from payoff.core.errors import ConfigError, DataError
 from payoff.rewards.chat_clients import (
     ChatClient,
@@ -61,9 +64,10 @@ def load_constitution(path: str | Path) -> list[str]:
         raise ConfigError(f"constitution file {str(path)!r} does not exist")
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text)
+        try:
+            data = safe_yaml(text)
+        except yaml.YAMLError as err:
+            raise DataError(f"{path}: not valid YAML ({err})") from None
         principles = data.get("principles") if isinstance(data, dict) else data
         if not isinstance(principles, list) or not all(isinstance(p, str) for p in principles):
             raise DataError(f"{path}: expected 'principles: [text, ...]' or a list of strings")

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from payoff.core.config import safe_yaml
 from payoff.core.errors import CheckpointError, RunError
 from payoff.core.io import atomic_write_text
 from payoff.track.checkpoint import load_state, save_state
@@ -209,7 +210,7 @@ class Run:
     @property
     def config(self) -> dict[str, Any]:
         try:
-            data = yaml.safe_load((self.path / "config.yaml").read_text())
+            data = safe_yaml((self.path / "config.yaml").read_text())
         except (yaml.YAMLError, RecursionError) as err:
             raise RunError(
                 f"{str(self.path / 'config.yaml')!r} is not valid YAML ({type(err).__name__}: "
