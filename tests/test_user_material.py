@@ -259,6 +259,38 @@ def test_text_scores_are_not_numbers(capsys):
     assert "'texty' returned '1', not a number or None" in capsys.readouterr().err
 
 
+def test_scores_that_overflow_or_hang_when_read_are_the_function_failing(capsys):
+    """The scores are read (list(), float()) inside the timed call: 10**400 used to raise
+    OverflowError out of the reward call, and a score whose __float__ never returns held the
+    trainer past the function's timeout."""
+    import time
+
+    from payoff.rewards.base import RewardMix, RewardSpec
+
+    def huge(prompts, completions, **kwargs):
+        return [10**400 for _ in completions]
+
+    result = _mix(huge)(["a", "b"], ["1", "2"])
+    assert result.scores["huge"] == [0.0, 0.0] and result.errors["huge"] == 2
+    assert "'huge' returned 1000" in capsys.readouterr().err
+
+    class Endless:
+        def __float__(self):
+            time.sleep(30)
+            return 1.0
+
+    def stalls(prompts, completions, **kwargs):
+        return [Endless() for _ in completions]
+
+    spec = RewardSpec.from_value(stalls)
+    spec.timeout = 0.5
+    mix = RewardMix([spec])
+    started = time.perf_counter()
+    result = mix(["a"], ["1"])
+    assert time.perf_counter() - started < 5 and result.errors["stalls"] == 1
+    assert "ran past its timeout" in capsys.readouterr().err
+
+
 def test_a_raising_function_is_shown_once_and_stops_when_it_always_fails(capsys):
     from payoff.rewards.base import RewardFunctionError
 

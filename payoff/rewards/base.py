@@ -417,15 +417,20 @@ class RewardMix:
         self, spec: RewardSpec, fn: RewardFn, kwargs: dict[str, Any], n: int
     ) -> list[float | None] | BaseException:
         worker = self._worker = self._worker or _RewardWorker()
-        outcome = worker.call(fn, kwargs, spec.timeout)
+
+        def scored(**columns: Any) -> list[float | None] | BaseException:
+            # the scores are read inside the timed call too: a returned object whose
+            # __float__ or __iter__ never ends is the function hanging
+            return _check_scores(fn(**columns), n, spec.key)
+
+        outcome = worker.call(scored, kwargs, spec.timeout)
         if outcome is None:
             self._worker = None  # abandoned with the hung call; the next call gets a fresh one
             cancel = getattr(fn, "cancel", None)
             if callable(cancel):  # a judge stops its retries instead of running on unseen
                 cancel()
             return TimeoutError(f"ran past {spec.timeout:g} s")
-        returned, value = outcome
-        return _check_scores(value, n, spec.key) if returned else value
+        return outcome[1]  # the checked scores, the error they hold, or the one raised
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_worker": None}  # a thread does not travel (Ray, pickling)
@@ -493,7 +498,7 @@ def _check_scores(raw: Any, n: int, key: str) -> list[float | None] | BaseExcept
             if isinstance(value, str | bytes):  # float("1") works, but text is not a score
                 raise TypeError
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, ArithmeticError):  # 10**400: an OverflowError
             return TypeError(f"reward function {key!r} returned {value!r}, not a number or None")
         if math.isinf(number):  # an infinite advantage would turn every weight into NaN
             return ValueError(  # as a bad value: shown once, the row scores on_error
