@@ -71,6 +71,8 @@ def test_sb3_calling_habits_are_answered():
     assert agent.step >= 64
     with pytest.raises(ConfigError, match="progress_bar"):
         agent.learn(64, progress_bar=True)
+    with pytest.raises(ConfigError, match="callback.*goes between calls: learn\\(n\\) again"):
+        agent.learn(64, callback=print)
 
 
 def test_predict_names_the_shape_or_state_it_expected():
@@ -825,10 +827,30 @@ def test_sb3_and_trl_key_names_point_to_payoffs():
         ConfigError, match="'buffer_size'. That is SB3's name; payoff's is 'replay.size'"
     ):
         payoff.SAC("Pendulum-v1", buffer_size=1000)
-    with pytest.raises(ConfigError, match="payoff's SAC has 'alpha'"):
+    with pytest.raises(ConfigError, match="payoff's is 'alpha' \\(and 'autotune'"):
         payoff.SAC("Pendulum-v1", ent_coef=0.1)
     with pytest.raises(ConfigError, match="That is TRL's name; payoff's is 'group_size'"):
         from_dict(GRPOConfig, {"num_generations": 8})
+    # names a user of the docs tried next (2026-11-28), which got no answer or a wrong one
+    from payoff.algos.dpo import DPOConfig
+    from payoff.algos.dqn import DQNConfig
+
+    said = {
+        (GRPOConfig, "reward_funcs"): "payoff's is 'rewards'",
+        (GRPOConfig, "train_dataset"): "payoff's is 'task'",
+        (DPOConfig, "train_dataset"): "payoff's is 'preferences'",
+        (DPOConfig, "loss_type"): "payoff's is 'loss'",
+        (DQNConfig, "exploration_fraction"): "payoff's is 'epsilon.fraction'",
+        (DQNConfig, "exploration_final_eps"): "payoff's is 'epsilon.end'",
+        (DQNConfig, "target_update_interval"): "'target_network.update_every' (counted in",
+        (DQNConfig, "activation_fn"): "payoff's is 'activation'",
+        (DQNConfig, "tensorboard_log"): "payoff train --loggers tensorboard",
+        (DQNConfig, "verbose"): "PAYOFF_PROGRESS=0",
+    }
+    for (config, key), answer in said.items():
+        with pytest.raises(ConfigError) as info:
+            from_dict(config, {key: 1})
+        assert answer in str(info.value), (key, str(info.value))
 
 
 def test_a_task_or_preferences_given_as_a_path_string_is_read_as_your_file():

@@ -205,7 +205,10 @@ def _sb3_learn_arguments(algo: str, total: Any, sb3: dict[str, Any]) -> Any:
         raise ConfigError(
             f"{algo}.learn() takes only the number of steps (learn(10_000)); got "
             f"{', '.join(sorted(sb3))}. Progress bars, logging and evaluation are config keys "
-            f"(eval_every, log_every, ...; PAYOFF_PROGRESS=0 hides the bar)"
+            f"(eval_every, log_every, stop_at_return, ...; PAYOFF_PROGRESS=0 hides the bar). "
+            f"What a callback would do goes between calls: learn(n) again continues where the "
+            f"last call stopped (SB3's reset_num_timesteps=False), so `for _ in range(10): "
+            f"agent.learn(10_000); agent.save(...)` saves every 10,000 steps"
         )
     return total
 

@@ -496,40 +496,73 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 # What Stable-Baselines3 and TRL call some of payoff's keys: a key that is close in spelling
 # to another is not always the one meant (SB3's buffer_size is not batch_size).
-OTHER_LIBRARIES: dict[str, tuple[str, str]] = {
-    "buffer_size": ("SB3", "replay.size"),
-    "train_freq": ("SB3", "train_every"),
-    "n_steps": ("SB3", "num_steps"),
-    "n_epochs": ("SB3", "epochs"),
-    "n_envs": ("SB3", "num_envs"),
-    "clip_range": ("SB3", "clip"),
-    "total_timesteps": ("SB3", "total_steps"),
-    "net_arch": ("SB3", "hidden"),
-    "policy_kwargs": ("SB3", "hidden"),
-    "num_generations": ("TRL", "group_size"),
-    "max_completion_length": ("TRL", "max_new_tokens"),
-    "max_steps": ("TRL", "steps"),
-    "per_device_train_batch_size": ("TRL", "prompts_per_step"),  # x group_size completions
-    "epsilon": ("TRL", "clip_eps"),
-    "epsilon_high": ("TRL", "clip_eps_high"),
-    "loss_type": ("TRL", "loss_aggregation"),
+# Other libraries' names for payoff's keys: (library, {payoff's name: a note}); the first
+# name this config has is given ("" for a note alone). Keys payoff shares with them
+# (learning_rate, gamma, ...) need no entry.
+OTHER_LIBRARIES: dict[str, tuple[str, dict[str, str]]] = {
+    "buffer_size": ("SB3", {"replay.size": ""}),
+    "train_freq": ("SB3", {"train_every": ""}),
+    "n_steps": ("SB3", {"num_steps": ""}),
+    "n_epochs": ("SB3", {"epochs": ""}),
+    "n_envs": ("SB3", {"num_envs": ""}),
+    "clip_range": ("SB3", {"clip": ""}),
+    "total_timesteps": ("SB3", {"total_steps": ""}),
+    "net_arch": ("SB3", {"hidden": " (one list for the actor and the critic)"}),
+    "policy_kwargs": ("SB3", {"hidden": " (net_arch), and 'activation' (activation_fn)"}),
+    "activation_fn": ("SB3", {"activation": " ('tanh' or 'relu')"}),
+    "exploration_fraction": ("SB3", {"epsilon.fraction": ""}),
+    "exploration_initial_eps": ("SB3", {"epsilon.start": ""}),
+    "exploration_final_eps": ("SB3", {"epsilon.end": ""}),
+    "target_update_interval": (
+        "SB3",
+        {"target_network.update_every": " (counted in gradient steps, not env steps)"},
+    ),
+    "ent_coef": ("SB3", {"alpha": " (and 'autotune' for SAC's automatic entropy tuning)"}),
+    "tensorboard_log": (
+        "SB3",
+        {
+            "": " TensorBoard is one of payoff's loggers: payoff train --loggers tensorboard "
+            "(or PAYOFF_LOGGERS=tensorboard) writes its events into the run's folder"
+        },
+    ),
+    "verbose": (
+        "SB3",
+        {
+            "": " payoff shows a progress bar and a line per evaluation; PAYOFF_PROGRESS=0 hides the bar"
+        },
+    ),
+    "num_generations": ("TRL", {"group_size": ""}),
+    "max_completion_length": ("TRL", {"max_new_tokens": ""}),
+    "max_steps": ("TRL", {"steps": ""}),
+    "per_device_train_batch_size": (
+        "TRL",
+        {
+            "prompts_per_step": " (TRL's counts completions: prompts_per_step x group_size)",
+            "batch_size": "",
+        },
+    ),
+    "epsilon": ("TRL", {"clip_eps": ""}),
+    "epsilon_high": ("TRL", {"clip_eps_high": ""}),
+    "loss_type": ("TRL", {"loss_aggregation": "", "loss": ""}),
+    "reward_funcs": ("TRL", {"rewards": ""}),
+    "train_dataset": (
+        "TRL",
+        # preferences first: DPO and reward models also have a task (what they evaluate on)
+        {"preferences": " (pairs, a file or a folder)", "task": " (rows, a file or a folder)"},
+    ),
+    "num_train_epochs": ("TRL", {"steps": " (payoff counts optimizer steps)"}),
 }
 
 
 def key_hint(key: str, fields: Any) -> str:
     """' Did you mean ...?', or the key's name here when another library's name was used."""
     names = set(fields)
-    if key in OTHER_LIBRARIES:
-        library, ours = OTHER_LIBRARIES[key]
-        if ours.split(".", 1)[0] in names:
-            counts = (
-                " (TRL's counts completions: prompts_per_step x group_size)"
-                if key == "per_device_train_batch_size"
-                else ""
-            )
-            return f" That is {library}'s name; payoff's is {ours!r}{counts}."
-    if key == "ent_coef" and "alpha" in names:  # SAC (PPO's ent_coef is its own)
-        return " That is SB3's name; payoff's SAC has 'alpha' (and 'autotune')."
+    library, ours = OTHER_LIBRARIES.get(key, ("", {}))
+    for name, note in ours.items():
+        if not name:
+            return f" That is {library}'s;{note}."
+        if name.split(".", 1)[0] in names:
+            return f" That is {library}'s name; payoff's is {name!r}{note}."
     return suggest(key, names)
 
 
