@@ -89,7 +89,7 @@ def _resume_length(run: Run, recipe: str | None, overrides: list[str]) -> tuple[
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # from the module by name: `payoff.train` is also the package's front-door function
-    from payoff.train import finished_step, resume, train
+    from payoff.train import finished_step, refuse_experiment, resume, train
 
     if args.resume:
         if args.seed is not None or args.out != "runs":
@@ -100,6 +100,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from payoff.track.run import Run
 
         run_dir = Run.open(args.resume)
+        refuse_experiment(run_dir, "resume")
         key, total = _resume_length(run_dir, args.recipe, args.overrides)
         step = finished_step(run_dir)
         if step is not None and total is None:
@@ -190,7 +191,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     for name in options:
         if name not in accepted and not open_ended:
             raise ConfigError(
-                f"--{name} applies to language-model runs; {args.run!r} is a {algorithm.name} run"
+                f"--{name} does not apply to {algorithm.name} runs such as {args.run!r}: --split "
+                f"applies to language-model runs (test|ood) and kart runs (heldout), --k to "
+                f"language-model runs"
             )
     result = evaluate(args.episodes, **options) if options else evaluate(args.episodes)
     if isinstance(result, dict):  # metrics by name (agent_grpo)
@@ -397,7 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes (default 100)")
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    p.add_argument("--split", default=None, help="dataset split for language-model runs (test|ood)")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="what to evaluate on: a language-model run's dataset split (test|ood), a kart "
+        "run's track (heldout)",
+    )
     p.add_argument(
         "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
     )

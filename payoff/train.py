@@ -237,7 +237,10 @@ def train(
     if label:
         resolved["label"] = label
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
-    run = Run.create(out, resolved["recipe"], resolved, loggers=loggers)
+    # An experiment's members are named by their label and seed: a dozen folders of one
+    # recipe's name could not be told apart
+    name = f"{label}-seed{resolved.get('seed')}" if label else resolved["recipe"]
+    run = Run.create(out, name, resolved, loggers=loggers)
     if "recipe_note" in resolved:  # said once the config has proved buildable
         print(f"note: {resolved['recipe_note']}", file=sys.stderr)
         run.event(0, "recipe_retargeted", resolved["recipe_note"], severity="info")
@@ -262,6 +265,7 @@ def resume(
         further and is evaluated again at its new end (see `_extend`).
     """
     run = Run.open(path, loggers)
+    refuse_experiment(run, "resume")
     if finished_step(run) is not None and total is None:
         return run  # (a finished run may be read-only: nothing to lock or write)
     run.hold()  # before reading where it stands: another process may be training it
@@ -294,9 +298,28 @@ def resume(
     return _learn_and_finish(algorithm, run, media)
 
 
+def refuse_experiment(run: Run, what: str) -> None:
+    """RunError naming the member runs when `run` is an experiment: it trained several runs
+    and holds no model of its own to evaluate, play or resume."""
+    if run.config.get("kind") != "experiment":
+        return
+    members = run.summary().get("members")
+    if not isinstance(members, list):  # stopped before its end: the members made so far
+        folder = run.path / "members"
+        members = sorted(str(p) for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    shown = ", ".join(str(m) for m in members[:4]) or "none yet"
+    more = f" and {len(members) - 4} more in {run.path / 'members'}" if len(members) > 4 else ""
+    raise RunError(
+        f"{str(run.path)!r} is an experiment ({run.config.get('recipe')}), not one run: it "
+        f"holds no model to {what}. {what.capitalize()} one of its {len(members)} member runs "
+        f"instead: {shown}{more}"
+    )
+
+
 def load(path: str | Path) -> tuple[Run, Algorithm]:
     """The run at `path` and its algorithm restored from the latest checkpoint."""
     run = Run.open(path)
+    refuse_experiment(run, "evaluate or play")
     algo = run.config.get("algo")
     if not algo:
         raise RunError(f"{str(path)!r} has no 'algo' in its config.yaml")
@@ -483,22 +506,24 @@ def train_experiment(
             labels.append(member.label or member.recipe)
             if finished_step(member_run) is None:  # stopped by a signal: stop the experiment
                 return run
-    plot_curves(
-        member_runs,
-        run.media / "comparison.png",
-        metrics=experiment.metrics or None,
-        x=experiment.x,
-        title=description or name,
-        labels=labels,
-    )
-    draw_comparisons(member_runs, labels, run.media)
+    if media:
+        plot_curves(
+            member_runs,
+            run.media / "comparison.png",
+            metrics=experiment.metrics or None,
+            x=experiment.x,
+            title=description or name,
+            labels=labels,
+        )
+        draw_comparisons(member_runs, labels, run.media)
     run.write_summary(
         members=[str(r.path) for r in member_runs],
         member_finals=[_final_line(r, label) for r, label in zip(member_runs, labels, strict=True)],
         seconds=round(time.time() - started, 1),
         finished=True,
     )
-    write_report(run)
+    if media:
+        write_report(run)
     return run
 
 

@@ -303,6 +303,17 @@ def test_an_experiment_prints_each_members_result(tmp_path, capsys):
         "short-sighted (seed 0): ",
     ):
         assert label in out
+    # --no-media: no comparison or report for the experiment either
+    (run,) = (tmp_path / "runs").iterdir()
+    assert "report:" not in out and not (run / "media" / "report.html").exists()
+    # members are named by label and seed, not twelve times by the recipe
+    names = sorted(p.name.split("-", 2)[2] for p in (run / "members").iterdir())
+    assert names == ["default-seed0", "default-seed1", "short-sighted-seed0"]
+    # eval, play and --resume of the experiment itself name its members
+    for command in (["eval", str(run)], ["play", str(run)], ["train", "--resume", str(run)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "is an experiment" in err and "default-seed0" in err, command
 
 
 def test_an_env_whose_render_raises_still_gets_its_report(tmp_path, capsys, monkeypatch):

@@ -351,8 +351,8 @@ def test_non_positive_episodes_give_one_line(finished_run, command, episodes, ca
     [
         (["--k", "1,x"], "--k must be positive integers separated by commas (e.g. 1,8), got '1,x'"),
         (["--k", "0"], "--k must be positive integers"),
-        (["--k", "1,8"], "--k applies to language-model runs; "),
-        (["--split", "ood"], "--split applies to language-model runs; "),
+        (["--k", "1,8"], "--k does not apply to qlearning runs"),
+        (["--split", "ood"], "--split does not apply to qlearning runs"),
     ],
 )
 def test_language_model_eval_options_give_one_line(finished_run, extra, message, capsys):
