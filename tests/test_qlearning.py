@@ -278,3 +278,18 @@ def test_the_plateau_on_returns_is_a_fraction_of_their_range():
     agent = QLearning(env="CliffWalking-v1", total_episodes=1)
     agent.evals = [(100, -200.0, None), (200, -30.0, None), (300, -19.0, None), (400, -13.0, None)]
     assert agent.episodes_to_plateau() == 300  # within 0.05 x 187 of -13
+
+
+def test_a_run_ending_between_two_logs_still_records_its_last_steps():
+    """The loop logs once more at the end when the last step was not a multiple of
+    log_every: a run shorter than log_every has a record (it used to have none)."""
+    short = QLearning(env="FrozenLake-v1", seed=0, total_episodes=60, log_every=100)
+    short.config.final_eval_episodes = 1
+    short.learn()
+    assert len([r for r in short.history if "train/return" in r]) == 1
+
+    agent = QLearning(env="FrozenLake-v1", seed=0, total_episodes=250, log_every=100)
+    agent.config.final_eval_episodes = 1
+    agent.learn()
+    # (records are stamped with env steps; log_every counts Q-learning's episodes)
+    assert len([r for r in agent.history if "train/return" in r]) == 3

@@ -18,9 +18,10 @@ Per iteration, in this order:
 iteration that advances by 2,048 env steps still logs, evaluates and checkpoints on time.
 The loop stops at `total`, when the algorithm says it is solved, when an alarm halted it
 (`on_alarm: halt`, payoff.algos.response), or on Ctrl-C / SIGTERM /
-SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, the
-final evaluation and summary (`algorithm.finish()`); a checkpoint always, so a stopped run
-resumes exactly where it stopped.
+SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, a last
+`log_training()` when the final step was not a multiple of log_every (a run shorter than
+log_every still has its record), the final evaluation and summary (`algorithm.finish()`);
+a checkpoint always, so a stopped run resumes exactly where it stopped.
 
 The counters every run shares live in `LoopState`, which serializes itself; an algorithm's
 checkpoint is the loop state plus its modules, optimizers and RNGs.
@@ -139,6 +140,7 @@ class TrainLoop:
                 algorithm.evaluate_now()
             algorithm.between_iterations()
             checkpointed = -1  # the step of this loop's last checkpoint
+            logged = state.step  # the step of this loop's last record (none: where it began)
             with GracefulInterrupt() as interrupt:
                 while (
                     state.step < self.total
@@ -155,6 +157,7 @@ class TrainLoop:
                         progress.set_postfix(algorithm.progress_postfix())
                     if crossed(before, state.step, self.log_every):
                         algorithm.log_training()
+                        logged = state.step
                     if crossed(before, state.step, self.eval_every) or (
                         self.eval_at_end and state.step >= self.total and self.eval_every > 0
                     ):
@@ -171,6 +174,8 @@ class TrainLoop:
         progress.close()
         algorithm.interrupted = interrupt.requested
         if not algorithm.interrupted:
+            if self.log_every > 0 and logged != state.step:  # the steps since the last record
+                algorithm.log_training()
             # The final evaluation can be long, and Ctrl-C stops it at once: the training
             # is in a checkpoint first, and a resume runs the evaluation again.
             if checkpointed != state.step:
