@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -35,6 +36,7 @@ from payoff.rollout.ray_pool import RayConfig
 from payoff.rollout.ray_runner import RayRunner
 from payoff.rollout.vector import VectorRunner, evaluate_batched, make_vector_env
 from payoff.track.checkpoint import load_state
+from payoff.track.run import Run
 
 
 @dataclass
@@ -200,7 +202,12 @@ class OnPolicyAlgorithm(Agent):
         self.optimizer = FlatAdam(self.flat, lr=self.config.learning_rate(0.0), eps=1e-5)
 
     def _init_from_file(self, path: str) -> None:
-        """Copy actor (and critic) weights from a policy file or a saved on-policy model."""
+        """Copy actor (and critic) weights from a policy file, a saved on-policy model, or a
+        run folder (its policy.safetensors where it wrote one, else its latest checkpoint)."""
+        if Path(path).is_dir():
+            folder = Path(path)
+            policy = folder / "policy.safetensors"
+            path = str(policy if policy.is_file() else Run.open(folder).checkpoint_path("latest"))
         payload = load_state(path, "init_from file")
         if is_policy_payload(payload):
             actor, critic = policy_from_payload(payload, path)
