@@ -42,6 +42,10 @@ def resolve(
         )
     description = data.pop("description", "")
     label = data.pop("label", None)
+    # A run's config.yaml trains again as a recipe: what it records about how it was made
+    # (the recipe's name, the overrides already applied, a note) is not config
+    for bookkeeping in ("recipe", "overrides", "recipe_note"):
+        data.pop(bookkeeping, None)
     written = list(overrides)  # all of them, monitors' too, for the record
     monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
     given = [value for keys, value in map(parse_override, overrides) if keys == ["seed"]]

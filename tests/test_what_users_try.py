@@ -646,6 +646,24 @@ def test_resume_refuses_what_it_cannot_honour_and_says_when_config_yaml_was_edit
         assert main(["train", "--resume", str(run), "--no-media", "--track", "none"]) == 0
 
 
+def test_a_runs_config_yaml_trains_again_as_a_recipe(tmp_path):
+    """getting-started calls config.yaml the fully resolved config; training it again said
+    "unknown config key 'recipe'. Did you mean 'clip'?"."""
+    import shutil
+
+    from payoff.train import train
+
+    first = train(
+        "frozenlake-q", ["total_episodes=50", "final_eval_episodes=5"], out=tmp_path, media=False
+    )
+    recipe = tmp_path / "again.yaml"
+    shutil.copy(first.path / "config.yaml", recipe)
+    again = train(str(recipe), out=tmp_path / "again", media=False)
+    ours = {k: v for k, v in again.config.items() if k not in ("recipe", "overrides")}
+    theirs = {k: v for k, v in first.config.items() if k not in ("recipe", "overrides")}
+    assert ours == theirs and again.summary()["final_eval"] == first.summary()["final_eval"]
+
+
 class _Pixels(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
     action_space = gym.spaces.Discrete(2)
