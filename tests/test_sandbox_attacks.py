@@ -64,6 +64,26 @@ def test_the_honest_solution_passes_and_the_wrong_one_does_not():
     assert_no_reward(run_tests(WRONG, TESTS))
 
 
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "assert all(sq(x) == x * x for x in range(4))",
+        "assert [sq(x) for x in range(3)] == [0, 1, 4]",
+        "assert {x: sq(x) for x in range(3)} == {0: 0, 1: 1, 2: 4}",
+        "assert any(sq(x) == 9 for x in range(4))",
+        # HumanEval's form: the candidate's function handed to check()
+        "METADATA = {}\n\ndef check(candidate):\n    assert candidate(3) == 9\n"
+        "    assert candidate(0) == 0\n\ncheck(sq)",
+    ],
+)
+def test_common_test_shapes_pass_the_honest_solution_and_fail_the_wrong_one(tests):
+    """Calls inside comprehensions were lifted out of them (NameError: name 'x' is not
+    defined) and check(sq) made a site of the function itself (not plain data): an honest
+    solution crashed on all of these."""
+    assert run_tests("def sq(x):\n    return x * x\n", tests).passed
+    assert_no_reward(run_tests("def sq(x):\n    return x * x if x < 2 else 0\n", tests))
+
+
 # ---- forged passes -----------------------------------------------------------------------
 FORGERIES = {
     "replace_exec": """

@@ -171,9 +171,78 @@ def _simple_check(test: ast.expr) -> Check | None:
     return None
 
 
+def _inline_checks(tree: ast.Module) -> ast.Module:
+    """HumanEval's form, `def check(candidate): assert candidate(3) == 9 ...` then
+    `check(sq)`, as the asserts themselves: the call's statement is replaced by the function's
+    body with the parameter renamed to the name passed. Passing the candidate's function in
+    would make a site of the bare name, whose value (a function) is not plain data. Only
+    one-parameter functions whose body does not return are inlined."""
+    functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and len(node.args.args) == 1
+        and not (node.args.posonlyargs or node.args.kwonlyargs or node.args.vararg)
+        and not (node.args.kwarg or node.args.defaults or node.decorator_list)
+        and not any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in ast.walk(node))
+    }
+    if not functions:
+        return tree
+
+    class Rename(ast.NodeTransformer):
+        def __init__(self, old: str, new: str):
+            self.old, self.new = old, new
+
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.Name(self.new, node.ctx) if node.id == self.old else node
+
+    body: list[ast.stmt] = []
+    for statement in tree.body:
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        function = (
+            functions.get(call.func.id)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            else None
+        )
+        if (
+            function is not None
+            and isinstance(call, ast.Call)
+            and len(call.args) == 1
+            and isinstance(call.args[0], ast.Name)
+            and not call.keywords
+        ):
+            rename = Rename(function.args.args[0].arg, call.args[0].id)
+            copy = parse_module(ast.unparse(ast.Module(body=function.body, type_ignores=[])))
+            body.extend(rename.visit(copy).body)
+        else:
+            body.append(statement)
+    return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+
+
+_NESTED_SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
+
+
+class _DropComparisons(ast.NodeTransformer):
+    """A test expression with each comparison replaced by a tuple of its operands that
+    hold a site (the expected side left out): what runs in sandbox 1 when a site sits in a
+    comprehension, whose variables it needs. `any(...)` and `all(...)` become `list(...)`,
+    so every case is recorded; a check that needs more values than were recorded fails."""
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        # any() stops at the first truthy tuple: every case is recorded through list()
+        if isinstance(node.func, ast.Name) and node.func.id in ("any", "all") and node.args:
+            return ast.Call(ast.Name("list", ast.Load()), [self.visit(node.args[0])], [])
+        return self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> Any:
+        operands = [self.visit(o) for o in (node.left, *node.comparators)]
+        kept = [o for o in operands if any(_site_number(n) is not None for n in ast.walk(o))]
+        return ast.Tuple(elts=kept or [ast.Constant(True)], ctx=ast.Load())
+
+
 def plan_tests(tests: str) -> TestPlan:
     """Split `tests` into call sites and checks; SyntaxError/ValueError if they do not parse."""
-    tree = parse_module(tests)
+    tree = _inline_checks(parse_module(tests))
     local = _bound_names(tree)
     # The candidate's names: used by the tests, bound neither by them nor by Python. A builtin
     # stays the builtin even if the program redefines it, so `len(f(x))` is measured here.
@@ -205,6 +274,16 @@ def plan_tests(tests: str) -> TestPlan:
             calls.sort(key=lambda n: int(n.args[0].value))  # type: ignore[attr-defined]
             if not calls:
                 return ast.Pass()
+            # (each site's own `lambda:` holds no site: sites are maximal expressions)
+            nested = [
+                n
+                for scope in ast.walk(node.test)
+                if isinstance(scope, _NESTED_SCOPES)
+                for n in ast.walk(scope)
+                if _site_number(n) is not None  # type: ignore[arg-type]
+            ]
+            if nested:  # lifted out of its comprehension, a site would miss its variables
+                return ast.Expr(_DropComparisons().visit(node.test))
             return [ast.Expr(call) for call in calls]
 
     record_tree = ast.fix_missing_locations(
