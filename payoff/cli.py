@@ -369,6 +369,16 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a recipe (or resume a run)",
         description="Train a shipped recipe or a YAML file into a new run directory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  payoff train cartpole-ppo                        a shipped recipe\n"
+            "  payoff train cartpole-ppo total_steps=2e5 --seed 3\n"
+            "  payoff train my-recipe.yaml                      a YAML file (a run's config.yaml too)\n"
+            "  payoff train dqn-ablation                        an experiment: several runs, compared\n"
+            "  payoff train --resume runs/RUN                   continue a stopped run\n"
+            "  payoff train --resume runs/RUN total_steps=1e6   train a finished run further"
+        ),
     )
     p.add_argument(
         "recipe", nargs="?", help="recipe name (see `payoff recipes`) or path to a YAML file"
