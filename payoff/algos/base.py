@@ -355,6 +355,7 @@ class Algorithm:
             unit=self.loop_unit,
             eval_at_end=self.eval_at_end,
             eval_at_start=self.eval_at_start,
+            planned=getattr(self.config, self.total_key, None),
         ).run()
 
     def progress_label(self) -> str:

@@ -19,8 +19,9 @@ iteration that advances by 2,048 env steps still logs, evaluates and checkpoints
 The loop stops at `total`, when the algorithm says it is solved, when an alarm halted it
 (`on_alarm: halt`, payoff.algos.response), or on Ctrl-C / SIGTERM /
 SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, a last
-`log_training()` when the final step was not a multiple of log_every (a run shorter than
-log_every still has its record), the final evaluation and summary (`algorithm.finish()`);
+`log_training()` when the run has ended (its planned length, solved or halted) on a step
+that was not a multiple of log_every (a run shorter than log_every still has its record),
+the final evaluation and summary (`algorithm.finish()`);
 a checkpoint always, so a stopped run resumes exactly where it stopped.
 
 The counters every run shares live in `LoopState`, which serializes itself; an algorithm's
@@ -109,6 +110,9 @@ class TrainLoop:
         step's accuracy on the curve).
     eval_at_start: evaluate once before the first iteration of a fresh run (where learning
         starts from).
+    planned: the run's planned length, when `total` is a stop short of it (learn(n) on a
+        longer run): the last record between two logs is written only at the run's end, so
+        learning in several calls logs what one call would.
     """
 
     algorithm: Loopable
@@ -120,6 +124,7 @@ class TrainLoop:
     checkpoint_every: int = 0
     eval_at_end: bool = False
     eval_at_start: bool = False
+    planned: int | None = None
 
     @classmethod
     def from_config(cls, algorithm: Any, total: int, desc: str, **options: Any) -> TrainLoop:
@@ -174,7 +179,12 @@ class TrainLoop:
         progress.close()
         algorithm.interrupted = interrupt.requested
         if not algorithm.interrupted:
-            if self.log_every > 0 and logged != state.step:  # the steps since the last record
+            ended = (
+                state.step >= max(self.total, self.planned or 0)
+                or state.solved_at is not None
+                or algorithm.halted is not None
+            )
+            if ended and self.log_every > 0 and logged != state.step:  # since the last record
                 algorithm.log_training()
             # The final evaluation can be long, and Ctrl-C stops it at once: the training
             # is in a checkpoint first, and a resume runs the evaluation again.
