@@ -1033,3 +1033,30 @@ def test_a_monitors_override_is_recorded_among_the_runs_overrides():
     monitor = "monitors=[{kind: threshold, key: train/kl, above: 0.5}]"
     _, _, resolved = resolve("cartpole-ppo", ["total_steps=100", monitor], seed=3)
     assert resolved["overrides"] == ["total_steps=100", monitor, "seed=3"]
+
+
+class _NumberedFrom100(gym.Env):
+    """A corridor whose states are Discrete(5, start=100)."""
+
+    observation_space = gym.spaces.Discrete(5, start=100)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = 100
+        return self.state, {}
+
+    def step(self, action):
+        self.state = min(104, max(100, self.state + (1 if action else -1)))
+        return self.state, float(self.state == 104), self.state == 104, False, {}
+
+
+def test_discrete_observations_numbered_from_an_offset():
+    """Discrete(5, start=100) states crashed every network algorithm (one-hot of 100) and
+    Q-learning (row 101 of 5); a state outside the space is named."""
+    agent = payoff.PPO(_NumberedFrom100, num_envs=2, num_steps=32, eval_every=0).learn(128)
+    assert agent.predict(102) in (0, 1)
+    with pytest.raises(EnvError, match=r"state 107 is outside .*100\.\.104"):
+        agent.predict(107)
+    with pytest.raises(EnvError, match="Q-learning numbers states and actions from 0"):
+        payoff.QLearning(_NumberedFrom100)

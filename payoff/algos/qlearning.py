@@ -101,6 +101,14 @@ class QLearning(Agent):
                 f"Q-learning needs a Discrete action space; {config.env.id!r} has {act_space}. "
                 f"Use PPO (algo: ppo), which takes Box, MultiDiscrete and MultiBinary actions."
             )
+        for name, space in (("observation", obs_space), ("action", act_space)):
+            if int(space.start) != 0:
+                raise EnvError(
+                    f"Q-learning numbers states and actions from 0; {config.env.id!r} has "
+                    f"{name} space {space}, numbered from {int(space.start)}. Wrap the env "
+                    f"so it numbers them from 0 (gymnasium.wrappers.TransformObservation / "
+                    f"TransformAction), or use DQN or PPO, which take the offset"
+                )
         self.rng = seed_everything(config.seed)
         self.env.reset(seed=config.seed)
         self.q = np.full(
@@ -152,6 +160,14 @@ class QLearning(Agent):
         self._started, self._start_step = time.time(), self.env_steps
         super().train_until(total)
 
+    def _check_state(self, state: Any, where: str) -> None:
+        """EnvError when the env returned a state the table has no row for."""
+        if not 0 <= state < self.q.shape[0]:
+            raise EnvError(
+                f"env {self.config.env.id!r} returned observation {state!r} from {where}, "
+                f"outside its observation space {self.env.observation_space}"
+            )
+
     def iterate(self) -> None:
         """One episode, updating Q after every step (Q-learning or SARSA target)."""
         config = self.config
@@ -160,12 +176,14 @@ class QLearning(Agent):
         self._fraction = self.episode / config.total_episodes
         alpha, epsilon = config.learning_rate(self._fraction), config.epsilon(self._fraction)
         state, _ = env.reset()
+        self._check_state(state, "reset")
         action = self._explore(state, epsilon)
         episode_return, done, length = 0.0, False, 0
         reward: float = 0.0
         info: dict[str, Any] = {}
         while not done:
             next_state, step_reward, terminated, truncated, info = env.step(action)
+            self._check_state(next_state, "step")
             reward = float(step_reward)
             episode_return += reward
             self.env_steps += 1

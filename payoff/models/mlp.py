@@ -231,13 +231,23 @@ class _ObsEncoder(nn.Module):
         super().__init__()
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.dim = obs_dim(space)
+        self.space = space
+        # Discrete(n, start=s) numbers its states s..s+n-1; the one-hot counts from 0
+        self.start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
         self.normalizer = normalizer if normalizer is not None else ObsNormalizer(self.dim)
         if not self.normalizer.enabled:
             warn_raw_pixels(space, "or set normalize_obs=true")
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return nn.functional.one_hot(obs.long().reshape(-1), self.dim).float()
+            index = obs.long().reshape(-1) - self.start
+            if len(index) and (int(index.min()) < 0 or int(index.max()) >= self.dim):
+                bad = int((index[(index < 0) | (index >= self.dim)][0]) + self.start)
+                raise EnvError(
+                    f"observation {bad} is not in the env's observation space {self.space} "
+                    f"(states {self.start}..{self.start + self.dim - 1})"
+                )
+            return nn.functional.one_hot(index, self.dim).float()
         return self.normalizer.forward(obs.reshape(obs.shape[0], -1).float())
 
 
