@@ -559,8 +559,19 @@ def test_lora_finds_the_linear_layers_of_any_architecture():
         if p.requires_grad
     }
     assert trained == {"c_attn", "c_proj", "c_fc"}
-    with pytest.raises(ConfigError, match=r"none of model.lora_targets \['q_proj'\]"):
+    with pytest.raises(ConfigError, match=r"model.lora_targets \['q_proj'\] name no module"):
         add_lora(GPT2LMHeadModel(gpt2.config), ModelConfig(lora_rank=4, lora_targets=["q_proj"]))
+    # one misspelt name among good ones was dropped without a word
+    with pytest.raises(ConfigError, match=r"model.lora_targets \['c_atn'\] name no module"):
+        add_lora(
+            GPT2LMHeadModel(gpt2.config), ModelConfig(lora_rank=4, lora_targets=["c_attn", "c_atn"])
+        )
+    # GPT-2 ties its head to its input embeddings: an adapter there, merged, changed both
+    with pytest.raises(ConfigError, match="ties its output head to its input embeddings"):
+        add_lora(
+            GPT2LMHeadModel(gpt2.config),
+            ModelConfig(lora_rank=4, lora_targets=["c_attn", "lm_head"]),
+        )
 
 
 def test_load_settings_change_only_what_they_name():
@@ -864,6 +875,11 @@ def test_sb3_and_trl_key_names_point_to_payoffs():
         (DQNConfig, "activation_fn"): "payoff's is 'activation'",
         (DQNConfig, "tensorboard_log"): "payoff train --loggers tensorboard",
         (DQNConfig, "verbose"): "PAYOFF_PROGRESS=0",
+        (GRPOConfig, "gradient_accumulation_steps"): "payoff's is 'microbatch_size'",
+        (DPOConfig, "gradient_accumulation_steps"): "payoff has no gradient accumulation",
+        (GRPOConfig, "peft_config"): "payoff's is 'model.lora_rank'",
+        (GRPOConfig, "num_iterations"): "payoff's is 'updates_per_batch'",
+        (DPOConfig, "max_prompt_length"): "payoff does not cut prompts",
     }
     for (config, key), answer in said.items():
         with pytest.raises(ConfigError) as info:

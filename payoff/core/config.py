@@ -551,6 +551,34 @@ OTHER_LIBRARIES: dict[str, tuple[str, dict[str, str]]] = {
         {"preferences": " (pairs, a file or a folder)", "task": " (rows, a file or a folder)"},
     ),
     "num_train_epochs": ("TRL", {"steps": " (payoff counts optimizer steps)"}),
+    "num_iterations": ("TRL", {"updates_per_batch": " (passes over each rollout batch)"}),
+    "gradient_accumulation_steps": (
+        "TRL",
+        {
+            "microbatch_size": " (the completions per forward/backward inside one optimizer "
+            "step: gradients accumulate, the update is the same)",
+            "": " payoff has no gradient accumulation for this trainer",
+        },
+    ),
+    "peft_config": (
+        "TRL",
+        {"model.lora_rank": " (with model.lora_alpha, model.lora_targets: LoRA)"},
+    ),
+    "completion_only_loss": ("TRL", {"loss_on": " ('completion' or 'all')"}),
+    "max_prompt_length": (
+        "TRL",
+        {
+            "": " payoff does not cut prompts: one longer than the model's context is refused "
+            "before training, naming the row"
+        },
+    ),
+    "max_seq_length": (
+        "TRL",
+        {
+            "": " payoff does not cut rows: one longer than the model's context is refused "
+            "before training, naming the row"
+        },
+    ),
 }
 
 
@@ -559,7 +587,7 @@ def key_hint(key: str, fields: Any) -> str:
     names = set(fields)
     library, ours = OTHER_LIBRARIES.get(key, ("", {}))
     for name, note in ours.items():
-        if not name:
+        if not name:  # a note alone, when none of the names before it applies
             return f" That is {library}'s;{note}."
         if name.split(".", 1)[0] in names:
             return f" That is {library}'s name; payoff's is {name!r}{note}."

@@ -348,11 +348,26 @@ def add_lora(model, config: ModelConfig):
         if config.lora_targets == ["all-linear"]
         else [t for t in config.lora_targets if t in names]
     )
-    if not targets:
+    missing = [t for t in config.lora_targets if t != "all-linear" and t not in names]
+    if missing or not targets:  # a misspelt one used to be dropped without a word
         raise ConfigError(
-            f"none of model.lora_targets {config.lora_targets} name a module of this model; "
-            f"some of its module names: {sorted(names)[:20]}"
+            f"model.lora_targets {missing or config.lora_targets} name no module of this "
+            f"model; some of its module names: {sorted(names)[:20]}"
         )
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    if tied and output is not None and targets != "all-linear":
+        shared = [
+            n for n, m in model.named_modules() if m is output or m is model.get_input_embeddings()
+        ]
+        named = [t for t in targets if any(n.rsplit(".", 1)[-1] == t for n in shared)]
+        if named:  # merging would write the head's update into the input embeddings too
+            raise ConfigError(
+                f"model.lora_targets {named}: this model ties its output head to its input "
+                f"embeddings (tie_word_embeddings), so an adapter on one, merged into the "
+                f"saved model, changes both and the saved model is not the one trained; "
+                f"leave {named} out of lora_targets"
+            )
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
