@@ -1076,3 +1076,33 @@ def test_discrete_observations_numbered_from_an_offset():
         agent.predict(107)
     with pytest.raises(EnvError, match="Q-learning numbers states and actions from 0"):
         payoff.QLearning(_NumberedFrom100)
+
+
+class _ActionsFrom1(gym.Env):
+    """Actions Discrete(3, start=1); any other action is the env's error."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3, start=1)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if int(action) not in (1, 2, 3):
+            raise ValueError(f"got action {action}, valid 1..3")
+        self.t += 1
+        return np.zeros(2, np.float32), float(action == 3), False, self.t >= 10, {}
+
+
+def test_actions_numbered_from_an_offset_reach_the_env_as_such():
+    """ES sent Discrete(3, start=1) envs action 0 (an env that does not check would have
+    taken it); mbrl now refuses the offset as DQN does."""
+    from payoff.algos.es import ES
+    from payoff.algos.mbrl import MBRL
+
+    es = ES(_ActionsFrom1, pairs=2, total_steps=200, eval_every=0, final_eval_episodes=1).learn()
+    assert es.predict(np.zeros(2, np.float32)) in (1, 2, 3)
+    with pytest.raises(EnvError, match=r"mbrl plans with action indices 0\.\.n-1"):
+        MBRL(_ActionsFrom1)

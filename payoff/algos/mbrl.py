@@ -664,6 +664,14 @@ class MBRL(Agent):
                 f"observation space; {config.env.id!r} has {self.observation_space}"
             )
         if isinstance(self.action_space, gym.spaces.Discrete):
+            if int(self.action_space.start) != 0:  # the planner's actions are indices 0..n-1
+                self.envs.close()
+                raise EnvError(
+                    f"mbrl plans with action indices 0..n-1; {config.env.id!r} has "
+                    f"{self.action_space} (start {int(self.action_space.start)}). Shift the "
+                    f"env's actions to start at 0 (a gymnasium ActionWrapper), or use PPO or "
+                    f"A2C, which add the start"
+                )
             action_dim = int(self.action_space.n)
         elif isinstance(self.action_space, gym.spaces.Box) and len(self.action_space.shape) == 1:
             action_dim = int(self.action_space.shape[0])

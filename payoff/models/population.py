@@ -78,6 +78,8 @@ class FlatPolicy:
             offset, width = weights + size, size
         self.dim = offset
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        # Discrete(n, start=s) takes s..s+n-1: the argmax's index plus the start
+        self.action_start = int(action_space.start) if self.discrete else 0
         if not self.discrete:
             low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
             high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
@@ -133,7 +135,7 @@ class FlatPolicy:
     def to_actions(self, outputs: np.ndarray) -> np.ndarray:
         """Env actions [K, ...] from network outputs: argmax, or tanh scaled to the Box."""
         if self.discrete:
-            return outputs.argmax(-1)
+            return outputs.argmax(-1) + self.action_start
         squashed = np.where(
             self.bounded, self.low + (np.tanh(outputs) + 1.0) * 0.5 * self.span, outputs
         ).astype(np.float32)

@@ -87,7 +87,9 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
         raise DataError(
             f"{where}: needs an 'answer' (or {', '.join(map(repr, REFERENCES[1:]))}; checked by "
             f"the math/exact verifiers) or 'tests' (run by the code verifier); "
-            f"columns: {columns(row)}"
+            f"columns: {columns(row)}. payoff's tasks evaluate held-out accuracy against a "
+            f"reference, so prompt-only rows (TRL's GRPO with a reward that needs none) are "
+            f"not taken yet: give each row the reference your reward or accuracy should use"
         )
     if reference is not None:
         value = row[reference]
