@@ -1106,3 +1106,29 @@ def test_actions_numbered_from_an_offset_reach_the_env_as_such():
     assert es.predict(np.zeros(2, np.float32)) in (1, 2, 3)
     with pytest.raises(EnvError, match=r"mbrl plans with action indices 0\.\.n-1"):
         MBRL(_ActionsFrom1)
+
+
+class _NeverEnds(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+def test_imitation_evaluations_cut_endless_episodes_with_the_shared_warning():
+    """BC and DAgger's evaluation cut them at 10,000 steps without a word; every other
+    whole-episode loop cuts at 100,000 and says so."""
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.evaluate import EPISODE_STEP_LIMIT
+    from payoff.rollout.imitation import play_episodes
+
+    env = EnvConfig(factory=_NeverEnds)
+    assert play_episodes.__defaults__ == (EPISODE_STEP_LIMIT,)
+    with pytest.warns(RuntimeWarning, match="had not ended after 50 steps"):
+        traces = play_episodes(env, lambda obs: np.zeros(len(obs), int), 2, seed=0, max_steps=50)
+    assert list(traces.lengths) == [50, 50]

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.envs.make import EnvConfig, check_env
+from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, warn_unended
 from payoff.rollout.experts import Expert, finite_labels
 
 Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
@@ -130,9 +131,10 @@ class EpisodeTraces:
 
 
 def play_episodes(
-    env: EnvConfig, act: Act, episodes: int, seed: int, max_steps: int = 10_000
+    env: EnvConfig, act: Act, episodes: int, seed: int, max_steps: int = EPISODE_STEP_LIMIT
 ) -> EpisodeTraces:
-    """Play `episodes` episodes at once (one per env) with the deterministic policy `act`."""
+    """Play `episodes` episodes at once (one per env) with the deterministic policy `act`;
+    an episode still running after `max_steps` is cut there, with the shared warning."""
     envs = make_envs(env, episodes)
     try:
         obs, _ = envs.reset(seed=seed)
@@ -156,6 +158,8 @@ def play_episodes(
                 has_success = True
                 success |= done & (_info_array(info, "is_success", episodes, 0.0) > 0.5)
             running &= ~done
+        if running.any():  # cut at max_steps: said, as every whole-episode loop says it
+            warn_unended(env.id, max_steps)
     finally:
         envs.close()
     return EpisodeTraces(
