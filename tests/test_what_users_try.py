@@ -1132,3 +1132,29 @@ def test_imitation_evaluations_cut_endless_episodes_with_the_shared_warning():
     with pytest.warns(RuntimeWarning, match="had not ended after 50 steps"):
         traces = play_episodes(env, lambda obs: np.zeros(len(obs), int), 2, seed=0, max_steps=50)
     assert list(traces.lengths) == [50, 50]
+
+
+class _OldGymStep(_NeverEnds):
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, {}  # Gym's 4 values
+
+
+class _NaNReward(_NeverEnds):
+    def step(self, action):
+        return np.zeros(2, np.float32), float("nan"), False, False, {}
+
+
+@pytest.mark.parametrize("env, said", [(_OldGymStep, "old Gym"), (_NaNReward, "non-finite")])
+@pytest.mark.parametrize("algo", ["ES", "BC", "DAgger"])
+def test_evolution_strategies_and_imitation_check_what_the_env_returns(env, said, algo):
+    """ES, BC and DAgger step envs in their own loops: a 4-value step was a bare
+    ValueError there, and NaN rewards trained and evaluated as nan without a word."""
+    expert = {"expert": lambda obs: np.zeros(len(obs), int), "label_budget": 20}
+    options = {
+        "ES": {"pairs": 1, "total_steps": 100},
+        "BC": {**expert, "epochs": 1},
+        "DAgger": {**expert, "rounds": 1},
+    }[algo]
+    agent = getattr(payoff, algo)(env, eval_every=0, final_eval_episodes=1, **options)
+    with pytest.raises(EnvError, match=said):
+        agent.learn()

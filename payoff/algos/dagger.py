@@ -22,6 +22,7 @@ import numpy as np
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
 from payoff.core.errors import ConfigError
 from payoff.rollout.imitation import collect_mixture, make_envs
+from payoff.rollout.vector import reset_envs
 
 
 @dataclass
@@ -112,7 +113,12 @@ class DAgger(ImitationAlgorithm):
         beta = beta_for_round(config, self.round)
         started = time.time()
         # Each round starts from freshly seeded episodes, so a resumed run replays exactly.
-        obs, _ = self._envs.reset(seed=config.seed + 100_000 + 1_000 * self.round)
+        obs, _ = reset_envs(
+            self._envs,
+            config.seed + 100_000 + 1_000 * self.round,
+            config.env.id,
+            "DAgger's rollouts",
+        )
         batch, _ = collect_mixture(
             self._envs,
             obs,
@@ -121,6 +127,7 @@ class DAgger(ImitationAlgorithm):
             beta,
             labels_for_round(config, self.round),
             self.rng,
+            config.env.id,
         )
         collect_seconds = time.time() - started
         self.add_data(batch.observations, batch.expert_actions)

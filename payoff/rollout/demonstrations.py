@@ -16,6 +16,9 @@ actions Box or Discrete; Dict/Tuple spaces are not supported.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.core.errors import DataError, EnvError
+from payoff.core.errors import DataError, EnvError, PayoffError
 from payoff.envs.make import EnvConfig, make_env
 from payoff.rollout.experts import Expert, check_expert, finite_labels
+from payoff.rollout.vector import env_error
 
 MINARI_VERSION = "0.5.4"  # the Minari release whose layout this writes
 EPISODE_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -58,6 +62,28 @@ class Demonstrations:
 
 
 # ---- recording ---------------------------------------------------------------------------
+@contextmanager
+def _env_errors(environment: gym.Env, env_id: str, when: str) -> Iterator[None]:
+    """What the env raises (its own errors, the old Gym API's return values) as one
+    EnvError saying which env and when, as the other algorithms' rollouts do."""
+    try:
+        yield
+    except PayoffError:
+        raise
+    except Exception as err:
+        raise env_error(environment.observation_space, err, env_id, when) from err
+
+
+def _check_shape(environment: gym.Env, obs: Any, env_id: str, when: str) -> None:
+    """EnvError when a Box env's observation does not have its space's shape."""
+    space = environment.observation_space
+    if isinstance(space, gym.spaces.Box) and np.shape(obs) != space.shape:
+        raise EnvError(
+            f"env {env_id!r} returned an observation of shape {np.shape(obs)} {when}; its "
+            f"observation_space is {space}"
+        )
+
+
 def record(
     env: EnvConfig | str,
     expert: Expert,
@@ -86,16 +112,32 @@ def record(
     try:
         episode = 0
         while (steps is None or len(act_rows) < steps) and (episodes is None or episode < episodes):
-            obs, _ = environment.reset(seed=seed + episode)
+            with _env_errors(environment, config.id, "reset while recording the expert"):
+                obs, _ = environment.reset(seed=seed + episode)
+            _check_shape(environment, obs, config.id, "from reset")
             starts.append(len(act_rows))
             done = False
             while not done:
                 action = finite_labels(expert, np.asarray(expert.act(np.asarray(obs)[None])))[0]
                 obs_rows.append(np.asarray(obs))
                 act_rows.append(action)
-                obs, reward, terminated, truncated, _ = environment.step(action)
+                with _env_errors(
+                    environment,
+                    config.id,
+                    f"step while recording the expert, after {len(act_rows) - 1:,} steps",
+                ):
+                    obs, reward, terminated, truncated, _ = environment.step(action)
+                    reward = float(reward)
+                _check_shape(environment, obs, config.id, "from step")
+                if not math.isfinite(reward) or not np.isfinite(np.asarray(obs, float)).all():
+                    raise EnvError(
+                        f"env {config.id!r} returned a non-finite "
+                        f"{'reward' if not math.isfinite(reward) else 'observation'} while "
+                        f"recording the expert, after {len(act_rows):,} steps; fix the env or "
+                        f"wrap it"
+                    )
                 budget_hit = steps is not None and len(act_rows) >= steps
-                rewards.append(float(reward))
+                rewards.append(reward)
                 terms.append(bool(terminated))
                 truncs.append(bool(truncated) or (budget_hit and not terminated))
                 done = terminated or truncated or budget_hit

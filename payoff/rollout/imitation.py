@@ -14,9 +14,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from payoff.core.errors import EnvError
 from payoff.envs.make import EnvConfig, check_env
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, warn_unended
 from payoff.rollout.experts import Expert, finite_labels
+from payoff.rollout.vector import reset_envs, step_envs
 
 Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
 
@@ -66,6 +68,7 @@ def collect_mixture(
     beta: float,
     labels: int,
     rng: np.random.Generator,
+    env_id: str = "the env",
 ) -> tuple[MixtureBatch, np.ndarray]:
     """Step `envs` from `obs` until `labels` states have been visited and labelled.
 
@@ -91,7 +94,9 @@ def collect_mixture(
         actions.append(expert_act[take])
         collected += len(take)
         expert_steps += int(use_expert[take].sum())
-        obs, reward, terminated, truncated, info = envs.step(step_act)
+        obs, reward, terminated, truncated, info = checked_step(
+            envs, step_act, env_id, collected, "DAgger's rollouts"
+        )
         running_return += np.where(resetting, 0.0, reward)
         done = np.asarray(terminated) | np.asarray(truncated)
         if done.any():
@@ -130,6 +135,27 @@ class EpisodeTraces:
         return float(self.success.mean()) if self.has_success else None
 
 
+def checked_step(
+    envs: gym.vector.VectorEnv, actions: Any, env_id: str, steps: int, during: str
+) -> tuple[Any, ...]:
+    """`step_envs`, then one EnvError for a non-finite observation or reward: imitation's
+    loops do not go through the VectorRunner, whose check the other algorithms have."""
+    obs, reward, terminated, truncated, info = step_envs(envs, actions, env_id, steps, during)
+    rewards = np.asarray(reward, dtype=np.float64)
+    observations = np.asarray(obs, dtype=np.float64)
+    if not (np.isfinite(rewards).all() and np.isfinite(observations).all()):
+        which = (
+            "reward (a reward of None is stored as nan)"
+            if not np.isfinite(rewards).all()
+            else "observation"
+        )
+        raise EnvError(
+            f"env {env_id!r} returned a non-finite {which} during {during}, after {steps:,} "
+            f"steps; fix the env or wrap it"
+        )
+    return obs, reward, terminated, truncated, info
+
+
 def play_episodes(
     env: EnvConfig, act: Act, episodes: int, seed: int, max_steps: int = EPISODE_STEP_LIMIT
 ) -> EpisodeTraces:
@@ -137,14 +163,16 @@ def play_episodes(
     an episode still running after `max_steps` is cut there, with the shared warning."""
     envs = make_envs(env, episodes)
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, _ = reset_envs(envs, seed, env.id, "evaluation")
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)
         success = np.zeros(episodes, dtype=bool)
         running = np.ones(episodes, dtype=bool)
         has_success, errors = False, []
         while running.any() and lengths.max() < max_steps:
-            obs, reward, terminated, truncated, info = envs.step(np.asarray(act(obs)))
+            obs, reward, terminated, truncated, info = checked_step(
+                envs, np.asarray(act(obs)), env.id, int(lengths.sum()), "evaluation"
+            )
             returns += np.asarray(reward) * running
             lengths += running
             if "cross_track_error" in info:
@@ -179,14 +207,16 @@ def discounted_returns(
     unknown). For fitting a critic to a cloned policy before RL."""
     envs = make_envs(env, num_envs)
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, _ = reset_envs(envs, seed, env.id, "the critic's value prefit")
         pending: list[list[tuple[np.ndarray, float]]] = [[] for _ in range(num_envs)]
         observations: list[np.ndarray] = []
         returns: list[float] = []
         resetting = np.zeros(num_envs, dtype=bool)
         taken = 0
         while taken < steps:
-            next_obs, reward, terminated, truncated, _ = envs.step(np.asarray(act(obs)))
+            next_obs, reward, terminated, truncated, _ = checked_step(
+                envs, np.asarray(act(obs)), env.id, taken, "the critic's value prefit"
+            )
             done = np.asarray(terminated) | np.asarray(truncated)
             for i in np.flatnonzero(~resetting):
                 pending[i].append((obs[i], float(reward[i])))

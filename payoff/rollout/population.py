@@ -27,11 +27,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.core.errors import EnvError
+from payoff.core.errors import EnvError, PayoffError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.models.population import FlatPolicy
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
-from payoff.rollout.vector import batched_id, make_vector_env
+from payoff.rollout.vector import batched_id, env_error, make_vector_env, reset_envs, step_envs
 
 SEED_BOUND = 2**31 - 1  # noise and env seeds are drawn in [0, SEED_BOUND)
 
@@ -167,17 +167,14 @@ class EpisodePlayer:
                 if self.vector is not None:
                     self.vector.close()
                 self.vector = make_vector_env(self.env, count, "batched")
-            obs, _ = self.vector.reset(seed=[int(s) for s in seeds])
+            obs, _ = reset_envs(
+                self.vector, [int(s) for s in seeds], self.env.id, "an evolution-strategies episode"
+            )
             obs = np.asarray(obs, dtype=np.float32)
         else:
             while len(self.envs) < count:
                 self.envs.append(make_env(self.env))
-            obs = np.stack(
-                [
-                    np.asarray(self.envs[k].reset(seed=int(seeds[k]))[0], dtype=np.float32)
-                    for k in range(count)
-                ]
-            )
+            obs = np.stack([self._reset(k, int(seeds[k])) for k in range(count)])
         self._check(obs, None)
         width = int(np.prod(obs.shape[1:]))
         returns = np.zeros(count)
@@ -193,7 +190,13 @@ class EpisodePlayer:
                 obs_sumsq += seen * seen
             if self.vector is not None:  # every env steps; the finished ones are ignored
                 actions = act(obs, everyone)
-                next_obs, rewards, terminated, truncated, _ = self.vector.step(actions)
+                next_obs, rewards, terminated, truncated, _ = step_envs(
+                    self.vector,
+                    actions,
+                    self.env.id,
+                    int(lengths.max()) * count,
+                    "an evolution-strategies episode",
+                )
                 next_obs = np.asarray(next_obs, dtype=np.float32)
                 rewards = np.asarray(rewards, dtype=np.float64)
                 done = np.asarray(terminated) | np.asarray(truncated)
@@ -204,8 +207,19 @@ class EpisodePlayer:
                 done = ~running
                 for action, k in zip(actions, rows, strict=True):
                     action = action.item() if action.ndim == 0 else action
-                    o, r, term, trunc, _ = self.envs[k].step(action)
-                    next_obs[k], rewards[k], done[k] = o, float(r), bool(term or trunc)
+                    try:
+                        o, r, term, trunc, _ = self.envs[k].step(action)
+                        next_obs[k], rewards[k], done[k] = o, float(r), bool(term or trunc)
+                    except PayoffError:
+                        raise
+                    except Exception as err:  # the env's own, or the old Gym API's 4 values
+                        raise env_error(
+                            self.envs[k].observation_space,
+                            err,
+                            self.env.id,
+                            f"step of an evolution-strategies episode, after {int(lengths[k]):,} "
+                            f"steps of it",
+                        ) from err
             self._check(next_obs[running], rewards[running])
             returns += rewards * running
             lengths += running
@@ -215,6 +229,19 @@ class EpisodePlayer:
                 warn_unended(self.env.id, step_limit)
                 break
         return Episodes(returns, lengths, obs_sum, obs_sumsq)
+
+    def _reset(self, k: int, seed: int) -> np.ndarray:
+        """Env k's first observation of an episode seeded `seed`, as float32."""
+        env = self.envs[k]
+        try:
+            obs, _ = env.reset(seed=seed)
+            return np.asarray(obs, dtype=np.float32).reshape(env.observation_space.shape or ())
+        except PayoffError:
+            raise
+        except Exception as err:
+            raise env_error(
+                env.observation_space, err, self.env.id, "reset of an evolution-strategies episode"
+            ) from err
 
     def _check(self, obs: np.ndarray, rewards: np.ndarray | None) -> None:
         if not self.check_finite:

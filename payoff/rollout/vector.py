@@ -384,8 +384,11 @@ def step_envs(
     except PayoffError:  # already says what went wrong
         raise
     except Exception as err:
-        raise _env_error(
-            envs, err, env_id, f"step during {during}, after {steps:,} env steps"
+        raise env_error(
+            envs.single_observation_space,
+            err,
+            env_id,
+            f"step during {during}, after {steps:,} env steps",
         ) from err
 
 
@@ -398,17 +401,20 @@ def reset_envs(
     except PayoffError:
         raise
     except Exception as err:
-        raise _env_error(envs, err, env_id, f"reset during {during}") from err
+        raise env_error(
+            envs.single_observation_space, err, env_id, f"reset during {during}"
+        ) from err
 
 
-def _env_error(envs: gym.vector.VectorEnv, err: Exception, env_id: str, when: str) -> EnvError:
-    """One EnvError for an exception raised inside a vector env's step or reset, with what the
-    usual ones mean: an observation off its space, or the old Gym API's return values."""
+def env_error(space: gym.Space, err: Exception, env_id: str, when: str) -> EnvError:
+    """One EnvError for an exception raised inside an env's step or reset (`space`: its
+    observation space), with what the usual ones mean: an observation off its space, or
+    the old Gym API's return values."""
     text, hint = str(err), ""
     if isinstance(err, ValueError) and "shape" in text:
         hint = (
             f". A vector env raises this when an observation does not fit the env's "
-            f"observation_space ({envs.single_observation_space})"
+            f"observation_space ({space})"
         )
     elif "array element with a sequence" in text:
         hint = (
