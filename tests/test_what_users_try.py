@@ -1158,3 +1158,29 @@ def test_evolution_strategies_and_imitation_check_what_the_env_returns(env, said
     agent = getattr(payoff, algo)(env, eval_every=0, final_eval_episodes=1, **options)
     with pytest.raises(EnvError, match=said):
         agent.learn()
+
+
+class _SquareActions(_NeverEnds):
+    action_space = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+    def step(self, action):
+        assert np.shape(action) == (2, 2)
+        self.t = getattr(self, "t", 0) + 1
+        return np.zeros(2, np.float32), -float(np.abs(action).sum()), False, self.t % 10 == 0, {}
+
+
+@pytest.mark.parametrize("algo, loss", [("BC", "mse"), ("BC", "nll"), ("DAgger", "mse")])
+def test_imitation_of_box_actions_of_any_shape(algo, loss):
+    """A (2, 2) Box action: 'The size of tensor a (4) must match the size of tensor b (2)'."""
+    expert = lambda obs: np.full((len(obs), 2, 2), 0.5, np.float32)  # noqa: E731
+    options = {"rounds": 1} if algo == "DAgger" else {"epochs": 2}
+    agent = getattr(payoff, algo)(
+        _SquareActions,
+        expert=expert,
+        label_budget=40,
+        loss=loss,
+        eval_every=0,
+        final_eval_episodes=1,
+        **options,
+    ).learn()
+    assert np.shape(agent.predict(np.zeros(2, np.float32))) == (2, 2)

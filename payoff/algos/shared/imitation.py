@@ -119,10 +119,12 @@ def imitation_loss(
     if isinstance(actor.action_space, gym.spaces.Discrete):
         logprobs, _ = actor.log_prob_entropy(observations, actions)
         return -logprobs.mean()
+    if isinstance(actor.action_space, gym.spaces.Box):  # a (2, 2) Box: the actor's d = 4
+        actions = actions.reshape(len(actions), -1)
     if loss == "nll":
         logprobs, _ = actor.log_prob_entropy(observations, actions)
         return -logprobs.mean()
-    return ((actor.mode(observations) - actions) ** 2).sum(-1).mean()
+    return ((actor.mode(observations).reshape(len(actions), -1) - actions) ** 2).sum(-1).mean()
 
 
 def fit_normalizer(actor: Actor, observations: np.ndarray) -> None:
