@@ -1184,3 +1184,17 @@ def test_imitation_of_box_actions_of_any_shape(algo, loss):
         **options,
     ).learn()
     assert np.shape(agent.predict(np.zeros(2, np.float32))) == (2, 2)
+
+
+class _TorqueFrom10(_NeverEnds):
+    action_space = gym.spaces.Box(10.0, 20.0, (1,), np.float32)
+
+    def step(self, action):
+        self.t = getattr(self, "t", 0) + 1
+        return np.zeros(2, np.float32), -abs(float(action[0]) - 15.0), False, self.t % 20 == 0, {}
+
+
+def test_a_gaussian_policy_on_a_box_that_leaves_out_zero_is_warned_about():
+    """Box(10, 20): every action PPO took at the start was exactly 10.0 (clipped), silently."""
+    with pytest.warns(RuntimeWarning, match=r"leaves out 0.*RescaleAction"):
+        payoff.PPO(_TorqueFrom10, num_envs=2, num_steps=16, eval_every=0)

@@ -224,6 +224,29 @@ def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
     )
 
 
+def warn_box_far_from_zero(space: gym.Space) -> None:
+    """Warn, once per space, when a Gaussian policy's Box leaves out 0: the policy starts
+    with its mean near 0 and std 1, and every action is clipped to the nearest bound."""
+    if not isinstance(space, gym.spaces.Box) or repr(space) in _WARNED_BOXES:
+        return
+    low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+    if not ((low > 0) | (high < 0)).any():
+        return
+    _WARNED_BOXES.add(repr(space))
+    warnings.warn(
+        f"action space {space} leaves out 0: a Gaussian policy starts near 0 with std 1, so "
+        f"its actions are clipped to the nearest bound until its mean walks there, and "
+        f"learning may never see the rest of the range. Rescale the actions to [-1, 1] "
+        f"(env.wrappers=[{{name: RescaleAction, kwargs: {{min_action: -1, max_action: 1}}}}], "
+        f"as SB3 recommends), or use SAC or TD3, which scale to the Box's bounds",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+_WARNED_BOXES: set[str] = set()
+
+
 class _ObsEncoder(nn.Module):
     """Flattens Box observations / one-hot encodes Discrete ones, then normalizes."""
 

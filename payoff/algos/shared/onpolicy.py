@@ -28,7 +28,7 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import Actor, Critic, actor_for
+from payoff.models.mlp import Actor, Critic, actor_for, warn_box_far_from_zero
 from payoff.models.policy_file import is_policy_payload, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult
@@ -181,6 +181,7 @@ class OnPolicyAlgorithm(Agent):
         """The actor and (unless uses_critic is False) the critic: MLPs from the config's
         hidden/activation; recurrent PPO builds GRU networks here instead."""
         config = self.config
+        warn_box_far_from_zero(self.action_space)
         actor = actor_for(config, self.observation_space, self.action_space)
         if not self.uses_critic:
             return actor, None
