@@ -1197,4 +1197,4 @@ class _TorqueFrom10(_NeverEnds):
 def test_a_gaussian_policy_on_a_box_that_leaves_out_zero_is_warned_about():
     """Box(10, 20): every action PPO took at the start was exactly 10.0 (clipped), silently."""
     with pytest.warns(RuntimeWarning, match=r"leaves out 0.*RescaleAction"):
-        payoff.PPO(_TorqueFrom10, num_envs=2, num_steps=16, eval_every=0)
+        payoff.PPO(_TorqueFrom10, num_envs=2, num_steps=32, eval_every=0)
