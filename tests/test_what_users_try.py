@@ -355,6 +355,14 @@ def test_an_env_without_render_mode_is_told_how_to_make_gifs(tmp_path):
     agent = payoff.PPO(_NoRenderMode(), **TINY)
     with pytest.raises(EnvError, match="does not render RGB frames .*render_mode=None argument"):
         agent.record_gif(tmp_path / "x.gif")
+    from payoff.rollout.evaluate import _frame
+
+    def unsupported():
+        raise NotImplementedError
+
+    # it raised: it did not "give NoneType"
+    with pytest.raises(EnvError, match=r"render\(\) raised NotImplementedError"):
+        _frame(unsupported, "my_envs:X")
 
 
 def test_load_takes_config_keys_like_the_constructor(tmp_path):

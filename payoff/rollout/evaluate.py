@@ -148,10 +148,11 @@ def evaluate_policy(
 
 def _frame(render: Callable[[], Any], env_id: str) -> np.ndarray:
     """One rgb_array frame from `render`, or one EnvError saying why there is none."""
+    raised = False
     try:
         image = render()
     except NotImplementedError:
-        image = None
+        image, raised = None, True
     picture = np.asarray(image)
     if not (picture.ndim == 2 or picture.ndim == 3 and picture.shape[-1] in (3, 4)):
         if env_id.startswith("payoff/"):  # payoff's own: nothing for its user to fix
@@ -159,9 +160,14 @@ def _frame(render: Callable[[], Any], env_id: str) -> np.ndarray:
                 f"payoff's env {env_id!r} draws no frames, so there is no GIF of it; "
                 f"`payoff eval RUN` scores its episodes"
             )
+        gave = (
+            "raised NotImplementedError"
+            if raised
+            else f"gave {type(image).__name__}"
+            + ("" if image is None else f" of shape {picture.shape}")
+        )
         raise EnvError(
-            f"env {env_id!r} does not render RGB frames (render() gave "
-            f"{type(image).__name__}{'' if image is None else f' of shape {picture.shape}'}): "
+            f"env {env_id!r} does not render RGB frames (render() {gave}): "
             f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
             f"[H, W, 3] (or [H, W]) uint8 array from render() when it is 'rgb_array'"
         )
