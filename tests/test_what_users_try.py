@@ -248,7 +248,7 @@ def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_tr
     rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
     rows[7]["prompt"] = "1+" * 20 + "1="
     with pytest.raises(
-        ConfigError, match=r"a training row \('1\+1\+.* is 42 tokens.*Shorten or drop"
+        ConfigError, match=r"a training row of task .* \('1\+1\+.* is 42 tokens.*Shorten or drop"
     ):
         GRPO(model=model, task=rows, max_new_tokens=4, steps=1)
     # DPO and reward models check their pairs (they failed with an IndexError mid-run)
@@ -259,6 +259,13 @@ def test_a_context_too_short_for_prompt_plus_max_new_tokens_is_refused_before_tr
     for algo in (DPO, RewardModel):
         with pytest.raises(ConfigError, match=r"a training pair .* is 44 tokens.* past the 32"):
             algo(model=model, preferences=pairs, steps=1)
+    # short pairs of your own, but the task DPO evaluates on is longer: it says whose row
+    # that is (the message quoted a row that was in none of the user's data)
+    short = _gpt2(tmp_path / "short", positions=12)
+    del short
+    few = [{"prompt": f"{a}+1", "chosen": str(a + 1), "rejected": "0"} for a in range(20)]
+    with pytest.raises(ConfigError, match=r"of task 'styled_addition'.*your pairs train it"):
+        DPO(model={"path": str(tmp_path / "short")}, preferences=few, steps=1)
 
 
 def test_a_rotary_model_is_held_to_the_context_it_was_trained_for(tmp_path):

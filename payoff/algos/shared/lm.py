@@ -246,7 +246,15 @@ class LMAlgorithm(Algorithm):
         if longest + new <= limit:
             return
         split, row = prompted[at]
-        where = f"a {split} row ({str(row['prompt'])[:40]!r}...)"
+        task = getattr(getattr(self.config, "task", None), "name", "?")
+        where = f"a {split} row of task {task!r} ({str(row['prompt'])[:40]!r}...)"
+        preferences = getattr(self.config, "preferences", None)
+        if preferences is not None and getattr(preferences, "own", False):
+            # trained on the user's pairs, it still evaluates on the task: say which is which
+            where += (
+                ", the task this run evaluates its greedy answers on (your pairs train it; "
+                "task=... sets the rows it evaluates on)"
+            )
         advice = (
             f"Lower max_new_tokens to {limit - longest} or less, shorten the prompts"
             if longest < limit
