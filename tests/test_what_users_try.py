@@ -1213,3 +1213,16 @@ def test_a_gaussian_policy_on_a_box_that_leaves_out_zero_is_warned_about():
     """Box(10, 20): every action PPO took at the start was exactly 10.0 (clipped), silently."""
     with pytest.warns(RuntimeWarning, match=r"leaves out 0.*RescaleAction"):
         payoff.PPO(_TorqueFrom10, num_envs=2, num_steps=32, eval_every=0)
+
+
+class _HoldsALock(_NeverEnds):
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+
+def test_an_env_instance_that_cannot_pickle_is_refused_for_async_before_the_workers_start():
+    """The EnvError was raised inside a worker process; the user got ConnectionResetError."""
+    with pytest.raises(EnvError, match=r"vectorization 'async' .* must pickle.*'sync'"):
+        payoff.PPO(_HoldsALock(), num_envs=2, num_steps=32, vectorization="async", eval_every=0)
