@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from payoff import train
 from payoff.algos.es import ES, centered_ranks, es_gradient, shape_fitness
@@ -98,6 +99,7 @@ def test_workers_play_the_noise_the_seed_gives():
     probe = make_env(env)
     policy = FlatPolicy(probe.observation_space, probe.action_space, [8])
     probe.close()
+    torch.manual_seed(0)  # theta from torch's global RNG: whatever ran before changed it
     theta = policy.initial_parameters()
     sigma = 0.5
     tasks = [PairTask(i, seed, [100 + i]) for i, seed in enumerate([5, 6, 7])]

@@ -1226,3 +1226,7 @@ def test_an_env_instance_that_cannot_pickle_is_refused_for_async_before_the_work
     """The EnvError was raised inside a worker process; the user got ConnectionResetError."""
     with pytest.raises(EnvError, match=r"vectorization 'async' .* must pickle.*'sync'"):
         payoff.PPO(_HoldsALock(), num_envs=2, num_steps=32, vectorization="async", eval_every=0)
+    # on Ray it was Ray's serialization dump (checked before Ray starts: no cluster needed)
+    pytest.importorskip("ray")
+    with pytest.raises(EnvError, match=r"backend 'ray' .* must pickle.*backend 'local'"):
+        payoff.ES(_HoldsALock(), pairs=2, backend="ray", eval_every=0)

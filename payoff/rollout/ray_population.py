@@ -44,6 +44,7 @@ from payoff.rollout.ray_pool import (
     split_ranges,
     wait_until_ready,
 )
+from payoff.rollout.vector import check_picklable
 
 
 class PopulationWorker:
@@ -92,6 +93,7 @@ class RayPopulation:
                 f"worker needs at least one antithetic pair per generation"
             )
         import_ray()  # fail at setup, not at the first generation, when Ray is missing
+        check_picklable(env, "backend 'ray' runs the envs in Ray's workers", "backend 'local'")
         self.config = config
         self.env, self.policy, self.check_finite = env, policy, check_finite
         self.workers: list[Any] = []  # spawned lazily: `payoff eval` never starts Ray

@@ -42,7 +42,7 @@ from payoff.rollout.ray_pool import (
     split_ranges,
     wait_until_ready,
 )
-from payoff.rollout.vector import VectorRunner, make_vector_env
+from payoff.rollout.vector import VectorRunner, check_picklable, make_vector_env
 
 # Seed offset between successive incarnations of one worker (a restart gets new episodes).
 RESTART_SEED_STRIDE = 1_000_003
@@ -147,6 +147,7 @@ class RayRunner:
                 f"every worker needs at least one env"
             )
         import_ray()  # fail at setup, not at the first rollout, when Ray is missing
+        check_picklable(env, "backend 'ray' runs the envs in Ray's workers", "backend 'local'")
         self.config = config
         self.env, self.num_envs, self.num_steps = env, num_envs, num_steps
         self.vectorization, self.seed = vectorization, seed

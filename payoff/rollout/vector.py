@@ -88,7 +88,7 @@ def make_vector_env(
         return envs
     if vectorization == "async":
         if env.factory is not None:  # each worker process gets its own pickled copy
-            _check_picklable(env)
+            check_picklable(env, "vectorization 'async' runs each env in its own process")
         # Ctrl-C reaches the worker processes too: they must not die mid-step while the
         # main process finishes its iteration, checkpoints and closes them
         main = os.getpid()
@@ -96,20 +96,22 @@ def make_vector_env(
     return gym.vector.SyncVectorEnv([lambda: make_env(env) for _ in range(num_envs)])
 
 
-def _check_picklable(env: EnvConfig) -> None:
-    """EnvError in this process when the env given from Python cannot be sent to worker
-    processes: the error raised inside a worker reached the user as a ConnectionResetError."""
+def check_picklable(env: EnvConfig, why: str, instead: str = "vectorization 'sync'") -> None:
+    """EnvError in this process when the env given from Python cannot be sent to other
+    processes (`why` says which): raised in a worker, the error reached the user as a
+    ConnectionResetError or Ray's serialization dump."""
+    if env.factory is None:
+        return
     import cloudpickle
 
     try:
         cloudpickle.dumps(env.factory)
     except Exception as err:
         raise EnvError(
-            f"vectorization 'async' runs each env in its own process, so the env given from "
-            f"Python ({env.id}) must pickle, and it does not ({type(err).__name__}: {err}). "
-            f"Pass a function that builds the env inside the process (a module-level function "
-            f"or class, not an instance holding a lock or an open file), or use "
-            f"vectorization 'sync'"
+            f"{why}, so the env given from Python ({env.id}) must pickle, and it does not "
+            f"({type(err).__name__}: {err}). Pass a function that builds the env inside the "
+            f"process (a module-level function or class, not an instance holding a lock or "
+            f"an open file), or use {instead}"
         ) from None
 
 
