@@ -112,6 +112,10 @@ class ImitationConfig(AgentKeys):
             )
 
 
+# The scripted experts' names and the env ids they drive (prefixes)
+SCRIPTED_EXPERTS = {"kart": "payoff/KartTrack", "cartpole": "CartPole"}
+
+
 def imitation_loss(
     actor: Actor, observations: torch.Tensor, actions: torch.Tensor, loss: str
 ) -> torch.Tensor:
@@ -287,6 +291,14 @@ class ImitationAlgorithm(Agent):
             return expert_from_run(spec)
         if Path(spec).is_file():
             return expert_from_file(spec)
+        made_for = SCRIPTED_EXPERTS.get(spec)
+        if made_for is not None and not self.config.env.id.startswith(made_for):
+            raise ConfigError(
+                f"expert {spec!r} is payoff's scripted expert for {made_for}, and this run's "
+                f"env is {self.config.env.id!r} (a recipe pointed at another env leaves its "
+                f"expert out, and {self.name}'s default is 'kart'): set expert= to one for "
+                f"this env: a trained run's folder, a policy file, or a function from Python"
+            )
         kwargs: dict[str, Any] = {}
         if spec == "kart":  # the scripted driver must know the track's width and speed
             options = ("half_width", "speed", "max_steer", "throttle")
