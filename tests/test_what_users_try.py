@@ -1230,3 +1230,13 @@ def test_an_env_instance_that_cannot_pickle_is_refused_for_async_before_the_work
     pytest.importorskip("ray")
     with pytest.raises(EnvError, match=r"backend 'ray' .* must pickle.*backend 'local'"):
         payoff.ES(_HoldsALock(), pairs=2, backend="ray", eval_every=0)
+
+
+def test_a_wrapped_instance_is_named_by_the_env_inside():
+    """PPO(TimeLimit(MyEnv(), 50)) was labelled 'gymnasium.wrappers.common:TimeLimit'."""
+    from payoff.envs.make import env_config_of
+
+    config = env_config_of(gym.wrappers.TimeLimit(_NeverEnds(), max_episode_steps=5))
+    assert config.id.endswith(":_NeverEnds")
+    agent = payoff.PPO(gym.wrappers.TimeLimit(_NeverEnds(), max_episode_steps=5), eval_every=0)
+    assert agent.evaluate(2).mean_length == 5  # the time limit holds for the copies too

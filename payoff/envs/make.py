@@ -264,7 +264,10 @@ def _label(env: Any) -> str:
     spec = getattr(env, "spec", None)
     if spec is not None and getattr(spec, "id", None):
         return str(spec.id)
-    target = env if callable(env) and not isinstance(env, gym.Env) else type(env)
+    if isinstance(env, gym.Env):  # a wrapped instance is named by the env inside
+        target: Any = type(env.unwrapped)
+    else:
+        target = env if callable(env) else type(env)
     return f"{target.__module__}:{target.__qualname__}"
 
 
