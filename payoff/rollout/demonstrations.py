@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.core.errors import DataError, EnvError, PayoffError
+from payoff.core.errors import DataError, EnvError
 from payoff.envs.make import EnvConfig, make_env
 from payoff.rollout.experts import Expert, check_expert, finite_labels
-from payoff.rollout.vector import env_error
+from payoff.rollout.vector import env_errors
 
 MINARI_VERSION = "0.5.4"  # the Minari release whose layout this writes
 EPISODE_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -62,18 +60,6 @@ class Demonstrations:
 
 
 # ---- recording ---------------------------------------------------------------------------
-@contextmanager
-def _env_errors(environment: gym.Env, env_id: str, when: str) -> Iterator[None]:
-    """What the env raises (its own errors, the old Gym API's return values) as one
-    EnvError saying which env and when, as the other algorithms' rollouts do."""
-    try:
-        yield
-    except PayoffError:
-        raise
-    except Exception as err:
-        raise env_error(environment.observation_space, err, env_id, when) from err
-
-
 def _check_shape(environment: gym.Env, obs: Any, env_id: str, when: str) -> None:
     """EnvError when a Box env's observation does not have its space's shape."""
     space = environment.observation_space
@@ -101,7 +87,8 @@ def record(
         raise DataError("record() needs exactly one of steps= or episodes=")
     config = EnvConfig(id=env) if isinstance(env, str) else env
     environment = make_env(config)
-    check_expert(expert, environment.observation_space, environment.action_space)
+    space = environment.observation_space
+    check_expert(expert, space, environment.action_space)
     obs_rows: list[np.ndarray] = []
     act_rows: list[np.ndarray] = []
     rewards: list[float] = []
@@ -112,7 +99,7 @@ def record(
     try:
         episode = 0
         while (steps is None or len(act_rows) < steps) and (episodes is None or episode < episodes):
-            with _env_errors(environment, config.id, "reset while recording the expert"):
+            with env_errors(space, config.id, "reset while recording the expert"):
                 obs, _ = environment.reset(seed=seed + episode)
             _check_shape(environment, obs, config.id, "from reset")
             starts.append(len(act_rows))
@@ -121,8 +108,8 @@ def record(
                 action = finite_labels(expert, np.asarray(expert.act(np.asarray(obs)[None])))[0]
                 obs_rows.append(np.asarray(obs))
                 act_rows.append(action)
-                with _env_errors(
-                    environment,
+                with env_errors(
+                    space,
                     config.id,
                     f"step while recording the expert, after {len(act_rows) - 1:,} steps",
                 ):

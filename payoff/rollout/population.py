@@ -27,11 +27,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.core.errors import EnvError, PayoffError
+from payoff.core.errors import EnvError
 from payoff.envs.make import EnvConfig, check_env, make_env
 from payoff.models.population import FlatPolicy
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, EvalResult, warn_unended
-from payoff.rollout.vector import batched_id, env_error, make_vector_env, reset_envs, step_envs
+from payoff.rollout.vector import batched_id, env_errors, make_vector_env, reset_envs, step_envs
 
 SEED_BOUND = 2**31 - 1  # noise and env seeds are drawn in [0, SEED_BOUND)
 
@@ -207,19 +207,13 @@ class EpisodePlayer:
                 done = ~running
                 for action, k in zip(actions, rows, strict=True):
                     action = action.item() if action.ndim == 0 else action
-                    try:
+                    when = (
+                        f"step of an evolution-strategies episode, after {int(lengths[k]):,} "
+                        f"steps of it"
+                    )
+                    with env_errors(self.envs[k].observation_space, self.env.id, when):
                         o, r, term, trunc, _ = self.envs[k].step(action)
                         next_obs[k], rewards[k], done[k] = o, float(r), bool(term or trunc)
-                    except PayoffError:
-                        raise
-                    except Exception as err:  # the env's own, or the old Gym API's 4 values
-                        raise env_error(
-                            self.envs[k].observation_space,
-                            err,
-                            self.env.id,
-                            f"step of an evolution-strategies episode, after {int(lengths[k]):,} "
-                            f"steps of it",
-                        ) from err
             self._check(next_obs[running], rewards[running])
             returns += rewards * running
             lengths += running
@@ -233,15 +227,10 @@ class EpisodePlayer:
     def _reset(self, k: int, seed: int) -> np.ndarray:
         """Env k's first observation of an episode seeded `seed`, as float32."""
         env = self.envs[k]
-        try:
+        space = env.observation_space
+        with env_errors(space, self.env.id, "reset of an evolution-strategies episode"):
             obs, _ = env.reset(seed=seed)
-            return np.asarray(obs, dtype=np.float32).reshape(env.observation_space.shape or ())
-        except PayoffError:
-            raise
-        except Exception as err:
-            raise env_error(
-                env.observation_space, err, self.env.id, "reset of an evolution-strategies episode"
-            ) from err
+            return np.asarray(obs, dtype=np.float32).reshape(space.shape or ())
 
     def _check(self, obs: np.ndarray, rewards: np.ndarray | None) -> None:
         if not self.check_finite:

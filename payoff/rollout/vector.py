@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -87,8 +88,8 @@ def make_vector_env(
             )
         return envs
     if vectorization == "async":
-        if env.factory is not None:  # each worker process gets its own pickled copy
-            check_picklable(env, "vectorization 'async' runs each env in its own process")
+        # each worker process gets its own pickled copy of an env given from Python
+        check_picklable(env, "vectorization 'async' runs each env in its own process")
         # Ctrl-C reaches the worker processes too: they must not die mid-step while the
         # main process finishes its iteration, checkpoints and closes them
         main = os.getpid()
@@ -400,31 +401,27 @@ def step_envs(
     """`envs.step(actions)`. An error the user's env raises becomes one EnvError saying which
     env, when (`during`, after `steps` env steps), and for the vector env's shape check (an
     observation that does not fit the space) what that means; its traceback stays chained."""
-    try:
+    when = f"step during {during}, after {steps:,} env steps"
+    with env_errors(envs.single_observation_space, env_id, when):
         return envs.step(actions)
-    except PayoffError:  # already says what went wrong
-        raise
-    except Exception as err:
-        raise env_error(
-            envs.single_observation_space,
-            err,
-            env_id,
-            f"step during {during}, after {steps:,} env steps",
-        ) from err
 
 
-def reset_envs(
-    envs: gym.vector.VectorEnv, seed: int | None, env_id: str, during: str
-) -> tuple[Any, Any]:
+def reset_envs(envs: gym.vector.VectorEnv, seed: Any, env_id: str, during: str) -> tuple[Any, Any]:
     """`envs.reset(seed=seed)`, with `step_envs`'s one EnvError for what the env raises."""
-    try:
+    with env_errors(envs.single_observation_space, env_id, f"reset during {during}"):
         return envs.reset(seed=seed)
+
+
+@contextmanager
+def env_errors(space: gym.Space, env_id: str, when: str) -> Iterator[None]:
+    """What an env raises inside the block (its own errors, the old Gym API's return
+    values) as one `env_error`; payoff's own errors already say what went wrong."""
+    try:
+        yield
     except PayoffError:
         raise
     except Exception as err:
-        raise env_error(
-            envs.single_observation_space, err, env_id, f"reset during {during}"
-        ) from err
+        raise env_error(space, err, env_id, when) from err
 
 
 def env_error(space: gym.Space, err: Exception, env_id: str, when: str) -> EnvError:
