@@ -357,9 +357,8 @@ def add_lora(model, config: ModelConfig):
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
     if tied and output is not None and targets != "all-linear":
-        shared = [
-            n for n, m in model.named_modules() if m is output or m is model.get_input_embeddings()
-        ]
+        embeddings = model.get_input_embeddings()
+        shared = [n for n, m in model.named_modules() if m is output or m is embeddings]
         named = [t for t in targets if any(n.rsplit(".", 1)[-1] == t for n in shared)]
         if named:  # merging would write the head's update into the input embeddings too
             raise ConfigError(
