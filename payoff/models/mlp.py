@@ -199,7 +199,17 @@ class ObsNormalizer(nn.Module):
         return normed.clamp(-self.clip, self.clip)
 
 
-_WARNED_PIXELS: set[str] = set()  # the pixel spaces already warned about in this process
+# (what, space) already warned about in this process: once per space, not for the actor,
+# its critic and a reload each
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once(what: str, space: gym.Space, message: str, stacklevel: int) -> None:
+    """warnings.warn(message) the first time `what` is said of `space` in this process."""
+    if (what, repr(space)) in _WARNED:
+        return
+    _WARNED.add((what, repr(space)))
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
@@ -211,15 +221,15 @@ def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
         and len(space.shape) >= 2
         and int(space.high.max()) > 1  # 0..255 pixels, not a 0/1 occupancy grid
     )
-    if not image or repr(space) in _WARNED_PIXELS:
+    if not image:
         return
-    _WARNED_PIXELS.add(repr(space))  # once per space: the actor, its critic, a reload
-    warnings.warn(
+    _warn_once(
+        "pixels",
+        space,
         f"observations {space} are uint8 images, flattened into an MLP as 0..255: it learns "
         f"slowly or not at all from raw pixels (SB3 divides them by 255). Scale them first "
         f"with an ObservationWrapper of yours that gives float32 in [0, 1] "
         f"(env.wrappers=[{{name: my_module:ScaleImage}}]){', ' + remedy if remedy else ''}",
-        RuntimeWarning,
         stacklevel=5,
     )
 
@@ -227,24 +237,21 @@ def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
 def warn_box_far_from_zero(space: gym.Space) -> None:
     """Warn, once per space, when a Gaussian policy's Box leaves out 0: the policy starts
     with its mean near 0 and std 1, and every action is clipped to the nearest bound."""
-    if not isinstance(space, gym.spaces.Box) or repr(space) in _WARNED_BOXES:
+    if not isinstance(space, gym.spaces.Box):
         return
     low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
     if not ((low > 0) | (high < 0)).any():
         return
-    _WARNED_BOXES.add(repr(space))
-    warnings.warn(
+    _warn_once(
+        "box without 0",
+        space,
         f"action space {space} leaves out 0: a Gaussian policy starts near 0 with std 1, so "
         f"its actions are clipped to the nearest bound until its mean walks there, and "
         f"learning may never see the rest of the range. Rescale the actions to [-1, 1] "
         f"(env.wrappers=[{{name: RescaleAction, kwargs: {{min_action: -1, max_action: 1}}}}], "
         f"as SB3 recommends), or use SAC or TD3, which scale to the Box's bounds",
-        RuntimeWarning,
         stacklevel=4,
     )
-
-
-_WARNED_BOXES: set[str] = set()
 
 
 class _ObsEncoder(nn.Module):
