@@ -16,7 +16,6 @@ actions Box or Discrete; Dict/Tuple spaces are not supported.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 from payoff.core.errors import DataError, EnvError
 from payoff.envs.make import EnvConfig, make_env
 from payoff.rollout.experts import Expert, check_expert, finite_labels
-from payoff.rollout.vector import env_errors
+from payoff.rollout.vector import env_errors, refuse_non_finite
 
 MINARI_VERSION = "0.5.4"  # the Minari release whose layout this writes
 EPISODE_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -116,13 +115,12 @@ def record(
                     obs, reward, terminated, truncated, _ = environment.step(action)
                     reward = float(reward)
                 _check_shape(environment, obs, config.id, "from step")
-                if not math.isfinite(reward) or not np.isfinite(np.asarray(obs, float)).all():
-                    raise EnvError(
-                        f"env {config.id!r} returned a non-finite "
-                        f"{'reward' if not math.isfinite(reward) else 'observation'} while "
-                        f"recording the expert, after {len(act_rows):,} steps; fix the env or "
-                        f"wrap it"
-                    )
+                refuse_non_finite(
+                    obs,
+                    reward,
+                    config.id,
+                    f"while recording the expert, after {len(act_rows):,} steps",
+                )
                 budget_hit = steps is not None and len(act_rows) >= steps
                 rewards.append(reward)
                 terms.append(bool(terminated))

@@ -14,11 +14,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from payoff.core.errors import EnvError
 from payoff.envs.make import EnvConfig, check_env
 from payoff.rollout.evaluate import EPISODE_STEP_LIMIT, warn_unended
 from payoff.rollout.experts import Expert, finite_labels
-from payoff.rollout.vector import reset_envs, step_envs
+from payoff.rollout.vector import refuse_non_finite, reset_envs, step_envs
 
 Act = Callable[[np.ndarray], np.ndarray]  # [N, *obs] -> [N, *act]
 
@@ -141,18 +140,7 @@ def checked_step(
     """`step_envs`, then one EnvError for a non-finite observation or reward: imitation's
     loops do not go through the VectorRunner, whose check the other algorithms have."""
     obs, reward, terminated, truncated, info = step_envs(envs, actions, env_id, steps, during)
-    rewards = np.asarray(reward, dtype=np.float64)
-    observations = np.asarray(obs, dtype=np.float64)
-    if not (np.isfinite(rewards).all() and np.isfinite(observations).all()):
-        which = (
-            "reward (a reward of None is stored as nan)"
-            if not np.isfinite(rewards).all()
-            else "observation"
-        )
-        raise EnvError(
-            f"env {env_id!r} returned a non-finite {which} during {during}, after {steps:,} "
-            f"steps; fix the env or wrap it"
-        )
+    refuse_non_finite(obs, reward, env_id, f"during {during}, after {steps:,} steps")
     return obs, reward, terminated, truncated, info
 
 

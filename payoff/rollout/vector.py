@@ -412,6 +412,17 @@ def reset_envs(envs: gym.vector.VectorEnv, seed: Any, env_id: str, during: str) 
         return envs.reset(seed=seed)
 
 
+def refuse_non_finite(obs: Any, reward: Any, env_id: str, when: str) -> None:
+    """One EnvError for a NaN or inf observation or reward (`when`: during what, after how
+    many steps), for the loops that step envs without a VectorRunner (imitation, recording
+    an expert)."""
+    rewards_ok = bool(np.isfinite(np.asarray(reward, dtype=np.float64)).all())
+    if rewards_ok and np.isfinite(np.asarray(obs, dtype=np.float64)).all():
+        return
+    which = "observation" if rewards_ok else "reward (a reward of None is stored as nan)"
+    raise EnvError(f"env {env_id!r} returned a non-finite {which} {when}; fix the env or wrap it")
+
+
 @contextmanager
 def env_errors(space: gym.Space, env_id: str, when: str) -> Iterator[None]:
     """What an env raises inside the block (its own errors, the old Gym API's return
