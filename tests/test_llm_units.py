@@ -299,7 +299,7 @@ def test_jsonl_rows_pass_extra_columns_and_errors_name_file_and_line(tmp_path):
             "bad.jsonl:2: not valid JSON",
         ),
         ('{"answer": "1"}', "bad.jsonl:1: missing a non-empty string 'prompt'"),
-        ('{"prompt": "x"}', "bad.jsonl:1: needs an 'answer'"),
+        ('{"prompt": "x"}\n{"prompt": "y", "answer": "1"}', "bad.jsonl:2: has a reference"),
         ("[1, 2]", "bad.jsonl:1: each line must be a JSON object"),
     ]:
         bad = tmp_path / "bad.jsonl"

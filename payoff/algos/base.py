@@ -252,6 +252,13 @@ class Algorithm:
                 f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
                 f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
             )
+        if run is not None and not isinstance(run, Run):
+            raise ConfigError(
+                f"run= takes a payoff.track.run.Run, got {type(run).__name__} {run!r}: "
+                f"Run.create(folder, name, {{'algo': '{type(self).__name__.lower()}'}}) makes "
+                f"one (docs/tracking.md), or payoff.train.train(recipe, out=folder) writes the "
+                f"run folder itself"
+            )
         # monitors=[{kind: ...}, ...] or Monitor objects, as a recipe's `monitors:`
         monitors = kwargs.pop("monitors", None)
         data_given = config is None

@@ -138,6 +138,12 @@ class BestOfN(LMAlgorithm):
     def setup(self) -> None:
         config = self.config
         self.model_config = self.setup_lm(preference_base(config.task, config.base, config.device))
+        if not self.task.has_references:
+            raise ConfigError(
+                f"best-of-N measures the proxy's pick against the task's gold scorer, and the "
+                f"prompt-only rows of task {config.task.name!r} have none: give rows with "
+                f"answers (or the styled_addition task)"
+            )
         self.gold = RewardMix([correctness_spec(self.task)])
         self.scorer: RewardModelScorer | None = None
         self.proxy_eval: dict[str, Any] = {}

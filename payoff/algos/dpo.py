@@ -327,7 +327,9 @@ class DPO(LMAlgorithm):
 
     def greedy_gold(self) -> float | None:
         """Mean gold score of greedy answers on the task's test prompts (None without a gold scorer)."""
-        if "gold" not in self.task.default_rewards[0] or self.config.preferences.own:
+        if not self.task.has_references or "gold" not in self.task.default_rewards[0]:
+            return None
+        if self.config.preferences.own:
             return None  # your own pairs: the task's gold scorer knows nothing of their prompts
         rows = self.task.split("test", self.config.task.eval_size)
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
@@ -336,6 +338,7 @@ class DPO(LMAlgorithm):
             .generate([self.prompt_text(r) for r in rows], sampling)
             .completions
         )
+        assert self.verifier is not None  # a gold scorer, found above
         scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
         return float(np.mean(scores))
 

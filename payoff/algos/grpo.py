@@ -345,6 +345,13 @@ class GRPO(LMAlgorithm):
         # The frozen reference for the KL term; with beta = 0 there is none to keep.
         self.reference = FrozenReference(self.model) if config.beta > 0 else None
         specs = config.rewards or [RewardSpec(name=n) for n in self.task.default_rewards]
+        if not specs:
+            raise ConfigError(
+                f"the rows of task {config.task.name!r} have no answers (prompt-only), so there "
+                f"is no verifier to reward with: give rewards=[...] that score a completion "
+                f"without a reference (a function of yours, a judge or a reward model; "
+                f"docs/own-material.md)"
+            )
         self.rewards = RewardMix(specs, on_event=self._reward_event, defer_unavailable=restoring())
         # A judge or reward model can be talked to: watch for completions that try.
         self.judge_addressing = JudgeAddressing() if is_model_scored(self.rewards) else None
@@ -390,7 +397,10 @@ class GRPO(LMAlgorithm):
     def rewards_are_the_verifier(self) -> bool:
         """True when the rewards are the task's verifier alone: the same function with the
         same options, weight 1, timeout and error score, so that the reward's total is the
-        verifier's verdict on every completion."""
+        verifier's verdict on every completion. True too for prompt-only rows, which have no
+        verifier: the rewards are the only judge, with no truth to hold them to."""
+        if self.verifier is None:
+            return True
         specs, verifier = self.rewards.specs, self.verifier.specs[0]
         return len(specs) == 1 and (
             specs[0].name,
@@ -536,7 +546,8 @@ class GRPO(LMAlgorithm):
         metrics = self.check_integrity(everything, Planted.join(plants))
         metrics["train/reward"] = float(np.mean(everything.paid))
         metrics["train/reward_std"] = float(np.std(everything.paid, ddof=1))
-        metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
+        if self.verifier is not None:  # prompt-only rows: nothing to be right about
+            metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
         metrics["reward/errors"] = float(errors)
         # the share of rows no function scored (each returned None or NaN): they count 0.0
         unscored = unscored_rows(everything.scores)
@@ -577,6 +588,7 @@ class GRPO(LMAlgorithm):
         if self.rewards_are_the_verifier():  # the same verdicts: no second call
             correct = list(rewards.total)
         else:
+            assert self.verifier is not None
             correct = self.verifier(
                 [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
             ).total
@@ -861,10 +873,23 @@ class GRPO(LMAlgorithm):
         ]
 
     def progress_postfix(self) -> dict[str, Any]:
+        if self.verifier is None:  # prompt-only rows
+            return {
+                "reward": self._record["train/reward"],
+                "len": self._record["train/completion_length"],
+            }
         return {
             "acc": self._record["train/accuracy"],
             "len": self._record["train/completion_length"],
         }
+
+    def reward_without_reference(self) -> RewardMix:
+        """Prompt-only rows: held-out completions are scored by the training rewards."""
+        return self.rewards
+
+    def eval_key(self) -> str:
+        """The held-out score on the curve: accuracy, or the mean reward of prompt-only rows."""
+        return "eval/accuracy" if self.verifier is not None else "eval/reward"
 
     def train_until(self, total: int) -> None:
         if self.state.step < total:
@@ -878,7 +903,7 @@ class GRPO(LMAlgorithm):
         self.log(
             self.step,
             samples=self.samples_seen,
-            **{"eval/accuracy": result.accuracy, "eval/completion_length": result.mean_length},
+            **{self.eval_key(): result.score, "eval/completion_length": result.mean_length},
         )
 
     def finish(self) -> None:
@@ -893,14 +918,17 @@ class GRPO(LMAlgorithm):
             if self.task.has_split("ood")
             else None
         )
-        start = next((r for r in self.history if "eval/accuracy" in r), None)
+        start = next((r for r in self.history if self.eval_key() in r), None)
+        measure = self.eval_key().removeprefix("eval/")
         self.export_model()
         if self.run is not None:
             self.run.write_summary(
                 final_eval=result.to_dict(),
                 final_line=result.line(),
-                start_accuracy=start["eval/accuracy"] if start else None,
-                ood_accuracy=ood.accuracy if ood is not None else None,
+                **{  # start_accuracy and ood_accuracy; start_reward and ood_reward
+                    f"start_{measure}": start[self.eval_key()] if start else None,
+                    f"ood_{measure}": ood.score if ood is not None else None,
+                },
                 steps=self.step,
                 samples=self.samples_seen,
                 seconds=round(self.run.elapsed(), 1),

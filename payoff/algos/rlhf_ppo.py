@@ -230,7 +230,11 @@ class RLHFPPO(LMAlgorithm):
         mask = g.completion_mask.float()  # [B, T], on the model's device
         # 2. reward: RM score on the last token, KL penalty on every token
         scores = self.score(prompts, g.completions, rows)
-        gold = self.verifier(prompts, g.completions, **columns_of(rows)).total
+        gold = (  # prompt-only rows have no gold scorer
+            self.verifier(prompts, g.completions, **columns_of(rows)).total
+            if self.verifier is not None
+            else None
+        )
         args = (
             g.prompt_ids,
             g.prompt_mask,
@@ -277,7 +281,7 @@ class RLHFPPO(LMAlgorithm):
         )
         self._record = {
             "reward/proxy": float(scores.mean()),
-            "reward/gold": float(np.mean(gold)),
+            **({"reward/gold": float(np.mean(gold))} if gold is not None else {}),
             "train/kl": kl_per_completion,
             "train/sqrt_kl": float(np.sqrt(max(kl_per_completion, 0.0))),
             "train/kl_coef": self.kl_controller.coef,
@@ -298,7 +302,7 @@ class RLHFPPO(LMAlgorithm):
             return []
         return lm_monitors(
             proxy="reward/proxy",
-            truth="reward/gold",
+            truth="reward/gold" if self.verifier is not None else None,
             code_rewards=[],
             canaries=None,
             model_scored=self.judge_addressing is not None,
@@ -362,8 +366,14 @@ class RLHFPPO(LMAlgorithm):
                 logs["entropy"].append(float(out.entropy[m].mean()))
         return {f"train/{k}": float(np.mean(v)) for k, v in logs.items()}
 
-    def greedy_scores(self) -> tuple[float, float]:
-        """(proxy, gold) mean scores of greedy answers on held-out prompts."""
+    def reward_without_reference(self) -> RewardMix | None:
+        """Prompt-only rows: `evaluate` scores by the reward functions given as `rewards`
+        (a reward model's scores are eval/proxy on the curve)."""
+        return self.reward_model if isinstance(self.reward_model, RewardMix) else None
+
+    def greedy_scores(self) -> tuple[float, float | None]:
+        """(proxy, gold) mean scores of greedy answers on held-out prompts (gold None for
+        prompt-only rows)."""
         rows = self.task.split("test", self.config.task.eval_size)
         prompts = [r["prompt"] for r in rows]
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
@@ -371,18 +381,28 @@ class RLHFPPO(LMAlgorithm):
             [self.prompt_text(r) for r in rows], sampling
         ).completions
         proxy = float(np.mean(self.score(prompts, completions, rows)))
+        if self.verifier is None:
+            return proxy, None
         gold = float(np.mean(self.verifier(prompts, completions, **columns_of(rows)).total))
         return proxy, gold
 
     def evaluate_now(self) -> None:
         proxy, gold = self.greedy_scores()
-        self.log(self.step, **{"eval/proxy": proxy, "eval/gold": gold})
+        self.log(
+            self.step, **{"eval/proxy": proxy, **({} if gold is None else {"eval/gold": gold})}
+        )
 
     def finish(self) -> None:
         proxy, gold = self.greedy_scores()
-        start = next((r for r in self.history if "eval/gold" in r), None)
+        key = "eval/proxy" if gold is None else "eval/gold"
+        start = next((r for r in self.history if key in r), None)
         self.export_model()
-        line = f"greedy held-out gold score {gold:.3f} (start {start['eval/gold'] if start else float('nan'):.3f}), proxy {proxy:.3f}"
+        line = (
+            f"greedy held-out {'reward-model score' if gold is None else 'gold score'} "
+            f"{proxy if gold is None else gold:.3f} "
+            f"(start {start[key] if start else float('nan'):.3f})"
+            + (" (prompt-only rows: no gold scorer)" if gold is None else f", proxy {proxy:.3f}")
+        )
         if self.run is not None:
             self.run.write_summary(
                 final_eval={"gold": gold, "proxy": proxy},

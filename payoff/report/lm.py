@@ -19,18 +19,21 @@ def _smooth(values: np.ndarray, window: int = 10) -> np.ndarray:
 
 
 def plot_lm_training(run: Run, path: str | Path, title: str | None = None) -> Path:
-    """Left: train accuracy (smoothed) and held-out greedy accuracy; right: completion length."""
+    """Left: train accuracy (smoothed) and held-out greedy accuracy (for prompt-only rows,
+    which have no accuracy: the reward); right: completion length."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    xs, ys = series(run, "train/accuracy")
+    measure = "accuracy" if len(series(run, "train/accuracy")[0]) else "reward"
+    xs, ys = series(run, f"train/{measure}")
     if len(xs):
         left.plot(xs, ys, color="C0", alpha=0.25)
         left.plot(xs, _smooth(ys), color="C0", label="train (sampled, smoothed)")
-    xs, ys = series(run, "eval/accuracy")
+    xs, ys = series(run, f"eval/{measure}")
     if len(xs):
         left.plot(xs, ys, "o-", color="C3", label="held-out test (greedy)")
     left.set_xlabel("step")
-    left.set_ylabel("accuracy")
-    left.set_ylim(-0.02, 1.02)
+    left.set_ylabel(measure if measure == "accuracy" else "reward (prompt-only rows)")
+    if measure == "accuracy":
+        left.set_ylim(-0.02, 1.02)
     left.grid(alpha=0.3)
     left.legend(fontsize=8)
     xs, ys = series(run, "train/completion_length")

@@ -62,19 +62,28 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
 class LMEvalResult:
     """Held-out evaluation of a language model on a task split.
 
-    accuracy: greedy decoding (temperature 0), one completion per problem.
+    accuracy: greedy decoding (temperature 0), one completion per problem; None for
+        prompt-only rows, which have no answer to be right about.
+    mean_reward: the greedy completions' mean score by what evaluated them (the verifier;
+        for prompt-only rows, the run's rewards).
     pass_at: {k: pass@k} from `samples` completions per problem at `temperature`; pass@1
         is the sampled accuracy, pass@8 whether any of 8 tries is right.
     """
 
     split: str
     problems: int
-    accuracy: float
+    accuracy: float | None
     mean_length: float
+    mean_reward: float = 0.0
     pass_at: dict[int, float] = field(default_factory=dict)
     samples: int = 0
     temperature: float = 1.0
     examples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        """The headline: accuracy, or the mean reward where there is none (prompt-only rows)."""
+        return self.accuracy if self.accuracy is not None else self.mean_reward
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -84,7 +93,13 @@ class LMEvalResult:
         return data
 
     def line(self) -> str:
-        text = f"{self.split}: greedy accuracy {self.accuracy:.3f} on {self.problems} problems"
+        if self.accuracy is None:
+            text = (
+                f"{self.split}: greedy mean reward {self.mean_reward:.3f} on {self.problems} "
+                f"prompts (prompt-only rows: scored by the run's rewards, no accuracy)"
+            )
+        else:
+            text = f"{self.split}: greedy accuracy {self.accuracy:.3f} on {self.problems} problems"
         if self.pass_at:
             passes = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(self.pass_at.items()))
             text += (
@@ -118,11 +133,14 @@ def evaluate_lm(
     seed: int = 0,
     examples: int = 5,
     chat_template: bool = False,
+    accuracy: bool = True,
 ) -> LMEvalResult:
     """Greedy accuracy, and pass@k for each k from max(k) samples per problem.
 
     chat_template: the model reads each row's prompt through the tokenizer's chat template
     (payoff.models.chat); the verifier always gets the row's own prompt.
+    accuracy: False for prompt-only rows: `verifier` is then the run's rewards, whose mean
+    on the greedy completions is the result (no accuracy, and no pass@k: nothing is right).
     """
     if not rows:
         raise ConfigError("no problems to evaluate on")
@@ -136,18 +154,21 @@ def evaluate_lm(
     correct = [s >= 1.0 for s in scores]
     shown = [
         {"prompt": p, "completion": c, "answer": row.get("answer"), "correct": ok}
-        for p, c, row, ok in list(zip(prompts, greedy.completions, rows, correct, strict=True))[
-            :examples
-        ]
+        if accuracy
+        else {"prompt": p, "completion": c, "reward": score}
+        for p, c, row, ok, score in list(
+            zip(prompts, greedy.completions, rows, correct, scores, strict=True)
+        )[:examples]
     ]
     result = LMEvalResult(
         split="",
         problems=len(rows),
-        accuracy=float(np.mean(correct)),
+        accuracy=float(np.mean(correct)) if accuracy else None,
         mean_length=float(greedy.lengths.float().mean()),
+        mean_reward=float(np.mean(scores)),
         examples=shown,
     )
-    ks = sorted({int(x) for x in k})
+    ks = sorted({int(x) for x in k}) if accuracy else []
     if ks:
         if ks[0] < 1:
             raise ConfigError(f"k for pass@k must be >= 1, got {ks}")
@@ -179,7 +200,7 @@ class LMAlgorithm(Algorithm):
     model: Any
     tokenizer: Any
     task: Task
-    verifier: RewardMix
+    verifier: RewardMix | None  # None: prompt-only data, nothing to check answers against
     rng: np.random.Generator
     base_model_path: str
     device: torch.device
@@ -192,7 +213,7 @@ class LMAlgorithm(Algorithm):
         """The stack every LM trainer starts from; returns the model config with its folder.
 
         Sets self.task (config.task) and self.verifier (its correctness check, what accuracy
-        counts), then, as `payoff.models.base_model.start_lm`: threads, self.device
+        counts; None for prompt-only rows, which the run's rewards alone score), then, as `payoff.models.base_model.start_lm`: threads, self.device
         (config.device), the model's folder (`build_base()` builds or finds the base model
         when config.model has no path), self.rng, self.model and self.tokenizer;
         self.base_model_path, and self.chat_template (whether prompts go through the
@@ -209,7 +230,11 @@ class LMAlgorithm(Algorithm):
                     f"rows are for SFT); give the rows a prompt (and an answer or tests)"
                 )
             self.task.split("test", 1)  # no held-out rows: say so now, not after pretraining
-        self.verifier = RewardMix([correctness_spec(self.task)])
+        if not self.task.has_references:
+            self.refuse_prompt_only()
+        self.verifier = (
+            RewardMix([correctness_spec(self.task)]) if self.task.has_references else None
+        )
         model = config.model
         if model.disable_dropout is None:
             model = replace(model, disable_dropout=not self.keeps_dropout)
@@ -220,6 +245,29 @@ class LMAlgorithm(Algorithm):
         self.chat_template = uses_chat_template(self.tokenizer, config.model.chat_template)
         self.check_context()
         return start.model_config
+
+    def refuse_prompt_only(self) -> None:
+        """Prompt-only rows (no answer, no tests) need rewards that score without a reference
+        and a model of the user's own: payoff's tiny base model learns the rows' answers first."""
+        config = self.config
+        if not self.samples_from_prompts:
+            raise ConfigError(
+                f"{self.name} learns each row's answer, but the rows of task {config.task.name!r} "
+                f"have none (no 'answer', 'solution', 'ground_truth', 'completion' or 'tests'); "
+                f"prompt-only rows are for GRPO or PPO-RLHF, with your own rewards"
+            )
+        if not config.model.path:
+            raise ConfigError(
+                f"the rows of task {config.task.name!r} have no answers (prompt-only), so "
+                f"payoff cannot pretrain its tiny base model on them: give model.path=<a local "
+                f"Hugging Face model folder> (your model; `payoff train sft` on rows with "
+                f"answers makes one)"
+            )
+
+    def reward_without_reference(self) -> RewardMix | None:
+        """What scores held-out completions of prompt-only rows (no verifier to check them
+        against): the run's own rewards where it has any; None where it cannot evaluate them."""
+        return None
 
     def check_context(self, most: int = 5_000) -> None:
         """Stop now, not hours into training, where the longest prompt plus max_new_tokens
@@ -293,19 +341,27 @@ class LMAlgorithm(Algorithm):
         k: Sequence[int] = (1, 8),
         temperature: float = 1.0,
     ) -> LMEvalResult:
-        """Greedy accuracy and pass@k on `episodes` problems of a held-out split (test | ood)."""
+        """Greedy accuracy and pass@k on `episodes` problems of a held-out split (test | ood);
+        for prompt-only rows, the greedy completions' mean reward (no accuracy, no pass@k)."""
         rows = self.task.split(split, episodes)
+        scorer = self.verifier or self.reward_without_reference()
+        if scorer is None:
+            raise ConfigError(
+                f"the rows of task {self.config.task.name!r} have no answers (prompt-only) and "
+                f"{self.name} has no reward to score held-out completions with"
+            )
         result = evaluate_lm(
             self.model,
             self.tokenizer,
             rows,
-            self.verifier,
+            scorer,
             self.max_new_tokens(),
             self.stop_strings(),
             k=k,
             temperature=temperature,
             seed=self.config.seed + 3_000_000 if seed is None else seed,
             chat_template=self.chat_template,
+            accuracy=self.verifier is not None,
         )
         result.split = split
         return result

@@ -65,6 +65,12 @@ class Task:
             f"for a {self.held_out_percent}% held-out pool; raise the difficulty knobs"
         )
 
+    @property
+    def has_references(self) -> bool:
+        """Whether rows carry what a verifier checks (an answer, tests); prompt-only data does
+        not, and has no default reward: the run's reward functions alone score it."""
+        return bool(self.default_rewards)
+
     def has_split(self, split: str) -> bool:
         """Whether `split` has problems: a generator has all three, your data may lack 'ood'."""
         return split in SPLITS

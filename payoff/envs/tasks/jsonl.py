@@ -83,14 +83,6 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
     if conversation is not None:
         row["prompt_messages"] = conversation
     reference = next((c for c in REFERENCES if _present(row, c)), None)
-    if reference is None and not _present(row, "tests"):
-        raise DataError(
-            f"{where}: needs an 'answer' (or {', '.join(map(repr, REFERENCES[1:]))}; checked by "
-            f"the math/exact verifiers) or 'tests' (run by the code verifier); "
-            f"columns: {columns(row)}. payoff's tasks evaluate held-out accuracy against a "
-            f"reference, so prompt-only rows (TRL's GRPO with a reward that needs none) are "
-            f"not taken yet: give each row the reference your reward or accuracy should use"
-        )
     if reference is not None:
         value = row[reference]
         conversational = reference == "completion" and is_conversation(value)
@@ -117,12 +109,37 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
     return row
 
 
+def has_reference(row: Row) -> bool:
+    """Whether a problem row carries what a verifier checks: an answer, or tests for code."""
+    return _present(row, "answer") or _present(row, "tests")
+
+
 def read_rows(path: Any, split: str = "train") -> list[Row]:
     """Problem rows of a dataset file or folder; a malformed row is a DataError naming `file:line`.
 
+    Either every row has a reference (an answer or tests) or none has: prompt-only rows,
+    as TRL's GRPO takes them, are scored by the run's reward functions alone.
     split: the split to read from a DatasetDict folder.
     """
-    rows = [problem_row(where, row) for where, row in read_records(path, split)]
+    rows: list[Row] = []
+    for where, record in read_records(path, split):
+        row = problem_row(where, record)
+        if rows and has_reference(row) != has_reference(rows[0]):
+            either = (
+                "give every row its reference, or none (prompt-only rows, scored by your "
+                f"reward functions alone); columns: {columns(record)}"
+            )
+            if has_reference(rows[0]):
+                raise DataError(
+                    f"{where}: needs an 'answer' (or {', '.join(map(repr, REFERENCES[1:]))}; "
+                    f"checked by the math/exact verifiers) or 'tests' (run by the code "
+                    f"verifier), as the first row has; {either}"
+                )
+            raise DataError(
+                f"{where}: has a reference (an answer or tests) where the first row has none; "
+                + either
+            )
+        rows.append(row)
     if not rows:
         raise DataError(f"dataset {_name(path)} holds no rows")
     return rows
@@ -173,7 +190,24 @@ class JsonlTask(Task):
             raise DataError(
                 f"dataset {_name(data)} leaves no training rows after holding out the test split"
             )
-        self.default_rewards = ("code",) if _present(self.train_rows[0], "tests") else ("math",)
+        first = self.train_rows[0]
+        for split, pool, source in (
+            ("test", self.test_rows, test_data),
+            ("ood", self.ood_rows, ood_data),
+        ):
+            if pool and has_reference(pool[0]) != has_reference(first):
+                held, trained = (
+                    ("have", "have none") if has_reference(pool[0]) else ("lack", "have")
+                )
+                raise DataError(
+                    f"the {split} rows of {_name(source)} {held} reference answers (or tests), "
+                    f"which the training rows of {_name(data)} {trained}; give both splits the "
+                    f"same kind of rows"
+                )
+        # Prompt-only rows have no verifier: the run's reward functions are all that score them.
+        self.default_rewards = (
+            ("code",) if _present(first, "tests") else ("math",) if has_reference(first) else ()
+        )
 
     def has_split(self, split: str) -> bool:
         return bool(self._pools().get(split))
