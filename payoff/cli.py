@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from payoff.core.errors import CheckpointError, ConfigError, PayoffError, RunError, suggest
 from payoff.core.imports import trusting_loaded_code
@@ -171,9 +171,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     _positive("--episodes", args.episodes)
     _, algorithm = load(args.run)
-    options = {}
+    options: dict[str, Any] = {}
     if args.split is not None:
         options["split"] = args.split
+    if args.stochastic:
+        options["deterministic"] = False
     if args.k is not None:
         parts = [part.strip() for part in args.k.split(",")]
         if not all(part.isdigit() and int(part) > 0 for part in parts):
@@ -188,12 +190,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.run!r} is a {algorithm.name} run, which has no evaluation")
     accepted = inspect.signature(evaluate).parameters
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    flags = {"split": "--split", "k": "--k", "deterministic": "--stochastic"}
     for name in options:
         if name not in accepted and not open_ended:
             raise ConfigError(
-                f"--{name} does not apply to {algorithm.name} runs such as {args.run!r}: --split "
-                f"applies to language-model runs (test|ood) and kart runs (heldout), --k to "
-                f"language-model runs"
+                f"{flags[name]} does not apply to {algorithm.name} runs such as {args.run!r}: "
+                f"--split applies to language-model runs (test|ood) and kart runs (heldout), "
+                f"--k to language-model runs, --stochastic to agents whose policy samples"
             )
     result = evaluate(args.episodes, **options) if options else evaluate(args.episodes)
     if isinstance(result, dict):  # metrics by name (agent_grpo)
@@ -418,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
+    )
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions as in training instead of taking the most likely one (agents)",
     )
     _add_trust_code(p)
     p.set_defaults(func=_cmd_eval)

@@ -37,10 +37,10 @@ from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
 from payoff.core.config import annotated_class, fields_of, from_dict, key_hint, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
-from payoff.core.errors import CheckpointError, ConfigError
+from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import names_from, weights_from
 from payoff.core.state import count_values, restore, state_of
-from payoff.envs.make import EnvConfig, code_named_by, env_config_of
+from payoff.envs.make import EnvConfig, code_named_by, env_config_of, make_env
 from payoff.monitor.detectors import Alarm, Monitor, build_monitors, unfed
 from payoff.monitor.detectors import replay as replay_records
 from payoff.monitor.integrity import alarm_samples
@@ -708,12 +708,56 @@ class Agent(Algorithm):
         """The action for one observation (or actions for a batch of them)."""
         raise NotImplementedError
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """Deterministic-policy evaluation on fresh episodes."""
+    def evaluate(
+        self,
+        episodes: int = 100,
+        seed: int | None = None,
+        deterministic: bool = True,
+        env: Any = None,
+    ) -> EvalResult:
+        """The policy on `episodes` fresh episodes seeded seed, seed + 1, ...
+
+        deterministic: its most likely action (False: actions sampled, as in training).
+        env: evaluate there instead of the training env: an id, a gymnasium.Env, a function
+            that makes one, or EnvConfig keys; its spaces must be those the agent trained on.
+        The result's episode_returns and episode_lengths hold each episode's
+        (Stable-Baselines3's return_episode_rewards).
+        """
         seed = self.config.seed + 1_000_000 if seed is None else seed
+        config = self.config.env if env is None else self.evaluation_env(env)
+        return self.evaluate_on(config, episodes, seed, deterministic)
+
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
+    ) -> EvalResult:
+        """`evaluate`'s episodes, played one at a time through `predict` (an agent with a
+        batched policy plays them all at once instead)."""
         return evaluate_policy(
-            self.config.env, lambda obs: self.predict(obs, deterministic=True), episodes, seed
+            env, lambda obs: self.predict(obs, deterministic=deterministic), episodes, seed
         )
+
+    def evaluation_env(self, env: Any) -> EnvConfig:
+        """`evaluate(env=...)`'s env as config, refused (EnvError) where its observation or
+        action space is not the one the agent was trained on."""
+        given = env_config_of(env)
+        config = given if isinstance(given, EnvConfig) else from_dict(EnvConfig, given, "env.")
+        trained = self.spaces()
+        if trained:
+            probe = make_env(config)
+            try:
+                found = {
+                    "observation_space": repr(probe.observation_space),
+                    "action_space": repr(probe.action_space),
+                }
+            finally:
+                probe.close()
+            for key, space in trained.items():
+                if found[key] != space:
+                    raise EnvError(
+                        f"evaluate(env=...): env {config.id!r} has {key} {found[key]}, but "
+                        f"this agent was trained on {self.config.env.id!r} with {space}"
+                    )
+        return config
 
     def record_gif(
         self, path: str | Path, episodes: int = 1, seed: int | None = None, fps: int = 8

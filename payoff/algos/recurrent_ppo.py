@@ -262,26 +262,37 @@ class RecurrentPPO(OnPolicyAlgorithm):
         with self.predict_streams(exploring=not deterministic):
             return self.actor.predict_step(observation, state, episode_start, deterministic)
 
-    def _greedy_player(self, batch: int) -> Any:
-        """act(obs [batch, ...]) -> NumPy actions of the deterministic policy, remembering
-        its hidden state between calls (one episode per env)."""
+    def _greedy_player(self, batch: int, sampled_by: torch.Generator | None = None) -> Any:
+        """act(obs [batch, ...]) -> NumPy actions of the deterministic policy (or, given a
+        generator, actions sampled from it), remembering its hidden state between calls (one
+        episode per env)."""
         h = [self.actor.initial_state(batch)]
         no_starts = torch.zeros(batch, dtype=torch.bool, device=self.device)
 
         def act(obs: torch.Tensor) -> np.ndarray:
             logits, h[0] = self.actor.step(obs, no_starts, h[0])
-            return self.actor.to_env(torch.argmax(logits, -1))
+            if sampled_by is None:
+                return self.actor.to_env(torch.argmax(logits, -1))
+            probs = torch.softmax(logits.float().cpu(), -1)
+            return self.actor.to_env(torch.multinomial(probs, 1, generator=sampled_by)[:, 0])
 
         return act
 
     @torch.no_grad()
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """Deterministic policy on `episodes` fresh episodes, one per env, batched; each
-        starts from a zero hidden state."""
+    def evaluate(
+        self, episodes: int = 100, seed: int | None = None, deterministic: bool = True
+    ) -> EvalResult:
+        """The policy on `episodes` fresh episodes, one per env, batched; each starts from a
+        zero hidden state. deterministic: its most likely action (False: sampled ones)."""
         seed = self.config.seed + 1_000_000 if seed is None else seed
+        sampled_by = None if deterministic else torch.Generator().manual_seed(seed)
         self.actor.eval()
         result = evaluate_batched(
-            self.config.env, self._greedy_player(episodes), episodes, seed, device=self.device
+            self.config.env,
+            self._greedy_player(episodes, sampled_by),
+            episodes,
+            seed,
+            device=self.device,
         )
         self.actor.train()
         return result

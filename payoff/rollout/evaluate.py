@@ -6,7 +6,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -69,16 +69,38 @@ def check_actions(actions: Any, env_id: str, step: int) -> None:
 
 @dataclass
 class EvalResult:
-    """Summary of evaluation episodes; success_rate is None where the env defines no success."""
+    """Summary of evaluation episodes; success_rate is None where the env defines no success.
+
+    episode_returns / episode_lengths: each episode's, in seed order (Stable-Baselines3's
+    `return_episode_rewards`); not in `to_dict`, which is the summary a run logs.
+    """
 
     mean_return: float
     std_return: float
     episodes: int
     success_rate: float | None
     mean_length: float
+    episode_returns: list[float] = field(default_factory=list, repr=False)
+    episode_lengths: list[int] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(cls, returns: Any, lengths: Any, success_rate: float | None = None) -> EvalResult:
+        """The summary of per-episode returns and lengths."""
+        returns, lengths = np.asarray(returns, dtype=float), np.asarray(lengths)
+        return cls(
+            mean_return=float(returns.mean()),
+            std_return=float(returns.std()),
+            episodes=len(returns),
+            success_rate=success_rate,
+            mean_length=float(lengths.mean()),
+            episode_returns=[float(r) for r in returns],
+            episode_lengths=[int(n) for n in lengths],
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["episode_returns"], data["episode_lengths"]
+        return data
 
     def line(self) -> str:
         text = f"mean return {self.mean_return:.3f} ± {self.std_return:.3f} over {self.episodes} episodes"
@@ -137,13 +159,7 @@ def evaluate_policy(
         environment.close()
         progress.close()
     defined = [s for s in successes if s is not None]
-    return EvalResult(
-        mean_return=float(np.mean(returns)),
-        std_return=float(np.std(returns)),
-        episodes=episodes,
-        success_rate=float(np.mean(defined)) if defined else None,
-        mean_length=float(np.mean(lengths)),
-    )
+    return EvalResult.of(returns, lengths, float(np.mean(defined)) if defined else None)
 
 
 def _frame(render: Callable[[], Any], env_id: str) -> np.ndarray:

@@ -256,13 +256,7 @@ class EpisodePlayer:
             lambda obs, rows: policy.act(params, obs, obs_mean, obs_std),
             [seed + k for k in range(episodes)],
         )
-        return EvalResult(
-            mean_return=float(played.returns.mean()),
-            std_return=float(played.returns.std()),
-            episodes=episodes,
-            success_rate=None,
-            mean_length=float(played.lengths.mean()),
-        )
+        return EvalResult.of(played.returns, played.lengths)
 
 
 def evaluate_pairs(

@@ -529,10 +529,4 @@ def evaluate_batched(
         progress.close()
     if not np.isfinite(returns).all():
         raise EnvError(f"env {env.id!r} returned non-finite rewards during evaluation")
-    return EvalResult(
-        mean_return=float(returns.mean()),
-        std_return=float(returns.std()),
-        episodes=episodes,
-        success_rate=None,
-        mean_length=float(lengths.mean()),
-    )
+    return EvalResult.of(returns, lengths)

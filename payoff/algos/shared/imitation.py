@@ -366,13 +366,7 @@ class ImitationAlgorithm(Agent):
         'heldout' tracks or one track spec)."""
         seed = self.config.seed + 1_000_000 if seed is None else seed
         traces = self.play(episodes, seed, split)
-        return EvalResult(
-            mean_return=float(traces.returns.mean()),
-            std_return=float(traces.returns.std()),
-            episodes=episodes,
-            success_rate=traces.success_rate,
-            mean_length=float(traces.lengths.mean()),
-        )
+        return EvalResult.of(traces.returns, traces.lengths, traces.success_rate)
 
     def eval_metrics(self, episodes: int, seed: int) -> dict[str, float]:
         """eval/... metrics: return and success, and per track family on KartTrack."""

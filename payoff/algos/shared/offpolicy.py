@@ -25,6 +25,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.core.state import cpu_state
+from payoff.envs.make import EnvConfig
 from payoff.envs.observations import observation_batch
 from payoff.models.continuous import ActionScaler, QEnsemble, check_continuous
 from payoff.models.flat import FlatAdam, FlatParameters
@@ -179,12 +180,18 @@ class OffPolicyAlgorithm(Agent):
             return actions
         return int(actions[0]) if isinstance(self.action_space, gym.spaces.Discrete) else actions[0]
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """The deterministic policy on `episodes` fresh episodes of the real env, batched."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
-        return evaluate_batched(
-            self.config.env, self.greedy, episodes, seed, "sync", device=self.device
-        )
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
+    ) -> EvalResult:
+        """The deterministic (or exploring) policy on fresh episodes, batched."""
+        if deterministic:
+            return evaluate_batched(env, self.greedy, episodes, seed, "sync", device=self.device)
+
+        def explore(obs: torch.Tensor) -> np.ndarray:
+            return self.env_actions(self.explore(obs.cpu().numpy()))
+
+        with self.predict_streams():
+            return evaluate_batched(env, explore, episodes, seed, "sync", device=self.device)
 
     # ---- the loop's iteration --------------------------------------------------------------
     def iterate(self) -> None:

@@ -27,6 +27,7 @@ from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
+from payoff.envs.make import EnvConfig
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import Actor, Critic, actor_for, warn_box_far_from_zero
 from payoff.models.policy_file import is_policy_payload, policy_from_payload
@@ -283,21 +284,22 @@ class OnPolicyAlgorithm(Agent):
         with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """Deterministic policy on `episodes` fresh episodes of the real env, batched."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
+    ) -> EvalResult:
+        """The policy's most likely (or sampled) actions on fresh episodes, batched."""
         vectorization: Literal["sync", "async"] = (
             "async" if self.config.vectorization == "async" else "sync"
         )
+
+        def act(obs: torch.Tensor) -> np.ndarray:
+            return self.actor.to_env(
+                self.actor.mode(obs) if deterministic else self.actor.sample(obs)[0]
+            )
+
         self.actor.eval()
-        result = evaluate_batched(
-            self.config.env,
-            lambda obs: self.actor.to_env(self.actor.mode(obs)),
-            episodes,
-            seed,
-            vectorization,
-            device=self.device,
-        )
+        with self.predict_streams(exploring=not deterministic):
+            result = evaluate_batched(env, act, episodes, seed, vectorization, device=self.device)
         self.actor.train()
         return result
 
