@@ -252,6 +252,38 @@ def test_colour_plane_tells_the_network_who_moved_first(game_name: str, kind: st
     assert (colour[0] == 1).all() and (colour[1] == 0).all()  # first player to move, then not
 
 
+def test_threat_planes_mark_each_sides_winning_cells_from_the_games_lines() -> None:
+    """Connect Four, played out: X (first) has three on the bottom row with the fourth cell
+    empty, O three above it; each side's plane marks its own completing cell, only while it
+    is empty, and the parity plane marks rows 1, 3 and 5 from the bottom."""
+    import torch
+
+    from payoff.envs.games import make_game
+    from payoff.models.game_nets import GameNetConfig, PolicyValueNet
+
+    game = make_game("connect4")
+    assert game.lines.shape == (69, 4) and make_game("tictactoe").lines.shape == (8, 3)
+    config = GameNetConfig(colour_plane=True, threat_planes=True)
+    net = PolicyValueNet(game.shape, game.num_actions, config, game.lines)
+    state = game.initial_state()
+    for column in (0, 0, 1, 1, 2, 2):  # X on the bottom row, O on the row above
+        state = game.play(state, column)
+    planes = torch.from_numpy(game.encode(state)[None])  # X to move: plane 0 is X's
+    threats = net.threats(planes)[0]
+    assert threats[0].nonzero().tolist() == [[5, 3]]  # X wins at the bottom of column 3
+    assert threats[1].nonzero().tolist() == [[4, 3]]  # O's cell, one above
+    assert threats[2][:, 0].tolist() == [0, 1, 0, 1, 0, 1]  # rows 5, 3, 1 from the top
+    won = game.play(state, 3)  # X plays there; O to move, so X's plane is now the second
+    after = net.threats(torch.from_numpy(game.encode(won)[None]))[0]
+    assert after[1].nonzero().tolist() == [[5, 4]]  # (5, 3) is taken; 1-4 is X's next line
+    assert after[0].nonzero().tolist() == [[4, 3]]
+    logits, values = net(planes)
+    assert logits.shape == (1, 7) and values.shape == (1,)
+    assert "lines" not in net.state_dict()  # the game gives them again
+    with pytest.raises(ConfigError, match="threat_planes needs the game's lines"):
+        PolicyValueNet(game.shape, game.num_actions, config)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_selfplay_openings_start_games_off_the_searched_lines(workers: int) -> None:
     """selfplay_openings k: each game's first stored position has 0..k stones, not always 0;

@@ -234,7 +234,9 @@ class AlphaZero(Agent):
         self.device = resolve_device(config.device)
         self.rng = seed_everything(config.seed)
         self.game = make_game(config.game)
-        self.net = PolicyValueNet(self.game.shape, self.game.num_actions, config.net)
+        self.net = PolicyValueNet(
+            self.game.shape, self.game.num_actions, config.net, getattr(self.game, "lines", None)
+        )
         self.net.to(self.device)
         self.best = copy.deepcopy(self.net)
         self.net.eval()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,6 +36,12 @@ class GameNetConfig:
         counts, but a convolution sees a 3x3 patch, not the whole board's counts. Connect
         Four's endgames turn on it: whose threats sit on odd rows decides who is forced to
         play under whom.
+    threat_planes: add, for each side, a plane marking the empty cells where its stone
+        would complete a line (a line of the game holding k - 1 of its stones and that one
+        empty cell), and a plane marking every other row from the bottom. A 3x3 convolution
+        sees a threat's cells only from nearby; these planes put every threat, and the
+        parity of its row (which decides Connect Four's endgames under zugzwang), in the
+        input. Needs the game's lines (`PolicyValueNet(..., lines=game.lines)`).
     """
 
     kind: Literal["resnet", "mlp"] = "resnet"
@@ -42,6 +49,7 @@ class GameNetConfig:
     blocks: int = 3
     hidden: int = 64
     colour_plane: bool = False
+    threat_planes: bool = False
 
     def validate(self) -> None:
         for key in ("channels", "blocks", "hidden"):
@@ -66,14 +74,34 @@ class PolicyValueNet(nn.Module):
     """f(planes) -> (move logits [B, A], value [B]) for the player to move."""
 
     def __init__(
-        self, shape: tuple[int, int], num_actions: int, config: GameNetConfig | None = None
+        self,
+        shape: tuple[int, int],
+        num_actions: int,
+        config: GameNetConfig | None = None,
+        lines: np.ndarray | None = None,
     ):
+        """lines: the game's winning lines [L, k] of flat cell indices (threat_planes)."""
         super().__init__()
         config = config or GameNetConfig()
         self.config, self.shape, self.num_actions = config, tuple(shape), num_actions
         rows, cols = shape
         cells = rows * cols
-        inputs = 3 if config.colour_plane else 2
+        inputs = 2 + int(config.colour_plane) + 3 * int(config.threat_planes)
+        if config.threat_planes:
+            if lines is None or np.asarray(lines).ndim != 2:
+                raise ConfigError(
+                    "net.threat_planes needs the game's lines of cells (a game with lines to "
+                    "complete, such as tictactoe or connect4)"
+                )
+            lines_t = torch.as_tensor(np.asarray(lines), dtype=torch.long)
+            incidence = torch.zeros(len(lines_t), cells)
+            incidence[torch.arange(len(lines_t))[:, None], lines_t] = 1.0
+            from_bottom = torch.arange(rows - 1, -1, -1, dtype=torch.float32) % 2 == 0
+            parity = from_bottom[:, None].expand(rows, cols).float()
+            # not in the state dict: the game gives them again
+            self.register_buffer("lines", lines_t, persistent=False)
+            self.register_buffer("incidence", incidence, persistent=False)
+            self.register_buffer("parity", parity[None, None], persistent=False)
         c, h = int(config.channels), int(config.hidden)
         if config.kind == "resnet":  # the trunk's 3x3 convolutions and the value head's layer
             check_weights(
@@ -115,12 +143,28 @@ class PolicyValueNet(nn.Module):
             self.policy_head = nn.Linear(h, num_actions)
             self.value_head = nn.Sequential(nn.Linear(h, 1), nn.Tanh())
 
+    def threats(self, planes: torch.Tensor) -> torch.Tensor:
+        """[B, 3, rows, cols]: each side's cells that complete a line, and the row parity."""
+        stones = planes.flatten(2)  # [B, 2, cells]
+        k = self.lines.shape[1]
+        per_line = stones[:, :, self.lines].sum(-1)  # [B, 2, L]: each side's stones per line
+        # k - 1 stones of one side and none of the other: the line's last cell is empty
+        open_lines = (per_line == k - 1) & (per_line.sum(1) == k - 1)[:, None]
+        cells = (open_lines.to(planes.dtype) @ self.incidence).clamp(max=1.0)
+        cells = cells * (1.0 - stones.sum(1))[:, None]  # only where the cell is empty
+        parity = self.parity.to(planes.dtype).expand(len(planes), -1, -1, -1)
+        return torch.cat([cells.view(len(planes), 2, *planes.shape[2:]), parity], dim=1)
+
     def forward(self, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = []
         if self.config.colour_plane:
             # The first player moves whenever both sides have as many stones on the board.
             stones = planes.sum(dim=(2, 3))  # [B, 2]
             first = (stones[:, 0] == stones[:, 1]).to(planes.dtype)  # [B]
-            colour = first[:, None, None, None].expand(-1, 1, *planes.shape[2:])
-            planes = torch.cat([planes, colour], dim=1)  # [B, 3, rows, cols]
+            extra.append(first[:, None, None, None].expand(-1, 1, *planes.shape[2:]))
+        if self.config.threat_planes:
+            extra.append(self.threats(planes))
+        if extra:
+            planes = torch.cat([planes, *extra], dim=1)  # [B, inputs, rows, cols]
         features = self.trunk(planes)
         return self.policy_head(features), self.value_head(features).squeeze(-1)

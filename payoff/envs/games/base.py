@@ -179,6 +179,11 @@ class StoneGame:
         return [action for action, cell in moves if self._completes_line(cells, cell, stone)]
 
     @cached_property
+    def lines(self) -> np.ndarray:
+        """Every line of the game once, [L, k] flat cell indices (a net's threat planes)."""
+        return np.unique(np.concatenate(self.lines_through), axis=0)
+
+    @cached_property
     def _line_others(self) -> list[list[tuple[int, ...]]]:
         """For each cell, each line through it less the cell itself, as tuples (built on
         first use, once per game object)."""
