@@ -9,7 +9,7 @@ import pytest
 
 from payoff import PPO
 from payoff.cli import main
-from payoff.core.errors import EnvError
+from payoff.core.errors import ConfigError, EnvError
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,58 @@ def test_the_cli_samples_with_stochastic(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run.path), "--episodes", "5", "--stochastic", "--json"]) == 0
     assert '"episodes": 5' in capsys.readouterr().out
+
+
+def test_sb3_evaluate_keywords(agent):
+    assert agent.evaluate(n_eval_episodes=3).episodes == 3
+    with pytest.raises(ConfigError, match="result.episode_returns and result.episode_lengths"):
+        agent.evaluate(5, return_episode_rewards=True)
+
+
+def test_learn_after_a_stop_trains_on_only_once_the_stop_is_off(tmp_path):
+    agent = PPO(
+        "CartPole-v1",
+        num_envs=16,
+        num_steps=64,
+        minibatch_size=256,
+        epochs=4,
+        learning_rate=3e-3,
+        stop_at_return=300,
+        eval_every=2048,
+        eval_episodes=5,
+        final_eval_episodes=5,
+        seed=0,
+    ).learn(60_000)
+    solved = agent.step
+    assert solved < 60_000  # measured: 2,975 (seed 0)
+    with pytest.warns(RuntimeWarning, match=r"stop_at_return=300.0\) at step .* agent.config"):
+        agent.learn(5_000)
+    assert agent.step == solved
+    agent.save(tmp_path / "stopped.safetensors")
+    again = PPO.load(tmp_path / "stopped.safetensors", stop_at_return=None).learn(5_000)
+    assert again.step >= solved + 5_000
+
+
+def test_a_vector_env_that_autoresets_on_the_same_step_is_refused():
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    with pytest.raises(EnvError, match="autoreset mode SAME_STEP; payoff's runner needs NEXT_STEP"):
+        PPO(envs)
+
+
+def test_a_run_made_in_python_records_the_agents_config(tmp_path):
+    from payoff.track.run import Run
+
+    run = Run.create(tmp_path, "mine", {"algo": "ppo", "env": {"id": "CartPole-v1"}})
+    PPO(
+        "Acrobot-v1",
+        run=run,
+        hidden=[32, 32],
+        num_envs=4,
+        total_steps=256,
+        eval_every=0,
+        final_eval_episodes=1,
+    )
+    recorded = Run(run.path).config
+    assert recorded["env"]["id"] == "Acrobot-v1" and recorded["hidden"] == [32, 32]

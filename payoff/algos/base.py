@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal, Self, get_type_hints
 
 import numpy as np
 import torch
+import yaml
 
 from payoff.algos.loop import LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
@@ -290,6 +291,8 @@ class Algorithm:
         self.suspects: deque[dict[str, Any]] = deque(maxlen=64)
         self.responder = Responder(self)
         self.setup()
+        if run is not None:
+            self.record_config(run)
         self.monitors = self.default_monitors()
         if monitors is not None:
             self.attach_monitors(
@@ -325,6 +328,23 @@ class Algorithm:
                 RuntimeWarning,
                 stacklevel=2,
             )
+        if self.state.solved_at is not None and total is not None:
+            stops = [k for k in ("stop_at_return", "stop_at_accuracy") if hasattr(self.config, k)]
+            set_stops = {
+                k: getattr(self.config, k) for k in stops if getattr(self.config, k) is not None
+            }
+            if not set_stops:  # the stop was turned off since (load(..., stop_at_return=None))
+                self.state.solved_at = None
+            else:  # the loop would stop at once, without a word
+                shown = ", ".join(f"{k}={v}" for k, v in set_stops.items())
+                warnings.warn(
+                    f"{type(self).__name__} met its stop condition ({shown}) at step "
+                    f"{self.state.solved_at}, so learn({total}) trains no further; set "
+                    f"agent.config.{next(iter(set_stops))} = None (or load the file with "
+                    f"{next(iter(set_stops))}=None) to train on past it",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         note, self._unexact_restore = getattr(self, "_unexact_restore", None), None
         if note:  # loaded from a file whose envs could not be restored exactly
             warnings.warn(note, RuntimeWarning, stacklevel=2)
@@ -399,6 +419,19 @@ class Algorithm:
                 # tensors a log averages come back on the CPU; the run appends device ones
                 value = [v.to(device) if isinstance(v, torch.Tensor) else v for v in value]
             setattr(self, name, value)
+
+    def record_config(self, run: Run) -> None:
+        """The run's config.yaml holds this agent's whole config: a run made in Python with
+        Run.create(folder, name, {"algo": ...}) recorded only that dict, so its report
+        showed another env and `payoff train RUN/config.yaml` trained another agent. Keys
+        the run has besides (recipe, label, overrides) stay."""
+        ours = {"algo": self.name, **to_dict(self.config)}
+        recorded = dict(run.config)
+        if any(recorded.get(key) != value for key, value in ours.items()):
+            try:
+                run.write_config({**recorded, **ours})
+            except yaml.YAMLError:  # Python material YAML cannot hold: the run keeps its own
+                pass
 
     def spaces(self) -> dict[str, str]:
         """repr of observation/action spaces, checked when a checkpoint meets an env (an
@@ -714,6 +747,9 @@ class Agent(Algorithm):
         seed: int | None = None,
         deterministic: bool = True,
         env: Any = None,
+        *,
+        n_eval_episodes: int | None = None,
+        return_episode_rewards: bool | None = None,
     ) -> EvalResult:
         """The policy on `episodes` fresh episodes seeded seed, seed + 1, ...
 
@@ -721,8 +757,16 @@ class Agent(Algorithm):
         env: evaluate there instead of the training env: an id, a gymnasium.Env, a function
             that makes one, or EnvConfig keys; its spaces must be those the agent trained on.
         The result's episode_returns and episode_lengths hold each episode's
-        (Stable-Baselines3's return_episode_rewards).
+        (Stable-Baselines3's return_episode_rewards). n_eval_episodes: SB3's name for
+        `episodes`.
         """
+        if return_episode_rewards is not None:
+            raise ConfigError(
+                "evaluate() has no return_episode_rewards (Stable-Baselines3's): the result "
+                "always holds each episode's, result.episode_returns and result.episode_lengths"
+            )
+        if n_eval_episodes is not None:  # Stable-Baselines3's name for `episodes`
+            episodes = n_eval_episodes
         seed = self.config.seed + 1_000_000 if seed is None else seed
         config = self.config.env if env is None else self.evaluation_env(env)
         return self.evaluate_on(config, episodes, seed, deterministic)

@@ -501,7 +501,28 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 # (learning_rate, gamma, ...) need no entry.
 OTHER_LIBRARIES: dict[str, tuple[str, dict[str, str]]] = {
     "buffer_size": ("SB3", {"replay.size": ""}),
-    "train_freq": ("SB3", {"train_every": ""}),
+    "train_freq": (
+        "SB3",
+        {
+            "train_every": " (env steps summed over num_envs; each training takes "
+            "gradient_steps updates, which DQN sets to 16 where SB3's gradient_steps is 1: set "
+            "gradient_steps too for SB3's ratio of updates to env steps)"
+        },
+    ),
+    "tau": ("SB3", {"target_network.tau": ""}),
+    "env_kwargs": ("SB3", {"env.kwargs": ""}),
+    "action_noise": (
+        "SB3",
+        {"exploration_noise": " (a Gaussian's std, in half action ranges)"},
+    ),
+    "use_sde": ("SB3", {"": " payoff has no state-dependent exploration"}),
+    "policy": (
+        "SB3",
+        {
+            "": " there is no policy name to pass: the networks follow the env's spaces, "
+            "sized by hidden=[64, 64]"
+        },
+    ),
     "n_steps": ("SB3", {"num_steps": ""}),
     "n_epochs": ("SB3", {"epochs": ""}),
     "n_envs": ("SB3", {"num_envs": ""}),
@@ -521,8 +542,10 @@ OTHER_LIBRARIES: dict[str, tuple[str, dict[str, str]]] = {
     "tensorboard_log": (
         "SB3",
         {
-            "": " TensorBoard is one of payoff's loggers: payoff train --loggers tensorboard "
-            "(or PAYOFF_LOGGERS=tensorboard) writes its events into the run's folder"
+            "": " TensorBoard is one of payoff's loggers, writing into a run folder: payoff "
+            "train RECIPE --track tensorboard (or PAYOFF_LOGGERS=tensorboard); from Python, "
+            "run = Run.create(folder, name, {'algo': ...}, loggers=['tensorboard']) "
+            "(payoff.track.run) and PPO(env, run=run) (docs/tracking.md)"
         },
     ),
     "verbose": (
@@ -590,7 +613,9 @@ def key_hint(key: str, fields: Any) -> str:
         if not name:  # a note alone, when none of the names before it applies
             return f" That is {library}'s;{note}."
         if name.split(".", 1)[0] in names:
-            return f" That is {library}'s name; payoff's is {name!r}{note}."
+            parent, _, child = name.partition(".")
+            python = f" ({parent}={{{child!r}: ...}} from Python)" if child else ""
+            return f" That is {library}'s name; payoff's is {name!r}{python}{note}."
     return suggest(key, names)
 
 

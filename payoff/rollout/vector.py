@@ -68,7 +68,7 @@ def make_vector_env(
                 f"runs {num_envs} (its num_envs key, where it has one; MBRL plans for one env "
                 f"at a time): pass a single env, or a vector env of {num_envs}"
             )
-        return env.vector
+        return check_next_step(env.vector, "the vector env passed")
     check_env(env)
     batched = None if env.custom or env.wrappers or env.max_episode_steps else batched_id(env)
     if vectorization == "batched" and batched is None:
@@ -81,12 +81,7 @@ def make_vector_env(
         envs = gym.make_vec(
             batched, num_envs, vectorization_mode="vector_entry_point", **env.kwargs
         )
-        mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
-        if mode != gym.vector.AutoresetMode.NEXT_STEP:
-            raise EnvError(
-                f"batched env {batched!r} uses autoreset mode {mode}; payoff's runner needs NEXT_STEP"
-            )
-        return envs
+        return check_next_step(envs, f"batched env {batched!r}")
     if vectorization == "async":
         # each worker process gets its own pickled copy of an env given from Python
         check_picklable(env, "vectorization 'async' runs each env in its own process")
@@ -95,6 +90,22 @@ def make_vector_env(
         main = os.getpid()
         return gym.vector.AsyncVectorEnv([lambda: _worker_env(env, main) for _ in range(num_envs)])
     return gym.vector.SyncVectorEnv([lambda: make_env(env) for _ in range(num_envs)])
+
+
+def check_next_step(envs: gym.vector.VectorEnv, what: str) -> gym.vector.VectorEnv:
+    """`envs`, or an EnvError where they autoreset other than Gymnasium's default NEXT_STEP:
+    the runner drops the step after an episode ends as a reset-only step, which under
+    SAME_STEP is every episode's first real transition (PPO learnt nothing from an env whose
+    reward came on the first step)."""
+    mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if mode != gym.vector.AutoresetMode.NEXT_STEP:
+        raise EnvError(
+            f"{what} uses autoreset mode {getattr(mode, 'name', mode)}; payoff's runner needs "
+            f"NEXT_STEP (Gymnasium's default): make it with autoreset_mode="
+            f"gym.vector.AutoresetMode.NEXT_STEP, or pass one env (or a function that makes "
+            f"one) and payoff vectorizes it"
+        )
+    return envs
 
 
 def check_picklable(env: EnvConfig, why: str, instead: str = "vectorization 'sync'") -> None:
