@@ -164,9 +164,10 @@ def test_ray_submit_keeps_versions_and_seeds_every_shard(ray_cluster):
 
     model, tokenizer = load_lm(ModelConfig(), seed=0)
     old_model = copy.deepcopy(model)
-    sampler = RaySampler(
-        RayConfig(num_workers=2), ModelConfig(), model, tokenizer.pad_token_id, group_size=3
-    )
+    # The shared 2-CPU instance frees an earlier test's actors in its own time: on a loaded
+    # machine that took longer than the default 120 s twice (2026-11-29).
+    config = RayConfig(num_workers=2, startup_timeout=300.0)
+    sampler = RaySampler(config, ModelConfig(), model, tokenizer.pad_token_id, group_size=3)
     try:
         before = sampler.submit(PROMPTS, SAMPLING, seed=11)
         with torch.no_grad():
