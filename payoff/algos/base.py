@@ -329,19 +329,21 @@ class Algorithm:
                 stacklevel=2,
             )
         if self.state.solved_at is not None and total is not None:
-            stops = [k for k in ("stop_at_return", "stop_at_accuracy") if hasattr(self.config, k)]
             set_stops = {
-                k: getattr(self.config, k) for k in stops if getattr(self.config, k) is not None
+                key: value
+                for key in ("stop_at_return", "stop_at_accuracy")
+                if (value := getattr(self.config, key, None)) is not None
             }
             if not set_stops:  # the stop was turned off since (load(..., stop_at_return=None))
                 self.state.solved_at = None
             else:  # the loop would stop at once, without a word
                 shown = ", ".join(f"{k}={v}" for k, v in set_stops.items())
+                first = next(iter(set_stops))
                 warnings.warn(
                     f"{type(self).__name__} met its stop condition ({shown}) at step "
                     f"{self.state.solved_at}, so learn({total}) trains no further; set "
-                    f"agent.config.{next(iter(set_stops))} = None (or load the file with "
-                    f"{next(iter(set_stops))}=None) to train on past it",
+                    f"agent.config.{first} = None (or load the file with {first}=None) to "
+                    f"train on past it",
                     RuntimeWarning,
                     stacklevel=2,
                 )
