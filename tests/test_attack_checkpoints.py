@@ -275,9 +275,12 @@ def test_wrong_algorithm_missing_config_and_wrong_state(tmp_path, capsys):
     agent = QLearning(env="FrozenLake-v1", total_episodes=10, eval_every=5)
     path = agent.save(tmp_path / "q.safetensors")
     with pytest.raises(
-        CheckpointError, match="written by algorithm 'qlearning', but this run uses 'dqn'"
+        CheckpointError, match=r"holds a 'qlearning' agent, not 'dqn': .*payoff.QLearning.load"
     ):
         DQN.load(path)
+    save_state(tmp_path / "other.safetensors", {"algo": "sarsa9", "state": {}, "format": 2})
+    with pytest.raises(CheckpointError, match="version that has the algorithm 'sarsa9'"):
+        DQN.load(tmp_path / "other.safetensors")
     save_state(tmp_path / "noconfig.safetensors", {"algo": "qlearning", "state": {"state": {}}})
     with pytest.raises(CheckpointError, match="holds no qlearning config") as info:
         QLearning.load(tmp_path / "noconfig.safetensors")

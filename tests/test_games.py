@@ -174,3 +174,28 @@ def test_ending_moves_are_the_moves_that_end_the_game(name: str) -> None:
             state = game.play(state, int(rng.choice(legal)))
         assert game.ending_moves(state) == [] and game.landing_cells(state) == []
     assert seen_win and seen_none and (seen_draw or name == "connect4")
+
+
+def test_line_heuristic_scores_every_line_of_four_by_its_rule() -> None:
+    from payoff.envs.games.connect4 import WINDOWS
+    from payoff.envs.games.players import line_heuristic
+
+    def by_rule(state) -> float:  # the docstring's rule, line by line
+        mover, score = state.to_play + 1, 0
+        for line in WINDOWS:
+            cells = list(state.board[line])
+            mine, empty = cells.count(mover), cells.count(0)
+            theirs = 4 - mine - empty
+            score += 5 * (mine == 3 and empty == 1) + 2 * (mine == 2 and empty == 2)
+            score -= 4 * (theirs == 3 and empty == 1)
+        return float(score + 3 * sum(state.board[3::7] == mover))
+
+    game, rng, checked = make_game("connect4"), np.random.default_rng(0), 0
+    for _ in range(40):
+        state = game.initial_state()
+        while game.outcome(state) is None:
+            assert line_heuristic(game, state) == by_rule(state)
+            checked += 1
+            state = game.play(state, int(rng.choice(np.flatnonzero(game.legal_mask(state)))))
+    assert checked > 500
+    assert line_heuristic(make_game("tictactoe"), make_game("tictactoe").initial_state()) == 0.0

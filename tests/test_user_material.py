@@ -188,6 +188,22 @@ def test_vector_env_without_env_fns_is_refused():
     )
 
 
+def test_make_vec_of_a_registered_id_trains_evaluates_and_reloads(tmp_path):
+    # CartPole's own vector env keeps no env_fns; a sync make_vec keeps a spent generator
+    native = gym.make_vec("CartPole-v1", num_envs=2)
+    agent = payoff.PPO(native, **TINY).learn(128)
+    assert agent.config.env.id == "CartPole-v1" and not agent.config.env.python_env
+    assert agent.envs is native and len(agent.evaluate(2).episode_returns) == 2
+    lander = gym.make_vec(
+        "LunarLander-v3", num_envs=2, vectorization_mode="sync", max_episode_steps=30
+    )
+    agent = payoff.PPO(lander, **TINY)
+    assert agent.config.env.kwargs == {} and agent.config.env.max_episode_steps == 30
+    agent.save(tmp_path / "lander.pt")
+    again = payoff.PPO.load(tmp_path / "lander.pt")  # rebuilt from the id: no env= needed
+    assert max(again.evaluate(2).episode_lengths) <= 30
+
+
 # ---- your own reward functions, from Python -------------------------------------------
 
 

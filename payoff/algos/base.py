@@ -48,7 +48,7 @@ from payoff.monitor.integrity import alarm_samples
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.track.checkpoint import save_state
 from payoff.track.media import write_gif
-from payoff.track.run import Run, load_checkpoint_file
+from payoff.track.run import OtherAlgorithmError, Run, load_checkpoint_file
 
 RUN_KEYS = (
     "recipe",
@@ -550,7 +550,13 @@ class Algorithm:
         path = Path(path)
         if path.is_dir():
             path = Run.open(path).checkpoint_path("latest")
-        payload, _ = load_checkpoint_file(path, cls.name)
+        try:
+            payload, _ = load_checkpoint_file(path, cls.name)
+        except OtherAlgorithmError as err:
+            raise CheckpointError(
+                f"{str(path)!r} holds a {err.found!r} agent, not {cls.name!r}: load it with "
+                f"{_loader_of(err.found)}"
+            ) from None
         algorithm = cls._from_payload(
             payload, env=env, source=path, device=device, trust_code=trust_code, settings=settings
         )
@@ -916,3 +922,12 @@ def _device_here(name: Any) -> bool:
 def config_from_run(run_config: dict[str, Any]) -> dict[str, Any]:
     """The algorithm's part of a run's config.yaml."""
     return {k: v for k, v in run_config.items() if k not in RUN_KEYS}
+
+
+def _loader_of(name: str) -> str:
+    """How to load a file of algorithm `name`: `payoff.PPO.load(path)`, say."""
+    from payoff.algos import available_algorithms, get_algorithm
+
+    if name not in available_algorithms():
+        return f"the payoff version that has the algorithm {name!r}"
+    return f"payoff.{get_algorithm(name).__name__}.load(path)"

@@ -238,10 +238,15 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
         return env
     if isinstance(env, gym.vector.VectorEnv):
         makers = getattr(env, "env_fns", None)
+        if not isinstance(makers, list | tuple):  # gymnasium.make_vec's is a spent generator
+            makers = None
+        if not makers and (registered := _registered_config(env)) is not None:
+            return registered
         if not makers:
             raise EnvError(
                 f"a {type(env).__name__} without env_fns cannot make evaluation envs; pass a "
-                f"function that returns one env (payoff vectorizes it) or a SyncVectorEnv"
+                f"function that returns one env (payoff vectorizes it), a SyncVectorEnv, or "
+                f"gymnasium.make_vec(id, ...) of a registered id"
             )
         label = _label(makers[0])
         return EnvConfig(
@@ -258,6 +263,25 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
         f"env must be an id, a gymnasium.Env, a vector env or a function returning an env, "
         f"got {type(env).__name__}"
     )
+
+
+# make_vec's own arguments in a vector env's spec.kwargs, not the env's
+_VECTOR_KWARGS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
+
+
+def _registered_config(env: gym.vector.VectorEnv) -> EnvConfig | None:
+    """A vector env of a registered id that keeps no env_fns (`gymnasium.make_vec` with a
+    vector entry point, e.g. CartPole's own vector env) as its id and env arguments, so
+    single envs (evaluation, GIFs, a saved agent) come from `gymnasium.make`; None without
+    such a spec."""
+    spec = getattr(env, "spec", None)
+    if spec is None or not getattr(spec, "id", None) or spec.id not in gym.registry:
+        return None
+    kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k not in _VECTOR_KWARGS}
+    limit = kwargs.pop("max_episode_steps", None)
+    if limit == gym.spec(spec.id).max_episode_steps:
+        limit = None  # the registration's own
+    return EnvConfig(id=spec.id, kwargs=kwargs, max_episode_steps=limit, vector=env)
 
 
 def _label(env: Any) -> str:

@@ -147,7 +147,7 @@ class PolicyValueNet(nn.Module):
         """[B, 3, rows, cols]: each side's cells that complete a line, and the row parity."""
         stones = planes.flatten(2)  # [B, 2, cells]
         k = self.lines.shape[1]
-        per_line = stones[:, :, self.lines].sum(-1)  # [B, 2, L]: each side's stones per line
+        per_line = stones @ self.incidence.T  # [B, 2, L]: each side's stones per line
         # k - 1 stones of one side and none of the other: the line's last cell is empty
         open_lines = (per_line == k - 1) & (per_line.sum(1) == k - 1)[:, None]
         cells = (open_lines.to(planes.dtype) @ self.incidence).clamp(max=1.0)

@@ -361,6 +361,14 @@ class Run:
         return load_checkpoint_file(self.checkpoint_path(name), algo)
 
 
+class OtherAlgorithmError(CheckpointError):
+    """A checkpoint of another algorithm than the one loading it (`found`: the file's)."""
+
+    def __init__(self, message: str, found: str):
+        super().__init__(message)
+        self.found = found
+
+
 def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, Any], float]:
     """Load and check a checkpoint file (a run's, or one written by `Algorithm.save`).
 
@@ -379,8 +387,9 @@ def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, 
     if not isinstance(payload.get("state"), dict):
         raise CheckpointError(f"checkpoint {str(path)!r} holds no state (its 'state' is missing)")
     if algo is not None and payload["algo"] != algo:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} was written by algorithm {payload['algo']!r}, but this run uses {algo!r}"
+        raise OtherAlgorithmError(
+            f"checkpoint {str(path)!r} was written by algorithm {payload['algo']!r}, but this run uses {algo!r}",
+            payload["algo"],
         )
     elapsed = payload.get("elapsed", 0.0)
     if not isinstance(elapsed, int | float) or isinstance(elapsed, bool):
