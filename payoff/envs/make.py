@@ -238,15 +238,15 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
         return env
     if isinstance(env, gym.vector.VectorEnv):
         makers = getattr(env, "env_fns", None)
-        if not isinstance(makers, list | tuple):  # gymnasium.make_vec's is a spent generator
+        if not isinstance(makers, list | tuple):  # gymnasium 1.3's make_vec: a spent generator
             makers = None
-        if not makers and (registered := _registered_config(env)) is not None:
+        if (registered := _registered_config(env)) is not None:
             return registered
         if not makers:
             raise EnvError(
                 f"a {type(env).__name__} without env_fns cannot make evaluation envs; pass a "
                 f"function that returns one env (payoff vectorizes it), a SyncVectorEnv, or "
-                f"gymnasium.make_vec(id, ...) of a registered id"
+                f"gymnasium.make_vec(id, ...) of a registered id without wrappers="
             )
         label = _label(makers[0])
         return EnvConfig(
@@ -270,12 +270,14 @@ _VECTOR_KWARGS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
 
 
 def _registered_config(env: gym.vector.VectorEnv) -> EnvConfig | None:
-    """A vector env of a registered id that keeps no env_fns (`gymnasium.make_vec` with a
-    vector entry point, e.g. CartPole's own vector env) as its id and env arguments, so
-    single envs (evaluation, GIFs, a saved agent) come from `gymnasium.make`; None without
-    such a spec."""
+    """A vector env that `gymnasium.make_vec` made of a registered id (CartPole's own vector
+    env, which keeps no env_fns, or a sync/async one) as its id and env arguments, so single
+    envs (evaluation, GIFs, a saved agent) come from `gymnasium.make`. None without such a
+    spec, or with make_vec's `wrappers` (then the vector env's env_fns make them)."""
     spec = getattr(env, "spec", None)
     if spec is None or not getattr(spec, "id", None) or spec.id not in gym.registry:
+        return None
+    if (spec.kwargs or {}).get("wrappers"):  # make_vec's wrappers: only its env_fns hold them
         return None
     kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k not in _VECTOR_KWARGS}
     limit = kwargs.pop("max_episode_steps", None)
