@@ -237,12 +237,11 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
     if isinstance(env, EnvConfig | dict):
         return env
     if isinstance(env, gym.vector.VectorEnv):
-        makers = getattr(env, "env_fns", None)
-        if not isinstance(makers, list | tuple):  # gymnasium 1.3's make_vec: a spent generator
-            makers = None
         if (registered := _registered_config(env)) is not None:
             return registered
-        if not makers:
+        makers = getattr(env, "env_fns", None)
+        # (gymnasium 1.3's make_vec keeps a spent generator)
+        if not isinstance(makers, list | tuple) or not makers:
             raise EnvError(
                 f"a {type(env).__name__} without env_fns cannot make evaluation envs; pass a "
                 f"function that returns one env (payoff vectorizes it), a SyncVectorEnv, or "

@@ -180,9 +180,8 @@ def _line_scores(mover: int) -> np.ndarray:
     table lookup per line instead of counting its stones."""
     scores = np.zeros(3**4, dtype=np.int64)
     for code, cells in enumerate(itertools.product(range(3), repeat=4)):
-        mine = cells.count(mover)
-        theirs = 4 - mine - cells.count(0)
-        empty = 4 - mine - theirs
+        mine, empty = cells.count(mover), cells.count(0)
+        theirs = 4 - mine - empty
         scores[code] = (
             5 * (mine == 3 and empty == 1)
             + 2 * (mine == 2 and empty == 2)
