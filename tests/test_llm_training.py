@@ -107,6 +107,35 @@ def test_sft_stops_at_the_target_accuracy_and_says_so(tmp_path):
         SFT(config=None, stop_at_accuracy=1.5, task=task)
 
 
+def test_sft_without_the_held_out_curve_trains_the_same_model(tmp_path):
+    """held_out_curve=false (how build_base_model pretrains) drops the test-split scores of
+    every check but the end; the probes, the stopping step and the weights are the same."""
+    data = tmp_path / "sevens.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+{9 - i}=", "answer": "7"}}\n' for i in range(10)))
+    task = {"name": "jsonl", "data": str(data), "test_data": str(data), "eval_size": 8}
+    runs = {}
+    for curve in (True, False):
+        sft = SFT(
+            config=None,
+            steps=300,
+            batch_size=16,
+            eval_every=5,
+            stop_at_accuracy=1.0,
+            task=task,
+            max_new_tokens=2,
+            held_out_curve=curve,
+        )
+        sft.learn()
+        runs[curve] = sft
+    with_curve, without = runs[True], runs[False]
+    assert without.stopped_at == with_curve.stopped_at is not None
+    assert [r for r in without.history if "eval/accuracy" in r] == []
+    assert len([r for r in with_curve.history if "eval/accuracy" in r]) >= 2
+    assert without.final_result.accuracy == with_curve.final_result.accuracy
+    for a, b in zip(with_curve.model.parameters(), without.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("lora_kl", [False, True], ids=["full", "lora-kl"])
 def test_grpo_resume_is_exact(tmp_path, fresh_model_dir, lora_kl):
     # lora-kl: LoRA adapters with a KL penalty, whose reference is the model with adapters off.

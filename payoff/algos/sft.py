@@ -58,6 +58,11 @@ class SFTConfig(LMKeys):
         step on every kind of CPU (the float rounding of its kernels differs); stopping at an
         accuracy instead of a step count gives RL the same starting point everywhere.
     max_new_tokens: completion length for evaluation.
+    held_out_curve: score the held-out test split every eval_every steps (the eval/accuracy
+        curve). false: each check runs only stop_at_accuracy's probe on training problems,
+        and the test split is scored once, at the end. build_base_model runs this way: a
+        cached base model has no curve to show, and the test scores cost as much as the
+        probes (on a code task every answer runs in the sandbox).
     """
 
     steps: int = 300
@@ -71,6 +76,7 @@ class SFTConfig(LMKeys):
     log_every: int = 10
     eval_every: int = 100
     checkpoint_every: int = 100
+    held_out_curve: bool = True
 
     def validate(self) -> None:
         # Ranges of single keys (steps > 0, answer_noise in [0, 1), ...) are checked by
@@ -97,6 +103,7 @@ class SFT(LMAlgorithm):
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.best_accuracy = 0.0
+        self.final_result: Any = None  # finish()'s held-out score (build_base_model reports it)
 
     # ---- data -------------------------------------------------------------------------
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:
@@ -185,9 +192,10 @@ class SFT(LMAlgorithm):
         """Held-out accuracy; with stop_at_accuracy, stop once the training problems are answered."""
         if not self.held_out_scorable():
             return  # text rows: nothing to answer (train/loss is the curve)
-        result = self.evaluate(self.config.task.eval_size, split="test", k=())
-        self.best_accuracy = max(self.best_accuracy, result.accuracy)
-        self.log(self.step, **{"eval/accuracy": result.accuracy})
+        if self.config.held_out_curve:
+            result = self.evaluate(self.config.task.eval_size, split="test", k=())
+            self.best_accuracy = max(self.best_accuracy, result.accuracy)
+            self.log(self.step, **{"eval/accuracy": result.accuracy})
         if self._reached_target():
             self.solved_at = self.step
 
@@ -203,6 +211,7 @@ class SFT(LMAlgorithm):
     def finish(self) -> None:
         scorable = self.held_out_scorable()  # text rows: nothing to answer
         result = self.evaluate(self.config.task.eval_size, split="test", k=()) if scorable else None
+        self.final_result = result
         self.export_model()
         if self.run is not None:
             final = (
@@ -244,8 +253,13 @@ def build_base_model(
         eval_every=base.steps if base.stop_at_accuracy is None else base.check_every,
         log_every=base.steps,
         checkpoint_every=base.steps,
+        held_out_curve=False,
     )
-    settings = {k: v for k, v in to_dict(config).items() if k != "device"}
+    # Neither key changes the model (held_out_curve only drops greedy evaluations), so
+    # neither is part of the cache key.
+    settings = {
+        k: v for k, v in to_dict(config).items() if k not in ("device", "held_out_curve")
+    }
     key = {**settings, "rows": data_fingerprint(task)}  # rows passed from Python
     path = cache_folder("base-models", task.name, key if key["rows"] else settings)
     if (path / "config.json").is_file():
@@ -265,7 +279,9 @@ def build_base_model(
         sft.learn()
         if sft.interrupted:  # Ctrl-C: a half-trained base must not be cached for later runs
             raise KeyboardInterrupt
-        result = sft.evaluate(task.eval_size, split="test", k=())
+        result = sft.final_result
+        if result is None:  # text rows have no test split to score
+            result = sft.evaluate(task.eval_size, split="test", k=())
         notes = {"sft": to_dict(config), "test": result.to_dict()}
         save_cached_model(sft.model, sft.tokenizer, path, notes)
     stopped = "" if sft.stopped_at is None else f" (stopped at step {sft.stopped_at})"
