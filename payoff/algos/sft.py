@@ -257,9 +257,7 @@ def build_base_model(
     )
     # Neither key changes the model (held_out_curve only drops greedy evaluations), so
     # neither is part of the cache key.
-    settings = {
-        k: v for k, v in to_dict(config).items() if k not in ("device", "held_out_curve")
-    }
+    settings = {k: v for k, v in to_dict(config).items() if k not in ("device", "held_out_curve")}
     key = {**settings, "rows": data_fingerprint(task)}  # rows passed from Python
     path = cache_folder("base-models", task.name, key if key["rows"] else settings)
     if (path / "config.json").is_file():
