@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from payoff.rollout.elo import Result, expected_score, fit_ratings, league_table, update
+from payoff.rollout.elo import (
+    Result,
+    expected_score,
+    fit_ratings,
+    league_table,
+    rating_errors,
+    update,
+)
 
 
 def test_expected_score_and_update_by_hand() -> None:
@@ -42,3 +51,43 @@ def test_transitive_league_and_clean_sweeps_stay_finite() -> None:
     assert [row.player for row in rows] == ["c", "b", "a"]
     c = rows[0]
     assert (c.games, c.wins, c.draws, c.losses) == (60, 50, 0, 10)
+
+
+def test_rating_errors_match_the_spread_of_refitted_matches() -> None:
+    """The standard error is what the fitted rating varies by when the same match is played
+    again: 40 games at a true score of 0.75 (+191 Elo), replayed 400 times."""
+    rng = np.random.default_rng(0)
+    fitted = []
+    for _ in range(400):
+        wins = int(rng.binomial(40, 0.75))
+        fitted.append(fit_ratings([Result("a", "b", wins, 0, 40 - wins)], "b", 0.0)["a"])
+    truth = [Result("a", "b", 30, 0, 10)]
+    error = rating_errors(truth, fit_ratings(truth, "b", 0.0), prior_draws=0.0)
+    assert error["a"] == error["b"] == pytest.approx(400 / math.log(10) / math.sqrt(40 * 0.1875))
+    assert float(np.std(fitted)) == pytest.approx(error["a"], rel=0.15)
+    # ten games at even odds: about +-105 with the virtual draw, and more games shrink it
+    even = [Result("a", "b", 5, 0, 5)]
+    assert rating_errors(even, fit_ratings(even, "b"))["a"] == pytest.approx(104.8, abs=0.1)
+    more = [Result("a", "b", 50, 0, 50)]
+    assert rating_errors(more, fit_ratings(more, "b"))["a"] < 40
+    assert rating_errors(even, {"a": 0.0}) == {"a": math.inf}  # b unrated: no information
+
+
+def test_the_elo_figure_draws_the_curve_with_its_error_bars(tmp_path) -> None:
+    from payoff.report.elo import plot_elo
+
+    results = [Result("iter-0", "random", 6, 0, 4), Result("iter-5", "random", 9, 0, 1)]
+    rows = league_table(results, anchor="random")
+    ratings = {row.player: row.rating for row in rows}
+    errors = rating_errors(results, ratings)
+    curve = [(0, 0, ratings["iter-0"]), (5, 100, ratings["iter-5"])]
+    path = plot_elo(
+        curve,
+        rows,
+        ["random"],
+        str(tmp_path / "elo.png"),
+        "t",
+        [errors["iter-0"], errors["iter-5"]],
+    )
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 0 < ratings["iter-0"] < ratings["iter-5"] and 100 < errors["iter-0"] < 200

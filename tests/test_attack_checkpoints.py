@@ -526,7 +526,7 @@ def test_a_copied_checkpoint_whose_config_outgrows_its_weights_is_refused(tmp_pa
 def test_init_from_takes_a_run_folder(tmp_path):
     """PPO.load and expert= took a run folder; init_from said 'no init_from file'."""
     run = Run.create(tmp_path / "runs", "ppo", {"algo": "ppo"})
-    first = PPO(env="CartPole-v1", run=run, **TINY_PPO).learn()
+    first = PPO(env="CartPole-v1", run=run, total_steps=128, **TINY_PPO).learn()
     again = PPO(env="CartPole-v1", init_from=str(run.path), **TINY_PPO)
     for key, value in first.actor.state_dict().items():
         assert torch.equal(value, again.actor.state_dict()[key])

@@ -11,8 +11,11 @@ def plot_elo(
     baselines: list[str],
     path: str,
     title: str = "Elo over training",
+    errors: list[float] | None = None,
 ) -> str:
-    """Elo of the best network against self-play games, with the baselines as lines."""
+    """Elo of the best network against self-play games, with the baselines as lines;
+    `errors` (one standard error per point, payoff.rollout.elo.rating_errors) draws bars of
+    ±2 of them, so a dip that short league matches explain reads as one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,7 +24,19 @@ def plot_elo(
     ratings = {row.player: row.rating for row in rows}
     fig, ax = plt.subplots(figsize=(7, 4))
     games = [g for _, g, _ in curve]
-    ax.plot(games, [elo for _, _, elo in curve], marker="o", label="best network (MCTS)")
+    elos = [elo for _, _, elo in curve]
+    if errors is not None and len(errors) == len(curve):
+        bars = [2 * e if e < float("inf") else 0.0 for e in errors]
+        ax.errorbar(
+            games,
+            elos,
+            yerr=bars,
+            marker="o",
+            capsize=3,
+            label="best network (MCTS), bars ±2 standard errors",
+        )
+    else:
+        ax.plot(games, elos, marker="o", label="best network (MCTS)")
     for name in baselines:
         if name in ratings:
             ax.axhline(ratings[name], linestyle="--", linewidth=1, color="gray")

@@ -28,7 +28,7 @@ from payoff.report.lm import (
 from payoff.report.model_based import plot_model_based
 from payoff.report.overoptimization import plot_overoptimization, run_alarms
 from payoff.report.plots import plot_q_table
-from payoff.rollout.elo import league_markdown
+from payoff.rollout.elo import league_markdown, rating_errors
 from payoff.rollout.league import league_rows
 from payoff.track.run import Run
 
@@ -52,8 +52,17 @@ def elo_league(run: Run, algorithm: Any) -> list[Path]:
     baselines = algorithm.config.baselines
     game = algorithm.game.name
     rows = league_rows(algorithm.results, baselines)
+    # Each point as the whole league rates it now, as the table does; eval/elo in the metrics
+    # is the rating the point had when it was played, from the games up to then.
+    ratings = {row.player: row.rating for row in rows}
+    spread = rating_errors(algorithm.results, ratings)
+    curve = [
+        (iteration, games, ratings.get(f"iter-{iteration}", elo))
+        for iteration, games, elo in algorithm.elo_curve
+    ]
+    errors = [spread.get(f"iter-{iteration}", float("inf")) for iteration, _, _ in curve]
     path = run.media / "elo.png"
-    plot_elo(algorithm.elo_curve, rows, baselines, str(path), f"AlphaZero on {game}")
+    plot_elo(curve, rows, baselines, str(path), f"AlphaZero on {game}", errors)
     (run.media / "league.md").write_text(league_markdown(rows) + "\n")
     league = run.media / "league.png"
     plot_league(rows, str(league), f"Elo league, {game} (random = 0)")

@@ -95,6 +95,28 @@ def fit_ratings(
     return {p: float(ratings[index[p]] - offset) for p in players}
 
 
+def rating_errors(
+    results: Iterable[Result], ratings: dict[str, float], prior_draws: float = 1.0
+) -> dict[str, float]:
+    """Each player's standard error of its rating (Elo points), from its own games: the
+    Bradley-Terry likelihood's curvature, 1 / sqrt(sum over its games of p (1 - p)) on the
+    log-odds scale, with p the expected score under `ratings` and the opponents' ratings taken
+    as known (the same virtual draws as fit_ratings). Ten games against one opponent at even
+    odds give about ±105 Elo: a league of short matches moves that much by chance alone."""
+    information = dict.fromkeys(ratings, 0.0)
+    for r in results:
+        if r.a not in ratings or r.b not in ratings:
+            continue
+        p = expected_score(ratings[r.a], ratings[r.b])
+        games = r.games + (prior_draws if r.games else 0.0)
+        for player in (r.a, r.b):
+            information[player] += games * p * (1.0 - p)
+    return {
+        player: ELO_SCALE / math.sqrt(value) if value > 0 else math.inf
+        for player, value in information.items()
+    }
+
+
 @dataclass
 class LeagueRow:
     player: str
