@@ -60,8 +60,11 @@ SAC_STEPS = 20_000  # rl-zoo's budget for SAC on Pendulum-v1
 PPO_STEPS = 200_000  # the pendulum-ppo recipe's budget
 
 
-def _payoff_curve(recipe: str, seed: int, overrides: list[str]) -> tuple[list, Any]:
-    """Train a payoff recipe; every training episode's (env steps, return)."""
+def _payoff_curve(
+    recipe: str, seed: int, overrides: list[str], prepare: Any = None
+) -> tuple[list, Any]:
+    """Train a payoff recipe; every training episode's (env steps, return). `prepare` is
+    called with the agent before it learns."""
     import torch
 
     from payoff import train
@@ -84,6 +87,8 @@ def _payoff_curve(recipe: str, seed: int, overrides: list[str]) -> tuple[list, A
         return returns, lengths
 
     agent.runner.drain_episodes = drain_and_record
+    if prepare is not None:
+        prepare(agent)
     agent.learn()
     return curve, agent
 
@@ -219,6 +224,93 @@ class PendulumPhysics:
             -1,
         )
         return mean, torch.zeros_like(mean)
+
+
+class PendulumPhysicsScaled(PendulumPhysics):
+    """PendulumPhysics for MBPO's model inputs, whose action is scaled to [-1, 1]."""
+
+    def __call__(self, inputs: Any) -> Any:
+        import torch
+
+        # Pendulum-v1's action space is [-2, 2]
+        return super().__call__(torch.cat([inputs[..., :3], 2.0 * inputs[..., 3:4]], -1))
+
+
+def imagine_with_true_dynamics(agent: Any) -> None:
+    """Make an MBPO agent imagine its rollouts through Pendulum's true dynamics and reward:
+    the same algorithm with a perfect model (the learned one is still fitted, and unused)."""
+    physics, imagine = PendulumPhysicsScaled(), agent.imagine
+
+    def perfect() -> None:
+        learned, agent.model = agent.model, physics
+        try:
+            imagine()
+        finally:
+            agent.model = learned
+
+    agent.imagine = perfect
+
+
+MODEL_CHECK_STEPS = 1_600
+
+
+def run_mbpo_model_check(job: tuple[int, bool]) -> dict[str, Any]:
+    """pendulum-mbpo for MODEL_CHECK_STEPS steps, its rollouts through the learned model or
+    (perfect) through the true dynamics: [step, evaluation] pairs."""
+    seed, perfect = job
+    _, agent = _payoff_curve(
+        "pendulum-mbpo",
+        seed,
+        [
+            f"total_steps={MODEL_CHECK_STEPS}",
+            "final_eval_episodes=1",
+            f"eval_every={EVAL_EVERY}",
+        ],
+        imagine_with_true_dynamics if perfect else None,
+    )
+    return {"seed": seed, "perfect": perfect, "evals": _evals(agent)}
+
+
+def mbpo_model_check(jobs: int) -> None:
+    """Is it the model that holds MBPO short of SAC's final evaluation level? The recipe
+    with its learned model against the same recipe imagining through the true dynamics."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    runs = [(seed, perfect) for seed in SEEDS for perfect in (False, True)]
+    with ProcessPoolExecutor(jobs) as pool:
+        results = list(pool.map(run_mbpo_model_check, runs))
+    steps = [int(step) for step, _ in results[0]["evals"]]
+    rows = [
+        [
+            "true dynamics and reward" if r["perfect"] else "learned ensemble (the recipe)",
+            r["seed"],
+            *(f"{value:.1f}" for _, value in r["evals"]),
+        ]
+        for r in sorted(results, key=lambda r: (r["perfect"], r["seed"]))
+    ]
+    table = markdown_table(["MBPO's rollouts through", "seed", *map(str, steps)], rows)
+    print(table)
+    best = {
+        perfect: [
+            max(v for s, v in r["evals"] if s >= 1_000) for r in results if r["perfect"] == perfect
+        ]
+        for perfect in (False, True)
+    }
+    body = f"""
+The pendulum-mbpo recipe for {MODEL_CHECK_STEPS:,} env steps, evaluated every {EVAL_EVERY}
+steps on the same {EVAL_EPISODES} episodes as above (seeded {EVAL_SEED:,} + k), with its
+rollouts imagined through its learned ensemble, and again through Pendulum's true dynamics
+and reward (a perfect model; everything else the same). Evaluation by env steps:
+
+{table}
+
+Best evaluation from 1,000 steps on, by seed: learned model {", ".join(f"{v:.1f}" for v in best[False])};
+true dynamics {", ".join(f"{v:.1f}" for v in best[True])}. SAC's final evaluation level is
+-143.7 (the section above).
+"""
+    write_section(
+        "mbpo_model_check", "Model-based RL: MBPO with its learned model vs a perfect one", body
+    )
 
 
 def planner_ceiling() -> dict[str, Any]:
@@ -453,7 +545,16 @@ def main() -> None:
     parser.add_argument("--only", choices=METHODS, action="append", help="run only these")
     parser.add_argument("--rerun", action="store_true", help="ignore cached curves")
     parser.add_argument("--draw", action="store_true", help="draw from the cache only")
+    parser.add_argument(
+        "--mbpo-model-check",
+        action="store_true",
+        help="only: MBPO with its learned model vs the true dynamics (3 seeds, its own section)",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="processes for --mbpo-model-check")
     args = parser.parse_args()
+    if args.mbpo_model_check:
+        mbpo_model_check(args.jobs)
+        return
     wanted = args.only or list(METHODS)
     results: dict[str, list[dict[str, Any]]] = {}
     for method in METHODS:
