@@ -102,3 +102,43 @@ def test_a_run_made_in_python_records_the_agents_config(tmp_path):
     )
     recorded = Run(run.path).config
     assert recorded["env"]["id"] == "Acrobot-v1" and recorded["hidden"] == [32, 32]
+
+
+def _small(name: str):
+    from payoff import ES, MBRL, RecurrentPPO
+
+    if name == "es":
+        return ES("CartPole-v1", pairs=4, hidden=[8], total_steps=400, final_eval_episodes=1)
+    if name == "mbrl":
+        planner = {"horizon": 3, "population": 10, "iterations": 2, "elites": 3}
+        return MBRL(
+            "CartPole-v1",
+            total_steps=40,
+            learning_starts=20,
+            train_every=20,
+            fit_steps=5,
+            hidden=[8],
+            ensemble=2,
+            planner=planner,
+            final_eval_episodes=1,
+        )
+    return RecurrentPPO(
+        env="CartPole-v1", num_envs=4, num_steps=16, minibatch_size=32, rnn_hidden=8, hidden=[8]
+    )
+
+
+@pytest.mark.parametrize("name", ["es", "mbrl", "recurrent_ppo"])
+def test_es_mbrl_and_recurrent_ppo_take_evaluate_s_env_and_keywords(name):
+    agent = _small(name).learn(64)
+    short = agent.evaluate(3, env=gym.make("CartPole-v1", max_episode_steps=12))
+    assert short.episodes == 3 and max(short.episode_lengths) <= 12
+    again = agent.evaluate(n_eval_episodes=3, env={"id": "CartPole-v1", "max_episode_steps": 12})
+    assert again.episode_returns == short.episode_returns  # the same seeds, the same episodes
+    assert (
+        agent.evaluate(
+            2, deterministic=False, env=gym.make("CartPole-v1", max_episode_steps=12)
+        ).episodes
+        == 2
+    )
+    with pytest.raises(EnvError, match=r"env 'MountainCar-v0' has observation_space"):
+        agent.evaluate(2, env="MountainCar-v0")

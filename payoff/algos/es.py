@@ -49,7 +49,7 @@ from payoff.algos.base import Agent, AgentKeys
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import seed_everything
-from payoff.envs.make import make_env
+from payoff.envs.make import EnvConfig, make_env
 from payoff.envs.observations import observation_batch
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.population import FlatPolicy
@@ -227,12 +227,17 @@ class ES(Agent):
             return actions
         return int(actions[0]) if self.policy.discrete else actions[0]
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """theta on `episodes` fresh episodes (seeded seed, seed + 1, ...), all at once."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
-        return self.eval_player.evaluate(
-            self.policy, self.theta.copy(), episodes, seed, *self.obs_stats()
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
+    ) -> EvalResult:
+        """theta on `episodes` fresh episodes (seeded seed, seed + 1, ...), all at once.
+        ES's policy has no randomness of its own, so deterministic=False plays the same."""
+        player = (
+            self.eval_player
+            if env is self.config.env
+            else EpisodePlayer(env, self.config.check_finite)
         )
+        return player.evaluate(self.policy, self.theta.copy(), episodes, seed, *self.obs_stats())
 
     # ---- one generation ---------------------------------------------------------------
     def sample_tasks(self) -> list[PairTask]:

@@ -62,6 +62,7 @@ from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.seeding import seed_everything
+from payoff.envs.make import EnvConfig
 from payoff.envs.observations import observation_batch
 from payoff.models.dynamics import DynamicsEnsemble, TerminalValue, model_io
 from payoff.monitor.detectors import ModelExploitation, ModelExploitationConfig, Monitor
@@ -743,16 +744,19 @@ class MBRL(Agent):
         actions = self._act_space(actions)
         return actions[0] if single else actions
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """The planner on `episodes` fresh episodes of the real env, all planned in one batch."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
+    ) -> EvalResult:
+        """The planner on `episodes` fresh episodes of the real env, all planned in one batch.
+        Its search draws its samples from a generator seeded `seed` either way:
+        deterministic=False plays the same."""
         planner = self._planner()
         generator = torch.Generator().manual_seed(seed)
 
         def act(obs: torch.Tensor) -> np.ndarray:
             return self._act_space(planner.plan(obs.float(), generator, report=False)[0])
 
-        return evaluate_batched(self.config.env, act, episodes, seed, "sync")
+        return evaluate_batched(env, act, episodes, seed, "sync")
 
     def _planner(self) -> Planner:
         """A planner over the current model (evaluation and predict keep their own warm

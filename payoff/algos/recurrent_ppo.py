@@ -41,6 +41,7 @@ from payoff.algos.shared.advantages import gae, normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm
 from payoff.algos.shared.policy_loss import clipped_surrogate, explained_variance, value_loss
 from payoff.core.errors import ConfigError
+from payoff.envs.make import EnvConfig
 from payoff.models.recurrent import RecurrentActor, RecurrentCritic
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult, record_frames
@@ -279,16 +280,15 @@ class RecurrentPPO(OnPolicyAlgorithm):
         return act
 
     @torch.no_grad()
-    def evaluate(
-        self, episodes: int = 100, seed: int | None = None, deterministic: bool = True
+    def evaluate_on(
+        self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
     ) -> EvalResult:
         """The policy on `episodes` fresh episodes, one per env, batched; each starts from a
         zero hidden state. deterministic: its most likely action (False: sampled ones)."""
-        seed = self.config.seed + 1_000_000 if seed is None else seed
         sampled_by = None if deterministic else torch.Generator().manual_seed(seed)
         self.actor.eval()
         result = evaluate_batched(
-            self.config.env,
+            env,
             self._greedy_player(episodes, sampled_by),
             episodes,
             seed,
