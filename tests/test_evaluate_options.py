@@ -142,3 +142,19 @@ def test_es_mbrl_and_recurrent_ppo_take_evaluate_s_env_and_keywords(name):
     )
     with pytest.raises(EnvError, match=r"env 'MountainCar-v0' has observation_space"):
         agent.evaluate(2, env="MountainCar-v0")
+
+
+def test_sb3_num_timesteps_and_get_env(agent):
+    from payoff import QLearning
+
+    assert agent.num_timesteps == agent.step >= 2_048
+    env = agent.get_env()  # a fresh vector env like the training one: stepping it is safe
+    assert env is not agent.runner.envs and env.num_envs == agent.config.num_envs
+    obs, _ = env.reset(seed=0)
+    before = agent.step
+    for _ in range(3):
+        obs, *_ = env.step(agent.predict(obs))
+    assert obs.shape == (agent.config.num_envs, 4) and agent.step == before
+    q = QLearning("FrozenLake-v1", seed=0).learn(30)
+    assert q.step == 30 and q.num_timesteps == q.env_steps > 30  # episodes vs env steps
+    assert q.get_env().observation_space == q.env.observation_space and q.get_env() is not q.env

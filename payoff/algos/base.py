@@ -46,6 +46,7 @@ from payoff.monitor.detectors import Alarm, Monitor, build_monitors, unfed
 from payoff.monitor.detectors import replay as replay_records
 from payoff.monitor.integrity import alarm_samples
 from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
+from payoff.rollout.vector import make_vector_env
 from payoff.track.checkpoint import save_state
 from payoff.track.media import write_gif
 from payoff.track.run import OtherAlgorithmError, Run, load_checkpoint_file
@@ -748,6 +749,38 @@ class Agent(Algorithm):
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (or actions for a batch of them)."""
         raise NotImplementedError
+
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps trained so far: Stable-Baselines3's name. payoff's own counter is
+        `step`, in the unit of the training length (`total_key`), which is env steps for
+        most agents; Q-learning counts episodes there and env steps here."""
+        if self.total_key == "total_steps":
+            return int(self.step)
+        env_steps = getattr(self, "env_steps", None)
+        if env_steps is None:
+            raise AttributeError(
+                f"{type(self).__name__} counts its training in {self.total_key} "
+                f"(agent.step = {self.step}), not in env steps"
+            )
+        return int(env_steps)
+
+    def get_env(self) -> Any:
+        """A new env like the one this agent trains on, to play it yourself: a vector env
+        of `num_envs` for agents that train on several, else one env. Stable-Baselines3's
+        get_env() returns the training VecEnv itself; stepping payoff's training envs would
+        move them under the rollout that holds their last observations, so this is a fresh
+        copy (a vector env you passed in is returned as it is). Gymnasium's API: reset()
+        gives (obs, info), step() five values."""
+        env = getattr(self.config, "env", None)
+        if not isinstance(env, EnvConfig):
+            raise ConfigError(f"{type(self).__name__} trains on no Gymnasium env of its own")
+        num_envs = getattr(self.config, "num_envs", None)
+        if env.vector is not None or num_envs:
+            return make_vector_env(
+                env, num_envs or env.vector.num_envs, getattr(self.config, "vectorization", "auto")
+            )
+        return make_env(env)
 
     def evaluate(
         self,
