@@ -79,24 +79,30 @@ def test_payoff_trained_model_loads_with_plain_transformers(tmp_path):
         assert torch.allclose(model(ids).logits, sft.model(ids).logits, atol=1e-5)
 
 
-def test_sft_stops_at_the_target_accuracy_and_says_so(tmp_path):
-    """stop_at_accuracy ends SFT at the first check where the training problems are answered."""
-    from payoff.core.errors import ConfigError
-
-    data = tmp_path / "sevens.jsonl"  # every answer is 7: learnt in a few dozen steps
+def _sevens_sft(tmp_path, **settings) -> SFT:
+    """SFT until every training problem is answered, on a task whose answer is always 7
+    (learnt in a few dozen steps), checked every 5 steps."""
+    data = tmp_path / "sevens.jsonl"
     data.write_text("".join(f'{{"prompt": "{i}+{9 - i}=", "answer": "7"}}\n' for i in range(10)))
     task = {"name": "jsonl", "data": str(data), "test_data": str(data), "eval_size": 8}
-    run = Run.create(tmp_path, "sft", {"algo": "sft"})
-    sft = SFT(
+    return SFT(
         config=None,
-        run=run,
         steps=300,
         batch_size=16,
         eval_every=5,
         stop_at_accuracy=1.0,
         task=task,
         max_new_tokens=2,
+        **settings,
     )
+
+
+def test_sft_stops_at_the_target_accuracy_and_says_so(tmp_path):
+    """stop_at_accuracy ends SFT at the first check where the training problems are answered."""
+    from payoff.core.errors import ConfigError
+
+    run = Run.create(tmp_path, "sft", {"algo": "sft"})
+    sft = _sevens_sft(tmp_path, run=run)
     sft.learn()
     assert sft.stopped_at is not None and sft.step == sft.stopped_at < 300
     assert sft.stopped_at % 5 == 0
@@ -104,29 +110,13 @@ def test_sft_stops_at_the_target_accuracy_and_says_so(tmp_path):
     assert probes[-1] == 1.0 and all(p < 1.0 for p in probes[:-1])
     assert run.summary()["stopped_at_accuracy"] == sft.stopped_at
     with pytest.raises(ConfigError, match="'stop_at_accuracy' must be in"):
-        SFT(config=None, stop_at_accuracy=1.5, task=task)
+        SFT(config=None, stop_at_accuracy=1.5, task=sft.config.task)
 
 
 def test_sft_without_the_held_out_curve_trains_the_same_model(tmp_path):
     """held_out_curve=false (how build_base_model pretrains) drops the test-split scores of
     every check but the end; the probes, the stopping step and the weights are the same."""
-    data = tmp_path / "sevens.jsonl"
-    data.write_text("".join(f'{{"prompt": "{i}+{9 - i}=", "answer": "7"}}\n' for i in range(10)))
-    task = {"name": "jsonl", "data": str(data), "test_data": str(data), "eval_size": 8}
-    runs = {}
-    for curve in (True, False):
-        sft = SFT(
-            config=None,
-            steps=300,
-            batch_size=16,
-            eval_every=5,
-            stop_at_accuracy=1.0,
-            task=task,
-            max_new_tokens=2,
-            held_out_curve=curve,
-        )
-        sft.learn()
-        runs[curve] = sft
+    runs = {curve: _sevens_sft(tmp_path, held_out_curve=curve).learn() for curve in (True, False)}
     with_curve, without = runs[True], runs[False]
     assert without.stopped_at == with_curve.stopped_at is not None
     assert [r for r in without.history if "eval/accuracy" in r] == []
