@@ -62,15 +62,37 @@ def test_rating_errors_match_the_spread_of_refitted_matches() -> None:
         wins = int(rng.binomial(40, 0.75))
         fitted.append(fit_ratings([Result("a", "b", wins, 0, 40 - wins)], "b", 0.0)["a"])
     truth = [Result("a", "b", 30, 0, 10)]
-    error = rating_errors(truth, fit_ratings(truth, "b", 0.0), prior_draws=0.0)
-    assert error["a"] == error["b"] == pytest.approx(400 / math.log(10) / math.sqrt(40 * 0.1875))
+    error = rating_errors(truth, fit_ratings(truth, "b", 0.0), "b", prior_draws=0.0)
+    assert error["b"] == 0.0
+    assert error["a"] == pytest.approx(400 / math.log(10) / math.sqrt(40 * 0.1875))
     assert float(np.std(fitted)) == pytest.approx(error["a"], rel=0.15)
     # ten games at even odds: about +-105 with the virtual draw, and more games shrink it
     even = [Result("a", "b", 5, 0, 5)]
-    assert rating_errors(even, fit_ratings(even, "b"))["a"] == pytest.approx(104.8, abs=0.1)
+    assert rating_errors(even, fit_ratings(even, "b"), "b")["a"] == pytest.approx(104.8, abs=0.1)
     more = [Result("a", "b", 50, 0, 50)]
-    assert rating_errors(more, fit_ratings(more, "b"))["a"] < 40
+    assert rating_errors(more, fit_ratings(more, "b"), "b")["a"] < 40
     assert rating_errors(even, {"a": 0.0}) == {"a": math.inf}  # b unrated: no information
+
+
+def test_a_rating_two_links_from_the_anchor_carries_both_links_uncertainty() -> None:
+    """y plays only x, x only the anchor r: y's error is both matches' (about sqrt(2) times
+    one's), as the spread of y's refitted rating over replayed leagues shows."""
+    rng = np.random.default_rng(1)
+    fitted = []
+    for _ in range(300):
+        x_wins, y_wins = int(rng.binomial(40, 0.75)), int(rng.binomial(40, 0.5))
+        results = [
+            Result("x", "r", x_wins, 0, 40 - x_wins),
+            Result("y", "x", y_wins, 0, 40 - y_wins),
+        ]
+        fitted.append(fit_ratings(results, "r", 0.0)["y"])
+    truth = [Result("x", "r", 30, 0, 10), Result("y", "x", 20, 0, 20)]
+    errors = rating_errors(truth, fit_ratings(truth, "r", 0.0), "r", prior_draws=0.0)
+    one_link_x = 400 / math.log(10) / math.sqrt(40 * 0.1875)
+    one_link_y = 400 / math.log(10) / math.sqrt(40 * 0.25)
+    assert errors["r"] == 0.0 and errors["x"] == pytest.approx(one_link_x)
+    assert errors["y"] == pytest.approx(math.hypot(one_link_x, one_link_y))
+    assert float(np.std(fitted)) == pytest.approx(errors["y"], rel=0.15)
 
 
 def test_the_elo_figure_draws_the_curve_with_its_error_bars(tmp_path) -> None:
@@ -79,7 +101,7 @@ def test_the_elo_figure_draws_the_curve_with_its_error_bars(tmp_path) -> None:
     results = [Result("iter-0", "random", 6, 0, 4), Result("iter-5", "random", 9, 0, 1)]
     rows = league_table(results, anchor="random")
     ratings = {row.player: row.rating for row in rows}
-    errors = rating_errors(results, ratings)
+    errors = rating_errors(results, ratings, "random")
     curve = [(0, 0, ratings["iter-0"]), (5, 100, ratings["iter-5"])]
     path = plot_elo(
         curve,

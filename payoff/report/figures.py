@@ -29,7 +29,7 @@ from payoff.report.model_based import plot_model_based
 from payoff.report.overoptimization import plot_overoptimization, run_alarms
 from payoff.report.plots import plot_q_table
 from payoff.rollout.elo import league_markdown, rating_errors
-from payoff.rollout.league import league_rows
+from payoff.rollout.league import league_anchor, league_rows
 from payoff.track.run import Run
 
 Figures = Callable[[Run, Any], list[Path]]  # (run, trained algorithm) -> files written
@@ -55,7 +55,7 @@ def elo_league(run: Run, algorithm: Any) -> list[Path]:
     # Each point as the whole league rates it now, as the table does; eval/elo in the metrics
     # is the rating the point had when it was played, from the games up to then.
     ratings = {row.player: row.rating for row in rows}
-    spread = rating_errors(algorithm.results, ratings)
+    spread = rating_errors(algorithm.results, ratings, league_anchor(baselines))
     curve = [
         (iteration, games, ratings.get(f"iter-{iteration}", elo))
         for iteration, games, elo in algorithm.elo_curve

@@ -96,25 +96,43 @@ def fit_ratings(
 
 
 def rating_errors(
-    results: Iterable[Result], ratings: dict[str, float], prior_draws: float = 1.0
+    results: Iterable[Result],
+    ratings: dict[str, float],
+    anchor: str | None = None,
+    prior_draws: float = 1.0,
 ) -> dict[str, float]:
-    """Each player's standard error of its rating (Elo points), from its own games: the
-    Bradley-Terry likelihood's curvature, 1 / sqrt(sum over its games of p (1 - p)) on the
-    log-odds scale, with p the expected score under `ratings` and the opponents' ratings taken
-    as known (the same virtual draws as fit_ratings). Ten games against one opponent at even
-    odds give about ±105 Elo: a league of short matches moves that much by chance alone."""
-    information = dict.fromkeys(ratings, 0.0)
+    """Each player's standard error of its rating (Elo points): the square root of the
+    diagonal of the inverse Fisher information of the Bradley-Terry likelihood at
+    `ratings`, every rating uncertain but the anchor's (0 error; without an anchor, the
+    ratings' mean is what is held fixed). On the log-odds scale a pairing of n games at
+    expected score p adds n p (1 - p) to both players' information and subtracts it between
+    them; the same virtual draws as fit_ratings. Ten games against the anchor at even odds
+    give about ±105 Elo: a league of short matches moves that much by chance alone. A
+    player with no games against rated players gets inf."""
+    players = sorted(ratings)
+    index = {p: i for i, p in enumerate(players)}
+    information = np.zeros((len(players), len(players)))
     for r in results:
-        if r.a not in ratings or r.b not in ratings:
+        if r.a not in index or r.b not in index or not r.games:
             continue
         p = expected_score(ratings[r.a], ratings[r.b])
-        games = r.games + (prior_draws if r.games else 0.0)
-        for player in (r.a, r.b):
-            information[player] += games * p * (1.0 - p)
-    return {
-        player: ELO_SCALE / math.sqrt(value) if value > 0 else math.inf
-        for player, value in information.items()
-    }
+        weight = (r.games + prior_draws) * p * (1.0 - p)
+        i, j = index[r.a], index[r.b]
+        information[i, i] += weight
+        information[j, j] += weight
+        information[i, j] -= weight
+        information[j, i] -= weight
+    connected = information.diagonal() > 0
+    free = [k for k in range(len(players)) if connected[k] and players[k] != anchor]
+    errors = {p: math.inf for p in players}
+    if anchor in index:
+        errors[anchor] = 0.0
+    if free:
+        block = information[np.ix_(free, free)]
+        covariance = np.linalg.inv(block) if anchor in index else np.linalg.pinv(block)
+        for k, variance in zip(free, covariance.diagonal(), strict=True):
+            errors[players[k]] = ELO_SCALE * math.sqrt(max(float(variance), 0.0))
+    return errors
 
 
 @dataclass
