@@ -176,6 +176,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         options["split"] = args.split
     if args.stochastic:
         options["deterministic"] = False
+    if args.seed is not None:
+        options["seed"] = args.seed
     if args.k is not None:
         parts = [part.strip() for part in args.k.split(",")]
         if not all(part.isdigit() and int(part) > 0 for part in parts):
@@ -190,7 +192,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.run!r} is a {algorithm.name} run, which has no evaluation")
     accepted = inspect.signature(evaluate).parameters
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    flags = {"split": "--split", "k": "--k", "deterministic": "--stochastic"}
+    flags = {"split": "--split", "k": "--k", "deterministic": "--stochastic", "seed": "--seed"}
     for name in options:
         if name not in accepted and not open_ended:
             raise ConfigError(
@@ -203,6 +205,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         data, line = result, ", ".join(f"{k} {v:.3f}" for k, v in result.items())
     else:
         data, line = result.to_dict(), result.line()
+        for key in ("episode_returns", "episode_lengths"):  # each episode's, for scripts
+            if getattr(result, key, None):
+                data[key] = list(getattr(result, key))
     print(json.dumps(data) if args.json else line)
     return 0
 
@@ -426,6 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--stochastic",
         action="store_true",
         help="sample actions as in training instead of taking the most likely one (agents)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the evaluation's seed (agents: episode k is seeded seed + k; default: the run's "
+        "seed + 1,000,000)",
     )
     _add_trust_code(p)
     p.set_defaults(func=_cmd_eval)

@@ -3,6 +3,8 @@ length, sampled actions (deterministic=False), and another env of the same space
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -47,6 +49,13 @@ def test_the_cli_samples_with_stochastic(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run.path), "--episodes", "5", "--stochastic", "--json"]) == 0
     assert '"episodes": 5' in capsys.readouterr().out
+    # --seed picks the episodes; --json lists each one's return and length
+    seeded = []
+    for seed in ("3", "3", "40"):
+        assert main(["eval", str(run.path), "--episodes", "30", "--seed", seed, "--json"]) == 0
+        seeded.append(json.loads(capsys.readouterr().out))
+    assert len(seeded[0]["episode_returns"]) == len(seeded[0]["episode_lengths"]) == 30
+    assert seeded[0] == seeded[1] and seeded[0]["episode_lengths"] != seeded[2]["episode_lengths"]
 
 
 def test_sb3_evaluate_keywords(agent):
