@@ -875,6 +875,11 @@ def test_sb3_and_trl_key_names_point_to_payoffs():
         payoff.SAC("Pendulum-v1", ent_coef=0.1)
     with pytest.raises(ConfigError, match="That is TRL's name; payoff's is 'group_size'"):
         from_dict(GRPOConfig, {"num_generations": 8})
+    # SB3's schedule, a function of progress_remaining: the data that replaces it
+    with pytest.raises(ConfigError, match=r"'learning_rate' takes a number or a schedule, not a"):
+        payoff.PPO("CartPole-v1", learning_rate=lambda remaining: 3e-4 * remaining)
+    decaying = payoff.PPO("CartPole-v1", learning_rate={"start": 3e-4, "end": 0.0})
+    assert decaying.config.learning_rate(1.0) == 0.0
     # names a user of the docs tried next (2026-11-28), which got no answer or a wrong one
     from payoff.algos.dpo import DPOConfig
     from payoff.algos.dqn import DQNConfig

@@ -446,6 +446,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             if made is not None:
                 return made
         if not isinstance(value, dict):
+            refusal = getattr(tp, "refusal", None)
+            if refusal is not None and (why := refusal(value)):
+                raise ConfigError(f"config key {key!r} {why}; got {value!r}")
             raise ConfigError(
                 f"config key {key!r} must be a mapping of {tp.__name__} fields, got {value!r}"
             )

@@ -27,6 +27,19 @@ class Schedule:
             return cls(start=float(value), end=float(value))
         return None
 
+    @classmethod
+    def refusal(cls, value: object) -> str | None:
+        """Why `value` is not a schedule, where a generic message would not say it."""
+        if callable(value):
+            return (
+                "takes a number or a schedule, not a function (Stable-Baselines3's schedules "
+                "are functions of progress_remaining; a run's config must be data it can save "
+                "and resume): write e.g. {'start': 3e-4, 'end': 0.0} for a linear decay over "
+                "training, with kind linear | exponential | constant and fraction, the share "
+                "of training it spans"
+            )
+        return None
+
     def validate(self) -> None:
         from payoff.core.errors import ConfigError
 
