@@ -177,6 +177,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.stochastic:
         options["deterministic"] = False
     if args.seed is not None:
+        if args.seed < 0:
+            raise ConfigError(
+                f"--seed must be >= 0 (episode k is seeded seed + k), got {args.seed}"
+            )
         options["seed"] = args.seed
     if args.k is not None:
         parts = [part.strip() for part in args.k.split(",")]

@@ -267,8 +267,10 @@ def test_other_files_are_refused(tmp_path):
         path.write_bytes(content)
         with pytest.raises(CheckpointError, match=expected[name]):
             load_checkpoint_file(path, None)
-    with pytest.raises(CheckpointError, match="no checkpoint at"):
+    with pytest.raises(CheckpointError, match="no file .* to load: give a file written by save"):
         load_checkpoint_file(tmp_path / "missing.safetensors", None)
+    with pytest.raises(CheckpointError, match="no checkpoint at .* before its first checkpoint"):
+        load_checkpoint_file(tmp_path / "checkpoints" / "latest.safetensors", None)
 
 
 def test_wrong_algorithm_missing_config_and_wrong_state(tmp_path, capsys):

@@ -40,6 +40,24 @@ def test_another_env_of_the_same_spaces_and_one_of_other_spaces(agent):
     assert agent.evaluate(2, env={"id": "CartPole-v1"}).episodes == 2
     with pytest.raises(EnvError, match=r"env 'MountainCar-v0' has observation_space Box.*trained"):
         agent.evaluate(2, env="MountainCar-v0")
+    # a wrapper that changes only the Box's bounds (to -inf, inf) keeps the layout
+    normalized = gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
+    assert agent.evaluate(2, env=normalized).episodes == 2
+
+
+def test_layouts_match_by_kind_and_shape_not_bounds():
+    from payoff.algos.base import _same_layout
+
+    box = gym.spaces.Box(-1.0, 1.0, (3,))
+    assert _same_layout(box, gym.spaces.Box(-np.inf, np.inf, (3,), np.float64))
+    assert not _same_layout(box, gym.spaces.Box(-1.0, 1.0, (4,)))
+    assert not _same_layout(gym.spaces.Discrete(3), gym.spaces.Discrete(4))
+    assert not _same_layout(gym.spaces.Discrete(3), box)
+    nested = gym.spaces.Dict({"a": box, "b": gym.spaces.Discrete(2)})
+    assert _same_layout(
+        nested, gym.spaces.Dict({"a": gym.spaces.Box(0, 5, (3,)), "b": gym.spaces.Discrete(2)})
+    )
+    assert not _same_layout(nested, gym.spaces.Dict({"a": box}))
 
 
 def test_the_cli_samples_with_stochastic(tmp_path, capsys):
@@ -56,6 +74,8 @@ def test_the_cli_samples_with_stochastic(tmp_path, capsys):
         seeded.append(json.loads(capsys.readouterr().out))
     assert len(seeded[0]["episode_returns"]) == len(seeded[0]["episode_lengths"]) == 30
     assert seeded[0] == seeded[1] and seeded[0]["episode_lengths"] != seeded[2]["episode_lengths"]
+    assert main(["eval", str(run.path), "--seed", "-1"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err
 
 
 def test_sb3_evaluate_keywords(agent):
@@ -167,3 +187,9 @@ def test_sb3_num_timesteps_and_get_env(agent):
     q = QLearning("FrozenLake-v1", seed=0).learn(30)
     assert q.step == 30 and q.num_timesteps == q.env_steps > 30  # episodes vs env steps
     assert q.get_env().observation_space == q.env.observation_space and q.get_env() is not q.env
+
+
+def test_save_into_a_folder_says_to_name_a_file(agent, tmp_path):
+    with pytest.raises(ConfigError, match=r"save\(\) writes one file.*ppo.safetensors"):
+        agent.save(tmp_path)
+    assert agent.save(tmp_path / "ppo.safetensors").is_file()

@@ -311,8 +311,15 @@ def test_a_kind_of_run_that_cannot_be_trained_further_says_why(run_copy, monkeyp
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["frozenlake-q", "seed=-1"], "config key 'seed' must be >= 0, got -1"),
-        (["frozenlake-q", "--seed", "-1"], "config key 'seed' must be >= 0, got -1"),
+        (["frozenlake-q", "seed=-1"], "config key 'seed' must be in [0, 4,294,967,295], got -1"),
+        (
+            ["frozenlake-q", "--seed", "-1"],
+            "config key 'seed' must be in [0, 4,294,967,295], got -1",
+        ),
+        (
+            ["frozenlake-q", "--seed", "99999999999999999999"],  # torch's seed overflowed
+            "config key 'seed' must be in [0, 4,294,967,295], got 99999999999999999999",
+        ),
         (["frozenlake-q", "gamma=2"], "config key 'gamma' must be in [0, 1], got 2.0"),
         (
             ["frozenlake-q", "learning_rate.start=-1"],

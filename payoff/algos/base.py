@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self, get_type_hints
 
+import gymnasium as gym
 import numpy as np
 import torch
 import yaml
@@ -521,6 +522,11 @@ class Algorithm:
     def save(self, path: str | Path) -> Path:
         """Save the trained algorithm to one file (atomically): safetensors + JSON, no pickle.
         Any name works; `ppo.safetensors` says what it holds."""
+        if Path(path).is_dir():
+            raise ConfigError(
+                f"save() writes one file, and {str(path)!r} is a folder: give a file name, "
+                f"e.g. {str(Path(path) / (self.name + '.safetensors'))!r}"
+            )
         payload = self._payload_state()
         saved = save_state(path, {"format": 2, "algo": self.name, "state": payload})
         remember_written(saved, payload["config"])  # loading it here may import what it names
@@ -823,25 +829,24 @@ class Agent(Algorithm):
 
     def evaluation_env(self, env: Any) -> EnvConfig:
         """`evaluate(env=...)`'s env as config, refused (EnvError) where its observation or
-        action space is not the one the agent was trained on."""
+        action space does not fit the agent's: another kind of space, another shape or
+        number of choices. Box bounds and dtype may differ (wrappers such as
+        NormalizeObservation or ClipAction change them): the agent reads the observations
+        and writes its actions in the shapes it was trained on."""
         given = env_config_of(env)
         config = given if isinstance(given, EnvConfig) else from_dict(EnvConfig, given, "env.")
-        trained = self.spaces()
-        if trained:
+        if self.spaces():
             probe = make_env(config)
             try:
-                found = {
-                    "observation_space": repr(probe.observation_space),
-                    "action_space": repr(probe.action_space),
-                }
+                for key in ("observation_space", "action_space"):
+                    trained, found = getattr(self, key), getattr(probe, key)
+                    if not _same_layout(trained, found):
+                        raise EnvError(
+                            f"evaluate(env=...): env {config.id!r} has {key} {found!r}, but "
+                            f"this agent was trained on {self.config.env.id!r} with {trained!r}"
+                        )
             finally:
                 probe.close()
-            for key, space in trained.items():
-                if found[key] != space:
-                    raise EnvError(
-                        f"evaluate(env=...): env {config.id!r} has {key} {found[key]}, but "
-                        f"this agent was trained on {self.config.env.id!r} with {space}"
-                    )
         return config
 
     def record_gif(
@@ -955,6 +960,24 @@ def _device_here(name: Any) -> bool:
 def config_from_run(run_config: dict[str, Any]) -> dict[str, Any]:
     """The algorithm's part of a run's config.yaml."""
     return {k: v for k, v in run_config.items() if k not in RUN_KEYS}
+
+
+def _same_layout(trained: Any, found: Any) -> bool:
+    """Whether an env's space `found` fits an agent trained on `trained`: the same kind of
+    space and the same shape, or number of choices; Box bounds and dtype may differ."""
+    if type(trained) is not type(found):
+        return False
+    if isinstance(trained, gym.spaces.Box):
+        return trained.shape == found.shape
+    if isinstance(trained, gym.spaces.Dict):
+        return trained.spaces.keys() == found.spaces.keys() and all(
+            _same_layout(space, found.spaces[k]) for k, space in trained.spaces.items()
+        )
+    if isinstance(trained, gym.spaces.Tuple):
+        return len(trained) == len(found) and all(
+            _same_layout(a, b) for a, b in zip(trained, found, strict=True)
+        )
+    return trained == found  # Discrete (n, start), MultiDiscrete, MultiBinary, ...
 
 
 def _loader_of(name: str) -> str:

@@ -46,13 +46,20 @@ class Range:
 
     def __str__(self) -> str:
         if self.high is None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
+            return f"{'>' if self.low_open else '>='} {_bound(self.low)}"
         if self.low is None:
-            return f"{'<' if self.high_open else '<='} {self.high:g}"
+            return f"{'<' if self.high_open else '<='} {_bound(self.high)}"
         return (
-            f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            f"in {'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}"
             f"{')' if self.high_open else ']'}"
         )
+
+
+def _bound(value: float | None) -> str:
+    """A range's bound as a reader writes it: 4,294,967,295 rather than 4.29497e+09."""
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value:,}"
+    return f"{value:g}"
 
 
 # Field metadata of a key that holds a Python object (an env factory): never read from YAML
@@ -165,10 +172,11 @@ RANGES: dict[str, Range] = {
     ),
     "group_size": Range(2),  # a group of one has no mean to compare against
     # seeds, optional counts (0 = off / all / automatic), coefficients and penalties: >= 0
+    # seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
+    # overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
+    **dict.fromkeys(("seed", "seeds"), Range(0, 2**32 - 1)),
     **dict.fromkeys(
         (
-            "seed",
-            "seeds",
             "eval_every",
             "eval_games",
             "final_eval_games",

@@ -376,8 +376,12 @@ def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, 
     """
     path = Path(path)
     if not path.is_file():
+        in_a_run = path.parent.name == "checkpoints"
         raise CheckpointError(
             f"no checkpoint at {str(path)!r}; the run may have stopped before its first checkpoint"
+            if in_a_run
+            else f"no file {str(path)!r} to load: give a file written by save(), a run "
+            f"directory or its checkpoints/latest.safetensors"
         )
     payload = load_state(path, "checkpoint")
     if not isinstance(payload, dict) or not isinstance(payload.get("algo"), str):
