@@ -193,3 +193,14 @@ def test_save_into_a_folder_says_to_name_a_file(agent, tmp_path):
     with pytest.raises(ConfigError, match=r"save\(\) writes one file.*ppo.safetensors"):
         agent.save(tmp_path)
     assert agent.save(tmp_path / "ppo.safetensors").is_file()
+
+
+def test_conflicting_or_mistyped_evaluate_arguments_are_refused(agent, tmp_path, capsys):
+    with pytest.raises(ConfigError, match="got episodes=3 and n_eval_episodes=4: give one"):
+        agent.evaluate(3, n_eval_episodes=4)
+    assert agent.evaluate(4, n_eval_episodes=4).episodes == 4
+    with pytest.raises(ConfigError, match="takes True or False, got 'false'"):
+        agent.evaluate(2, deterministic="false")
+    run = agent.save(tmp_path / "a.safetensors")
+    assert main(["eval", str(run), "--episodes", "2"]) == 2  # a file where a run folder goes
+    assert "is a file, not a run directory" in capsys.readouterr().err

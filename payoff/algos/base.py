@@ -813,7 +813,16 @@ class Agent(Algorithm):
                 "always holds each episode's, result.episode_returns and result.episode_lengths"
             )
         if n_eval_episodes is not None:  # Stable-Baselines3's name for `episodes`
+            if episodes not in (100, n_eval_episodes):  # 100: the default, left as it is
+                raise ConfigError(
+                    f"evaluate() got episodes={episodes} and n_eval_episodes="
+                    f"{n_eval_episodes}: give one (n_eval_episodes is SB3's name for episodes)"
+                )
             episodes = n_eval_episodes
+        if not isinstance(deterministic, bool | np.bool_):  # "false" would read as true
+            raise ConfigError(
+                f"evaluate(deterministic=...) takes True or False, got {deterministic!r}"
+            )
         seed = self.config.seed + 1_000_000 if seed is None else seed
         config = self.config.env if env is None else self.evaluation_env(env)
         return self.evaluate_on(config, episodes, seed, deterministic)

@@ -124,6 +124,11 @@ class Run:
     def open(cls, path: str | Path, loggers: Sequence[str] | str | None = None) -> Run:
         """Open an existing run directory (for resume, eval, play, report)."""
         path = Path(path)
+        if path.is_file():
+            raise RunError(
+                f"{str(path)!r} is a file, not a run directory: give the folder that holds "
+                f"its config.yaml (here {str(path.parent)!r})"
+            )
         if not path.is_dir():
             raise RunError(f"run directory {str(path)!r} does not exist")
         if not (path / "config.yaml").is_file():
