@@ -85,6 +85,8 @@ def test_predict_names_the_shape_or_state_it_expected():
     ppo = payoff.PPO("CartPole-v1", **TINY)
     with pytest.raises(EnvError, match=r"got shape \(2, 2, 4\)"):
         ppo.predict(np.zeros((2, 2, 4)))
+    with pytest.raises(EnvError, match=r"an empty batch \(shape \(0, 4\)\)"):
+        ppo.predict(np.zeros((0, 4)))  # was torch's "cannot reshape tensor of 0 elements"
     dqn = payoff.DQN("FrozenLake-v1", learning_starts=8, eval_every=0).learn(16)
     table = payoff.QLearning("FrozenLake-v1").learn(3)
     for agent in (dqn, table):

@@ -39,6 +39,8 @@ def observation_batch(
     if obs.shape == shape:
         single = True
     elif obs.ndim == len(shape) + 1 and obs.shape[1:] == shape:
+        if not len(obs):
+            raise EnvError(f"predict: an empty batch (shape {obs.shape}): nothing to act on")
         single = False
     else:
         batch = f"(N, {', '.join(map(str, shape))})" if shape else "(N,)"
