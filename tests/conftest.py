@@ -7,9 +7,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Models the tests build (pretrained tiny LMs, SFT'd agents) go to a fresh cache, as on a
 # new machine, unless the developer points PAYOFF_CACHE somewhere on purpose.
+# The process that makes the cache removes it at exit; pytest-xdist's workers inherit it.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-os.environ.setdefault("PAYOFF_CACHE", tempfile.mkdtemp(prefix="payoff-test-cache-"))
+if "PAYOFF_CACHE" not in os.environ:
+    os.environ["PAYOFF_CACHE"] = tempfile.mkdtemp(prefix="payoff-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["PAYOFF_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 
