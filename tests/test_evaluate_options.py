@@ -204,3 +204,45 @@ def test_conflicting_or_mistyped_evaluate_arguments_are_refused(agent, tmp_path,
     run = agent.save(tmp_path / "a.safetensors")
     assert main(["eval", str(run), "--episodes", "2"]) == 2  # a file where a run folder goes
     assert "is a file, not a run directory" in capsys.readouterr().err
+
+
+class _SaysSuccess(gym.Wrapper):
+    """CartPole whose final info says is_success when the pole stood 40 steps or more."""
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if terminated or truncated:
+            info = {**info, "is_success": self.steps >= 40}
+        return obs, reward, terminated, truncated, info
+
+
+def test_batched_evaluation_reads_success_from_each_env_s_final_info():
+    from payoff.envs.make import EnvConfig
+    from payoff.rollout.evaluate import evaluate_policy
+    from payoff.rollout.vector import evaluate_batched
+
+    gym.register("payoff-test/SaysSuccess-v0", lambda **kw: _SaysSuccess(gym.make("CartPole-v1")))
+    try:
+        env = EnvConfig(id="payoff-test/SaysSuccess-v0")
+        batched = evaluate_batched(env, lambda obs: (obs[:, 2] > 0).long().numpy(), 20, 3)
+        one_by_one = evaluate_policy(env, lambda obs: int(obs[2] > 0), 20, 3)
+        assert batched.episode_lengths == one_by_one.episode_lengths
+        expected = np.mean([n >= 40 for n in batched.episode_lengths])
+        assert 0 < expected < 1
+        assert batched.success_rate == one_by_one.success_rate == pytest.approx(expected)
+        # FrozenLake's success is reaching the goal; CartPole defines none
+        frozen = PPO("FrozenLake-v1", seed=0, num_steps=16, num_envs=2, minibatch_size=16).learn(32)
+        assert frozen.evaluate(4).success_rate is not None
+        assert (
+            evaluate_batched(
+                EnvConfig(id="CartPole-v1"), lambda o: np.zeros(len(o), int), 2, 0
+            ).success_rate
+            is None
+        )
+    finally:
+        gym.registry.pop("payoff-test/SaysSuccess-v0", None)

@@ -880,10 +880,10 @@ class Agent(Algorithm):
         config = self.config
         result = self.evaluate(config.eval_episodes, seed=config.seed + 10_000 + self.step)
         self.evals.append((self.step, result.mean_return))
-        self.log(
-            self.step,
-            **{"eval/mean_return": result.mean_return, "eval/std_return": result.std_return},
-        )
+        scores = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
+        if result.success_rate is not None:  # the env says which episodes succeeded
+            scores["eval/success_rate"] = result.success_rate
+        self.log(self.step, **scores)
         if config.stop_at_return is not None and result.mean_return >= config.stop_at_return:
             self.solved_at = self.step
 

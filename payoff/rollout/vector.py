@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from payoff.core.errors import ConfigError, EnvError, PayoffError
-from payoff.envs.make import EnvConfig, check_env, make_env
+from payoff.envs.make import EnvConfig, check_env, is_success, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
 from payoff.rollout.buffers import RolloutStorage
@@ -516,17 +516,22 @@ def evaluate_batched(
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)
         running = np.ones(episodes, dtype=bool)
+        successes: list[bool | None] = [None] * episodes
         while running.any():
             obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
             actions = act(obs_t if to_device is None else obs_t.to(to_device))
             check_actions(actions, env.id, int(lengths.max()))
-            obs, rewards, terminated, truncated, _ = step_envs(
+            obs, rewards, terminated, truncated, infos = step_envs(
                 envs, actions, env.id, int(lengths.max()), "evaluation"
             )
             returns += np.asarray(rewards) * running
             lengths += running
             still = running & ~(np.asarray(terminated) | np.asarray(truncated))
             ended = running & ~still
+            if running.any() and still.any() and lengths.max() >= step_limit:
+                ended = running  # cut here, judged on their last step as evaluate_policy does
+            for i in np.flatnonzero(ended):
+                successes[i] = is_success(env.id, env_info(infos, int(i)), float(rewards[i]))
             unused = int((limit - lengths[ended]).clip(0).sum()) if limit else 0
             progress.tick(int(running.sum()), int(ended.sum()), unused)
             running = still
@@ -540,4 +545,26 @@ def evaluate_batched(
         progress.close()
     if not np.isfinite(returns).all():
         raise EnvError(f"env {env.id!r} returned non-finite rewards during evaluation")
-    return EvalResult.of(returns, lengths)
+    defined = [s for s in successes if s is not None]
+    return EvalResult.of(returns, lengths, float(np.mean(defined)) if defined else None)
+
+
+def env_info(infos: Any, i: int) -> dict[str, Any]:
+    """Env i's info from a vector env's step: Gymnasium's dict of arrays (each key's "_key"
+    mask saying which envs set it), or a list/tuple of per-env dicts."""
+    if isinstance(infos, list | tuple):
+        return dict(infos[i]) if i < len(infos) and isinstance(infos[i], dict) else {}
+    if not isinstance(infos, dict):
+        return {}
+    own: dict[str, Any] = {}
+    for key, values in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        try:
+            if mask is not None and not bool(mask[i]):
+                continue
+            own[key] = values[i]
+        except (TypeError, IndexError, KeyError):  # not per env: not this env's to read
+            continue
+    return own
