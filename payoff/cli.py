@@ -182,6 +182,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 f"--seed must be >= 0 (episode k is seeded seed + k), got {args.seed}"
             )
         options["seed"] = args.seed
+    if args.opponent is not None:
+        options["opponent"] = args.opponent
     if args.k is not None:
         parts = [part.strip() for part in args.k.split(",")]
         if not all(part.isdigit() and int(part) > 0 for part in parts):
@@ -196,13 +198,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.run!r} is a {algorithm.name} run, which has no evaluation")
     accepted = inspect.signature(evaluate).parameters
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    flags = {"split": "--split", "k": "--k", "deterministic": "--stochastic", "seed": "--seed"}
+    flags = {
+        "split": "--split",
+        "k": "--k",
+        "deterministic": "--stochastic",
+        "seed": "--seed",
+        "opponent": "--opponent",
+    }
     for name in options:
         if name not in accepted and not open_ended:
             raise ConfigError(
                 f"{flags[name]} does not apply to {algorithm.name} runs such as {args.run!r}: "
                 f"--split applies to language-model runs (test|ood) and kart runs (heldout), "
-                f"--k to language-model runs, --stochastic to agents whose policy samples"
+                f"--k to language-model runs, --stochastic to agents whose policy samples, "
+                f"--opponent to self-play runs (alphazero)"
             )
     result = evaluate(args.episodes, **options) if options else evaluate(args.episodes)
     if isinstance(result, dict):  # metrics by name (agent_grpo)
@@ -442,6 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the evaluation's seed (agents: episode k is seeded seed + k; default: the run's "
         "seed + 1,000,000)",
+    )
+    p.add_argument(
+        "--opponent",
+        default=None,
+        help="self-play runs: the baseline to play, e.g. alphabeta-5 (default: the recipe's "
+        "strongest baseline)",
     )
     _add_trust_code(p)
     p.set_defaults(func=_cmd_eval)

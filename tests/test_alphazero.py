@@ -405,3 +405,23 @@ def test_evaluate_says_who_it_played() -> None:
     result = AlphaZero(**TINY).evaluate(4)
     assert result.opponent == "greedy" and result.wins + result.draws + result.losses == 4
     assert result.line().startswith("against greedy: ") and result.to_dict()["opponent"] == "greedy"
+
+
+def test_evaluate_plays_the_opponent_named(tmp_path, capsys) -> None:
+    from payoff.cli import main
+    from payoff.train import train
+
+    agent = AlphaZero(**TINY)
+    result = agent.evaluate(4, opponent="alphabeta-2")
+    assert result.opponent == "alphabeta-2" and result.wins + result.draws + result.losses == 4
+    with pytest.raises(ConfigError, match=r"unknown baseline player 'alphabeta'.*alphabeta-4"):
+        agent.evaluate(2, opponent="alphabeta")
+    # the CLI's --opponent, and its refusal for a run that plays no games
+    overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("game", "mcts")]
+    run = train("tictactoe-alphazero", [*overrides, "iterations=1"], out=tmp_path, media=False)
+    capsys.readouterr()
+    assert main(["eval", str(run.path), "--episodes", "2", "--opponent", "alphabeta-3"]) == 0
+    assert capsys.readouterr().out.startswith("against alphabeta-3: ")
+    frozen = train("frozenlake-q", ["total_episodes=50"], out=tmp_path, media=False)
+    assert main(["eval", str(frozen.path), "--opponent", "alphabeta-3"]) == 2
+    assert "--opponent does not apply to" in capsys.readouterr().err

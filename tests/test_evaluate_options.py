@@ -199,6 +199,8 @@ def test_conflicting_or_mistyped_evaluate_arguments_are_refused(agent, tmp_path,
     with pytest.raises(ConfigError, match="got episodes=3 and n_eval_episodes=4: give one"):
         agent.evaluate(3, n_eval_episodes=4)
     assert agent.evaluate(4, n_eval_episodes=4).episodes == 4
+    with pytest.raises(ConfigError, match="got episodes=100 and n_eval_episodes=2"):
+        agent.evaluate(100, n_eval_episodes=2)  # 100 given, not the default: a conflict
     with pytest.raises(ConfigError, match="takes True or False, got 'false'"):
         agent.evaluate(2, deterministic="false")
     run = agent.save(tmp_path / "a.safetensors")

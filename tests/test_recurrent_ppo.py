@@ -178,6 +178,12 @@ def test_predict_carries_state_and_matches_batched_evaluation():
     assert batch_actions.shape == (3,) and batch_state.shape == (3, 8)
     with pytest.raises(EnvError, match=r"state has shape \(2, 8\), expected \(3, 8\)"):
         agent.predict(np.zeros((3, 2)), state=np.zeros((2, 8)))
+    with pytest.raises(EnvError, match=r"episode_start has 2 value\(s\) for 3 observation"):
+        agent.predict(np.zeros((3, 2)), episode_start=[True, False])
+    with pytest.raises(EnvError, match=r"observation of shape \(3,\), expected \(2,\)"):
+        agent.predict(np.zeros(3))
+    one_flag, _ = agent.predict(np.zeros((3, 2)), episode_start=True)  # one bool for all
+    assert (one_flag == batch_actions).all()
 
 
 def test_pomdp_cartpole_shows_position_and_angle_of_the_same_dynamics():

@@ -552,15 +552,18 @@ class AlphaZero(Agent):
         metrics["eval/elo"] = elo
         return metrics
 
-    def evaluate(self, episodes: int = 100, seed: int | None = None) -> EvalResult:
-        """The best network against the last baseline; return +1 win / 0 draw / -1 loss.
+    def evaluate(
+        self, episodes: int = 100, seed: int | None = None, opponent: str | None = None
+    ) -> EvalResult:
+        """The best network against `opponent` (default: the last baseline, the strongest),
+        a baseline name such as 'alphabeta-5'; return +1 win / 0 draw / -1 loss.
 
         success_rate is the share of games not lost (against a perfect player a draw is
         the best possible result). Games start from `final_eval_openings` random plies, as
         the final evaluation's do (other openings: they are drawn from `seed`).
         """
         seed = self.config.seed + 1_000_000 if seed is None else seed
-        baseline = self.config.baselines[-1]
+        baseline = self.config.baselines[-1] if opponent is None else opponent
         result = play_match(
             self.game,
             self.player(seed=seed),

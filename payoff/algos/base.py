@@ -790,7 +790,7 @@ class Agent(Algorithm):
 
     def evaluate(
         self,
-        episodes: int = 100,
+        episodes: int | None = None,
         seed: int | None = None,
         deterministic: bool = True,
         env: Any = None,
@@ -798,7 +798,7 @@ class Agent(Algorithm):
         n_eval_episodes: int | None = None,
         return_episode_rewards: bool | None = None,
     ) -> EvalResult:
-        """The policy on `episodes` fresh episodes seeded seed, seed + 1, ...
+        """The policy on `episodes` (default 100) fresh episodes seeded seed, seed + 1, ...
 
         deterministic: its most likely action (False: actions sampled, as in training).
         env: evaluate there instead of the training env: an id, a gymnasium.Env, a function
@@ -813,12 +813,13 @@ class Agent(Algorithm):
                 "always holds each episode's, result.episode_returns and result.episode_lengths"
             )
         if n_eval_episodes is not None:  # Stable-Baselines3's name for `episodes`
-            if episodes not in (100, n_eval_episodes):  # 100: the default, left as it is
+            if episodes not in (None, n_eval_episodes):
                 raise ConfigError(
                     f"evaluate() got episodes={episodes} and n_eval_episodes="
                     f"{n_eval_episodes}: give one (n_eval_episodes is SB3's name for episodes)"
                 )
             episodes = n_eval_episodes
+        episodes = 100 if episodes is None else episodes
         if not isinstance(deterministic, bool | np.bool_):  # "false" would read as true
             raise ConfigError(
                 f"evaluate(deterministic=...) takes True or False, got {deterministic!r}"

@@ -154,6 +154,12 @@ class RecurrentActor(Actor):
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.shape == tuple(self.observation_space.shape or ())
         batch = obs[None] if single else obs
+        expected = tuple(self.observation_space.shape or ())
+        if batch.ndim != len(expected) + 1 or tuple(batch.shape[1:]) != expected:
+            raise EnvError(
+                f"predict: observation of shape {obs.shape}, expected {expected} for one or "
+                f"[batch, {', '.join(map(str, expected))}] for several"
+            )
         n = batch.shape[0]
         if state is None:
             h = self.initial_state(n)
@@ -167,9 +173,13 @@ class RecurrentActor(Actor):
         if episode_start is None:
             starts = torch.zeros(n, dtype=torch.bool, device=self.device)
         else:
-            starts = torch.as_tensor(
-                np.asarray(episode_start, dtype=bool).reshape(n), device=self.device
-            )
+            flags = np.asarray(episode_start, dtype=bool).reshape(-1)
+            if flags.size not in (1, n):
+                raise EnvError(
+                    f"predict: episode_start has {flags.size} value(s) for {n} observation(s); "
+                    f"give one bool, or one per observation"
+                )
+            starts = torch.as_tensor(np.broadcast_to(flags, (n,)).copy(), device=self.device)
         obs_t = torch.as_tensor(batch, device=self.device)
         logits, h = self.step(obs_t, starts, h)
         actions = torch.argmax(logits, -1) if deterministic else self.sample_logits(logits)[0]
