@@ -233,3 +233,24 @@ def test_the_ring_waits_for_a_slot_to_be_read_and_gives_up_clearly(tmp_path, mon
         ring.write(5, weights, lambda: None)
     ring.loaded[1] = 1  # the child read version 1: its slot is free again
     assert ring.write(5, weights, lambda: None) == 1
+
+
+@pytest.mark.slow  # two interpreters import torch and transformers: ~15 s
+def test_a_script_without_a_main_guard_is_told_what_stopped_its_sampler(tmp_path):
+    # spawn imports the main script again in the child, which starts a sampler there too
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from payoff.models.lm import ModelConfig, load_lm\n"
+        "from payoff.rollout.async_generation import ProcessSampler\n"
+        "model, tokenizer = load_lm(ModelConfig())\n"
+        "ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id).start(wait=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("payoff.core.errors.RunError: "), last
+    assert 'put that under `if __name__ == "__main__":`' in last and "unguarded.py" in last

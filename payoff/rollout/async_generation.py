@@ -59,6 +59,7 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -272,6 +273,15 @@ class ProcessSampler:
         }
 
 
+def _unguarded_script() -> str | None:
+    """The main script's path when the program runs one (not `python -c`, `-m` or a REPL),
+    which spawned processes import again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec = getattr(main, "__spec__", None)
+    return path if isinstance(path, str) and spec is None else None
+
+
 # ---- the child process and the pipes to it --------------------------------------------------
 _STARTUP = -1  # reply id of the child's "model loaded" (or "could not load") message
 
@@ -433,10 +443,18 @@ class _Child:
             reason = f"exited with code {code}"
         else:
             reason = "stopped answering"
+        cause = "out of memory? killed? closed?"
+        if code == 1 and when == "while starting" and _unguarded_script() is not None:
+            # spawn runs the main script again in the child: code that starts training at
+            # import time starts it there too, and multiprocessing stops the child
+            cause = (
+                f"if {_unguarded_script()} starts training when it is imported, put that "
+                f'under `if __name__ == "__main__":`, since the sampling process imports '
+                f"the main script; its error is printed above"
+            )
         raise RunError(
-            f"the sampling process (pid {self.process.pid}) {reason} {when} (out of memory? "
-            f"killed? closed?); it is not restarted: close() the sampler and submit again to "
-            f"start a new one"
+            f"the sampling process (pid {self.process.pid}) {reason} {when} ({cause}); it is "
+            f"not restarted: close() the sampler and submit again to start a new one"
         )
 
     def close(self) -> None:
