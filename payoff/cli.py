@@ -20,6 +20,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from payoff.core.config import OTHER_LIBRARIES
 from payoff.core.errors import CheckpointError, ConfigError, PayoffError, RunError, suggest
 from payoff.core.imports import trusting_loaded_code
 
@@ -549,9 +550,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         key, _, value = flags[0].lstrip("-").partition("=")
         following = extra[extra.index(flags[0]) + 1 :][:1]
         value = value or next((t for t in following if not t.startswith("-")), "VALUE")
+        key = key.replace("-", "_")
+        # another library's name (--max_steps): payoff's first, as the config would say
+        library, ours = OTHER_LIBRARIES.get(key, ("", {}))
+        renamed = next((name for name in ours if name), "")
+        said = f"{renamed}={value} ({library}'s {key} is payoff's {renamed})" if renamed else ""
         parser.error(
             f"unrecognized arguments: {' '.join(flags)} (config keys are set as key=value: "
-            f"{key.replace('-', '_')}={value}; the flags are in --help)"
+            f"{said or f'{key}={value}'}; the flags are in --help)"
         )
     if flags or (extra and not hasattr(args, "overrides")):
         parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")

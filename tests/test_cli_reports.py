@@ -229,6 +229,9 @@ def test_a_config_key_given_as_a_flag_is_answered_with_its_key_value_form(capsys
     with pytest.raises(SystemExit):
         parse_args(["train", "cartpole-ppo", "--device", "cuda"])
     assert "config keys are set as key=value: device=cuda" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # TRL's name: payoff's is what to type
+        parse_args(["train", "arithmetic-grpo", "--max_steps", "5"])
+    assert "key=value: steps=5 (TRL's max_steps is payoff's steps)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

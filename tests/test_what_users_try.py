@@ -16,7 +16,7 @@ import torch
 import payoff
 from payoff.algos.sft import SFT, build_base_model
 from payoff.core.cache import cache_folder
-from payoff.core.errors import ConfigError, EnvError
+from payoff.core.errors import ConfigError, DataError, EnvError
 from payoff.envs.tasks import TaskConfig
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lean_forward import lm_forward
@@ -218,6 +218,13 @@ def test_model_folders_without_a_usable_tokenizer_are_refused(tmp_path):
         load_tokenizer(tmp_path / "no-eos")
     _gpt2(tmp_path / "ok")
     assert load_tokenizer(tmp_path / "ok").pad_token == "<eos>"  # eos pads when pad is missing
+    # a folder that is no model at all, and a Hub id (never downloaded)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hi")
+    with pytest.raises(ConfigError, match="has no config.json, so it is not a Hugging Face"):
+        load_tokenizer(tmp_path / "notes")
+    with pytest.raises(ConfigError, match="payoff never downloads: a Hugging Face Hub id"):
+        load_tokenizer("Qwen/Qwen2.5-0.5B")
 
 
 def test_sequences_past_a_models_context_or_vocabulary_are_named():
@@ -1012,8 +1019,58 @@ def test_an_lm_predicts_from_a_conversation_as_from_a_prompt(tmp_path):
     one = grpo.predict(chat)
     assert isinstance(one, str) and one == grpo.predict("user: 2+2?\nassistant: ")  # no template
     assert grpo.predict([chat, chat]) == [one, one]
-    with pytest.raises(ConfigError, match="predict takes a prompt string, a conversation"):
+    with pytest.raises(ConfigError, match="predict takes a non-empty prompt string, a conv"):
         grpo.predict([3])
+    for bad in ("", 5, None):  # torch's reshape error, a TypeError, ...
+        with pytest.raises(ConfigError, match=f"predict takes .* got {bad!r}"):
+            grpo.predict(bad)
+
+
+def ends_in_a_digit(completions, **_):
+    return [float(c[-1:].isdigit()) for c in completions]
+
+
+def test_python_rewards_take_settings_a_single_function_and_no_reserved_column(tmp_path):
+    # {"function": f, "weight": ...} was refused as 'set from Python only' (from Python);
+    # a column named 'completions' crashed the first reward call with a raw TypeError
+    from payoff.algos.grpo import GRPO
+
+    _gpt2(tmp_path / "gpt2")
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(20)]
+    model = {"path": str(tmp_path / "gpt2")}
+    kinds = (
+        ends_in_a_digit,  # TRL's reward_funcs=f
+        [{"function": ends_in_a_digit, "weight": 0.5, "timeout": 2}],
+        [{"name": ends_in_a_digit, "label": "digit"}],
+    )
+    specs = [GRPO(model=model, task=rows, rewards=r, steps=1).config.rewards for r in kinds]
+    assert [len(s) for s in specs] == [1, 1, 1]
+    assert all(s[0].function is ends_in_a_digit for s in specs)
+    assert (specs[1][0].weight, specs[1][0].timeout, specs[2][0].key) == (0.5, 2.0, "digit")
+    assert specs[0][0].name.endswith(":ends_in_a_digit")
+    with pytest.raises(ConfigError, match=r"'rewards\[0\].function' must be a callable"):
+        GRPO(model=model, task=rows, rewards=[{"function": "os:system"}], steps=1)
+    for column in ("completions", "completion_ids", "prompts", "self"):
+        taken = [dict(row, **{column: "x"}) for row in rows]
+        with pytest.raises(DataError, match=f"rows\\[0\\]: column '{column}' has a name"):
+            GRPO(model=model, task=taken, rewards=[ends_in_a_digit], steps=1)
+
+
+def test_sft_on_rows_too_few_to_hold_any_out_trains_and_saves(tmp_path, capsys):
+    # it trained every step, then stopped on the empty test split, saving no model
+    from payoff.algos.sft import SFT
+    from payoff.track.run import Run
+
+    _gpt2(tmp_path / "gpt2")
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(3)]
+    run = Run.create(tmp_path / "runs", "sft", {"algo": "sft"})
+    sft = SFT(model={"path": str(tmp_path / "gpt2")}, task=rows, steps=2, run=run)
+    assert "no held-out rows in task" in capsys.readouterr().err  # said before training
+    sft.learn()
+    assert (run.path / "model" / "config.json").is_file()
+    assert "no held-out accuracy" in run.summary()["final_line"]
+    with pytest.raises(ConfigError, match=r"held out by a hash of each row's 'key' column"):
+        sft.evaluate(4, split="test")
 
 
 def test_disable_dropout_reaches_rates_kept_as_numbers():
@@ -1253,3 +1310,11 @@ def test_a_wrapped_instance_is_named_by_the_env_inside():
     assert config.id.endswith(":_NeverEnds")
     agent = payoff.PPO(gym.wrappers.TimeLimit(_NeverEnds(), max_episode_steps=5), eval_every=0)
     assert agent.evaluate(2).mean_length == 5  # the time limit holds for the copies too
+
+
+def test_preference_pairs_given_as_the_task_are_pointed_to_preferences():
+    from payoff.algos.dpo import DPO
+
+    pairs = [{"prompt": f"q{i}", "chosen": "yes", "rejected": "no"} for i in range(40)]
+    with pytest.raises(ConfigError, match="preference pairs go in preferences="):
+        DPO(task=pairs)

@@ -99,6 +99,7 @@ class SFT(LMAlgorithm):
 
     def setup(self) -> None:
         self.setup_lm()
+        self.held_out_scorable()  # an empty test split: said now, not after training
         config = self.config
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
@@ -179,13 +180,23 @@ class SFT(LMAlgorithm):
 
     def held_out_scorable(self) -> bool:
         """Whether the test split has prompts to answer: plain 'text' rows (TRL's SFT format)
-        train, but there is nothing to score a greedy answer against."""
+        train, but there is nothing to score a greedy answer against; a dataset too small to
+        hold any rows out (10% by a hash of each row's key) trains without a held-out score,
+        as TRL's SFTTrainer does without an eval_dataset, and says so once."""
         if not hasattr(self, "_scorable"):
+            self._scorable, self._unscored = False, ""
+            if not self.task.has_split("test"):
+                self._unscored = (
+                    f"no held-out rows in task {self.config.task.name!r} (the test split is "
+                    f"empty: pass task.test_data=<file or folder>), so no held-out accuracy"
+                )
+                print(f"note: SFT: {self._unscored}", file=sys.stderr)
+                return False
             try:
                 self.task.split("test", 1)
                 self._scorable = True
-            except DataError:
-                self._scorable = False
+            except DataError:  # text rows: nothing to answer
+                self._unscored = "text rows (no prompts to score)"
         return self._scorable
 
     def evaluate_now(self) -> None:
@@ -217,7 +228,7 @@ class SFT(LMAlgorithm):
             final = (
                 {"final_eval": result.to_dict(), "final_line": result.line()}
                 if result
-                else {"final_line": f"trained {self.step} steps on text rows (no prompts to score)"}
+                else {"final_line": f"trained {self.step} steps; {self._unscored}"}
             )
             self.run.write_summary(
                 **final,

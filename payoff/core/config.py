@@ -453,6 +453,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             made = from_value(value)  # a Schedule from a number, a RewardSpec from a function
             if made is not None:
                 return made
+        from_mapping = getattr(tp, "from_mapping", None)
+        if from_mapping is not None and isinstance(value, dict):
+            made = from_mapping(value, key)  # a RewardSpec's keys around a Python function
+            if made is not None:
+                return made
         if not isinstance(value, dict):
             refusal = getattr(tp, "refusal", None)
             if refusal is not None and (why := refusal(value)):
@@ -462,9 +467,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             )
         return from_dict(tp, value, prefix=key + ".")
     if origin in (list, tuple):
+        (item_type, *_) = get_args(tp) or (Any,)
+        if callable(value) and getattr(item_type, "from_value", None) is not None:
+            value = [value]  # one function where a list of them goes (TRL's reward_funcs=f)
         if not isinstance(value, list | tuple):
             raise bad
-        (item_type, *_) = get_args(tp) or (Any,)
         items = [_coerce(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if origin is dict:
@@ -611,6 +618,43 @@ OTHER_LIBRARIES: dict[str, tuple[str, dict[str, str]]] = {
         {
             "": " payoff does not cut rows: one longer than the model's context is refused "
             "before training, naming the row"
+        },
+    ),
+    "max_length": (
+        "TRL",
+        {
+            "": " payoff does not cut rows: one longer than the model's context is refused "
+            "before training, naming the row"
+        },
+    ),
+    "logging_steps": ("TRL", {"log_every": ""}),
+    "eval_steps": ("TRL", {"eval_every": ""}),
+    "save_steps": ("TRL", {"checkpoint_every": ""}),
+    "model_name_or_path": ("TRL", {"model.path": " (a local folder: nothing is downloaded)"}),
+    "output_dir": (
+        "TRL",
+        {
+            "": " each run gets a folder of its own under `payoff train --out DIR` (default "
+            "runs/); from Python, pass run=payoff.track.run.Run.create(DIR, name, config)"
+        },
+    ),
+    "use_vllm": ("TRL", {"": " payoff generates with its own batched sampler; there is no vLLM"}),
+    "packing": (
+        "TRL",
+        {"": " payoff pads each batch to its longest row and does not pack rows together"},
+    ),
+    "dataset_text_field": (
+        "TRL",
+        {
+            "": " payoff reads TRL's column names: 'text', 'prompt' with 'completion' or "
+            "'answer', 'messages'"
+        },
+    ),
+    "ref_model": (
+        "TRL",
+        {
+            "": " the reference is the model training starts from, kept frozen (beta weighs "
+            "the KL to it)"
         },
     ),
 }

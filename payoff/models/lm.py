@@ -139,7 +139,23 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
 
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise ConfigError(f"model path {str(path)!r} is not a folder on disk")
+        hub = str(path).count("/") == 1 and not str(path).startswith((".", "/", "~"))
+        raise ConfigError(
+            f"model path {str(path)!r} is not a folder on disk"
+            + (
+                " (payoff never downloads: a Hugging Face Hub id such as this is not fetched; "
+                "download the model where there is a network and pass its folder)"
+                if hub and not folder.exists()
+                else ""
+            )
+        )
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"model path {str(path)!r} has no config.json, so it is not a Hugging Face model "
+            f"folder (it needs config.json, the weights as *.safetensors and the tokenizer "
+            f"files, as model.save_pretrained(folder) and tokenizer.save_pretrained(folder) "
+            f"write them)"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             str(folder), local_files_only=True, trust_remote_code=trust_remote_code

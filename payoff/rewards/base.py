@@ -28,11 +28,11 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from payoff.core.config import PYTHON_ONLY
+from payoff.core.config import PYTHON_ONLY, from_dict
 from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
@@ -82,10 +82,34 @@ class RewardSpec:
         if isinstance(value, str):
             return cls(name=value)
         if callable(value):
-            module = getattr(value, "__module__", None) or "python"
-            name = getattr(value, "__qualname__", None) or type(value).__qualname__
-            return cls(name=f"{module}:{name}", function=value)
+            return cls(name=_import_path(value), function=value)
         return None
+
+    @classmethod
+    def from_mapping(cls, value: dict[str, Any], key: str) -> RewardSpec | None:
+        """From Python, a function with its settings: {"function": f, "weight": 0.5,
+        "timeout": 5} (or the function as "name"). None for a plain mapping, which the
+        config reads field by field (a recipe's YAML cannot hold a function)."""
+        function = value.get("function")
+        if function is None and callable(value.get("name")):
+            function = value["name"]
+        if function is None:
+            return None
+        if not callable(function):
+            raise ConfigError(
+                f"config key {key + '.function'!r} must be a callable, got {function!r}"
+            )
+        rest = {k: v for k, v in value.items() if k not in ("function", "name")}
+        name = value.get("name")
+        rest["name"] = name if isinstance(name, str) else _import_path(function)
+        return replace(from_dict(cls, rest, prefix=key + "."), function=function)
+
+
+def _import_path(function: Any) -> str:
+    """'module:qualname' of a Python function (what config.yaml records for it)."""
+    module = getattr(function, "__module__", None) or "python"
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}:{name}"
 
 
 def _unavailable(*args: Any, **kwargs: Any) -> list[float | None]:

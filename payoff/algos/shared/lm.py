@@ -250,18 +250,26 @@ class LMAlgorithm(Algorithm):
         """Prompt-only rows (no answer, no tests) need rewards that score without a reference
         and a model of the user's own: payoff's tiny base model learns the rows' answers first."""
         config = self.config
+        first = next(iter(getattr(self.task, "train_rows", None) or []), {})
+        pairs = (
+            " These rows hold 'chosen' and 'rejected': preference pairs go in preferences= "
+            "(preferences.path=FILE), which DPO and reward models train on; task= is what "
+            "they are evaluated on."
+            if "chosen" in first and "rejected" in first
+            else ""
+        )
         if not self.samples_from_prompts:
             raise ConfigError(
                 f"{self.name} learns each row's answer, but the rows of task {config.task.name!r} "
                 f"have none (no 'answer', 'solution', 'ground_truth', 'completion' or 'tests'); "
-                f"prompt-only rows are for GRPO or PPO-RLHF, with your own rewards"
+                f"prompt-only rows are for GRPO or PPO-RLHF, with your own rewards.{pairs}"
             )
         if not config.model.path:
             raise ConfigError(
                 f"the rows of task {config.task.name!r} have no answers (prompt-only), so "
                 f"payoff cannot pretrain its tiny base model on them: give model.path=<a local "
-                f"Hugging Face model folder> (your model; `payoff train sft` on rows with "
-                f"answers makes one)"
+                f"Hugging Face model folder> (your model; `payoff train tiny-lm-pretrain "
+                f"task.name=jsonl task.data=ROWS` on rows with answers makes one).{pairs}"
             )
 
     def reward_without_reference(self) -> RewardMix | None:
@@ -376,6 +384,8 @@ class LMAlgorithm(Algorithm):
         single = isinstance(observation, str) or (
             isinstance(observation, list) and bool(observation) and isinstance(observation[0], dict)
         )
+        if not single and not isinstance(observation, list | tuple):
+            _prompt_row(observation)  # neither a prompt nor a list of them: says so
         items = [observation] if single else list(observation)
         prompts = [self.prompt_text(_prompt_row(item)) for item in items]
         sampling = SamplingConfig(
@@ -400,12 +410,12 @@ class LMAlgorithm(Algorithm):
 
 def _prompt_row(item: Any) -> Row:
     """A task row for what `predict` was given: a prompt string, or chat messages."""
-    if isinstance(item, str):
+    if isinstance(item, str) and item:
         return {"prompt": item}
     if isinstance(item, list) and item and all(isinstance(m, dict) for m in item):
         turns = messages("predict", "observation", item)
         return {"prompt": render_chat(turns), "prompt_messages": turns}
     raise ConfigError(
-        f"predict takes a prompt string, a conversation (a list of {{'role', 'content'}} "
-        f"messages) or a list of either; got {item!r}"
+        f"predict takes a non-empty prompt string, a conversation (a list of {{'role', "
+        f"'content'}} messages) or a list of either; got {item!r}"
     )

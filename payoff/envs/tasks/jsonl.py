@@ -46,9 +46,20 @@ def _present(row: Row, column: str) -> bool:
     return row.get(column) is not None
 
 
+# Reward functions get the batch under these names and every other column by its own, so a
+# column may not take one of them (`self`: RewardMix's own argument).
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "self")
+
+
 def problem_row(where: str, row: dict[str, Any]) -> Row:
     """One row in TRL's formats as {"prompt", "answer" | "tests", ...}; DataError naming `where`."""
     row = dict(row)
+    taken = [c for c in RESERVED_COLUMNS if c in row]
+    if taken:
+        raise DataError(
+            f"{where}: column {taken[0]!r} has a name reward functions already get for the "
+            f"batch ({', '.join(RESERVED_COLUMNS[:3])}); rename it, e.g. to 'my_{taken[0]}'"
+        )
     conversation: list[dict[str, str]] | None = None
     if _present(row, "prompt"):
         if is_conversation(row["prompt"]):
@@ -181,9 +192,11 @@ class JsonlTask(Task):
         ood_data = _given(ood_data) or (data if "ood" in splits else "")
         self.test_rows = read_rows(test_data, test_split) if _given(test_data) else None
         self.ood_rows = read_rows(ood_data, "ood") if _given(ood_data) else None
+        self.hashed_keys = 0  # distinct keys, when the test split is held out by their hash
         if self.test_rows is None:
             self.train_rows = [r for r in rows if not held_out(r["key"], self.held_out_percent)]
             self.test_rows = [r for r in rows if held_out(r["key"], self.held_out_percent)]
+            self.hashed_keys = len({r["key"] for r in rows})
         else:
             self.train_rows = rows
         if not self.train_rows:
@@ -224,8 +237,16 @@ class JsonlTask(Task):
             raise ConfigError(f"unknown split {split!r}; valid splits: train, test, ood")
         pool = pools[split]
         if not pool:
+            why = ""
+            if split == "test" and self.hashed_keys:
+                why = (
+                    f" ({self.held_out_percent:g}% of the problems are held out by a hash of each "
+                    f"row's 'key' column, else its prompt, and none of the rows' "
+                    f"{self.hashed_keys:,} distinct key{'s' if self.hashed_keys > 1 else ''} "
+                    f"fell there: rows that share a key stay together)"
+                )
             raise ConfigError(
-                f"split {split!r} has no rows; pass task.{split}_data=<file or folder>"
+                f"split {split!r} has no rows{why}; pass task.{split}_data=<file or folder>"
                 if split != "train"
                 else "no training rows"
             )

@@ -334,7 +334,9 @@ def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[lis
     if not isinstance(task, StyledAddition):
         raise ConfigError(
             f"synthetic preference pairs need task.name=styled_addition (got {task.name!r}); "
-            "or pass preferences.path=<your pairs: .jsonl, .json, .csv, .parquet or a folder>"
+            "or pass preferences.path=<your pairs: .jsonl, .json, .csv, .parquet or a folder> "
+            "(from Python: preferences=[{'prompt': ..., 'chosen': ..., 'rejected': ...}, ...]; "
+            "task= is what the model is evaluated on)"
         )
     train = task.pairs(np.random.default_rng([seed, 11]), config.train_pairs, config.bias, "train")
     test = task.pairs(np.random.default_rng([seed, 12]), config.test_pairs, config.bias, "test")
