@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import sys
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -50,6 +49,7 @@ from payoff.rollout.evaluate import EvalResult, evaluate_policy, record_frames
 from payoff.rollout.vector import make_vector_env
 from payoff.track.checkpoint import save_state
 from payoff.track.media import write_gif
+from payoff.track.progress import say
 from payoff.track.run import OtherAlgorithmError, Run, load_checkpoint_file
 
 RUN_KEYS = (
@@ -481,7 +481,7 @@ class Algorithm:
         """At the end of training: name each attached monitor that read a metric this run
         never logged (on the console and as a warning event in the run)."""
         for line in unfed(self.attached, self.logged_keys):
-            print(f"payoff: {line}", file=sys.stderr)
+            say(f"payoff: {line}")
             if self.run is not None:
                 self.run.event(self.step, "monitor_unfed", line, "warning")
 

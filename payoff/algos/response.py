@@ -17,7 +17,6 @@ curves stay ordered in time and the events say what happened.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch
 
 from payoff.core.state import restore, state_of
 from payoff.monitor.detectors import Alarm, replay
+from payoff.track.progress import say
 
 RESPONSES = ("warn", "halt", "rollback")
 
@@ -95,17 +95,16 @@ class Responder:
             mode = "halt"
         if mode == "warn":
             if not self.warned:
-                print(
+                say(
                     f"alarm at step {alarm.step}: {alarm.message} (on_alarm: warn, so training "
-                    f"goes on; later alarms are in the run's events)",
-                    file=sys.stderr,
+                    f"goes on; later alarms are in the run's events)"
                 )
                 self.warned = True
             return
         if mode == "halt":
             algorithm.halted = alarm
             message = f"halted by the {alarm.kind} alarm at step {alarm.step}"
-            print(f"{message}: {alarm.message}", file=sys.stderr)
+            say(f"{message}: {alarm.message}")
             if run is not None:
                 run.event(alarm.step, "halt", message, "critical", alarm=alarm.kind)
                 run.write_summary(halted={"step": alarm.step, "alarm": alarm.kind})
@@ -135,7 +134,7 @@ class Responder:
             f"rolled back to the snapshot of step {step} (alarm {alarm.kind} at step "
             f"{alarm.step}, onset {onset}); {flagged} flagged samples quarantined"
         )
-        print(message, file=sys.stderr)
+        say(message)
         if run is not None:
             run.event(
                 alarm.step,

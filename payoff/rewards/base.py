@@ -37,6 +37,7 @@ from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
+from payoff.track.progress import say
 
 RewardFn = Callable[..., Sequence[float | None]]
 BUILTIN: dict[str, Callable[..., RewardFn]] = {
@@ -344,11 +345,10 @@ class RewardMix:
         if isinstance(outcome, TimeoutError):
             if spec.key not in self._shown:
                 self._shown.add(spec.key)
-                print(
+                say(
                     f"payoff: reward function {spec.key!r} ran past its timeout of "
                     f"{spec.timeout:g} s on a batch of {n}; the batch scores {spec.on_error} "
-                    f"(later hangs are counted in the metrics, reward_errors/{spec.key})",
-                    file=sys.stderr,
+                    f"(later hangs are counted in the metrics, reward_errors/{spec.key})"
                 )
             self.on_event(
                 "reward_hung",
@@ -377,13 +377,12 @@ class RewardMix:
             i, err = first_error
             if spec.key not in self._shown:
                 self._shown.add(spec.key)
-                print(
+                say(
                     f"payoff: reward function {spec.key!r} raised {type(err).__name__}: {err}\n"
                     f"  on prompt {str(available['prompts'][i])[:200]!r}\n"
                     f"  completion {str(available['completions'][i])[:200]!r}\n"
                     f"  ({errors} of {n} rows in this batch; those score {spec.on_error}; later "
-                    f"errors are counted in the metrics, reward_errors/{spec.key})",
-                    file=sys.stderr,
+                    f"errors are counted in the metrics, reward_errors/{spec.key})"
                 )
             self.on_event(
                 "reward_error",

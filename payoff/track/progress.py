@@ -58,6 +58,12 @@ class Progress:
         self._bar.close()
 
 
+def say(text: str) -> None:
+    """Print `text` on stderr on lines of its own: a progress bar being drawn there is
+    cleared first and drawn again below it (a plain print would land on the bar's line)."""
+    tqdm.write(text, file=sys.stderr)
+
+
 def _fmt(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.3g}"
