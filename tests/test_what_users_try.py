@@ -1318,3 +1318,66 @@ def test_preference_pairs_given_as_the_task_are_pointed_to_preferences():
     pairs = [{"prompt": f"q{i}", "chosen": "yes", "rejected": "no"} for i in range(40)]
     with pytest.raises(ConfigError, match="preference pairs go in preferences="):
         DPO(task=pairs)
+
+
+class _Huge(gym.Env):
+    """Pays 1e30 a step: the value loss overflows."""
+
+    observation_space = gym.spaces.Box(-1, 1, (3,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(3, np.float32), 1e30, False, self.t >= 20, {}
+
+    def render(self):
+        return np.full((8, 8, 3), 0.7, np.float32)  # colours in [0, 1]: a black GIF
+
+
+def test_a_diverged_loss_a_nan_checkpoint_and_float_frames_are_refused(tmp_path):
+    # PPO trained on with train/value_loss inf; a checkpoint of NaN weights loaded and acted
+    # (argmax of NaN: always 0); float frames made an all-black GIF
+    from payoff import PPO
+    from payoff.core.errors import CheckpointError, TrainingError
+
+    settings = {"num_envs": 2, "num_steps": 32, "minibatch_size": 32}
+    with pytest.raises(TrainingError, match=r"train/value_loss is inf at step \d+: the update"):
+        PPO(_Huge(), **settings).learn(640)
+    agent = PPO("CartPole-v1", **settings).learn(64)
+    with torch.no_grad():
+        next(agent.actor.parameters()).fill_(float("nan"))
+    agent.save(tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match=r"actor\.logits\.0\.weight holds NaN or inf"):
+        PPO.load(tmp_path / "nan.pt")
+    with pytest.raises(EnvError, match=r"renders float32 frames; a GIF needs uint8"):
+        PPO(lambda render_mode=None: _Huge(render_mode), **settings).record_gif(tmp_path / "x.gif")
+
+
+def test_q_learning_refuses_a_state_that_is_not_one_int():
+    from payoff import QLearning
+
+    class Grid(gym.Env):
+        observation_space, action_space = gym.spaces.Discrete(5), gym.spaces.Discrete(2)
+
+        def __init__(self, obs):
+            self.obs = obs
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.obs, {}
+
+        def step(self, action):
+            return self.obs, 0.0, True, False, {}
+
+    for obs in (2.0, np.array([2])):  # a raw IndexError; a silent (1,) table row
+        with pytest.raises(EnvError, match=r"needs one int in \[0, 5\)"):
+            QLearning(Grid(obs), total_episodes=2).learn()
+    assert QLearning(Grid(np.int64(2)), total_episodes=2).learn().episode == 2

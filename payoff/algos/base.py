@@ -18,6 +18,7 @@ around it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import warnings
 from collections import deque
@@ -38,7 +39,7 @@ from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
 from payoff.core.config import annotated_class, fields_of, from_dict, key_hint, to_dict
 from payoff.core.device import available_devices, check_device_name, resolve_device
-from payoff.core.errors import CheckpointError, ConfigError, EnvError
+from payoff.core.errors import CheckpointError, ConfigError, EnvError, TrainingError
 from payoff.core.imports import names_from, weights_from
 from payoff.core.state import count_values, restore, state_of
 from payoff.envs.make import EnvConfig, code_named_by, env_config_of, make_env
@@ -423,6 +424,14 @@ class Algorithm:
                 # tensors a log averages come back on the CPU; the run appends device ones
                 value = [v.to(device) if isinstance(v, torch.Tensor) else v for v in value]
             setattr(self, name, value)
+            if isinstance(value, torch.nn.Module):  # NaN weights would act in silence
+                for param, tensor in value.named_parameters():  # (buffers may hold -inf masks)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        raise CheckpointError(
+                            f"the checkpoint's {name}.{param} holds NaN or inf values: its "
+                            f"weights are broken (a diverged run, or a damaged file); load an "
+                            f"earlier checkpoint"
+                        )
 
     def record_config(self, run: Run) -> None:
         """The run's config.yaml holds this agent's whole config: a run made in Python with
@@ -452,6 +461,7 @@ class Algorithm:
         self.logged_keys.update(metrics)
         if self.run is not None:
             self.run.log(step, **metrics)
+        refuse_diverged_loss(step, metrics)
         alarms = [alarm for monitor in self.monitors for alarm in monitor.update(step, metrics)]
         for alarm in alarms:
             samples = self.alarm_samples(alarm)
@@ -997,3 +1007,22 @@ def _loader_of(name: str) -> str:
     if name not in available_algorithms():
         return f"the payoff version that has the algorithm {name!r}"
     return f"payoff.{get_algorithm(name).__name__}.load(path)"
+
+
+def refuse_diverged_loss(step: int, metrics: dict[str, Any]) -> None:
+    """TrainingError when a training loss is NaN or inf: the update that produced it left
+    the weights non-finite, and training on would go on in silence (a discrete policy's
+    argmax of NaN is always action 0). The record is logged first, for the diagnosis."""
+    for key, value in metrics.items():
+        if (
+            key.startswith("train/")
+            and key.endswith("loss")
+            and isinstance(value, float | int | np.floating)
+            and not math.isfinite(float(value))
+        ):
+            raise TrainingError(
+                f"{key} is {float(value)} at step {step}: the update diverged, so the weights "
+                f"are no longer finite. Lower learning_rate, clip gradients (max_grad_norm) or "
+                f"scale the rewards down (very large rewards overflow the value loss); a "
+                f"checkpoint saved before step {step} holds the last finite weights"
+            )

@@ -161,11 +161,15 @@ class QLearning(Agent):
         super().train_until(total)
 
     def _check_state(self, state: Any, where: str) -> None:
-        """EnvError when the env returned a state the table has no row for."""
-        if not 0 <= state < self.q.shape[0]:
+        """EnvError when the env returned a state the table has no row for: one int in
+        [0, n) (a float 2.0 or an array [2] would index the table wrongly or not at all)."""
+        whole = np.ndim(state) == 0 and np.issubdtype(np.asarray(state).dtype, np.integer)
+        if not whole or not 0 <= state < self.q.shape[0]:
+            kind = "" if whole else f" ({type(state).__name__}, shape {np.shape(state)})"
             raise EnvError(
-                f"env {self.config.env.id!r} returned observation {state!r} from {where}, "
-                f"outside its observation space {self.env.observation_space}"
+                f"env {self.config.env.id!r} returned observation {state!r}{kind} from {where}; "
+                f"its observation space {self.env.observation_space} needs one int in "
+                f"[0, {self.q.shape[0]})"
             )
 
     def iterate(self) -> None:

@@ -28,6 +28,7 @@ from torch import nn
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
+from payoff.envs.make import EnvConfig
 from payoff.models.continuous import SquashedGaussianActor
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.rollout.replay import TransitionBatch
@@ -50,6 +51,8 @@ class SACConfig(OffPolicyKeys):
         gradients separately.
     """
 
+    # continuous actions: a Discrete default (CartPole) would be refused by name
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1"))
     total_steps: int = 20_000
     num_envs: int = 1
     learning_starts: int = 1_000

@@ -26,6 +26,7 @@ import torch
 
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
 from payoff.core.config import in_range
+from payoff.envs.make import EnvConfig
 from payoff.models.continuous import DeterministicActor
 from payoff.rollout.replay import TransitionBatch
 
@@ -46,6 +47,8 @@ class TD3Config(OffPolicyKeys):
     max_grad_norm: 0 (no clipping) by default, as in the paper.
     """
 
+    # continuous actions: a Discrete default (CartPole) would be refused by name
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1"))
     total_steps: int = 20_000
     num_envs: int = 1
     learning_starts: int = 1_000

@@ -187,6 +187,11 @@ def _frame(render: Callable[[], Any], env_id: str) -> np.ndarray:
             f"for a GIF, give the env's __init__ a render_mode=None argument and return an "
             f"[H, W, 3] (or [H, W]) uint8 array from render() when it is 'rgb_array'"
         )
+    if picture.dtype != np.uint8:  # floats in [0, 1] would come out black, and no one says
+        raise EnvError(
+            f"env {env_id!r} renders {picture.dtype} frames; a GIF needs uint8 values 0-255: "
+            f"return (frame * 255).astype(np.uint8) from render() for colours in [0, 1]"
+        )
     return picture
 
 
