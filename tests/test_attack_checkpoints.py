@@ -532,3 +532,11 @@ def test_init_from_takes_a_run_folder(tmp_path):
     again = PPO(env="CartPole-v1", init_from=str(run.path), **TINY_PPO)
     for key, value in first.actor.state_dict().items():
         assert torch.equal(value, again.actor.state_dict()[key])
+
+
+def test_a_file_cut_to_a_few_bytes_is_called_truncated_not_a_pickle(tmp_path):
+    # the safetensors header length 16,000 starts with byte 0x80, a pickle's first byte
+    path = tmp_path / "cut.safetensors"
+    path.write_bytes((16_000).to_bytes(8, "little")[:7])
+    with pytest.raises(CheckpointError, match="is 7 bytes long, cut short of any checkpoint"):
+        QLearning.load(path)

@@ -293,16 +293,21 @@ def sniff_format(head: bytes) -> str:
     if len(head) >= 9 and head[8:9] == b"{":
         return "safetensors"
     legacy = (
-        "is a pickle-based {} (written by payoff 0.1 or by torch.save); payoff no longer loads "
-        "pickles because unpickling can run arbitrary code; expected a payoff safetensors "
-        "checkpoint: retrain, or convert the file where you trust its origin"
+        "is {}; payoff no longer loads pickles because unpickling can run arbitrary code; "
+        "expected a payoff safetensors checkpoint: retrain, or convert the file where you "
+        "trust its origin"
     )
     if head.startswith(b"PK\x03\x04"):
-        return legacy.format("torch zip archive")
-    if head.startswith(b"\x80"):
-        return legacy.format("pickle")
+        return legacy.format(
+            "a zip archive of pickles (torch.save's format; Stable-Baselines3 saves models so)"
+        )
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        # (a safetensors header length may start with 0x80 too: 16,000 is 80 3e 00 ...)
+        return legacy.format("a pickle (payoff 0.1 and torch.save wrote these)")
     if not head:
         return "is empty (a run killed while writing it leaves no such file: it was truncated)"
+    if len(head) < 9:
+        return f"is {len(head)} bytes long, cut short of any checkpoint: the file is truncated"
     return "is corrupt or not a payoff checkpoint (expected a safetensors file)"
 
 
