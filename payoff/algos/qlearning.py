@@ -163,7 +163,9 @@ class QLearning(Agent):
     def _check_state(self, state: Any, where: str) -> None:
         """EnvError when the env returned a state the table has no row for: one int in
         [0, n) (a float 2.0 or an array [2] would index the table wrongly or not at all)."""
-        whole = np.ndim(state) == 0 and np.issubdtype(np.asarray(state).dtype, np.integer)
+        whole = isinstance(state, int | np.integer) or (  # the usual case first: every step
+            np.ndim(state) == 0 and np.issubdtype(np.asarray(state).dtype, np.integer)
+        )
         if not whole or not 0 <= state < self.q.shape[0]:
             kind = "" if whole else f" ({type(state).__name__}, shape {np.shape(state)})"
             raise EnvError(

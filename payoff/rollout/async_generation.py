@@ -444,11 +444,12 @@ class _Child:
         else:
             reason = "stopped answering"
         cause = "out of memory? killed? closed?"
-        if code == 1 and when == "while starting" and _unguarded_script() is not None:
+        script = _unguarded_script()
+        if code == 1 and when == "while starting" and script is not None:
             # spawn runs the main script again in the child: code that starts training at
             # import time starts it there too, and multiprocessing stops the child
             cause = (
-                f"if {_unguarded_script()} starts training when it is imported, put that "
+                f"if {script} starts training when it is imported, put that "
                 f'under `if __name__ == "__main__":`, since the sampling process imports '
                 f"the main script; its error is printed above"
             )

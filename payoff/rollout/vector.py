@@ -527,15 +527,16 @@ def evaluate_batched(
             returns += np.asarray(rewards) * running
             lengths += running
             still = running & ~(np.asarray(terminated) | np.asarray(truncated))
-            ended = running & ~still
-            if running.any() and still.any() and lengths.max() >= step_limit:
-                ended = running  # cut here, judged on their last step as evaluate_policy does
+            # episodes still running at the limit are cut here: they end now, judged on
+            # their last step as evaluate_policy does
+            cut = bool(still.any()) and lengths.max() >= step_limit
+            ended = running if cut else running & ~still
             for i in np.flatnonzero(ended):
                 successes[i] = is_success(env.id, env_info(infos, int(i)), float(rewards[i]))
             unused = int((limit - lengths[ended]).clip(0).sum()) if limit else 0
             progress.tick(int(running.sum()), int(ended.sum()), unused)
             running = still
-            if running.any() and lengths.max() >= step_limit:
+            if cut:
                 warn_unended(env.id, step_limit)
                 break
             if lengths.max() == EARLY_NOTE_STEPS and running.any() and limit is None:

@@ -384,9 +384,9 @@ class LMAlgorithm(Algorithm):
         single = isinstance(observation, str) or (
             isinstance(observation, list) and bool(observation) and isinstance(observation[0], dict)
         )
-        if not single and not isinstance(observation, list | tuple):
-            _prompt_row(observation)  # neither a prompt nor a list of them: says so
-        items = [observation] if single else list(observation)
+        # neither a prompt nor a list: one item, which _prompt_row refuses by name
+        listed = not single and isinstance(observation, list | tuple)
+        items = list(observation) if listed else [observation]
         prompts = [self.prompt_text(_prompt_row(item)) for item in items]
         sampling = SamplingConfig(
             temperature=0.0 if deterministic else 1.0,

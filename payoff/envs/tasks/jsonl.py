@@ -192,11 +192,9 @@ class JsonlTask(Task):
         ood_data = _given(ood_data) or (data if "ood" in splits else "")
         self.test_rows = read_rows(test_data, test_split) if _given(test_data) else None
         self.ood_rows = read_rows(ood_data, "ood") if _given(ood_data) else None
-        self.hashed_keys = 0  # distinct keys, when the test split is held out by their hash
         if self.test_rows is None:
             self.train_rows = [r for r in rows if not held_out(r["key"], self.held_out_percent)]
             self.test_rows = [r for r in rows if held_out(r["key"], self.held_out_percent)]
-            self.hashed_keys = len({r["key"] for r in rows})
         else:
             self.train_rows = rows
         if not self.train_rows:
@@ -238,11 +236,12 @@ class JsonlTask(Task):
         pool = pools[split]
         if not pool:
             why = ""
-            if split == "test" and self.hashed_keys:
+            if split == "test":  # rows read as a test split are never empty: held out by hash
+                keys = len({r["key"] for r in self.train_rows})
                 why = (
                     f" ({self.held_out_percent:g}% of the problems are held out by a hash of each "
                     f"row's 'key' column, else its prompt, and none of the rows' "
-                    f"{self.hashed_keys:,} distinct key{'s' if self.hashed_keys > 1 else ''} "
+                    f"{keys:,} distinct key{'s' if keys > 1 else ''} "
                     f"fell there: rows that share a key stay together)"
                 )
             raise ConfigError(
