@@ -18,6 +18,7 @@ from payoff.algos.mbrl import (
     PlannerConfig,
     categorical_update,
     cem_update,
+    colored_noise,
     elite_weights,
     imagine,
     imagine_policy,
@@ -166,6 +167,65 @@ def test_planner_finds_the_action_a_known_model_pays_for():
     assert np.allclose(actions, 0.5, atol=0.1)
     assert float(info["planned_return"][0]) == pytest.approx(0.0, abs=0.05)
     assert float(info["disagreement"][0]) == 0.0  # one member agrees with itself
+
+
+def test_colored_noise_is_white_at_beta_0_and_smooth_with_unit_variance_above():
+    white = colored_noise((3, 5, 2), 0.0, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(
+        white, torch.randn((3, 5, 2), generator=torch.Generator().manual_seed(7))
+    )
+    for horizon in (30, 31):  # even and odd horizons (the Nyquist bin is real only for even)
+        noise = colored_noise((4000, horizon, 1), 2.0, torch.Generator().manual_seed(0))[..., 0]
+        assert noise.shape == (4000, horizon)
+        assert noise.var(0).mean() == pytest.approx(1.0, abs=0.1)
+        lag1 = (noise[:, 1:] * noise[:, :-1]).mean() / noise.var()
+        assert lag1 > 0.8  # Brownian-like: neighbouring steps nearly equal (white: ~0)
+
+
+def test_icem_acts_with_the_best_sequence_and_keeps_shifted_elites():
+    import gymnasium as gym
+
+    model = DynamicsEnsemble(1, 1, members=1, hidden=[1])
+
+    def known(inputs):  # reward -(a - 0.5)^2 at every step, the state never changes
+        action = inputs[..., 1:2]
+        mean = torch.cat([torch.zeros_like(action), -((action - 0.5) ** 2), 0 * action], -1)
+        return mean, torch.zeros_like(mean)
+
+    model.forward = known  # type: ignore[method-assign]
+    settings = PlannerConfig(
+        horizon=4,
+        population=50,
+        iterations=3,
+        elites=10,
+        noise_beta=2.0,
+        keep_elites=0.3,
+        act="best",
+        sample=False,
+    )
+    planner = Planner(model, gym.spaces.Box(-2.0, 2.0, (1,)), settings)
+    actions, info = planner.plan(torch.zeros(2, 1), torch.Generator().manual_seed(0))
+    # The first action of the best sequence found: near 0.5 though less exactly than a mean
+    # of elites, and the whole sequence is good (the plan's imagined return, reported).
+    assert np.allclose(actions, 0.5, atol=0.3)
+    assert float(info["planned_return"].min()) > -0.1
+    assert planner.kept is not None and planner.kept.shape == (2, 3, 4, 1)  # round(0.3 * 10)
+    assert torch.all(planner.kept[:, :, -1] == 0.0)  # shifted: the new last step is the middle
+    assert planner.warm is not None and planner.warm.shape == (2, 4, 1)
+    planner.reset()
+    assert planner.warm is None and planner.kept is None
+
+
+def test_icem_options_name_where_they_apply():
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match="keep_elites 0.3 needs planner.method cem"):
+        MBRL("Pendulum-v1", planner={"method": "mppi", "keep_elites": 0.3})
+    with pytest.raises(ConfigError, match="method policy searches a policy's weights"):
+        MBRL("Pendulum-v1", planner={"method": "policy", "noise_beta": 2.0})
+    model = DynamicsEnsemble(4, 2, members=1, hidden=[4])
+    with pytest.raises(ConfigError, match="Box actions"):
+        Planner(model, gym.spaces.Discrete(2), PlannerConfig(noise_beta=2.0))
 
 
 class TrueCartPole:
@@ -338,10 +398,13 @@ def test_gpu_device_is_refused_with_the_reason():
 
 
 # ---- resume -------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["plain", "terminal-value", "policy"])
+@pytest.mark.parametrize("mode", ["plain", "terminal-value", "policy", "icem"])
 def test_resume_continues_exactly(tmp_path, mode):
     extra: dict = {
         "plain": {},
+        "icem": {
+            "planner": {**TINY["planner"], "noise_beta": 2.0, "keep_elites": 0.5, "act": "best"}
+        },
         "terminal-value": {"value": {"enabled": True, "fit_steps": 5, "hidden": [8]}},
         "policy": {"planner": {**TINY["planner"], "method": "policy", "starts": 4}},
     }[mode]

@@ -84,8 +84,7 @@ def cem_update(
     mean, std [B, H, A]; samples [B, P, H, A]; returns [B, P]. The new parameters keep
     `alpha` of the old ones (momentum): alpha * old + (1 - alpha) * elite statistic.
     """
-    top = returns.topk(elites, dim=1).indices  # [B, K]
-    elite = samples.gather(1, top[:, :, None, None].expand(-1, -1, *samples.shape[2:]))
+    elite = best_samples(samples, returns, elites)  # [B, K, H, A]
     elite_mean, elite_std = elite.mean(1), elite.std(1, unbiased=False)
     return alpha * mean + (1 - alpha) * elite_mean, alpha * std + (1 - alpha) * elite_std
 
@@ -116,6 +115,44 @@ def elite_weights(returns: torch.Tensor, elites: int) -> torch.Tensor:
     """1/elites on each of the `elites` best samples of each row, 0 elsewhere. [B, P]."""
     top = returns.topk(elites, dim=1).indices
     return torch.zeros_like(returns).scatter_(1, top, 1.0 / elites)
+
+
+def best_samples(samples: torch.Tensor, returns: torch.Tensor, count: int) -> torch.Tensor:
+    """The `count` highest-return samples of each row, best first: samples [B, P, H, A],
+    returns [B, P] -> [B, count, H, A]."""
+    top = returns.topk(count, dim=1).indices
+    return samples.gather(1, top[:, :, None, None].expand(-1, -1, *samples.shape[2:]))
+
+
+def colored_noise(shape: tuple[int, ...], beta: float, generator: torch.Generator) -> torch.Tensor:
+    """Gaussian noise [..., H, A] whose power along the horizon H falls as 1/f^beta (iCEM:
+    Pinneri et al. 2020): beta 0 is white noise (torch.randn itself), larger beta gives
+    smoother, lower-frequency sequences (2: Brownian-like), which reach farther states, as
+    a swing-up needs. Each value has unit variance in expectation, as white noise does.
+    Built in the frequency domain: random complex amplitudes scaled by f^(-beta/2), the
+    lowest frequency standing in for f = 0, then an inverse real FFT."""
+    if beta == 0:
+        return torch.randn(shape, generator=generator)
+    *batch, horizon, actions = shape
+    frequencies = torch.fft.rfftfreq(horizon).clamp(min=1.0 / horizon)
+    scale = frequencies ** (-beta / 2)
+    # The std the inverse FFT gives these amplitudes at each step: a complex bin adds 4
+    # s^2 / H^2 to the variance (its real and imaginary parts and its mirror at -f), a real
+    # one (f = 0, and the Nyquist bin of an even horizon) 2 s^2 / H^2.
+    power = 4 * scale.pow(2)
+    power[0] /= 2
+    if horizon % 2 == 0:
+        power[-1] /= 2
+    sigma = power.sum().sqrt() / horizon
+    real = torch.randn((*batch, actions, len(scale)), generator=generator) * scale
+    imaginary = torch.randn((*batch, actions, len(scale)), generator=generator) * scale
+    imaginary[..., 0] = 0.0
+    real[..., 0] *= 2**0.5
+    if horizon % 2 == 0:
+        imaginary[..., -1] = 0.0
+        real[..., -1] *= 2**0.5
+    noise = torch.fft.irfft(torch.complex(real, imaginary), n=horizon) / sigma  # [..., A, H]
+    return noise.transpose(-1, -2).contiguous()
 
 
 # ---- imagination -------------------------------------------------------------------------
@@ -284,6 +321,16 @@ class PlannerConfig:
     sample: trajectory sampling (PETS' TS-inf): each member samples its next state and
         reward from its Gaussian; false follows each member's mean (only the members'
         disagreement remains, not their predicted noise).
+    The improved CEM (iCEM: Pinneri et al. 2020), for Box actions; the defaults are PETS':
+    noise_beta: the samples' noise is colored along the horizon, its power falling as
+        1/f^noise_beta (colored_noise): 0 = white noise; 2-2.5 = smooth sequences that
+        swing far, which CEM finds with fewer samples.
+    keep_elites: (cem) the share of each iteration's elites that joins the next
+        iteration's samples, and, shifted one step, the next env step's first iteration
+        (the search keeps its best candidates instead of sampling them again).
+    act: mean (the search distribution's final mean, PETS) or best (the best-scoring
+        sequence the search has seen at this step, iCEM). best is an argmax over scored
+        samples: with sample true, over noisy scores, so it is more optimistic.
     """
 
     method: Literal["cem", "mppi", "policy"] = "cem"
@@ -298,6 +345,9 @@ class PlannerConfig:
     sample: bool = True
     starts: int = field(default=32, metadata=in_range(1))
     report_every: int = field(default=1, metadata=in_range(1))
+    noise_beta: float = field(default=0.0, metadata=in_range(0))
+    keep_elites: float = field(default=0.0, metadata=in_range(0, 1))
+    act: Literal["mean", "best"] = "mean"
 
 
 @dataclass
@@ -382,6 +432,16 @@ class MBRLConfig(AgentKeys):
                 f"planner.elites {planner.elites} is more than planner.population "
                 f"{planner.population}: CEM keeps the best elites of the population"
             )
+        if planner.keep_elites and planner.method != "cem":
+            raise ConfigError(
+                f"planner.keep_elites {planner.keep_elites} needs planner.method cem (the "
+                f"elites CEM refits to are what it keeps); method is {planner.method!r}"
+            )
+        if planner.method == "policy" and (planner.noise_beta or planner.act != "mean"):
+            raise ConfigError(
+                "planner.noise_beta and planner.act shape the search over action sequences "
+                "(method cem or mppi); method policy searches a policy's weights"
+            )
 
 
 class TransitionStore:
@@ -460,6 +520,13 @@ class Planner:
         self.discrete = actions is not None
         self.num_actions = actions or 0  # (Box: unused)
         self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
+        self.kept: torch.Tensor | None = None  # keep_elites: the last search's, shifted
+        if self.discrete and (config.noise_beta or config.keep_elites or config.act != "mean"):
+            raise ConfigError(
+                f"planner.noise_beta, keep_elites and act: best search sequences of Box "
+                f"actions (iCEM); this env's actions are {action_space}: leave them at "
+                f"0, 0 and mean"
+            )
         # method policy: the policy acted with; zero weights until the first search. Its
         # weights are also the next search's mean (warm start across searches).
         o = model.obs_dim
@@ -471,7 +538,7 @@ class Planner:
         )
 
     def reset(self) -> None:
-        self.warm = None
+        self.warm = self.kept = None
 
     def _initial(self, batch: int) -> torch.Tensor:
         horizon = self.config.horizon
@@ -531,21 +598,39 @@ class Planner:
         else:
             mean = self.warm
             std = (c.init_std * (self.high - self.low) / 2).expand_as(mean)
+            kept = self.kept if self.kept is not None and len(self.kept) == batch else None
+            keep = max(1, round(c.keep_elites * c.elites)) if c.keep_elites else 0
+            best, best_return = mean, torch.full((batch,), -torch.inf)
             for _ in range(c.iterations):
-                steps = torch.randn((batch, c.population, *mean.shape[1:]), generator=generator)
+                steps = colored_noise(
+                    (batch, c.population, *mean.shape[1:]), c.noise_beta, generator
+                )
                 samples = torch.maximum(
                     torch.minimum(mean[:, None] + std[:, None] * steps, self.high), self.low
                 )  # [B, P, H, A]
+                if kept is not None:
+                    samples = torch.cat([samples, kept], dim=1)
                 returns = self._score(imagine(self.model, obs, samples, noise, self.value)[0])
+                if c.act == "best":
+                    top_return, top = returns.max(1)
+                    better = top_return > best_return
+                    chosen = samples[torch.arange(batch), top]
+                    best = torch.where(better[:, None, None], chosen, best)
+                    best_return = torch.where(better, top_return, best_return)
                 if c.method == "cem":
                     mean, std = cem_update(mean, std, samples, returns, c.elites, c.alpha)
+                    kept = best_samples(samples, returns, keep) if keep else None
                 else:
                     weights = mppi_weights(returns, c.temperature)
                     mean = (weights[:, :, None, None] * samples).sum(1)
-            plan = mean
+            plan = best if c.act == "best" else mean
             actions = plan[:, 0].numpy()
             middle = ((self.low + self.high) / 2).expand(batch, 1, -1)
-            self.warm = torch.cat([mean[:, 1:], middle], dim=1)
+            self.warm = torch.cat([plan[:, 1:], middle], dim=1)
+            if kept is not None:  # shifted like the mean: the step just taken drops out
+                self.kept = torch.cat(
+                    [kept[:, :, 1:], middle[:, None].expand_as(kept[:, :, :1])], 2
+                )
         if not report:
             return actions, {}
         # The chosen plan imagined by each member's mean: what the planner expects of it.
@@ -604,12 +689,15 @@ class Planner:
         policy = self.policy
         return {
             "warm": None if self.warm is None else self.warm.clone(),
+            "kept": None if self.kept is None else self.kept.clone(),
             "policy": [policy.weights.clone(), policy.mean.clone(), policy.std.clone()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         warm = state.get("warm")
         self.warm = None if warm is None else torch.as_tensor(warm).clone()
+        kept = state.get("kept")  # (absent from checkpoints before keep_elites)
+        self.kept = None if kept is None else torch.as_tensor(kept).clone()
         if "policy" not in state:  # saved before method policy existed: no policy searched
             return
         # (checkpoints up to 2026-11-27 also hold "search_mean": the same numbers as the
