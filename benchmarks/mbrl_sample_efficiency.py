@@ -427,13 +427,18 @@ def icem_check(jobs: int) -> None:
             f"{SAC_EVAL_STEPS:,}** (the claim: at most 0.1)"
         )
     else:
-        verdict = f"not every seed is at SAC's level at {MBRL_STEPS:,} steps"
+        at_level = sum(r["final"] >= SAC_EVAL_LEVEL for r in results)
+        verdict = (
+            f"{at_level} of {len(results)} seeds are at SAC's level at {MBRL_STEPS:,} steps "
+            f"(the best: {max(r['final'] for r in results):.1f})"
+        )
     print(verdict)
     body = f"""
 pendulum-mbrl for {MBRL_STEPS:,} env steps (5 episodes: 200 random steps, then planning)
 with its planner's search changed to iCEM ({results[0]["search"]}). Then one evaluation on
 the same {EVAL_EPISODES} episodes as above (seeded {EVAL_SEED:,} + k), planned in one batch.
 Only one: with this search an evaluation costs as much compute as the whole training.
+Minutes: wall time on the shared 2-core machine, beside whatever else ran there.
 
 {table}
 

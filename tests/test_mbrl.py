@@ -141,16 +141,9 @@ def test_categorical_update_by_hand():
     torch.testing.assert_close(new, torch.tensor([[[0.1, 0.9]]]))
 
 
-def test_planner_finds_the_action_a_known_model_pays_for():
-    # A one-member "model" whose reward is -(a - 0.5)^2 and whose state never changes:
-    # CEM should pick a = 0.5 (and a discrete planner the action whose reward is higher).
-    import gymnasium as gym
-
-    torch.manual_seed(0)
+def _model_paying_for_half() -> DynamicsEnsemble:
+    """A one-member "model" whose state never changes and whose reward is -(a - 0.5)^2."""
     model = DynamicsEnsemble(1, 1, members=1, hidden=[1])
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
 
     def known(inputs):  # [E, N, 2] -> mean, std of (delta obs, reward, terminated)
         action = inputs[..., 1:2]
@@ -158,8 +151,16 @@ def test_planner_finds_the_action_a_known_model_pays_for():
         return mean, torch.zeros_like(mean)
 
     model.forward = known  # type: ignore[method-assign]
+    return model
+
+
+def test_planner_finds_the_action_a_known_model_pays_for():
+    # A one-member "model" whose reward is -(a - 0.5)^2 and whose state never changes:
+    # CEM should pick a = 0.5 (and a discrete planner the action whose reward is higher).
+    import gymnasium as gym
+
     planner = Planner(
-        model,
+        _model_paying_for_half(),
         gym.spaces.Box(-2.0, 2.0, (1,)),
         PlannerConfig(horizon=4, population=100, iterations=5, elites=10),
     )
@@ -185,14 +186,6 @@ def test_colored_noise_is_white_at_beta_0_and_smooth_with_unit_variance_above():
 def test_icem_acts_with_the_best_sequence_and_keeps_shifted_elites():
     import gymnasium as gym
 
-    model = DynamicsEnsemble(1, 1, members=1, hidden=[1])
-
-    def known(inputs):  # reward -(a - 0.5)^2 at every step, the state never changes
-        action = inputs[..., 1:2]
-        mean = torch.cat([torch.zeros_like(action), -((action - 0.5) ** 2), 0 * action], -1)
-        return mean, torch.zeros_like(mean)
-
-    model.forward = known  # type: ignore[method-assign]
     settings = PlannerConfig(
         horizon=4,
         population=50,
@@ -203,7 +196,7 @@ def test_icem_acts_with_the_best_sequence_and_keeps_shifted_elites():
         act="best",
         sample=False,
     )
-    planner = Planner(model, gym.spaces.Box(-2.0, 2.0, (1,)), settings)
+    planner = Planner(_model_paying_for_half(), gym.spaces.Box(-2.0, 2.0, (1,)), settings)
     actions, info = planner.plan(torch.zeros(2, 1), torch.Generator().manual_seed(0))
     # The first action of the best sequence found: near 0.5 though less exactly than a mean
     # of elites, and the whole sequence is good (the plan's imagined return, reported).
