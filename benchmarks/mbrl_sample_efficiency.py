@@ -358,7 +358,7 @@ def search_text(settings: Any) -> str:
         f"horizon {settings.horizon}, {settings.population} samples, "
         f"{settings.iterations} iterations"
     )
-    if settings.noise_beta or settings.keep_elites or settings.act != "mean":
+    if settings.icem:
         text += (
             f", iCEM: noise 1/f^{settings.noise_beta:g}, {settings.keep_elites:.0%} of the "
             f"elites kept, acting with the {settings.act} sequence"

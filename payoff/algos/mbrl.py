@@ -349,6 +349,11 @@ class PlannerConfig:
     keep_elites: float = field(default=0.0, metadata=in_range(0, 1))
     act: Literal["mean", "best"] = "mean"
 
+    @property
+    def icem(self) -> bool:
+        """Whether any of iCEM's keys is off its PETS default."""
+        return bool(self.noise_beta or self.keep_elites or self.act != "mean")
+
 
 @dataclass
 class ValueKeys:
@@ -437,7 +442,7 @@ class MBRLConfig(AgentKeys):
                 f"planner.keep_elites {planner.keep_elites} needs planner.method cem (the "
                 f"elites CEM refits to are what it keeps); method is {planner.method!r}"
             )
-        if planner.method == "policy" and (planner.noise_beta or planner.act != "mean"):
+        if planner.method == "policy" and planner.icem:  # (keep_elites: refused above)
             raise ConfigError(
                 "planner.noise_beta and planner.act shape the search over action sequences "
                 "(method cem or mppi); method policy searches a policy's weights"
@@ -521,7 +526,7 @@ class Planner:
         self.num_actions = actions or 0  # (Box: unused)
         self.warm: torch.Tensor | None = None  # [B, H, A] means, or [B, H, n] probabilities
         self.kept: torch.Tensor | None = None  # keep_elites: the last search's, shifted
-        if self.discrete and (config.noise_beta or config.keep_elites or config.act != "mean"):
+        if self.discrete and config.icem:
             raise ConfigError(
                 f"planner.noise_beta, keep_elites and act: best search sequences of Box "
                 f"actions (iCEM); this env's actions are {action_space}: leave them at "
@@ -627,7 +632,7 @@ class Planner:
             actions = plan[:, 0].numpy()
             middle = ((self.low + self.high) / 2).expand(batch, 1, -1)
             self.warm = torch.cat([plan[:, 1:], middle], dim=1)
-            if kept is not None:  # shifted like the mean: the step just taken drops out
+            if kept is not None:  # shifted like the plan: the step just taken drops out
                 self.kept = torch.cat(
                     [kept[:, :, 1:], middle[:, None].expand_as(kept[:, :, :1])], 2
                 )
