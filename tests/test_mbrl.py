@@ -221,6 +221,22 @@ def test_icem_options_name_where_they_apply():
         Planner(model, gym.spaces.Discrete(2), PlannerConfig(noise_beta=2.0))
 
 
+def test_a_search_the_action_space_cannot_take_closes_the_env(monkeypatch):
+    import payoff.algos.mbrl as mbrl_module
+
+    opened = []
+
+    def recording(*args, **kwargs):
+        opened.append(make_vector_env(*args, **kwargs))
+        return opened[-1]
+
+    make_vector_env = mbrl_module.make_vector_env
+    monkeypatch.setattr(mbrl_module, "make_vector_env", recording)
+    with pytest.raises(ConfigError, match="Box actions"):
+        MBRL("CartPole-v1", planner={"noise_beta": 2.0})
+    assert len(opened) == 1 and opened[0].closed
+
+
 class TrueCartPole:
     """CartPole-v1's own physics as a one-member "model" (delta obs, reward 1, terminated
     from the next state), to test the policy search apart from any learned model's error."""

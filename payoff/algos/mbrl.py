@@ -798,7 +798,11 @@ class MBRL(Agent):
         keys = config.value
         self.value = TerminalValue(obs_dim, keys.hidden, keys.gamma)
         self.value_optimizer = torch.optim.Adam(self.value.net.parameters(), lr=keys.learning_rate)
-        self.planner = self._planner()
+        try:
+            self.planner = self._planner()
+        except ConfigError:  # a search the action space cannot take: close the env first
+            self.envs.close()
+            raise
         self.fits = 0  # model refits so far
         self.fitted_size = 0  # transitions the model was last fitted on
         self.gap_cursor = 0  # first transition whose planned-vs-realized window is not scored
