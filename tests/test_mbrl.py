@@ -24,6 +24,7 @@ from payoff.algos.mbrl import (
     imagine_policy,
     mppi_weights,
 )
+from payoff.core.denormals import flushed_denormals, flushing_denormals
 from payoff.core.errors import ConfigError, EnvError
 from payoff.models.dynamics import DynamicsEnsemble, EnsembleLinear, TerminalValue, gaussian_nll
 from payoff.monitor.detectors import ModelExploitation, build_monitors
@@ -76,6 +77,35 @@ def test_members_differ_and_log_variance_stays_bounded():
     assert not torch.allclose(mean[0], mean[1])  # independent initializations
     # soft bounds: within softplus's tail, e^-(max - min) ~ 3e-5, of the limits
     assert (logvar <= model.max_logvar + 1e-4).all() and (logvar >= model.min_logvar).all()
+
+
+def test_the_ensemble_computes_with_denormals_flushed_and_restores_the_mode():
+    """Weights that weight decay shrank to denormal floats (below 1.2e-38; microcode on
+    x86, many times slower) give denormal activations; the model reads them as zero."""
+    torch.manual_seed(0)
+    model = DynamicsEnsemble(obs_dim=3, action_dim=1, members=2, hidden=[8])
+    with torch.no_grad():
+        model.ends[0].weight.fill_(1e-39)
+        model.ends[0].bias.zero_()
+    seen = []
+    model.ends[1].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    inputs = torch.randn(2, 5, 4)
+    tiny = torch.finfo(torch.float32).tiny
+    assert not flushing_denormals()
+    model.ends(inputs[..., :3])  # the head alone, outside the model's forward
+    assert (seen[0] != 0).any() and torch.all(seen[0].abs() < tiny)  # denormal
+    mean, _ = model(inputs)
+    assert torch.all(seen[1] == 0.0)  # inside the model's forward: flushed to zero
+    assert torch.isfinite(mean).all()
+    assert not flushing_denormals()  # the mode before is restored
+    with flushed_denormals():
+        assert flushing_denormals()
+    torch.set_flush_denormal(True)  # a user's own choice survives the model
+    try:
+        model(inputs)
+        assert flushing_denormals()
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def test_fit_learns_linear_dynamics_and_members_see_different_data():

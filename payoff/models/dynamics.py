@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from payoff.core.denormals import flushed_denormals
 from payoff.core.errors import ConfigError
 from payoff.models.continuous import EnsembleLinear
 from payoff.models.mlp import mlp
@@ -148,6 +149,7 @@ class DynamicsEnsemble(nn.Module):
         o = self.obs_dim
         return self.ends((next_obs - self.in_mean[:o]) / self.in_std[:o])[..., 0]
 
+    @flushed_denormals()  # the termination head's SiLU units make denormals (core.denormals)
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units
         (terminated: its probability, std 0)."""
@@ -174,6 +176,7 @@ class DynamicsEnsemble(nn.Module):
         return nll + ends + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
 
     # ---- training -------------------------------------------------------------------------
+    @flushed_denormals()
     def fit(
         self,
         inputs: torch.Tensor,
