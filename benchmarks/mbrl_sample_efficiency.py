@@ -202,6 +202,9 @@ ICEM_SEARCH = {
     "keep_elites": 0.3,
     "act": "best",
 }
+# The recipe that plans with iCEM through its learned model: ICEM_SEARCH acting with the
+# elites' mean, each member's mean next state, its model fitted 2,000 steps per refit.
+ICEM_RECIPE = "pendulum-mbrl-icem"
 
 
 class PendulumPhysics:
@@ -337,8 +340,14 @@ def planner_ceiling() -> dict[str, Any]:
     torch.set_num_threads(1)
     _, config, _ = train.resolve("pendulum-mbrl", [], seed=0)
     results: dict[str, Any] = {"protocol": PROTOCOL}
-    for name, overrides in (("recipe", {}), ("wider", WIDER_SEARCH), ("icem", ICEM_SEARCH)):
-        settings = dataclasses.replace(config.planner, **overrides)
+    _, learned, _ = train.resolve(ICEM_RECIPE, [], seed=0)
+    searches = {
+        "recipe": config.planner,
+        "wider": dataclasses.replace(config.planner, **WIDER_SEARCH),
+        "icem": dataclasses.replace(config.planner, **ICEM_SEARCH),
+        "icem_learned": learned.planner,  # the iCEM check's runs plan with this search
+    }
+    for name, settings in searches.items():
         planner = Planner(PendulumPhysics(), pendulum_action_space(), settings)  # type: ignore[arg-type]
         generator = torch.Generator().manual_seed(0)
         result = evaluate_batched(
@@ -363,22 +372,22 @@ def search_text(settings: Any) -> str:
             f", iCEM: noise 1/f^{settings.noise_beta:g}, {settings.keep_elites:.0%} of the "
             f"elites kept, acting with the {settings.act} sequence"
         )
+    if not settings.sample:
+        text += ", each member's mean next state"
     return text
 
 
 def run_icem_check(seed: int) -> dict[str, Any]:
-    """pendulum-mbrl with ICEM_SEARCH for MBRL_STEPS steps, then its final evaluation on
-    the benchmark's episodes (one evaluation: each costs as much as the whole training)."""
+    """ICEM_RECIPE for MBRL_STEPS steps, then its final evaluation on the benchmark's
+    episodes (one evaluation: each costs as much as the whole training)."""
     started = time.time()
-    overrides = [f"planner.{key}={value}" for key, value in ICEM_SEARCH.items()]
     curve, agent = _payoff_curve(
-        "pendulum-mbrl",
+        ICEM_RECIPE,
         seed,
         [
             f"total_steps={MBRL_STEPS}",
             f"final_eval_episodes={EVAL_EPISODES}",  # on EVAL_SEED: _payoff_curve's evaluate
             "eval_every=0",
-            *overrides,
         ],
     )
     final = next(r for r in agent.history if "final/mean_return" in r)
@@ -388,6 +397,7 @@ def run_icem_check(seed: int) -> dict[str, Any]:
         "curve": curve,
         "seconds": time.time() - started,
         "search": search_text(agent.config.planner),
+        "fit_steps": agent.config.fit_steps,
     }
 
 
@@ -404,8 +414,13 @@ def icem_check(jobs: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(jobs) as pool:
-        results = list(pool.map(run_icem_check, SEEDS))
-    ceiling = planner_ceiling()
+        runs = [pool.submit(run_icem_check, seed) for seed in SEEDS]
+        ceiling_run = pool.submit(planner_ceiling)  # beside the last seed
+        results = [run.result() for run in runs]
+        ceiling = ceiling_run.result()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "icem-check.json").write_text(json.dumps({"runs": results, "ceiling": ceiling}))
+    figure = draw_icem_check(results, ceiling)
     rows = [
         [
             r["seed"],
@@ -434,8 +449,10 @@ def icem_check(jobs: int) -> None:
         )
     print(verdict)
     body = f"""
-pendulum-mbrl for {MBRL_STEPS:,} env steps (5 episodes: 200 random steps, then planning)
-with its planner's search changed to iCEM ({results[0]["search"]}). Then one evaluation on
+The {ICEM_RECIPE} recipe for {MBRL_STEPS:,} env steps (5 episodes: 200 random steps, then
+planning): pendulum-mbrl with its planner's search changed to iCEM ({results[0]["search"]})
+and its model fitted {results[0]["fit_steps"]:,} gradient steps per refit (pendulum-mbrl:
+300). Then one evaluation on
 the same {EVAL_EPISODES} episodes as above (seeded {EVAL_SEED:,} + k), planned in one batch.
 Only one: with this search an evaluation costs as much compute as the whole training.
 Minutes: wall time on the shared 2-core machine, beside whatever else ran there.
@@ -451,11 +468,96 @@ same episodes (what each would score with a perfect model):
 
 | search | evaluation |
 |---|---|
-| {ceiling["recipe_search"]} (the recipe) | {ceiling["recipe"]:.1f} |
+| {ceiling["recipe_search"]} (pendulum-mbrl) | {ceiling["recipe"]:.1f} |
 | {ceiling["wider_search"]} | {ceiling["wider"]:.1f} |
 | {ceiling["icem_search"]} | {ceiling["icem"]:.1f} |
+| {ceiling["icem_learned_search"]} ({ICEM_RECIPE}: the runs above) | {ceiling["icem_learned"]:.1f} |
+
+Figure: {figure.relative_to(ROOT)} (the runs' training episodes and evaluations against SAC's
+level and steps, and the same search with the true dynamics). The runs are cached in
+{(CACHE / "icem-check.json").relative_to(ROOT)}.
 """
     write_section("mbrl_icem_check", "Model-based RL: PETS's CEM vs iCEM on Pendulum", body)
+
+
+def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> Path:
+    """The iCEM check's runs: training episodes and the evaluation at MBRL_STEPS, against
+    SAC's final evaluation level and the steps SAC's evaluations take to reach it, and the
+    same search with the true dynamics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for i, run in enumerate(results):
+        steps, returns = zip(*run["curve"], strict=True)
+        left.plot(
+            steps,
+            returns,
+            color="tab:red",
+            alpha=0.35 + 0.2 * i,
+            marker="o",
+            ms=3,
+            label=f"{ICEM_RECIPE}: training episodes" if i == 0 else None,
+        )
+    for ax in (left, right):
+        for j, run in enumerate(results):
+            ax.plot(
+                [MBRL_STEPS * (0.97 + 0.03 * j)],
+                [run["final"]],
+                "*",
+                color="darkred",
+                ms=12,
+                alpha=0.7,
+                label=f"its evaluation at {MBRL_STEPS:,} steps, seeds 0-2" if j == 0 else None,
+            )
+        ax.axhline(
+            SAC_EVAL_LEVEL,
+            color="tab:blue",
+            ls="--",
+            lw=1,
+            label=f"SAC's final evaluation level ({SAC_EVAL_LEVEL})",
+        )
+        ax.axvline(
+            SAC_EVAL_STEPS,
+            color="tab:blue",
+            ls=":",
+            lw=1.5,
+            label=f"SAC first evaluates at that level ({SAC_EVAL_STEPS:,} steps)",
+        )
+        ax.axvline(
+            SAC_EVAL_STEPS / 10,
+            color="gray",
+            ls=":",
+            lw=1,
+            label=f"1/10 of SAC's steps ({SAC_EVAL_STEPS / 10:,.0f})",
+        )
+        ax.set_xscale("log")
+        ax.set_xlim(150, 20_000)
+        ax.set_xlabel("real environment steps (log scale)")
+        ax.grid(alpha=0.3)
+    left.set_ylabel("return")
+    left.set_title("training episodes and evaluation", fontsize=10)
+    right.axhline(
+        ceiling["icem_learned"],
+        color="tab:green",
+        ls="-.",
+        lw=1,
+        label=f"the same search with the true dynamics ({ceiling['icem_learned']:.1f})",
+    )
+    right.set_ylim(SAC_EVAL_LEVEL - 8, SAC_EVAL_LEVEL + 8)
+    left.legend(loc="lower right", fontsize=8)
+    right.set_title(
+        f"near SAC's level: evaluations on the same {EVAL_EPISODES} episodes", fontsize=10
+    )
+    right.legend(loc="lower left", fontsize=8)
+    fig.suptitle("Pendulum-v1: model-based RL with iCEM at SAC's level with 1/10 of its steps")
+    fig.tight_layout()
+    path = IMG / "mbrl-icem-check.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def pendulum_action_space() -> Any:
