@@ -480,6 +480,17 @@ level and steps, and the same search with the true dynamics). The runs are cache
     write_section("mbrl_icem_check", "Model-based RL: PETS's CEM vs iCEM on Pendulum", body)
 
 
+def save_figure(fig: Any, name: str) -> Path:
+    """Lay out, save under docs/img and close a figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = IMG / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> Path:
     """The iCEM check's runs: training episodes and the evaluation at MBRL_STEPS, against
     SAC's final evaluation level and the steps SAC's evaluations take to reach it, and the
@@ -553,11 +564,7 @@ def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> P
     )
     right.legend(loc="lower left", fontsize=8)
     fig.suptitle("Pendulum-v1: model-based RL with iCEM at SAC's level with 1/10 of its steps")
-    fig.tight_layout()
-    path = IMG / "mbrl-icem-check.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, "mbrl-icem-check.png")
 
 
 def pendulum_action_space() -> Any:
@@ -706,10 +713,7 @@ def draw(results: dict[str, list[dict[str, Any]]], numbers: dict[str, Any]) -> l
     left.set_ylabel("return")
     right.legend(loc="lower right", fontsize=8)
     fig.suptitle("Pendulum-v1, 3 seeds each: return vs real environment steps")
-    fig.tight_layout()
-    efficiency = IMG / "mbrl-sample-efficiency.png"
-    fig.savefig(efficiency, dpi=110)
-    plt.close(fig)
+    efficiency = save_figure(fig, "mbrl-sample-efficiency.png")
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     cmap = plt.get_cmap("viridis")
@@ -750,10 +754,7 @@ def draw(results: dict[str, list[dict[str, Any]]], numbers: dict[str, Any]) -> l
     right.set_title("held-out 1- and 10-step error over training (mbrl)")
     right.legend(fontsize=7)
     right.grid(alpha=0.3)
-    fig.tight_layout()
-    model_error = IMG / "mbrl-model-error.png"
-    fig.savefig(model_error, dpi=110)
-    plt.close(fig)
+    model_error = save_figure(fig, "mbrl-model-error.png")
     return [efficiency, model_error]
 
 
