@@ -22,7 +22,10 @@ Each run's curves are cached under runs/mbrl-sample-efficiency/ (JSON), so
 
 draws docs/img/mbrl-sample-efficiency.png (return vs env steps, log x) and
 docs/img/mbrl-model-error.png (the model's held-out open-loop error vs prediction horizon,
-over training), and writes its section of docs/benchmarks.md.
+over training), and writes its section of docs/benchmarks.md. Two checks write sections
+of their own: --mbpo-model-check (MBPO with its learned model vs the true dynamics) and
+--icem-check (the pendulum-mbrl-icem recipe on 3 seeds, docs/img/mbrl-icem-check.png;
+cached, so --icem-check --draw redraws it).
 """
 
 from __future__ import annotations
@@ -329,8 +332,9 @@ true dynamics {", ".join(f"{v:.1f}" for v in best[True])}. SAC's final evaluatio
 
 
 def planner_ceiling() -> dict[str, Any]:
-    """The evaluation's mean return when mbrl's planner (pendulum-mbrl's settings, then a
-    wider search) plans with the true dynamics and reward: what a perfect model would give."""
+    """The evaluation's mean return when mbrl's planner plans with the true dynamics and
+    reward (what a perfect model would give), with each search: pendulum-mbrl's, a wider
+    PETS search, ICEM_SEARCH and ICEM_RECIPE's."""
     import torch
 
     from payoff import train
@@ -408,19 +412,36 @@ SAC_EVAL_LEVEL = -143.65
 SAC_EVAL_STEPS = 10_467
 
 
-def icem_check(jobs: int) -> None:
-    """Does a better search lift mbrl to SAC's final evaluation level? pendulum-mbrl with
-    the iCEM search on 3 seeds, and the searches' ceilings with the true dynamics."""
+def icem_check(jobs: int, draw_only: bool) -> None:
+    """Does a better search lift mbrl to SAC's final evaluation level? ICEM_RECIPE on 3
+    seeds, and the searches' ceilings with the true dynamics; with draw_only, the section
+    and figure again from the cached runs."""
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(jobs) as pool:
-        runs = [pool.submit(run_icem_check, seed) for seed in SEEDS]
-        ceiling_run = pool.submit(planner_ceiling)  # beside the last seed
-        results = [run.result() for run in runs]
-        ceiling = ceiling_run.result()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    (CACHE / "icem-check.json").write_text(json.dumps({"runs": results, "ceiling": ceiling}))
-    figure = draw_icem_check(results, ceiling)
+    from payoff import train
+
+    path = CACHE / "icem-check.json"
+    if draw_only:
+        if not path.exists():
+            print(f"not drawing: no cached runs at {path}; run --icem-check without --draw")
+            return
+        cache = json.loads(path.read_text())
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            runs = [pool.submit(run_icem_check, seed) for seed in SEEDS]
+            ceiling_run = pool.submit(planner_ceiling)  # beside the last seed
+            cache = {"runs": [run.result() for run in runs], "ceiling": ceiling_run.result()}
+        cache["measured"] = time.strftime("%Y-%m-%d %H:%M")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache))
+    results, ceiling = cache["runs"], cache["ceiling"]
+    # caches written before "measured" was kept: the file's time
+    measured = cache.get("measured") or time.strftime(
+        "%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime)
+    )
+    _, recipe_config, _ = train.resolve("pendulum-mbrl", [], seed=0)
+    met = all(r["final"] >= SAC_EVAL_LEVEL for r in results)
+    figure = draw_icem_check(results, ceiling, met)
     rows = [
         [
             r["seed"],
@@ -435,7 +456,7 @@ def icem_check(jobs: int) -> None:
         rows,
     )
     print(table)
-    if all(r["final"] >= SAC_EVAL_LEVEL for r in results):
+    if met:
         verdict = (
             f"every seed is at SAC's level by {MBRL_STEPS:,} steps, so mbrl's mean steps to it "
             f"are at most {MBRL_STEPS:,}: **at most {MBRL_STEPS / SAC_EVAL_STEPS:.3f} of SAC's "
@@ -452,10 +473,10 @@ def icem_check(jobs: int) -> None:
 The {ICEM_RECIPE} recipe for {MBRL_STEPS:,} env steps (5 episodes: 200 random steps, then
 planning): pendulum-mbrl with its planner's search changed to iCEM ({results[0]["search"]})
 and its model fitted {results[0]["fit_steps"]:,} gradient steps per refit (pendulum-mbrl:
-300). Then one evaluation on
-the same {EVAL_EPISODES} episodes as above (seeded {EVAL_SEED:,} + k), planned in one batch.
-Only one: with this search an evaluation costs as much compute as the whole training.
-Minutes: wall time on the shared 2-core machine, beside whatever else ran there.
+{recipe_config.fit_steps:,}). Then one evaluation on the same {EVAL_EPISODES} episodes as
+above (seeded {EVAL_SEED:,} + k), planned in one batch. Only one: with this search an
+evaluation costs as much compute as the whole training. Runs measured {measured};
+minutes: wall time on the shared 2-core machine, beside whatever else ran there.
 
 {table}
 
@@ -475,7 +496,8 @@ same episodes (what each would score with a perfect model):
 
 Figure: {figure.relative_to(ROOT)} (the runs' training episodes and evaluations against SAC's
 level and steps, and the same search with the true dynamics). The runs are cached in
-{(CACHE / "icem-check.json").relative_to(ROOT)}.
+{(CACHE / "icem-check.json").relative_to(ROOT)}: `--icem-check` runs them (here with
+`--jobs 2`), `--icem-check --draw` writes this section and the figure again from the cache.
 """
     write_section("mbrl_icem_check", "Model-based RL: PETS's CEM vs iCEM on Pendulum", body)
 
@@ -491,7 +513,7 @@ def save_figure(fig: Any, name: str) -> Path:
     return path
 
 
-def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> Path:
+def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any], met: bool) -> Path:
     """The iCEM check's runs: training episodes and the evaluation at MBRL_STEPS, against
     SAC's final evaluation level and the steps SAC's evaluations take to reach it, and the
     same search with the true dynamics."""
@@ -501,6 +523,7 @@ def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> P
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    seeds = ", ".join(str(run["seed"]) for run in results)
     for i, run in enumerate(results):
         steps, returns = zip(*run["curve"], strict=True)
         left.plot(
@@ -521,7 +544,7 @@ def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> P
                 color="darkred",
                 ms=12,
                 alpha=0.7,
-                label=f"its evaluation at {MBRL_STEPS:,} steps, seeds 0-2" if j == 0 else None,
+                label=f"its evaluation at {MBRL_STEPS:,} steps, seeds {seeds}" if j == 0 else None,
             )
         ax.axhline(
             SAC_EVAL_LEVEL,
@@ -563,7 +586,11 @@ def draw_icem_check(results: list[dict[str, Any]], ceiling: dict[str, Any]) -> P
         f"near SAC's level: evaluations on the same {EVAL_EPISODES} episodes", fontsize=10
     )
     right.legend(loc="lower left", fontsize=8)
-    fig.suptitle("Pendulum-v1: model-based RL with iCEM at SAC's level with 1/10 of its steps")
+    fig.suptitle(
+        f"Pendulum-v1: {ICEM_RECIPE} "
+        + ("at" if met else "against")
+        + f" SAC's final evaluation level after {MBRL_STEPS:,} env steps"
+    )
     return save_figure(fig, "mbrl-icem-check.png")
 
 
@@ -771,7 +798,7 @@ def main() -> None:
     parser.add_argument(
         "--icem-check",
         action="store_true",
-        help="only: pendulum-mbrl with the iCEM search (3 seeds, its own section)",
+        help=f"only: {ICEM_RECIPE} (3 seeds, its own section; with --draw: from its cache)",
     )
     parser.add_argument("--jobs", type=int, default=2, help="processes for the checks")
     args = parser.parse_args()
@@ -779,7 +806,7 @@ def main() -> None:
         mbpo_model_check(args.jobs)
         return
     if args.icem_check:
-        icem_check(args.jobs)
+        icem_check(args.jobs, args.draw)
         return
     wanted = args.only or list(METHODS)
     results: dict[str, list[dict[str, Any]]] = {}
