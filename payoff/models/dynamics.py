@@ -149,7 +149,7 @@ class DynamicsEnsemble(nn.Module):
         o = self.obs_dim
         return self.ends((next_obs - self.in_mean[:o]) / self.in_std[:o])[..., 0]
 
-    @flushed_denormals()  # the termination head's SiLU units make denormals (core.denormals)
+    @flushed_denormals()  # after a long fit, SiLU outputs can be denormal (core.denormals)
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw inputs [E, N, in] -> mean and std [E, N, out] in the targets' own units
         (terminated: its probability, std 0)."""
