@@ -540,3 +540,54 @@ def test_a_file_cut_to_a_few_bytes_is_called_truncated_not_a_pickle(tmp_path):
     path.write_bytes((16_000).to_bytes(8, "little")[:7])
     with pytest.raises(CheckpointError, match="is 7 bytes long, cut short of any checkpoint"):
         QLearning.load(path)
+
+
+def test_a_checkpoint_cannot_ask_for_endless_threads_envs_or_rollouts(tmp_path):
+    """Sizes in a file are checked before anything is allocated: 100,000 torch threads
+    crashed the process inside OpenMP, and a billion envs or steps grew until the OS
+    killed it."""
+    agent = PPO(env="CartPole-v1", num_envs=2, num_steps=8, minibatch_size=8, total_steps=16)
+    path = agent.save(tmp_path / "ppo.safetensors")
+    for key, value, message in (
+        ("threads", 100_000, r"'threads' must be in \[1, 1024\], got 100000"),
+        ("num_envs", 10**9, r"'num_envs' must be in \[1, 100,000\], got 1000000000"),
+        ("num_steps", 10**9, r"a rollout of num_steps 1,000,000,000 x num_envs 2 .* GiB"),
+    ):
+        tree = load_state(path)
+        tree["state"]["config"][key] = value
+        save_state(tmp_path / f"{key}.safetensors", tree)
+        with pytest.raises(Exception, match=message):
+            PPO.load(tmp_path / f"{key}.safetensors")
+
+
+def test_weights_of_another_dtype_are_refused(tmp_path):
+    """load_state_dict would cast int64 weights silently (the policy then plays at random)."""
+    agent = PPO(env="CartPole-v1", num_envs=2, num_steps=8, minibatch_size=8, total_steps=16)
+    path = agent.save(tmp_path / "ppo.safetensors")
+    tree = load_state(path)
+    actor = tree["state"]["state"]["actor"]
+    actor["logits.0.weight"] = actor["logits.0.weight"].to(torch.int64)
+    save_state(tmp_path / "int.safetensors", tree)
+    with pytest.raises(
+        CheckpointError, match=r"actor.logits.0.weight is torch.int64, .*torch.float32"
+    ):
+        PPO.load(tmp_path / "int.safetensors")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"step": 1, "event": "x"}',
+        b'{"step": 1, "event": null}',
+        b'{"step": 1, "event": {"kind": "k", "severity": "critical", "evidence": "x"}}',
+        b'{"event": {"kind": "k"}}',
+        b"\xff\xfe\x00not utf-8",
+    ],
+)
+def test_report_skips_malformed_event_lines_and_bytes(trained_run, tmp_path, line, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    with (run / "metrics.jsonl").open("ab") as file:
+        file.write(line + b"\n")
+    assert main(["report", str(run)]) == 0, capsys.readouterr().err
+    assert (run / "media" / "report.html").is_file()

@@ -329,7 +329,7 @@ def test_a_kind_of_run_that_cannot_be_trained_further_says_why(run_copy, monkeyp
         (["cartpole-dqn", "gamma=2"], "config key 'gamma' must be in [0, 1], got 2.0"),
         (["cartpole-ppo", "gae_lambda=1.5"], "config key 'gae_lambda' must be in [0, 1], got 1.5"),
         (["cartpole-ppo", "clip.start=0"], "config key 'clip.start' must be > 0, got 0.0"),
-        (["cartpole-ppo", "num_envs=0"], "config key 'num_envs' must be > 0, got 0"),
+        (["cartpole-ppo", "num_envs=0"], "config key 'num_envs' must be in [1, 100,000], got 0"),
         (["cartpole-ppo", "hidden=[64,0]"], "config key 'hidden[1]' must be > 0, got 0"),
         (
             ["cartpole-dqn", "epsilon.end=1.5"],

@@ -115,7 +115,6 @@ RANGES: dict[str, Range] = {
     # counts and sizes: > 0
     **dict.fromkeys(
         (
-            "num_envs",
             "num_steps",
             "batch_size",
             "steps",
@@ -159,7 +158,6 @@ RANGES: dict[str, Range] = {
             "channels",
             "ensemble",
             "num_workers",
-            "threads",
             "log_every",
             "checkpoint_every",
             "check_every",
@@ -171,6 +169,12 @@ RANGES: dict[str, Range] = {
         ("workers", "league_simulations", "leaves_per_tree", "final_eval_k", "ns"), AT_LEAST_ONE
     ),
     "group_size": Range(2),  # a group of one has no mean to compare against
+    # torch threads: a file asking for 100,000 crashes the process inside OpenMP
+    "threads": Range(1, 1024),
+    **dict.fromkeys(("train_threads", "sampler_threads"), Range(0, 1024)),
+    # envs stepped together: a sanity bound (each is an object in memory, or a row of a
+    # batched env's arrays allocated before any rollout is checked against the memory)
+    "num_envs": Range(1, 100_000),
     # seeds, optional counts (0 = off / all / automatic), coefficients and penalties: >= 0
     # seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
     # overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
@@ -187,7 +191,6 @@ RANGES: dict[str, Range] = {
             "value_prefit_steps",
             "temperature_moves",
             "gate_random_moves",
-            "train_threads",
             "lora_rank",
             "max_lag",
             "max_restarts",
@@ -319,12 +322,41 @@ class YAMLTooLarge(yaml.YAMLError):
     """A YAML document whose aliases expand beyond MAX_YAML_VALUES (an alias bomb)."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML keeps the last
+    in silence: `steps: 2000` then `steps: 3000` trained 3000). Merge keys (<<) may still
+    be overridden, as YAML means them to be."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the constructor refuses it anyway
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} is given twice (lines {first} and {line}); YAML would "
+                        f"keep the last in silence: keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def safe_yaml(text: str) -> Any:
     """yaml.safe_load (data only, never objects), refused (YAMLTooLarge) when its aliases
     expand to more than MAX_YAML_VALUES values. Aliases share one object, so loading nine
     levels of ten aliases each takes 578 bytes and no time, but anything that walks or
     copies the result (the config checks, a report page) meets a billion values."""
-    data = yaml.safe_load(text)
+    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     stack, count = [data], 0
     while stack:  # each node as often as it is used: what a walk of the result would see
         node = stack.pop()

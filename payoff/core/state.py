@@ -49,6 +49,8 @@ def restore(current: Any, saved: Any, name: str) -> Any:
     )
     if stateful and saved is None:
         raise ValueError(f"the checkpoint has no {name!r}, but this config needs one")
+    if isinstance(current, torch.nn.Module) and isinstance(saved, dict):
+        check_dtypes(current, saved, name)
     if hasattr(current, "load_state_dict"):
         current.load_state_dict(saved)
     elif isinstance(current, torch.Generator):
@@ -73,6 +75,20 @@ def restore(current: Any, saved: Any, name: str) -> Any:
     else:
         return saved
     return current
+
+
+def check_dtypes(module: torch.nn.Module, saved: dict[str, Any], name: str) -> None:
+    """ValueError naming the first tensor of `saved` whose dtype is not the module's own:
+    load_state_dict would cast it in silence (int64 weights truncated to whole numbers)."""
+    own = module.state_dict()
+    for key, value in saved.items():
+        mine = own.get(key)
+        tensors = isinstance(value, torch.Tensor) and isinstance(mine, torch.Tensor)
+        if tensors and value.dtype != mine.dtype:
+            raise ValueError(
+                f"the checkpoint's {name}.{key} is {value.dtype}, but the model holds "
+                f"{mine.dtype} there: the file is damaged or was not written by payoff"
+            )
 
 
 def count_values(tree: Any) -> int:

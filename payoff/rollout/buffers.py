@@ -8,7 +8,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from payoff.core.errors import ConfigError
 from payoff.core.state import tensors_to
+from payoff.rollout.replay import machine_memory
 
 
 @dataclass
@@ -45,6 +47,7 @@ class RolloutStorage:
         info_keys: tuple[str, ...] = (),
     ) -> RolloutStorage:
         shape = (num_steps, num_envs)
+        check_rollout_fits(shape, obs_shape, obs_dtype, act_shape, act_dtype, len(info_keys))
         return cls(
             obs=torch.zeros(*shape, *obs_shape, dtype=obs_dtype),
             actions=torch.zeros(*shape, *act_shape, dtype=act_dtype),
@@ -109,3 +112,31 @@ class RolloutStorage:
         following = xp.concatenate([values[1:], next_values[None]])  # V(s_{t+1})
         cut = truncated & ~terminated
         rewards += gamma * following * cut
+
+
+def check_rollout_fits(
+    shape: tuple[int, int],
+    obs_shape: tuple[int, ...],
+    obs_dtype: torch.dtype,
+    act_shape: tuple[int, ...],
+    act_dtype: torch.dtype,
+    info_fields: int = 0,
+) -> None:
+    """ConfigError, before any of it is allocated, when a rollout of shape [num_steps,
+    num_envs] would not fit in this machine's memory (a num_steps or num_envs typed, or read
+    from a file, orders of magnitude too large would otherwise grow until the OS kills it)."""
+    memory = machine_memory()
+    steps = int(shape[0]) * int(shape[1])
+    per_step = (
+        int(np.prod(obs_shape, dtype=np.int64)) * obs_dtype.itemsize
+        + int(np.prod(act_shape, dtype=np.int64)) * act_dtype.itemsize
+        + 4 * (3 + info_fields)  # logprobs, values, rewards, info
+        + 3  # terminated, truncated, valid
+    )
+    if memory is None or steps * per_step <= memory:
+        return
+    raise ConfigError(
+        f"a rollout of num_steps {shape[0]:,} x num_envs {shape[1]:,} with "
+        f"{tuple(obs_shape)} observations needs {steps * per_step / 2**30:,.1f} GiB, more than "
+        f"this machine's {memory / 2**30:.1f} GiB; lower num_steps or num_envs"
+    )

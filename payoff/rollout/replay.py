@@ -55,15 +55,20 @@ def interleave(first: TransitionBatch, second: TransitionBatch, steps: int) -> T
     )
 
 
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where sysconf cannot say: Windows)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def check_fits(capacity: int, obs_shape: tuple[int, ...]) -> None:
     """ConfigError when `capacity` transitions' observations (float32, twice: obs and
     next_obs) would not fit in this machine's memory; a warning past half of it."""
     needed = 2 * 4 * int(capacity) * int(np.prod(obs_shape, dtype=np.int64))
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): not checked
-        return
-    if needed <= memory // 2:
+    memory = machine_memory()
+    if memory is None or needed <= memory // 2:
         return
     fits = max(int(memory // 2 // max(needed // max(capacity, 1), 1)), 1)
     message = (

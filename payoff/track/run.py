@@ -281,7 +281,20 @@ class Run:
         return [r for r in read_jsonl(self.path / "metrics.jsonl") if "event" not in r]
 
     def events(self) -> list[dict[str, Any]]:
-        return [r for r in read_jsonl(self.path / "metrics.jsonl") if "event" in r]
+        """The event records in order. A line whose event is not an object, or that has no
+        numeric step, is skipped like an unreadable one (a hand-edited or foreign file), and
+        evidence that is not an object is left out of its event."""
+        events = []
+        for record in read_jsonl(self.path / "metrics.jsonl"):
+            event, step = record.get("event"), record.get("step")
+            if not isinstance(event, dict) or isinstance(step, bool):
+                continue
+            if not isinstance(step, int | float) or not math.isfinite(step):
+                continue
+            if "evidence" in event and not isinstance(event["evidence"], dict):
+                record = {**record, "event": {k: v for k, v in event.items() if k != "evidence"}}
+            events.append(record)
+        return events
 
     def truncate_metrics(self, step: int, elapsed: float) -> None:
         """Drop the records logged after the checkpoint we resume from: those past its
@@ -413,7 +426,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    # bytes that are not UTF-8 (a foreign or damaged file) spoil their line only
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         line = line.strip()
         if not line:
             continue
