@@ -30,7 +30,7 @@ from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
 from payoff.models.lean_forward import explained_lookups
-from payoff.models.lm import ModelConfig, model_device
+from payoff.models.lm import ModelConfig, context_limit, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.rollout.episodes import Episode, pack_episodes
@@ -105,6 +105,40 @@ class SFT(LMAlgorithm):
         self.scheduler = warmup_scheduler(self.optimizer, config.warmup_steps)
         self.best_accuracy = 0.0
         self.final_result: Any = None  # finish()'s held-out score (build_base_model reports it)
+
+    def check_context(self, most: int = 5_000) -> None:
+        """The prompts plus max_new_tokens (LMAlgorithm's check), and what SFT itself trains
+        on: each training row's prompt, answer and EOS must fit the model's context too (one
+        answer or 'text' row past it would fail deep inside the model, or ask a rotary model
+        for positions it never learnt). Checks up to `most` rows and names the longest."""
+        super().check_context(most)
+        context = context_limit(self.model)
+        rows = (getattr(self.task, "train_rows", None) or [])[:most]
+        if context is None or not rows:
+            return
+        limit, fits = context
+        tokenizer = self.tokenizer
+        prompts = tokenizer([self.prompt_text(r) for r in rows], add_special_tokens=False)
+        answers = tokenizer(
+            [self.completion_text(r, r["answer"]) for r in rows], add_special_tokens=False
+        )
+        lengths = [
+            len(p) + len(a) + 1
+            for p, a in zip(prompts["input_ids"], answers["input_ids"], strict=True)
+        ]
+        at = int(np.argmax(lengths))
+        if lengths[at] <= limit:
+            return
+        row = rows[at]
+        shown = str(row["prompt"] or row["answer"])[:40]
+        over = sum(n > limit for n in lengths)
+        raise ConfigError(
+            f"a training row of task {self.config.task.name!r} ({shown!r}...) is "
+            f"{lengths[at]} tokens (prompt, answer and EOS), past the {limit} positions this "
+            f"model ({getattr(self.model.config, 'model_type', '?')}) {fits}; {over} of the "
+            f"{len(rows)} rows checked are that long. Shorten or drop them, or use a model "
+            f"with a longer context"
+        )
 
     # ---- data -------------------------------------------------------------------------
     def batch(self, rows: list[Row]) -> dict[str, torch.Tensor]:

@@ -34,7 +34,10 @@ def uses_chat_template(tokenizer: Any, mode: str) -> bool:
     """Whether prompts go through the template: mode 'auto' and a template, never for 'none'."""
     if mode not in ("auto", "none"):
         raise ConfigError(f"config key 'model.chat_template' must be auto or none, got {mode!r}")
-    return mode == "auto" and has_chat_template(tokenizer)
+    if mode == "none" or not has_chat_template(tokenizer):
+        return False
+    _render(tokenizer, [{"role": "user", "content": "1+1="}], generation_prompt=True)  # parses?
+    return True
 
 
 def conversation(row: Mapping[str, Any]) -> list[Message]:
@@ -46,9 +49,22 @@ def conversation(row: Mapping[str, Any]) -> list[Message]:
 
 
 def _render(tokenizer: Any, messages: list[Message], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=generation_prompt, tokenize=False
-    )
+    try:
+        return tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
+        )
+    except Exception as err:
+        if not type(err).__module__.startswith("jinja2"):
+            raise
+        # A template that does not parse, or one that refuses these messages (its own
+        # raise_exception, e.g. for a system turn it does not support).
+        roles = [m["role"] for m in messages]
+        raise ConfigError(
+            f"the tokenizer's chat template failed on a conversation with roles {roles}: "
+            f"{type(err).__name__}: {err}. Repair the template (tokenizer_config.json's "
+            f"chat_template, or chat_template.jinja, in the model folder), or set "
+            f"model.chat_template=none to feed prompts as plain text"
+        ) from None
 
 
 def prompt_text(tokenizer: Any, row: Mapping[str, Any], template: bool) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +111,12 @@ class ModelConfig:
             )
         if self.lora_rank < 0:
             raise ConfigError(f"config key 'model.lora_rank' must be >= 0, got {self.lora_rank}")
+        if self.lora_rank == 0 and self.lora_targets != ["all-linear"]:
+            raise ConfigError(
+                f"config key 'model.lora_targets' is {self.lora_targets} but model.lora_rank is "
+                f"0, so LoRA is off and the whole model would train; set model.lora_rank "
+                f"(e.g. 8) to train adapters on those modules, or drop lora_targets"
+            )
 
 
 def quiet_transformers() -> None:
@@ -156,6 +164,14 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
             f"files, as model.save_pretrained(folder) and tokenizer.save_pretrained(folder) "
             f"write them)"
         )
+    try:
+        json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # read first: the tokenizer would be blamed for it
+        raise ConfigError(
+            f"the config.json of model folder {str(folder)!r} is not valid JSON "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else err!r}); "
+            f"save the model again (model.save_pretrained(folder)) or repair the file"
+        ) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             str(folder), local_files_only=True, trust_remote_code=trust_remote_code
@@ -209,6 +225,60 @@ def check_safetensors(folder: Path) -> None:
         )
 
 
+def check_loading_info(path: str, info: dict[str, Any], model_type: str = "?") -> None:
+    """A ConfigError where transformers' loading report says the folder's weights do not fit
+    the model its config.json describes: weights of other shapes, or weights the model needs
+    that the files lack (transformers initializes those at random and, at payoff's log level,
+    says nothing: training would start from noise). Extra weights alone only get a note."""
+
+    def some(keys: Any) -> str:
+        keys = sorted(str(k) for k in keys)
+        return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+    mismatched = list(info.get("mismatched_keys") or [])
+    if mismatched:
+        shown = "; ".join(
+            f"{item[0]}: {tuple(item[1])} in the files, {tuple(item[2])} in the model"
+            if isinstance(item, tuple | list) and len(item) == 3
+            else str(item)
+            for item in mismatched[:3]
+        )
+        raise ConfigError(
+            f"the weights in {path!r} do not fit the model its config.json describes: "
+            f"{len(mismatched)} weight(s) have other shapes ({shown}); config.json and the "
+            f"weights must come from the same model (a changed vocab_size or hidden_size?)"
+        )
+    missing, unexpected = (
+        list(info.get("missing_keys") or []),
+        list(info.get("unexpected_keys") or []),
+    )
+    if missing:
+        peft = any(str(k).startswith("base_model.model.") for k in unexpected)
+        hint = (
+            "the files hold a PEFT-wrapped model's weights (base_model.model.*): merge the "
+            "adapter (peft's merge_and_unload()) and save the merged model with save_pretrained"
+            if peft
+            else "config.json and the weights must come from the same model (is "
+            "config.json's model_type or architectures another model's?)"
+        )
+        found = (
+            f"; the files hold {len(unexpected)} it does not know ({some(unexpected)})"
+            if unexpected
+            else ""
+        )
+        raise ConfigError(
+            f"the weights in {path!r} do not fit the model its config.json describes "
+            f"({model_type}): {len(missing)} weight(s) it needs are not in the files "
+            f"({some(missing)}){found}. Loading them would start from random weights; {hint}"
+        )
+    if unexpected:
+        print(
+            f"note: {len(unexpected)} weight(s) in {path!r} are not the model's and were "
+            f"not loaded ({some(unexpected)})",
+            file=sys.stderr,
+        )
+
+
 def model_device(model: Any) -> torch.device:
     """The device of a model's weights (its first parameter's)."""
     return next(model.parameters()).device
@@ -236,20 +306,27 @@ def load_lm(
             refuse_untrusted("model.trust_remote_code", f"true for {config.path}")
         tokenizer = load_tokenizer(folder, config.trust_remote_code)
         check_safetensors(folder)
+        options = {
+            "dtype": _torch_dtype(config.dtype),
+            "local_files_only": True,
+            "use_safetensors": True,
+            "trust_remote_code": config.trust_remote_code,
+            "output_loading_info": True,
+        }
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                str(folder),
-                dtype=_torch_dtype(config.dtype),
-                local_files_only=True,
-                use_safetensors=True,
-                trust_remote_code=config.trust_remote_code,
-            )
+            model, info = AutoModelForCausalLM.from_pretrained(str(folder), **options)
         except Exception as err:
+            if "ignore_mismatched_sizes" in str(err):  # its report went to a silenced logger
+                _, info = AutoModelForCausalLM.from_pretrained(
+                    str(folder), ignore_mismatched_sizes=True, **options
+                )
+                check_loading_info(config.path, info)
             hint = _remote_code_hint(err, config.trust_remote_code)
             raise ConfigError(
                 f"cannot load a causal LM from {config.path!r}: {type(err).__name__}: "
                 f"{str(err).splitlines()[0]}{f' ({hint})' if hint else ''}"
             ) from None
+        check_loading_info(config.path, info, getattr(model.config, "model_type", "?"))
     else:
         tokenizer = build_char_tokenizer()
         model = create_tiny_lm(config.tiny, tokenizer, seed=seed).to(_torch_dtype(config.dtype))
@@ -390,7 +467,23 @@ def add_lora(model, config: ModelConfig):
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return quiet_peft_wrap(get_peft_model, model, lora)
+    try:
+        return quiet_peft_wrap(get_peft_model, model, lora)
+    except ValueError as err:
+        if "is not supported" not in str(err):
+            raise
+        linear = sorted(
+            {
+                n.rsplit(".", 1)[-1]
+                for n, m in model.named_modules()
+                # nn.Linear, and transformers' Conv1D (GPT-2's linear layers)
+                if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"
+            }
+        )
+        raise ConfigError(
+            f"model.lora_targets {config.lora_targets}: {str(err).splitlines()[0]} LoRA adapts "
+            f"linear layers; this model's are named {linear[:12]}"
+        ) from None
 
 
 def is_lora(model: Any) -> bool:

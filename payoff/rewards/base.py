@@ -186,6 +186,16 @@ def resolve_reward(spec: RewardSpec) -> RewardFn:
             module = import_module(target, "reward", spec.name)
     except ImportError as err:
         raise ConfigError(f"cannot import reward module {target!r}: {err}") from None
+    except SyntaxError as err:  # the user's file: its line, not our traceback
+        raise ConfigError(
+            f"reward module {target!r} has a syntax error at line {err.lineno}: {err.msg}"
+        ) from None
+    except ConfigError:
+        raise
+    except Exception as err:  # raised while the module's top level ran
+        raise ConfigError(
+            f"reward module {target!r} raised {type(err).__name__} when imported: {err}"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"reward {spec.name!r}: {target!r} has no function {attr!r}")

@@ -111,6 +111,11 @@ def problem_row(where: str, row: dict[str, Any]) -> Row:
         row["answer"] = (
             str(value) if isinstance(value, int | float) else reply(where, reference, value)
         )
+        if not row["answer"].strip():  # a verifier would pay an empty completion for it
+            raise DataError(
+                f"{where}: {reference!r} is {value!r}, an empty answer; give each row its "
+                f"reference answer, or drop the row"
+            )
     if _present(row, "tests") and not isinstance(row["tests"], str):
         raise DataError(
             f"{where}: 'tests' must be a string of Python asserts, got {row['tests']!r}"
