@@ -219,6 +219,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         data, line = result, ", ".join(f"{k} {v:.3f}" for k, v in result.items())
     else:
         data, line = result.to_dict(), result.line()
+        env = getattr(getattr(algorithm.config, "env", None), "id", None)
+        if env and hasattr(result, "episode_returns"):  # the checkpoint's env, not config.yaml's
+            line = f"{_printable(env)} (the env in the checkpoint's config): {line}"
         for key in ("episode_returns", "episode_lengths"):  # each episode's, for scripts
             if getattr(result, key, None):
                 data[key] = list(getattr(result, key))

@@ -76,6 +76,10 @@ def test_the_cli_samples_with_stochastic(tmp_path, capsys):
     assert seeded[0] == seeded[1] and seeded[0]["episode_lengths"] != seeded[2]["episode_lengths"]
     assert main(["eval", str(run.path), "--seed", "-1"]) == 2
     assert "--seed must be >= 0" in capsys.readouterr().err
+    # the plain line names the env it played: the checkpoint's, whatever config.yaml says
+    assert main(["eval", str(run.path), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("FrozenLake-v1 (the env in the checkpoint's config): mean return")
 
 
 def test_sb3_evaluate_keywords(agent):

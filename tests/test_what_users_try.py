@@ -1381,3 +1381,157 @@ def test_q_learning_refuses_a_state_that_is_not_one_int():
         with pytest.raises(EnvError, match=r"needs one int in \[0, 5\)"):
             QLearning(Grid(obs), total_episodes=2).learn()
     assert QLearning(Grid(np.int64(2)), total_episodes=2).learn().episode == 2
+
+
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_weights_that_do_not_fit_their_config_are_refused_not_initialized_at_random(tmp_path):
+    """transformers fills weights a folder lacks with random ones and, at payoff's log level,
+    says nothing: a run would train from noise. Each mismatch is refused by name."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from payoff.models.lm import ModelConfig, load_lm
+
+    _gpt2(tmp_path / "ok")
+    model, _ = load_lm(ModelConfig(path=str(tmp_path / "ok")))
+    assert type(model).__name__ == "GPT2LMHeadModel"
+    # config.json naming another architecture than the weights
+    shutil.copytree(tmp_path / "ok", tmp_path / "llama-config")
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        vocab_size=97,
+    ).save_pretrained(tmp_path / "llama-config")
+    with pytest.raises(ConfigError, match=r"weight\(s\) it needs are not in the files .*random"):
+        load_lm(ModelConfig(path=str(tmp_path / "llama-config")))
+    # a PEFT-wrapped model's state dict, saved as the weights
+    shutil.copytree(tmp_path / "ok", tmp_path / "prefixed")
+    weights = tmp_path / "prefixed" / "model.safetensors"
+    state = load_file(weights)
+    save_file({f"base_model.model.{k}": v for k, v in state.items()}, weights)
+    with pytest.raises(ConfigError, match="PEFT-wrapped model's weights .*merge_and_unload"):
+        load_lm(ModelConfig(path=str(tmp_path / "prefixed")))
+    # a vocabulary size that is not the weights'
+    shutil.copytree(tmp_path / "ok", tmp_path / "vocab")
+    _edit_json(tmp_path / "vocab" / "config.json", vocab_size=120)
+    with pytest.raises(
+        ConfigError,
+        match=r"other shapes \(transformer.wte.weight: \(97, 16\) in the files, \(120, 16\)",
+    ):
+        load_lm(ModelConfig(path=str(tmp_path / "vocab")))
+    # config.json that is not JSON is named, not blamed on the tokenizer
+    shutil.copytree(tmp_path / "ok", tmp_path / "torn")
+    (tmp_path / "torn" / "config.json").write_text('{"model_type": "gpt2",')
+    with pytest.raises(ConfigError, match="config.json of model folder .* is not valid JSON"):
+        load_lm(ModelConfig(path=str(tmp_path / "torn")))
+
+
+def test_a_chat_template_that_fails_and_lora_on_a_non_linear_module_are_one_line_errors(tmp_path):
+    from payoff.models.chat import uses_chat_template
+    from payoff.models.lm import ModelConfig, load_lm
+
+    _gpt2(tmp_path / "m")
+    _edit_json(tmp_path / "m" / "tokenizer_config.json", chat_template="{{ m.role }")
+    tokenizer = load_tokenizer(tmp_path / "m")
+    with pytest.raises(ConfigError, match="chat template failed .*TemplateSyntaxError.*=none"):
+        uses_chat_template(tokenizer, "auto")
+    assert uses_chat_template(tokenizer, "none") is False
+    with pytest.raises(ConfigError, match=r"lora_targets \['ln_f'\]: .*not supported.*c_attn"):
+        load_lm(ModelConfig(path=str(tmp_path / "m"), lora_rank=4, lora_targets=["ln_f"]))
+    with pytest.raises(ConfigError, match="lora_rank is 0, so LoRA is off"):
+        ModelConfig(lora_targets=["c_attn"]).validate()
+
+
+def test_a_reward_file_that_does_not_import_is_named_in_one_line(tmp_path):
+    (tmp_path / "syntax.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "raises.py").write_text("x = 1 / 0\ndef f(completions, **_):\n    return []\n")
+    with pytest.raises(ConfigError, match="syntax error at line 1"):
+        RewardMix([RewardSpec(f"{tmp_path / 'syntax.py'}:f")])
+    with pytest.raises(ConfigError, match="raised ZeroDivisionError when imported"):
+        RewardMix([RewardSpec(f"{tmp_path / 'raises.py'}:f")])
+
+
+def test_sft_rows_past_the_context_and_empty_answers_are_refused_before_training(tmp_path):
+    long = tmp_path / "long.jsonl"
+    long.write_text("\n".join(json.dumps({"text": "ab" * 40 + str(i)}) for i in range(30)))
+    _gpt2(tmp_path / "m", positions=32)
+    with pytest.raises(
+        ConfigError, match=r"training row .* is \d+ tokens \(prompt, answer and EOS\), past the 32"
+    ):
+        SFT(task={"name": "jsonl", "data": str(long)}, model={"path": str(tmp_path / "m")}, steps=1)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": " "}\n')
+    with pytest.raises(DataError, match=r"empty.jsonl:2: 'answer' is ' ', an empty answer"):
+        SFT(task={"name": "jsonl", "data": str(empty)}, steps=1)
+
+
+def test_a_vector_env_inside_transforming_vector_wrappers_is_refused():
+    """Evaluation, GIFs and saved agents make single envs from the id inside: a vector
+    wrapper's transform would be missing there (the agent scored 9 on a task it solved)."""
+    vec = gym.make_vec("CartPole-v1", num_envs=2)
+    with pytest.raises(EnvError, match="wrapped by TransformObservation .* Wrap each env"):
+        payoff.PPO(gym.wrappers.vector.TransformObservation(vec, lambda o: -o))
+    # a wrapper that changes nothing the agent sees is fine
+    payoff.PPO(gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", 2)))
+
+
+def test_env_none_an_env_without_spaces_and_bad_env_arguments_are_named():
+    with pytest.raises(ConfigError, match=r"PPO\(env=None\): no env was given .* CartPole-v1"):
+        payoff.PPO(None)
+
+    class NoSpaces(gym.Env):
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(4, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(4, np.float32), 0.0, True, False, {}
+
+    with pytest.raises(EnvError, match="has no observation_space .* self.action_space"):
+        payoff.PPO(NoSpaces())
+    with pytest.raises(EnvError, match=r"rejected its arguments \{'map_name': '9x9'\}: KeyError"):
+        payoff.QLearning(env={"id": "FrozenLake-v1", "kwargs": {"map_name": "9x9"}})
+    bad_limit = {"name": "TimeLimit", "kwargs": {"max_episode_steps": "abc"}}
+    with pytest.raises(EnvError, match="wrapper 'TimeLimit' rejected .*AssertionError"):
+        payoff.PPO(env={"id": "CartPole-v1", "wrappers": [bad_limit]})
+
+
+def test_predict_refuses_nan_observations():
+    agent = payoff.PPO("CartPole-v1")
+    with pytest.raises(EnvError, match=r"holds NaN \(element 2\)"):
+        agent.predict(np.array([0.0, 0.0, np.nan, 0.0]))
+    assert agent.predict(np.zeros(4)) in (0, 1)
+
+
+def test_a_recipe_with_a_key_given_twice_is_refused(tmp_path, capsys):
+    from payoff.cli import main
+
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("algo: ppo\nenv: {id: CartPole-v1}\ntotal_steps: 2000\ntotal_steps: 3000\n")
+    assert main(["train", str(recipe), "--out", str(tmp_path / "runs")]) == 2
+    assert "key 'total_steps' is given twice (lines 3 and 4)" in capsys.readouterr().err
+
+
+def test_a_box_of_integer_actions_is_refused_for_continuous_policies():
+    class IntegerActions(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (3,))
+        action_space = gym.spaces.Box(0, 5, (2,), np.int64)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(3, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(3, np.float32), 0.0, True, False, {}
+
+    for algorithm in (payoff.PPO, payoff.SAC):
+        with pytest.raises(EnvError, match="real-valued actions.*int64 values.*MultiDiscrete"):
+            algorithm(IntegerActions())

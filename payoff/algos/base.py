@@ -138,6 +138,9 @@ class VectorAgentKeys(AgentKeys):
 
 _RESTORING: ContextVar[bool] = ContextVar("payoff_restoring", default=False)
 
+# Algorithm(env=...) left out (the config's default env), as against env=None given
+NO_ENV: Any = object()
+
 
 @contextmanager
 def _restoring() -> Iterator[None]:
@@ -243,7 +246,7 @@ class Algorithm:
 
     def __init__(
         self,
-        env: Any = None,
+        env: Any = NO_ENV,
         *extra: Any,
         config: Any = None,
         run: Run | None = None,
@@ -256,6 +259,19 @@ class Algorithm:
                 f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
                 f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
             )
+        if env is None:  # given, but None: an env factory that returned nothing?
+            try:
+                default = getattr(getattr(self.config_class(), "env", None), "id", None)
+            except Exception:  # a config class that needs keys of its own
+                default = None
+            raise ConfigError(
+                f"{type(self).__name__}(env=None): no env was given (did the function that "
+                f"makes it return None?); pass an env id, a gymnasium.Env or a function that "
+                f"returns one"
+                + (f", or leave env out to train on the default, {default}" if default else "")
+            )
+        if env is NO_ENV:
+            env = None
         if run is not None and not isinstance(run, Run):
             raise ConfigError(
                 f"run= takes a payoff.track.run.Run, got {type(run).__name__} {run!r}: "

@@ -196,17 +196,30 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
         ) from None
     except gym.error.Error as err:
         raise EnvError(f"cannot create environment {config.id!r}: {err}") from None
-    except ValueError as err:  # an env's own check of its arguments (env.kwargs)
+    except (ValueError, KeyError, AssertionError) as err:  # its own check of env.kwargs
+        if not options and not isinstance(err, ValueError):
+            raise  # no arguments to blame: the env's own failure, with its traceback
+        kind = "" if isinstance(err, ValueError) else f"{type(err).__name__}: "
         raise EnvError(
-            f"environment {config.id!r} rejected its arguments {options}: {err}"
+            f"environment {config.id!r} rejected its arguments {options}: {kind}{err}"
         ) from None
+    for space in ("observation_space", "action_space"):
+        if not isinstance(getattr(made, space, None), gym.spaces.Space):
+            raise EnvError(
+                f"environment {config.id!r} has no {space} (got "
+                f"{type(getattr(made, space, None)).__name__}): a gymnasium.Env sets "
+                f"self.observation_space and self.action_space to gymnasium.spaces in its "
+                f"__init__ (e.g. spaces.Box(-1, 1, (4,)), spaces.Discrete(2))"
+            )
     if config.max_episode_steps is not None:
         made = gym.wrappers.TimeLimit(made, config.max_episode_steps)
     for wrapper in config.wrappers:
         try:
             made = wrapper_class(wrapper.name)(made, **wrapper.kwargs)
-        except TypeError as err:
-            raise EnvError(f"wrapper {wrapper.name!r} rejected {wrapper.kwargs}: {err}") from None
+        except (TypeError, ValueError, KeyError, AssertionError) as err:
+            raise EnvError(
+                f"wrapper {wrapper.name!r} rejected {wrapper.kwargs}: {type(err).__name__}: {err}"
+            ) from None
     return made
 
 
@@ -237,6 +250,7 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
     if isinstance(env, EnvConfig | dict):
         return env
     if isinstance(env, gym.vector.VectorEnv):
+        _refuse_vector_wrappers(env)
         if (registered := _registered_config(env)) is not None:
             return registered
         makers = getattr(env, "env_fns", None)
@@ -262,6 +276,30 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
         f"env must be an id, a gymnasium.Env, a vector env or a function returning an env, "
         f"got {type(env).__name__}"
     )
+
+
+# Vector wrappers that change nothing an agent sees (episode statistics, the info layout).
+_HARMLESS_VECTOR_WRAPPERS = ("RecordEpisodeStatistics", "DictInfoToList")
+
+
+def _refuse_vector_wrappers(env: gym.vector.VectorEnv) -> None:
+    """EnvError for a vector env inside gymnasium's vector wrappers that transform what the
+    agent sees (observations, actions, rewards): payoff makes single envs for evaluation,
+    GIFs and saved agents from the id or env_fns inside, without those wrappers, so the
+    agent would be scored on observations it never trained on."""
+    layers, current = [], env
+    while isinstance(current, gym.vector.VectorWrapper):
+        layers.append(type(current).__name__)
+        current = current.env
+    transforming = [name for name in layers if name not in _HARMLESS_VECTOR_WRAPPERS]
+    if transforming:
+        raise EnvError(
+            f"the vector env is wrapped by {', '.join(transforming)} (gymnasium.wrappers.vector), "
+            f"which payoff cannot rebuild for single envs (evaluation, GIFs, a saved agent): "
+            f"they would see unwrapped observations. Wrap each env instead: "
+            f"gymnasium.make_vec(id, n, wrappers=[...]) with the single-env wrappers "
+            f"(gymnasium.wrappers), or pass a function that returns one wrapped env"
+        )
 
 
 # make_vec's own arguments in a vector env's spec.kwargs, not the env's

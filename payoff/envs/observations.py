@@ -33,8 +33,22 @@ def observation_batch(
         raise EnvError(f"predict: the observation is not an array ({error})") from None
     shape = tuple(space.shape or ())
     if obs.dtype == object or not np.issubdtype(obs.dtype, np.number) and obs.dtype != bool:
+        flat = (
+            " (a dict or tuple observation: flatten it as the agent's env did, e.g. "
+            "gymnasium.spaces.flatten(env_space, obs))"
+            if isinstance(observation, dict | tuple)
+            else ""
+        )
         raise EnvError(
-            f"predict: an observation of {space} must be numbers, got {obs.dtype} values"
+            f"predict: an observation of {space} must be numbers, got {obs.dtype} values{flat}"
+        )
+    if np.issubdtype(obs.dtype, np.floating) and np.isnan(obs).any():
+        # a network maps NaN to an arbitrary action (training refuses NaN too, check_finite;
+        # infinities pass here, for envs that train with check_finite off)
+        at = int(np.flatnonzero(np.isnan(obs.reshape(-1)))[0])
+        raise EnvError(
+            f"predict: the observation holds NaN (element {at}); a policy's action for it "
+            f"would be arbitrary: give the observation the env would"
         )
     if obs.shape == shape:
         single = True

@@ -16,7 +16,14 @@ from torch import nn
 
 from payoff.core.errors import EnvError
 from payoff.core.imports import check_weights
-from payoff.models.mlp import ACTIVATIONS, as_numpy, mlp, obs_dim, warn_raw_pixels
+from payoff.models.mlp import (
+    ACTIVATIONS,
+    as_numpy,
+    mlp,
+    obs_dim,
+    refuse_integer_box,
+    warn_raw_pixels,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps exp(log_std) finite and the policy not deterministic
 
@@ -36,6 +43,7 @@ def check_continuous(
                 else "PPO, A2C and REINFORCE (algo: ppo, a2c, reinforce) take it."
             )
         )
+    refuse_integer_box(action_space, algorithm, env_id)
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise EnvError(
             f"{algorithm} squashes actions into the Box's bounds, so they must be finite; "

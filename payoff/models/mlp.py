@@ -636,6 +636,7 @@ class GaussianActor(Actor):
         super().__init__(observation_space, action_space, **kwargs)
         if not isinstance(action_space, gym.spaces.Box):
             raise EnvError(f"GaussianActor needs a Box action space, got {action_space}")
+        refuse_integer_box(action_space, "a Gaussian policy")
         act_dim = int(np.prod(action_space.shape))
         self.mean = mlp(self.encoder.dim, self.hidden, act_dim, self.activation, 0.01)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
@@ -682,6 +683,20 @@ class GaussianActor(Actor):
 
     def spec(self) -> dict[str, Any]:
         return {**super().spec(), "log_std_init": float(self.log_std.detach().mean())}
+
+
+def refuse_integer_box(
+    action_space: gym.spaces.Box, algorithm: str, env_id: str = "the env"
+) -> None:
+    """EnvError for a Box of integers: a continuous policy samples real numbers, which such
+    an env would get as floats (its action_space.contains says no) or truncate."""
+    if not np.issubdtype(action_space.dtype, np.floating):
+        raise EnvError(
+            f"{algorithm} samples real-valued actions, but {env_id if env_id == 'the env' else repr(env_id)} has {action_space}, "
+            f"a Box of {action_space.dtype} values: declare the actions as "
+            f"gymnasium.spaces.MultiDiscrete (one choice per dimension; PPO, A2C and REINFORCE "
+            f"take it), or as a float Box whose values the env rounds itself"
+        )
 
 
 def make_actor(

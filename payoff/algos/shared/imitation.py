@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys, restoring
+from payoff.algos.base import NO_ENV, Agent, AgentKeys, restoring
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
@@ -194,7 +194,7 @@ def _agent_as_expert(algorithm: Agent, path: str | Path) -> Expert:
 class ImitationAlgorithm(Agent):
     """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
 
-    def __init__(self, env: Any = None, *extra: Any, **kwargs: Any):
+    def __init__(self, env: Any = NO_ENV, *extra: Any, **kwargs: Any):
         # expert=<a function or an object with act()>: kept here, not in the config (which
         # records its name): a file cannot hold it, so a saved run asks for it again
         expert = kwargs.get("expert")
