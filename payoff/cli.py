@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from payoff.core.config import OTHER_LIBRARIES
-from payoff.core.errors import CheckpointError, ConfigError, PayoffError, RunError, suggest
+from payoff.core.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    EnvError,
+    PayoffError,
+    RunError,
+    suggest,
+)
 from payoff.core.imports import trusting_loaded_code
 
 if TYPE_CHECKING:
@@ -326,7 +334,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
         try:
             _, algorithm = load(args.run)
-        except CheckpointError as err:  # the metrics still tell the story: report them
+        except (CheckpointError, DataError, EnvError) as err:
+            # the metrics still tell the story: report them (a refused checkpoint, a dataset
+            # or env that is gone or changed since: a report reads no training data)
             print(f"payoff: {err}; the report shows the metrics only", file=sys.stderr)
     with writing():
         if algorithm is not None:

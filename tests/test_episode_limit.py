@@ -93,3 +93,11 @@ def test_training_on_an_env_without_a_time_limit_finishes():
             env=NeverEndsTabular(), total_episodes=1, eval_every=0, final_eval_episodes=1
         ).learn()
     assert tabular.env_steps == EPISODE_STEP_LIMIT
+
+
+def test_an_evaluation_whose_episodes_never_end_stops_after_a_few_cut_ones():
+    """Q-learning's final evaluation of 1,000 episodes on an env without a time limit, each
+    cut at 100,000 steps, would take 40 minutes: it stops after 5 cut episodes."""
+    with pytest.warns(RuntimeWarning, match="stopped after 5 of 1000 episodes: 5 of them never"):
+        result = evaluate_policy(_env(), lambda obs: 0, episodes=1000, seed=0, step_limit=30)
+    assert result.episodes == 5 and result.mean_length == 30

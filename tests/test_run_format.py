@@ -76,3 +76,32 @@ def test_unwritable_output_directory(tmp_path):
     blocker.write_text("")
     with pytest.raises(RunError, match="cannot create output directory"):
         Run.create(blocker / "runs", "demo", {})
+
+
+def test_taking_the_lock_removes_temp_files_a_killed_writer_left(tmp_path):
+    """A process killed mid-write leaves `.NAME.xxxx.tmp` beside the (whole) file it was
+    replacing; the next process to train the run removes them."""
+    run = Run.create(tmp_path, "torn", {"algo": "ppo"})
+    run.release()
+    torn = [
+        run.checkpoints / ".latest.safetensors.k3j2.tmp",
+        run.media / ".report.html.x9.tmp",
+        run.path / ".summary.json.a1.tmp",
+    ]
+    for path in torn:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"half")
+    (run.checkpoints / "latest.safetensors").write_bytes(b"whole")
+    again = Run.open(run.path)
+    again.hold()
+    assert not any(path.exists() for path in torn)
+    assert (run.checkpoints / "latest.safetensors").read_bytes() == b"whole"
+
+
+def test_a_file_where_the_checkpoints_folder_goes_is_named(tmp_path):
+    run = Run.create(tmp_path, "f", {"algo": "ppo"})
+    run.release()
+    (run.checkpoints).rmdir()
+    run.checkpoints.write_text("not a folder")
+    with pytest.raises(RunError, match="holds a file named 'checkpoints' where its checkpoints"):
+        Run.open(run.path)

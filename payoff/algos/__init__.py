@@ -29,6 +29,8 @@ def available_algorithms() -> list[str]:
 def get_algorithm(name: str) -> type[Algorithm]:
     """The algorithm class for `name` ('qlearning', 'ppo', ...), with a clear error if unknown."""
     valid = available_algorithms()
+    if name not in valid and isinstance(name, str) and name.lower() in valid:
+        name = name.lower()  # `algo: PPO`, as the class is spelt
     if name not in valid:
         raise ConfigError(
             f"unknown algorithm {name!r}.{suggest(name, valid)} Valid algorithms: {', '.join(valid)}"

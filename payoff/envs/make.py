@@ -68,6 +68,11 @@ class EnvConfig:
     )
     python_env: bool = False
 
+    @classmethod
+    def from_value(cls, value: object) -> EnvConfig | None:
+        """A bare id, `env: CartPole-v1` in a recipe, as Python's `PPO("CartPole-v1")`."""
+        return cls(id=value) if isinstance(value, str) else None
+
     def validate(self) -> None:
         if self.python_env and self.factory is None and self.vector is None:
             raise EnvError(

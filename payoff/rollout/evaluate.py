@@ -38,6 +38,10 @@ def warn_unended(env_id: str, limit: int = EPISODE_STEP_LIMIT) -> None:
 
 EARLY_NOTE_STEPS = 10_000  # when an evaluation's episodes without a time limit say so
 
+# An evaluation played one episode at a time stops once this many were cut at the step
+# limit (a policy that loops in an env without a time limit loops in every episode).
+CUT_EPISODES_BEFORE_STOPPING = 5
+
 
 def note_long_episodes(env_id: str, steps: int, limit: int = EPISODE_STEP_LIMIT) -> None:
     """Say early, on the console, that episodes of an env without a time limit are still
@@ -129,10 +133,21 @@ def evaluate_policy(
     spec = getattr(environment, "spec", None)
     unlimited = getattr(spec, "max_episode_steps", None) is None  # its own time limit ends them
     noted = False
+    cut = 0  # episodes cut at step_limit so far
     returns, lengths, successes = [], [], []
     progress = LateProgress(episodes, f"evaluating {env.id}")
     try:
         for episode in range(episodes):
+            if cut >= CUT_EPISODES_BEFORE_STOPPING:  # a policy that loops: 1,000 such
+                warnings.warn(  # episodes of Q-learning's final evaluation took 40 minutes
+                    f"evaluation of env {env.id!r} stopped after {episode} of {episodes} "
+                    f"episodes: {cut} of them never ended and were cut at {step_limit:,} "
+                    f"steps, and the policy would likely loop in the rest too; its result is "
+                    f"over the {episode} played",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                break
             obs, _ = environment.reset(seed=seed + episode)
             total, length, done = 0.0, 0, False
             reward: float = 0.0
@@ -146,7 +161,9 @@ def evaluate_policy(
                 length += 1
                 done = terminated or truncated
                 if not done and length >= step_limit:
-                    warn_unended(env.id, step_limit)
+                    if not cut:
+                        warn_unended(env.id, step_limit)
+                    cut += 1
                     done = True
                 if length == EARLY_NOTE_STEPS and not done and not noted and unlimited:
                     note_long_episodes(env.id, length, step_limit)

@@ -147,6 +147,12 @@ class Run:
                 f"written through them would change files outside it; remove them"
             )
         run = cls(path, loggers)
+        # (a file where media/ goes is a failure to write the report, said where it is made)
+        if run.checkpoints.exists() and not run.checkpoints.is_dir():
+            raise RunError(
+                f"run {str(path)!r} holds a file named 'checkpoints' where its checkpoints "
+                f"folder goes: payoff reads and writes a folder there; move the file away"
+            )
         run.checkpoints.mkdir(exist_ok=True)
         run.media.mkdir(exist_ok=True)
         return run
@@ -189,6 +195,18 @@ class Run:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock = fd
         _HELD_LOCKS.add(fd)
+        self._remove_torn_writes()
+
+    def _remove_torn_writes(self) -> None:
+        """Delete the temp files of atomic writes a killed process left (`.NAME.xxxx.tmp`
+        beside a checkpoint or report): with the lock held, no write of this run is under
+        way, and the files they were for are whole (the rename never happened)."""
+        for folder in (self.path, self.checkpoints, self.media):
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            for entry in folder.glob(".*.tmp"):
+                if entry.is_file() and not entry.is_symlink():
+                    entry.unlink(missing_ok=True)
 
     @staticmethod
     def _close_locks_in_child() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -245,6 +248,38 @@ class LMAlgorithm(Algorithm):
         self.chat_template = uses_chat_template(self.tokenizer, config.model.chat_template)
         self.check_context()
         return start.model_config
+
+    def data_digest(self) -> str | None:
+        """A digest of the rows of the user's own data (train and held-out splits), kept in
+        checkpoints so that a resume notices the file changed under it; None for generated
+        tasks, whose rows come from the seed."""
+        if not hasattr(self, "_data_digest"):  # the rows are read once per process
+            splits = [getattr(self.task, name, None) for name in ("train_rows", "test_rows")]
+            text = json.dumps([s or [] for s in splits], sort_keys=True, default=str)
+            self._data_digest = hashlib.sha1(text.encode()).hexdigest() if any(splits) else None
+        return self._data_digest
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        digest = self.data_digest()
+        if digest is not None:
+            state["data_digest"] = digest
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        saved, now = state.get("data_digest"), self.data_digest()
+        if saved is not None and now is not None and saved != now:
+            rows = len(getattr(self.task, "train_rows", None) or [])
+            held = len(getattr(self.task, "test_rows", None) or [])
+            warnings.warn(
+                f"the rows of task {self.config.task.name!r} are not the ones this checkpoint "
+                f"trained on (the data file changed since: now {rows} training and {held} "
+                f"held-out rows); training goes on with the new rows and held-out scores from "
+                f"here on are on the new held-out split",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def refuse_prompt_only(self) -> None:
         """Prompt-only rows (no answer, no tests) need rewards that score without a reference

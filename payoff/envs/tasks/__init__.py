@@ -23,7 +23,7 @@ from payoff.envs.tasks import (  # noqa: F401  (registers)
     python_functions,
 )
 from payoff.envs.tasks.base import SPLITS, TASKS, Row, Task, held_out
-from payoff.envs.tasks.datasets import read_records
+from payoff.envs.tasks.datasets import read_records, rows_of_frame
 from payoff.envs.tasks.jsonl import JsonlTask, read_rows
 
 
@@ -61,6 +61,8 @@ class TaskConfig:
         or a string: a built-in task's name, else your data's file or folder."""
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
             return cls(name="jsonl", dataset=value)
+        if (rows := rows_of_frame(value)) is not None:  # a pandas DataFrame
+            return cls(name="jsonl", dataset=rows)
         if isinstance(value, str | Path):
             text = str(value)
             named = text in TASKS or not (Path(text).suffix or "/" in text or Path(text).exists())

@@ -330,3 +330,11 @@ def shared_prompt(where: str, chosen: Any, rejected: Any) -> tuple[Any, Any, Any
             + ". Add a 'prompt' column"
         )
     return chosen[:shared], chosen[shared:], rejected[shared:]
+
+
+def rows_of_frame(value: object) -> list[dict[str, Any]] | None:
+    """A pandas DataFrame's rows as dicts (`df.to_dict("records")`), what `task=` and
+    `preferences=` take from Python; None for anything else."""
+    if hasattr(value, "to_dict") and hasattr(value, "columns") and hasattr(value, "iloc"):
+        return value.to_dict("records")  # type: ignore[attr-defined, no-any-return]
+    return None

@@ -51,6 +51,7 @@ from payoff.envs.tasks.datasets import (
     read_records,
     render_chat,
     reply,
+    rows_of_frame,
     shared_prompt,
 )
 
@@ -290,6 +291,8 @@ class PreferenceDataConfig:
         DatasetDict (its 'test' split is held out), in the formats `path` takes."""
         if isinstance(value, list | tuple) or hasattr(value, "column_names"):
             return cls(dataset=value, from_python=True)
+        if (rows := rows_of_frame(value)) is not None:  # a pandas DataFrame
+            return cls(dataset=rows, from_python=True)
         if isinstance(value, str | Path):  # a file or folder of pairs
             return cls(path=str(value))
         return None
