@@ -322,33 +322,39 @@ class YAMLTooLarge(yaml.YAMLError):
     """A YAML document whose aliases expand beyond MAX_YAML_VALUES (an alias bomb)."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML keeps the last
-    in silence: `steps: 2000` then `steps: 3000` trained 3000). Merge keys (<<) may still
-    be overridden, as YAML means them to be."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.get(key)
-                except TypeError:  # an unhashable key: the constructor refuses it anyway
-                    continue
-                line = key_node.start_mark.line + 1
-                if first is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"key {key!r} is given twice (lines {first} and {line}); YAML would "
-                        f"keep the last in silence: keep one",
-                        key_node.start_mark,
-                    )
-                seen[key] = line
-        return super().construct_mapping(node, deep)
+
+def _refuse_repeated_keys(root: yaml.Node | None) -> None:
+    """A ConstructorError for a key given twice in one mapping of a composed document (YAML
+    keeps the last in silence: `steps: 2000` then `steps: 3000` trained 3000). Merge keys
+    (<<) may still be overridden, as YAML means them to be. Nodes an alias shares are
+    walked once."""
+    stack, walked = [root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in walked:
+            continue
+        walked.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            stack += [key, value]
+            if key.tag == _MERGE_TAG or not isinstance(key, yaml.ScalarNode):
+                continue
+            line = key.start_mark.line + 1
+            first = lines.setdefault((key.tag, key.value), line)
+            if first != line:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key.value!r} is given twice (lines {first} and {line}); YAML "
+                    f"would keep the last in silence: keep one",
+                    key.start_mark,
+                )
 
 
 def safe_yaml(text: str) -> Any:
@@ -356,7 +362,13 @@ def safe_yaml(text: str) -> Any:
     expand to more than MAX_YAML_VALUES values. Aliases share one object, so loading nine
     levels of ten aliases each takes 578 bytes and no time, but anything that walks or
     copies the result (the config checks, a report page) meets a billion values."""
-    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    loader = yaml.SafeLoader(text)  # data only: it constructs no Python objects
+    try:
+        root = loader.get_single_node()  # the document's nodes, parsed once
+        _refuse_repeated_keys(root)
+        data = None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
     stack, count = [data], 0
     while stack:  # each node as often as it is used: what a walk of the result would see
         node = stack.pop()

@@ -43,7 +43,7 @@ def check_continuous(
                 else "PPO, A2C and REINFORCE (algo: ppo, a2c, reinforce) take it."
             )
         )
-    refuse_integer_box(action_space, algorithm, env_id)
+    refuse_integer_box(action_space, algorithm, repr(env_id))
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise EnvError(
             f"{algorithm} squashes actions into the Box's bounds, so they must be finite; "

@@ -685,17 +685,16 @@ class GaussianActor(Actor):
         return {**super().spec(), "log_std_init": float(self.log_std.detach().mean())}
 
 
-def refuse_integer_box(
-    action_space: gym.spaces.Box, algorithm: str, env_id: str = "the env"
-) -> None:
+def refuse_integer_box(action_space: gym.spaces.Box, algorithm: str, env: str = "the env") -> None:
     """EnvError for a Box of integers: a continuous policy samples real numbers, which such
-    an env would get as floats (its action_space.contains says no) or truncate."""
+    an env would get as floats (its action_space.contains says no) or truncate. `env` names
+    the env in the message ("'Pendulum-v1'")."""
     if not np.issubdtype(action_space.dtype, np.floating):
         raise EnvError(
-            f"{algorithm} samples real-valued actions, but {env_id if env_id == 'the env' else repr(env_id)} has {action_space}, "
-            f"a Box of {action_space.dtype} values: declare the actions as "
-            f"gymnasium.spaces.MultiDiscrete (one choice per dimension; PPO, A2C and REINFORCE "
-            f"take it), or as a float Box whose values the env rounds itself"
+            f"{algorithm} samples real-valued actions, but {env} has {action_space}, a Box of "
+            f"{action_space.dtype} values: declare the actions as gymnasium.spaces.MultiDiscrete "
+            f"(one choice per dimension; PPO, A2C and REINFORCE take it), or as a float Box "
+            f"whose values the env rounds itself"
         )
 
 
