@@ -325,6 +325,14 @@ def test_lora_trains_adapters_only_and_saves_merged(tmp_path):
     ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert torch.allclose(plain(ids).logits, model(input_ids=ids).logits, atol=1e-4)
+    # the adapter alone is not a model: the message points at the merged one beside it
+    with pytest.raises(ConfigError, match="holds a LoRA adapter .* use '.*merged'"):
+        load_lm(ModelConfig(path=str(folder / "adapter")))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "adapter_config.json").write_text('{"base_model_name_or_path": "my/base"}')
+    with pytest.raises(ConfigError, match="merge_and_unload.*its base model: 'my/base'"):
+        load_lm(ModelConfig(path=str(alone)))
 
 
 def test_lora_reference_is_the_model_with_its_adapters_off():

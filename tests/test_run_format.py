@@ -105,3 +105,31 @@ def test_a_file_where_the_checkpoints_folder_goes_is_named(tmp_path):
     run.checkpoints.write_text("not a folder")
     with pytest.raises(RunError, match="holds a file named 'checkpoints' where its checkpoints"):
         Run.open(run.path)
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
+    """ENOSPC names no file; the error that reaches the user does (the CLI prints its name)."""
+    from payoff.cli import _os_reason
+    from payoff.core import io
+
+    run = Run.create(tmp_path, "full", {"algo": "ppo"})
+    run._metrics_file = open("/dev/full", "w", buffering=1)  # noqa: SIM115 (each line: ENOSPC)
+    with pytest.raises(OSError) as caught:
+        run.log(1, loss=0.5)
+    with pytest.raises(OSError):  # what is still buffered cannot be written either
+        run._metrics_file.close()
+    assert caught.value.errno == 28 and caught.value.filename == str(run.path / "metrics.jsonl")
+    assert _os_reason(caught.value) == f"No space left on device: '{run.path / 'metrics.jsonl'}'"
+    run._metrics_file = None
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    with pytest.raises(OSError) as caught:
+        io.atomic_write_text(tmp_path / "summary.json", "{}")
+    assert caught.value.filename == str(tmp_path / "summary.json")
+    assert not list(tmp_path.glob(".summary.json.*.tmp"))  # the temp file is gone
+    # an error that names a file is kept
+    with pytest.raises(OSError, match="already named"), io.writing_to(tmp_path / "other"):
+        raise FileNotFoundError(2, "already named", str(tmp_path / "x"))

@@ -66,6 +66,10 @@ def test_box_actions_of_any_shape_train_and_act_in_bounds(env_class, algo):
 def test_sb3_calling_habits_are_answered():
     with pytest.raises(ConfigError, match="no policy name to pass"):
         payoff.PPO("MlpPolicy", gym.make("CartPole-v1"))
+    with pytest.raises(ConfigError, match="no policy name to pass"):  # was Python's TypeError
+        payoff.PPO("MlpPolicy", env=gym.make("CartPole-v1"))
+    with pytest.raises(ConfigError, match="no policy name to pass"):
+        payoff.BC("MlpPolicy", env="CartPole-v1", expert="cartpole")
     agent = payoff.PPO("CartPole-v1", **TINY)
     agent.learn(total_timesteps=64)  # SB3's keyword
     assert agent.step >= 64

@@ -246,12 +246,15 @@ class Algorithm:
 
     def __init__(
         self,
-        env: Any = NO_ENV,
-        *extra: Any,
+        *args: Any,
         config: Any = None,
         run: Run | None = None,
         **kwargs: Any,
     ):
+        # the env: the one positional argument or env= (read so, instead of as a parameter,
+        # so that SB3's PPO("MlpPolicy", env=env) meets the message below, not a TypeError)
+        env: Any = args[0] if args else kwargs.pop("env", NO_ENV)
+        extra = args[1:] + ((kwargs.pop("env"),) if args and "env" in kwargs else ())
         if extra or (isinstance(env, str) and env in _SB3_POLICIES):
             raise ConfigError(
                 f"{type(self).__name__} takes the env as its one positional argument and "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -17,7 +18,7 @@ def atomic_write(
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb" if binary else "w") as handle:
+        with writing_to(path), os.fdopen(fd, "wb" if binary else "w") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -29,6 +30,18 @@ def atomic_write(
         except FileNotFoundError:
             pass
         raise
+
+
+@contextmanager
+def writing_to(path: str | Path) -> Iterator[None]:
+    """Give an OSError that names no file (a full disk, a quota: "No space left on device")
+    `path` as its file name, so that its one-line message says which file was being written."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise type(err)(err.errno, err.strerror or str(err), str(path)) from err
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

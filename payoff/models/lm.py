@@ -157,6 +157,8 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
                 else ""
             )
         )
+    if not (folder / "config.json").is_file() and (folder / "adapter_config.json").is_file():
+        raise ConfigError(_adapter_folder_message(folder, str(path)))
     if not (folder / "config.json").is_file():
         raise ConfigError(
             f"model path {str(path)!r} has no config.json, so it is not a Hugging Face model "
@@ -535,6 +537,27 @@ class FrozenReference:
 
 
 ADAPTER_FOLDER = "adapter"
+
+
+def _adapter_folder_message(folder: Path, shown: str) -> str:
+    """Why a LoRA adapter's folder is not a model to load, and what to load instead."""
+    try:
+        settings = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        base = settings.get("base_model_name_or_path") if isinstance(settings, dict) else None
+    except (ValueError, OSError):
+        base = None
+    if (folder.parent / "config.json").is_file() and folder.name == ADAPTER_FOLDER:
+        instead = f"payoff saved the merged model beside it: use {str(folder.parent)!r}"
+    else:
+        instead = (
+            "merge it into its base model first: peft.PeftModel.from_pretrained(base, folder)"
+            ".merge_and_unload().save_pretrained(new_folder), with the tokenizer saved beside"
+            + (f" (its base model: {base!r})" if isinstance(base, str) and base else "")
+        )
+    return (
+        f"model path {shown!r} holds a LoRA adapter (adapter_config.json), not a whole model: "
+        f"{instead}"
+    )
 
 
 def save_lm(model, tokenizer, path: str | Path) -> Path:

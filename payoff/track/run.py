@@ -31,7 +31,7 @@ import yaml
 
 from payoff.core.config import safe_yaml
 from payoff.core.errors import CheckpointError, RunError
-from payoff.core.io import atomic_write_text
+from payoff.core.io import atomic_write_text, writing_to
 from payoff.track.checkpoint import load_state, save_state
 from payoff.track.loggers import Loggers, check_installed, choose_loggers
 
@@ -269,19 +269,23 @@ class Run:
     def append_jsonl(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append rows to a JSON-lines file of the run (e.g. samples.jsonl: completions with
         their rewards, which the report shows)."""
-        with open(self.path / name, "a", encoding="utf-8") as f:
+        path = self.path / name
+        with writing_to(path), open(path, "a", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(_jsonable(row)) + "\n")
 
     def _write_record(self, record: dict[str, Any]) -> None:
-        if self._metrics_file is None:
-            self._metrics_file = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-        self._metrics_file.write(json.dumps(record) + "\n")
+        path = self.path / "metrics.jsonl"
+        with writing_to(path):
+            if self._metrics_file is None:
+                self._metrics_file = open(path, "a", buffering=1)  # noqa: SIM115
+            self._metrics_file.write(json.dumps(record) + "\n")
 
     def flush(self) -> None:
         if self._metrics_file is not None:
-            self._metrics_file.flush()
-            os.fsync(self._metrics_file.fileno())
+            with writing_to(self.path / "metrics.jsonl"):
+                self._metrics_file.flush()
+                os.fsync(self._metrics_file.fileno())
         self._loggers.flush()
 
     def close(self) -> None:

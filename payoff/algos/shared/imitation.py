@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import NO_ENV, Agent, AgentKeys, restoring
+from payoff.algos.base import Agent, AgentKeys, restoring
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
@@ -194,7 +194,7 @@ def _agent_as_expert(algorithm: Agent, path: str | Path) -> Expert:
 class ImitationAlgorithm(Agent):
     """Shared plumbing of BC and DAgger: actor, optimizer, dataset, fitting, evaluation."""
 
-    def __init__(self, env: Any = NO_ENV, *extra: Any, **kwargs: Any):
+    def __init__(self, *args: Any, **kwargs: Any):
         # expert=<a function or an object with act()>: kept here, not in the config (which
         # records its name): a file cannot hold it, so a saved run asks for it again
         expert = kwargs.get("expert")
@@ -209,7 +209,7 @@ class ImitationAlgorithm(Agent):
             source = getattr(expert, "source", "")  # a PolicyExpert knows its file: keep it
             name = getattr(expert, "__qualname__", None) or type(expert).__qualname__
             kwargs["expert"] = str(source) if source else f"python:{name}"
-        super().__init__(env, *extra, **kwargs)
+        super().__init__(*args, **kwargs)
 
     config: ImitationConfig
     saved: tuple[str, ...] = (
