@@ -32,6 +32,42 @@ def test_sampled_actions_are_not_the_greedy_ones(agent):
     assert agent.evaluate(10, seed=7).episode_returns == greedy.episode_returns
     sampled = agent.evaluate(10, seed=7, deterministic=False)
     assert sampled.episode_returns != greedy.episode_returns
+    # sampled with a seed: the same episodes each time, whatever predict() drew in between
+    agent.predict(np.zeros(4, np.float32), deterministic=False)
+    assert (
+        agent.evaluate(10, seed=7, deterministic=False).episode_returns == sampled.episode_returns
+    )
+    assert (
+        agent.evaluate(10, seed=8, deterministic=False).episode_returns != sampled.episode_returns
+    )
+
+
+@pytest.mark.parametrize("name", ["dqn", "sac", "bc", "dagger"])
+def test_sampled_evaluation_repeats_under_its_seed_and_imitation_takes_its_keywords(name):
+    import payoff
+
+    if name == "sac":
+        agent = payoff.SAC("Pendulum-v1", learning_starts=50, batch_size=32, hidden=[16])
+        agent.learn(100)
+        short = {"id": "Pendulum-v1", "max_episode_steps": 30}
+    else:
+        make = getattr(payoff, name.upper() if name != "dagger" else "DAgger")
+        settings = {"dqn": {"learning_starts": 50}, "bc": {"epochs": 1}, "dagger": {"rounds": 2}}
+        if name != "dqn":
+            settings[name].update(expert="cartpole", label_budget=100)
+        agent = make("CartPole-v1", **settings[name])
+        agent.learn(100 if name == "dqn" else None)
+        short = {"id": "CartPole-v1", "max_episode_steps": 12}
+    first = agent.evaluate(4, seed=3, deterministic=False, env=short)
+    agent.predict(agent.observation_space.sample(), deterministic=False)
+    assert agent.evaluate(4, seed=3, deterministic=False, env=short).episode_returns == (
+        first.episode_returns
+    )
+    assert max(first.episode_lengths) <= short["max_episode_steps"]
+    with pytest.raises(ConfigError, match="takes True or False"):
+        agent.evaluate(2, deterministic="false")
+    with pytest.raises(ConfigError, match=r"predict\(deterministic=...\) takes True or False"):
+        agent.predict(agent.observation_space.sample(), deterministic="false")
 
 
 def test_another_env_of_the_same_spaces_and_one_of_other_spaces(agent):

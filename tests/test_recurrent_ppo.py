@@ -180,8 +180,17 @@ def test_predict_carries_state_and_matches_batched_evaluation():
         agent.predict(np.zeros((3, 2)), state=np.zeros((2, 8)))
     with pytest.raises(EnvError, match=r"episode_start has 2 value\(s\) for 3 observation"):
         agent.predict(np.zeros((3, 2)), episode_start=[True, False])
-    with pytest.raises(EnvError, match=r"observation of shape \(3,\), expected \(2,\)"):
+    with pytest.raises(
+        EnvError, match=r"expected one observation of shape \(2,\) .* got shape \(3,\)"
+    ):
         agent.predict(np.zeros(3))
+    # checked as every agent's predict checks: NaN, a reset's (obs, info) tuple, "false"
+    with pytest.raises(EnvError, match="holds NaN"):
+        agent.predict(np.array([np.nan, 0.0]))
+    with pytest.raises(EnvError, match="the observation is not an array"):
+        agent.predict((np.zeros(2), {}))
+    with pytest.raises(ConfigError, match=r"predict\(deterministic=...\) takes True or False"):
+        agent.predict(np.zeros(2), deterministic="false")
     one_flag, _ = agent.predict(np.zeros((3, 2)), episode_start=True)  # one bool for all
     assert (one_flag == batch_actions).all()
 

@@ -1287,6 +1287,22 @@ def test_a_gaussian_policy_on_a_box_that_leaves_out_zero_is_warned_about():
     """Box(10, 20): every action PPO took at the start was exactly 10.0 (clipped), silently."""
     with pytest.warns(RuntimeWarning, match=r"leaves out 0.*RescaleAction"):
         payoff.PPO(_TorqueFrom10, num_envs=2, num_steps=32, eval_every=0)
+    # 0 at a bound: half the first actions of dimension 1 were clipped to 0, silently
+    with pytest.warns(
+        RuntimeWarning, match=r"puts 0 at or near a bound \(dimension 1: \[0, 10\]\)"
+    ):
+        payoff.PPO(_AsymmetricBox, num_envs=2, num_steps=32, eval_every=0)
+    with warnings.catch_warnings():  # [-1, 1], as recommended: no warning
+        warnings.simplefilter("error")
+        payoff.PPO(_UnitBox, num_envs=2, num_steps=32, eval_every=0)
+
+
+class _AsymmetricBox(_TorqueFrom10):
+    action_space = gym.spaces.Box(np.array([-1.0, 0.0]), np.array([3.0, 10.0]), dtype=np.float32)
+
+
+class _UnitBox(_TorqueFrom10):
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
 class _HoldsALock(_NeverEnds):
@@ -1579,3 +1595,83 @@ def test_loading_a_checkpoint_whose_data_file_changed_says_so(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in rows[:40]))
     with pytest.warns(RuntimeWarning, match="are not the ones this checkpoint trained on"):
         SFT.load(path)
+
+
+class _CostInStepOnly(_Blank):
+    """20-step episodes whose step infos carry a cost and whose reset info does not."""
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(3, np.float32), 0.0, False, self.t >= 20, {"cost": float(action)}
+
+
+def test_an_info_key_only_steps_carry_is_not_missing_on_the_step_that_only_resets():
+    # with one env (or all ending together) the next step only resets: its infos are reset()'s
+    agent = payoff.PPOLagrangian(
+        _CostInStepOnly(),
+        num_envs=1,
+        total_steps=128,
+        **{k: v for k, v in TINY.items() if k != "num_envs"},
+    )
+    agent.learn()
+    assert agent.step >= 128
+    with pytest.raises(EnvError, match="puts no 'costs' in info"):  # a key steps lack: named
+        payoff.PPOLagrangian(_CostInStepOnly(), cost_key="costs", **TINY).learn(64)
+
+
+def test_a_second_learn_without_a_number_says_it_trains_no_further():
+    agent = payoff.PPO("CartPole-v1", total_steps=64, **TINY).learn()
+    reached = agent.step  # >= 64 (whole rollouts)
+    with pytest.warns(RuntimeWarning, match=r"has reached \(step \d+\).*learn\(n\) trains n more"):
+        agent.learn()
+    assert agent.step == reached
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert agent.learn(64).step >= reached + 64  # a number: n more, without a word
+
+
+class _PixelsAndTorque(_TorqueFrom10):
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((8, 8, 3), np.uint8), {}
+
+
+def test_mbpo_refuses_images_as_mbrl_does():
+    """It trained a dynamics model on 3,072 pixel values per step (97 s for 300 steps)."""
+    with pytest.raises(EnvError, match=r"mbpo's dynamics model .* images are out of its reach"):
+        payoff.MBPO(_PixelsAndTorque)
+
+
+class _RewardInAnArray(_Blank):
+    def step(self, action):
+        self.t += 1
+        return np.zeros(3, np.float32), np.array([1.0], np.float32), False, self.t >= 5, {}
+
+
+@pytest.mark.parametrize("name", ["ES", "BC"])
+def test_a_reward_in_an_array_is_named_as_the_reward_under_es_and_bc(name):
+    options = {"pairs": 2} if name == "ES" else {"expert": lambda obs: np.zeros(len(obs), int)}
+    with pytest.raises(EnvError, match=r"step must return the reward as a float, not an array"):
+        getattr(payoff, name)(_RewardInAnArray, **options).learn(20 if name == "ES" else None)
+
+
+def test_an_env_instance_is_saved_with_its_make_arguments_and_a_wrapped_one_is_asked_for(tmp_path):
+    """A saved agent rebuilt a FrozenLake 8x8 instance as the 4x4 default, and an instance in
+    TransformObservation as the bare env, scoring the agent on observations it never saw."""
+    made = gym.make("FrozenLake-v1", map_name="8x8", max_episode_steps=50)
+    agent = payoff.QLearning(made, total_episodes=5).learn()
+    agent.save(tmp_path / "q.safetensors")
+    loaded = payoff.QLearning.load(tmp_path / "q.safetensors")
+    assert loaded.config.env.kwargs == {"map_name": "8x8"}
+    assert loaded.config.env.max_episode_steps == 50
+    assert loaded.evaluate(2).episodes == 2
+    space = gym.make("CartPole-v1").observation_space
+    hidden = gym.wrappers.TransformObservation(gym.make("CartPole-v1"), lambda o: o * 0, space)
+    agent = payoff.PPO(hidden, total_steps=64, **TINY).learn()
+    agent.save(tmp_path / "ppo.safetensors")
+    with pytest.raises(EnvError, match="pass it again: Algo.load\\(path, env=...\\)"):
+        payoff.PPO.load(tmp_path / "ppo.safetensors")
+    again = payoff.PPO.load(tmp_path / "ppo.safetensors", env=hidden)
+    assert again.evaluate(1).episodes == 1

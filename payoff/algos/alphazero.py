@@ -46,7 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from payoff.algos.base import Agent, RunKeys
+from payoff.algos.base import Agent, RunKeys, check_deterministic
 from payoff.algos.loop import TrainLoop
 from payoff.core.config import in_range
 from payoff.core.device import resolve_device
@@ -296,6 +296,7 @@ class AlphaZero(Agent):
         Also accepts a GameState. The search uses eval_simulations; deterministic=False
         samples the move from the visit counts instead of taking the most visited.
         """
+        check_deterministic(deterministic, "predict")
         if isinstance(observation, GameState):
             state = observation
         else:

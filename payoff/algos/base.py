@@ -23,7 +23,7 @@ import numbers
 import warnings
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,6 +196,12 @@ def _from_python_material(config: dict[str, Any]) -> bool:
         else []
     )
     return any(str(n).startswith("__main__:") or "<" in str(n) for n in names)
+
+
+def check_deterministic(value: Any, where: str) -> None:
+    """ConfigError unless `value` is True or False: the string "false" would read as true."""
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{where}(deterministic=...) takes True or False, got {value!r}")
 
 
 _SB3_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
@@ -389,6 +395,14 @@ class Algorithm:
             self._length_was_set = True
         else:
             target = getattr(self.config, key)
+            if self.state.step >= target > 0 and self.halted is None and not self.interrupted:
+                warnings.warn(  # SB3's learn() always trains more; this one trains to the key
+                    f"learn() with no number trains until {key}={target:,}, which this "
+                    f"{type(self).__name__} has reached (step {self.state.step:,}), so it "
+                    f"trains no further: learn(n) trains n more",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         self.train_until(target)
         return self
 
@@ -765,7 +779,12 @@ class Agent(Algorithm):
 
         training = current()
         if not hasattr(self, "_predict_state"):
-            seed = getattr(self.config, "seed", 0) + 3_000_000
+            seed = (
+                getattr(self.config, "seed", 0)
+                if self._predict_seed is None
+                else self._predict_seed
+            )
+            seed += 3_000_000
             if cuda:
                 with torch.cuda.device(device):
                     torch.cuda.manual_seed(seed)  # (training's state is restored below)
@@ -780,6 +799,24 @@ class Agent(Algorithm):
         finally:
             self._predict_state = current()
             use(training)
+
+    _predict_seed: int | None = None  # set by seeded_predictions: the stream to start from
+
+    @contextmanager
+    def seeded_predictions(self, seed: int) -> Iterator[None]:
+        """While active, exploring predictions draw from a stream started from `seed` (not
+        from the one predict() calls continue), so that a stochastic evaluate with a given
+        seed plays the same episodes each time; afterwards predict's own stream goes on
+        where it was."""
+        kept = self.__dict__.pop("_predict_state", None)
+        self._predict_seed = seed
+        try:
+            yield
+        finally:
+            self._predict_seed = None
+            self.__dict__.pop("_predict_state", None)
+            if kept is not None:
+                self._predict_state = kept
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (or actions for a batch of them)."""
@@ -849,13 +886,11 @@ class Agent(Algorithm):
                 )
             episodes = n_eval_episodes
         episodes = 100 if episodes is None else episodes
-        if not isinstance(deterministic, bool | np.bool_):  # "false" would read as true
-            raise ConfigError(
-                f"evaluate(deterministic=...) takes True or False, got {deterministic!r}"
-            )
+        check_deterministic(deterministic, "evaluate")
         seed = self.config.seed + 1_000_000 if seed is None else seed
         config = self.config.env if env is None else self.evaluation_env(env)
-        return self.evaluate_on(config, episodes, seed, deterministic)
+        with nullcontext() if deterministic else self.seeded_predictions(seed):
+            return self.evaluate_on(config, episodes, seed, deterministic)
 
     def evaluate_on(
         self, env: EnvConfig, episodes: int, seed: int, deterministic: bool

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from payoff.algos.base import check_deterministic
 from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
@@ -165,6 +166,7 @@ class DQN(OffPolicyAlgorithm):
         return actions
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        check_deterministic(deterministic, "predict")
         if deterministic:
             return super().predict(observation, deterministic=True)
         # Exploration as at the end of training, not at the schedule's current point.

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys
+from payoff.algos.base import Agent, AgentKeys, check_deterministic
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import seed_everything
@@ -221,6 +221,7 @@ class ES(Agent):
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (an int for Discrete actions), or for a batch.
         The policy is deterministic whatever `deterministic` says."""
+        check_deterministic(deterministic, "predict")
         batch, single = observation_batch(observation, self.observation_space)
         actions = self.policy.act(self.theta[None], batch, *self.obs_stats())
         if not single:

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from payoff.algos.sac import SAC, SACConfig
 from payoff.core.config import in_range
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, EnvError
 from payoff.models.dynamics import DynamicsEnsemble, model_io
+from payoff.models.mlp import is_image
 from payoff.rollout.replay import ReplayBuffer, TransitionBatch, interleave
 
 
@@ -112,6 +114,15 @@ class MBPO(SAC):
         "fitted_size",
         "last_fit_step",
     )
+
+    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().check_spaces(observation_space, action_space)
+        if is_image(observation_space):  # 3,072 numbers to predict per 32x32 RGB frame
+            raise EnvError(
+                f"mbpo's dynamics model predicts the next observation number by number, so "
+                f"images are out of its reach; {self.config.env.id!r} has {observation_space}: "
+                f"use SAC, or give MBPO features instead of pixels"
+            )
 
     def build(self) -> None:
         super().build()  # SAC: actor, twin critics, temperature

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from payoff.algos.base import Agent, AgentKeys
+from payoff.algos.base import Agent, AgentKeys, check_deterministic
 from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
@@ -830,6 +830,7 @@ class MBRL(Agent):
 
         The planner is a random search whichever `deterministic` says: the same observation
         twice can get two actions (the second search starts from the first's plan)."""
+        check_deterministic(deterministic, "predict")
         batch, single = observation_batch(observation, self.observation_space)
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from payoff.algos.base import Agent, AgentKeys
+from payoff.algos.base import Agent, AgentKeys, check_deterministic
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
@@ -141,6 +141,7 @@ class QLearning(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """The action (an int) for one state, or an array of actions for a batch of states."""
+        check_deterministic(deterministic, "predict")
         states, single = observation_batch(observation, self.env.observation_space, np.int64)
         if deterministic:
             actions = [int(np.argmax(self.q[s])) for s in states]

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from payoff.algos.base import check_deterministic
 from payoff.algos.ppo import PPOConfig
 from payoff.algos.shared.advantages import gae, normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm
@@ -260,6 +261,7 @@ class RecurrentPPO(OnPolicyAlgorithm):
             episode (zeros). episode_start: bool or [batch] bools, True where this
             observation is the first of an episode (its state resets to zeros first).
         """
+        check_deterministic(deterministic, "predict")
         with self.predict_streams(exploring=not deterministic):
             return self.actor.predict_step(observation, state, episode_start, deterministic)
 

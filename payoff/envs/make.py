@@ -271,10 +271,7 @@ def env_config_of(env: Any) -> EnvConfig | dict[str, Any]:
             id=label, factory=makers[0], vector=env, python_env=label not in gym.registry
         )
     if isinstance(env, gym.Env):
-        label = _label(env)
-        return EnvConfig(
-            id=label, factory=_instance_factory(env), python_env=label not in gym.registry
-        )
+        return _instance_config(env)
     if callable(env):
         return EnvConfig(id=_label(env), factory=env, python_env=True)
     raise EnvError(
@@ -326,6 +323,35 @@ def _registered_config(env: gym.vector.VectorEnv) -> EnvConfig | None:
     if limit == gym.spec(spec.id).max_episode_steps:
         limit = None  # the registration's own
     return EnvConfig(id=spec.id, kwargs=kwargs, max_episode_steps=limit, vector=env)
+
+
+def _instance_config(env: gym.Env) -> EnvConfig:
+    """An env instance as config: used as it is (and deep-copied) while the agent lives; for
+    a saved agent, its id with the arguments `gymnasium.make` was given (FrozenLake's
+    map_name, a max_episode_steps) where the id can rebuild it, else marked `python_env` (a
+    file cannot rebuild it: loading asks for the env again). Wrappers added around a made
+    env (its spec's additional_wrappers) are not rebuilt from an id: that env is marked too."""
+    label = _label(env)
+    spec = getattr(env, "spec", None)
+    factory = _instance_factory(env)
+    if spec is None or label not in gym.registry or getattr(spec, "additional_wrappers", None):
+        return EnvConfig(id=label, factory=factory, python_env=True)
+    kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k != "render_mode"}
+    if not _plain(kwargs):  # arrays, objects: not for config.yaml
+        return EnvConfig(id=label, factory=factory, python_env=True)
+    limit = spec.max_episode_steps
+    if limit == gym.spec(label).max_episode_steps:
+        limit = None  # the registration's own
+    return EnvConfig(id=label, kwargs=kwargs, max_episode_steps=limit, factory=factory)
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is made of what config.yaml holds: strings, numbers, lists, mappings."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, str | bool | int | float)
 
 
 def _label(env: Any) -> str:

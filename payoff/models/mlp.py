@@ -212,16 +212,20 @@ def _warn_once(what: str, space: gym.Space, message: str, stacklevel: int) -> No
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
-    """Warn, once per space, when observations are uint8 images (0..255) an MLP reads as
-    they are: it learns slowly or not at all from raw pixels."""
-    image = (
+def is_image(space: gym.Space) -> bool:
+    """Whether observations of `space` are uint8 images (0..255 pixels in 2 or more axes)."""
+    return (
         isinstance(space, gym.spaces.Box)
         and space.dtype == np.uint8
         and len(space.shape) >= 2
         and int(space.high.max()) > 1  # 0..255 pixels, not a 0/1 occupancy grid
     )
-    if not image:
+
+
+def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
+    """Warn, once per space, when observations are uint8 images (0..255) an MLP reads as
+    they are: it learns slowly or not at all from raw pixels."""
+    if not is_image(space):
         return
     _warn_once(
         "pixels",
@@ -235,21 +239,37 @@ def warn_raw_pixels(space: gym.Space, remedy: str = "") -> None:
 
 
 def warn_box_far_from_zero(space: gym.Space) -> None:
-    """Warn, once per space, when a Gaussian policy's Box leaves out 0: the policy starts
-    with its mean near 0 and std 1, and every action is clipped to the nearest bound."""
+    """Warn, once per space, when a Gaussian policy's first actions would mostly be clipped:
+    it starts with its mean near 0 and std 1, so a Box that leaves out 0, or has 0 at (or
+    near) a bound, such as [0, 10], gets its bound for 40% or more of them."""
     if not isinstance(space, gym.spaces.Box):
         return
     low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
-    if not ((low > 0) | (high < 0)).any():
+
+    def normal_cdf(x: np.ndarray) -> np.ndarray:
+        return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+    clipped = normal_cdf(low) + (1.0 - normal_cdf(high))  # the share of N(0, 1) out of bounds
+    if not (clipped >= 0.4).any():
         return
+    where = int(np.argmax(clipped))
+    bounds = f"[{low.reshape(-1)[where]:g}, {high.reshape(-1)[where]:g}]"
+    leaves_out = bool(((low > 0) | (high < 0)).any())
     _warn_once(
         "box without 0",
         space,
-        f"action space {space} leaves out 0: a Gaussian policy starts near 0 with std 1, so "
-        f"its actions are clipped to the nearest bound until its mean walks there, and "
-        f"learning may never see the rest of the range. Rescale the actions to [-1, 1] "
-        f"(env.wrappers=[{{name: RescaleAction, kwargs: {{min_action: -1, max_action: 1}}}}], "
-        f"as SB3 recommends), or use SAC or TD3, which scale to the Box's bounds",
+        f"action space {space} "
+        + (
+            "leaves out 0: a Gaussian policy starts near 0 with std 1, so its actions are "
+            "clipped to the nearest bound until its mean walks there"
+            if leaves_out
+            else f"puts 0 at or near a bound (dimension {where}: {bounds}): a Gaussian policy "
+            f"starts near 0 with std 1, so {clipped.reshape(-1)[where]:.0%} of its first "
+            f"actions there are clipped to that bound"
+        )
+        + ", and learning may never see the rest of the range. Rescale the actions to "
+        "[-1, 1] (env.wrappers=[{name: RescaleAction, kwargs: {min_action: -1, max_action: "
+        "1}}], as SB3 recommends), or use SAC or TD3, which scale to the Box's bounds",
         stacklevel=4,
     )
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from payoff.core.errors import EnvError
 from payoff.core.imports import check_weights
+from payoff.envs.observations import observation_batch
 from payoff.models.mlp import Actor, ObsNormalizer, mlp
 
 
@@ -151,15 +152,7 @@ class RecurrentActor(Actor):
     ) -> tuple[Any, np.ndarray]:
         """Actions for one observation or a batch, carrying the hidden state (NumPy in and
         out, like sb3-contrib's RecurrentPPO.predict). See RecurrentPPO.predict."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.shape == tuple(self.observation_space.shape or ())
-        batch = obs[None] if single else obs
-        expected = tuple(self.observation_space.shape or ())
-        if batch.ndim != len(expected) + 1 or tuple(batch.shape[1:]) != expected:
-            raise EnvError(
-                f"predict: observation of shape {obs.shape}, expected {expected} for one or "
-                f"[batch, {', '.join(map(str, expected))}] for several"
-            )
+        batch, single = observation_batch(observation, self.observation_space)
         n = batch.shape[0]
         if state is None:
             h = self.initial_state(n)

@@ -190,6 +190,11 @@ class VectorRunner:
         self.episode_return += rewards
         self.episode_length += valid
         for key in self.info_keys:
+            if key not in infos and not valid.any():
+                # every env only reset this step (next-step autoreset): its infos are
+                # reset()'s, which need not carry the key; no step's value is missing
+                self.step_info[key] = np.zeros(self.num_envs)
+                continue
             if key not in infos:
                 raise EnvError(
                     f"env {self.env_id!r} puts no {key!r} in info (asked for by episode_info); "
@@ -460,6 +465,11 @@ def env_error(space: gym.Space, err: Exception, env_id: str, when: str) -> EnvEr
         hint = (
             ". A vector env stores one number per env as its reward: step must return the "
             "reward as a float, not an array or a list"
+        )
+    elif "0-dimensional arrays" in text or "float() argument must be" in text:
+        hint = (  # float(reward) of a one-element array or a list, read inside the step
+            ". payoff reads the reward step returns as one number: step must return the "
+            "reward as a float, not an array or a list (e.g. float(reward))"
         )
     elif "values to unpack" in text:
         hint = (

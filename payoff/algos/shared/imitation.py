@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys, restoring
+from payoff.algos.base import Agent, AgentKeys, check_deterministic, restoring
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
@@ -316,7 +316,12 @@ class ImitationAlgorithm(Agent):
         """Deterministic learner actions for a batch of observations."""
         return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
 
+    def sample_actions(self, observations: np.ndarray) -> np.ndarray:
+        """Sampled learner actions for a batch of observations (from predict's stream)."""
+        return np.asarray(self.predict(np.asarray(observations, np.float32), deterministic=False))
+
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        check_deterministic(deterministic, "predict")
         with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
@@ -359,13 +364,27 @@ class ImitationAlgorithm(Agent):
         """Whole episodes of the deterministic learner, batched, with traces."""
         return play_episodes(self.env_for(split), self.act, episodes, seed)
 
-    def evaluate(
-        self, episodes: int = 100, seed: int | None = None, split: str | None = None
+    def evaluate(  # type: ignore[override]
+        self,
+        episodes: int = 100,
+        seed: int | None = None,
+        deterministic: bool = True,
+        env: Any = None,
+        split: str | None = None,
     ) -> EvalResult:
-        """Deterministic learner on fresh episodes (on KartTrack, `split` picks 'train' or
-        'heldout' tracks or one track spec)."""
+        """The learner on fresh episodes, played side by side: its most likely actions
+        (deterministic=False: sampled), on the training env or `env` (spaces as trained); on
+        KartTrack, `split` picks 'train' or 'heldout' tracks or one track spec."""
+        check_deterministic(deterministic, "evaluate")
+        if env is not None and split is not None:
+            raise ConfigError("evaluate() takes env= or split=, not both")
         seed = self.config.seed + 1_000_000 if seed is None else seed
-        traces = self.play(episodes, seed, split)
+        config = self.env_for(split) if env is None else self.evaluation_env(env)
+        if deterministic:
+            traces = play_episodes(config, self.act, episodes, seed)
+        else:
+            with self.seeded_predictions(seed):
+                traces = play_episodes(config, self.sample_actions, episodes, seed)
         return EvalResult.of(traces.returns, traces.lengths, traces.success_rate)
 
     def eval_metrics(self, episodes: int, seed: int) -> dict[str, float]:

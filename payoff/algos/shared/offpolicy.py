@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.base import Agent, VectorAgentKeys
+from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
@@ -170,6 +170,7 @@ class OffPolicyAlgorithm(Agent):
         return tensor if self.on_cpu else tensor.to(self.device)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        check_deterministic(deterministic, "predict")
         batch, single = observation_batch(observation, self.observation_space)
         if deterministic:
             actions = self.greedy(self.tensor(batch))

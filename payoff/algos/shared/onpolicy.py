@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, VectorAgentKeys
+from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.reward_scaling import RewardScaler
 from payoff.core.device import resolve_device
@@ -281,6 +281,7 @@ class OnPolicyAlgorithm(Agent):
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """Action(s) for one observation or a batch of them."""
+        check_deterministic(deterministic, "predict")
         with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
