@@ -334,6 +334,20 @@ def test_dpo_pairs_go_through_the_template(templated_model_dir):
     assert row["chosen"].endswith("<|end|>\n") and row["rejected"].endswith("<|end|>\n")
 
 
+def test_the_reward_model_reads_plain_text_and_says_so(templated_model_dir, capsys):
+    from payoff.algos.reward_model import RewardModel
+
+    preferences = {"train_pairs": 8, "test_pairs": 4}
+    RewardModel(model={"path": templated_model_dir}, device="cpu", preferences=preferences)
+    assert "the reward model reads each pair as plain text" in capsys.readouterr().err
+    RewardModel(
+        model={"path": templated_model_dir, "chat_template": "none"},
+        device="cpu",
+        preferences=preferences,
+    )
+    assert "plain text" not in capsys.readouterr().err  # asked for: nothing to say
+
+
 def test_agent_chat_template_key_still_takes_a_bool(fresh_model_dir, templated_model_dir):
     assert from_dict(AgentGRPOConfig, {"chat_template": True}).chat_template is True
     assert from_dict(AgentGRPOConfig, {"chat_template": False}).chat_template is False

@@ -191,7 +191,7 @@ def test_a_run_records_the_paths_it_was_given_absolute(tmp_path, monkeypatch):
 
 
 # ---- language models ----------------------------------------------------------------------
-def _gpt2(folder, tokenizer=True, eos=True, positions=32):
+def _gpt2(folder, tokenizer=True, eos=True, positions=32, pad=False, bos=False):
     """A tiny GPT-2 (learned positions, unlike payoff's Llama) with a character tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -202,6 +202,19 @@ def _gpt2(folder, tokenizer=True, eos=True, positions=32):
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     backend.decoder = decoders.Fuse()
     special = {"eos_token": "<eos>"} if eos else {}
+    if pad:
+        special["pad_token"] = "<unk>"
+    if bos:  # Llama's, Mistral's and Gemma's tokenizers put BOS before every text
+        from tokenizers import processors
+
+        vocab["<s>"] = len(vocab)
+        backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+        backend.decoder = decoders.Fuse()
+        backend.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", vocab["<s>"])]
+        )
+        special["bos_token"] = "<s>"
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", **special)
     config = GPT2Config(
         n_layer=1, n_head=2, n_embd=16, n_positions=positions, vocab_size=len(vocab)
@@ -218,8 +231,12 @@ def test_model_folders_without_a_usable_tokenizer_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="encodes text to nothing: the folder has no tokenizer"):
         load_tokenizer(tmp_path / "weights-only")
     _gpt2(tmp_path / "no-eos", eos=False)
-    with pytest.raises(ConfigError, match="neither an eos nor a pad token"):
+    with pytest.raises(ConfigError, match="has no eos token: payoff ends every completion"):
         load_tokenizer(tmp_path / "no-eos")
+    # a pad token but no eos: SFT crashed and GRPO sampled to max_new_tokens, training nothing
+    _gpt2(tmp_path / "pad-no-eos", eos=False, pad=True)
+    with pytest.raises(ConfigError, match=r"has no eos token \(its pad token is '<unk>'\)"):
+        load_tokenizer(tmp_path / "pad-no-eos")
     _gpt2(tmp_path / "ok")
     assert load_tokenizer(tmp_path / "ok").pad_token == "<eos>"  # eos pads when pad is missing
     # a folder that is no model at all, and a Hub id (never downloaded)
@@ -580,7 +597,9 @@ def test_lora_finds_the_linear_layers_of_any_architecture():
     from payoff.models.lm import ModelConfig, add_lora
 
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
-    model = add_lora(gpt2, ModelConfig(lora_rank=4))
+    with warnings.catch_warnings():  # peft's "fan_in_fan_out is set to False ... Conv1D"
+        warnings.simplefilter("error")
+        model = add_lora(gpt2, ModelConfig(lora_rank=4))
     trained = {
         n.split(".lora_")[0].rsplit(".", 1)[-1]
         for n, p in model.named_parameters()
@@ -1675,3 +1694,57 @@ def test_an_env_instance_is_saved_with_its_make_arguments_and_a_wrapped_one_is_a
         payoff.PPO.load(tmp_path / "ppo.safetensors")
     again = payoff.PPO.load(tmp_path / "ppo.safetensors", env=hidden)
     assert again.evaluate(1).episodes == 1
+
+
+def test_a_model_saved_without_its_head_is_named_so(tmp_path):
+    """The message blamed config.json for coming from another model; it came from AutoModel."""
+    from transformers import LlamaConfig, LlamaModel
+
+    from payoff.models.lm import ModelConfig, load_lm
+
+    _, tokenizer = load_lm(ModelConfig(), seed=0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        tie_word_embeddings=False,  # the head is weights of its own, which AutoModel drops
+    )
+    LlamaModel(config).save_pretrained(tmp_path / "base-only")
+    tokenizer.save_pretrained(tmp_path / "base-only")
+    with pytest.raises(ConfigError, match=r"architectures are \['LlamaModel'\]: .* without its"):
+        load_lm(ModelConfig(path=str(tmp_path / "base-only")))
+
+
+def test_a_tokenizer_that_starts_every_text_with_bos_gets_it_once_at_each_start(tmp_path):
+    """payoff tokenized without special tokens, so a Llama/Mistral/Gemma-style tokenizer's BOS
+    was never seen in training: the saved model scored 0.72 against 0.86 when called as
+    transformers calls it (with BOS)."""
+    from payoff.algos.dpo import encode_pairs
+    from payoff.models.lm import ModelConfig, load_lm
+    from payoff.models.logprobs import leading_bos, with_bos
+    from payoff.rewards.learned import ScalarHeadModel
+    from payoff.rollout.generation import encode_prompts
+
+    _gpt2(tmp_path / "bos", bos=True, positions=64)
+    model, tok = load_lm(ModelConfig(path=str(tmp_path / "bos")))
+    bos = tok.bos_token_id
+    assert leading_bos(tok) == [bos] and leading_bos(load_lm(ModelConfig())[1]) == []
+    assert with_bos(tok, [bos, 5]) == [bos, 5]  # a template that writes {{ bos_token }}: once
+    ids, mask = encode_prompts(tok, ["1+1=", "10+10="])
+    starts = [row[m.bool()].tolist()[0] for row, m in zip(ids, mask, strict=True)]
+    assert starts == [bos, bos] and int(mask[0].sum()) == 5  # BOS + 4 characters
+    sft = payoff.SFT(
+        model={"path": str(tmp_path / "bos")},
+        task=[{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(6)],
+        steps=1,
+    )
+    batch = sft.batch(sft.task.train_rows[:2])
+    assert batch["input_ids"][:, 0].tolist() == [bos, bos]
+    assert (batch["labels"][:, 0] != bos).all()  # BOS is context, never a target
+    assert encode_pairs(tok, [{"prompt": "1+1=", "chosen": "2", "rejected": "3"}])[0][0][0] == bos
+    scorer = ScalarHeadModel(model, tok)
+    assert scorer.encode(["1+1="], ["2"])["input_ids"][0, 0].item() == bos
+    result = sft.learn().evaluate(2, split="test", k=())  # generation runs with it too
+    assert 0.0 <= result.accuracy <= 1.0

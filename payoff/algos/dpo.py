@@ -40,6 +40,7 @@ from payoff.models.logprobs import (
     packable,
     packed_completion_logprobs,
     tokenize_unique,
+    with_bos,
 )
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 
@@ -94,7 +95,10 @@ def encode_completions(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(prompt_ids, prompt_mask) left-padded and (completion_ids, completion_mask) right-padded, EOS appended."""
     pad = tokenizer.pad_token_id
-    prompt_rows = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    prompt_rows = [
+        with_bos(tokenizer, r)
+        for r in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    ]
     completion_rows = [
         [*row, tokenizer.eos_token_id]
         for row in tokenizer(list(completions), add_special_tokens=False)["input_ids"]
@@ -131,7 +135,7 @@ def encode_pairs(tokenizer: Any, rows: Sequence[Row]) -> list[PairTokens]:
     """
     encode = lambda texts: tokenize_unique(tokenizer, list(texts))  # noqa: E731
     eos = tokenizer.eos_token_id
-    prompts = encode(r["prompt"] for r in rows)
+    prompts = [with_bos(tokenizer, ids) for ids in encode(r["prompt"] for r in rows)]
     chosen = encode(r["chosen"] for r in rows)
     rejected = encode(r["rejected"] for r in rows)
     return [(p, [[*c, eos], [*r, eos]]) for p, c, r in zip(prompts, chosen, rejected, strict=True)]

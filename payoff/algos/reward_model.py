@@ -13,6 +13,7 @@ the gap between the two is the rater's bias, learned.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ from payoff.core.seeding import seed_everything
 from payoff.envs.tasks import Row, TaskConfig, make_task
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
+from payoff.models.chat import has_chat_template
 from payoff.models.lm import ModelConfig, check_pairs_fit
 from payoff.models.lm_optim import adamw
 from payoff.models.logprobs import (
@@ -38,6 +40,7 @@ from payoff.models.logprobs import (
     packable,
     packed_last_hidden,
     tokenize_unique,
+    with_bos,
 )
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.rewards.learned import RewardModelScorer, ScalarHeadModel, build_scalar_model
@@ -113,9 +116,9 @@ def encode_groups(
     on the split.
     """
     tok, eos = model.tokenizer, model.tokenizer.eos_token_id
-    prompt_ids = tokenize_unique(tok, list(prompts))
+    prompt_ids = [with_bos(tok, ids) for ids in tokenize_unique(tok, list(prompts))]
     texts = [p + c for p, cs in zip(prompts, completions, strict=True) for c in cs]
-    joint = iter(tokenize_unique(tok, texts))
+    joint = iter(with_bos(tok, ids) for ids in tokenize_unique(tok, texts))
     groups: list[Group] = []
     for prompt, cs in zip(prompt_ids, completions, strict=True):
         full = [[*next(joint), eos] for _ in cs]
@@ -222,6 +225,13 @@ class RewardModel(Algorithm):
         self.optimizers = [
             adamw(m.parameters(), config.learning_rate, config.weight_decay) for m in self.members
         ]
+        if config.model.chat_template == "auto" and has_chat_template(self.members[0].tokenizer):
+            print(  # it is scored as it trains: plain text, in PPO-RLHF and best-of-N too
+                "note: the reward model reads each pair as plain text, prompt + answer + EOS; "
+                "the tokenizer's chat template is not applied to it (the policy trainers apply "
+                "it to what the policy reads)",
+                file=sys.stderr,
+            )
         # Each member sees its own resample of the pairs: diversity is what makes spread mean something.
         n = len(self.train_rows)
         self.resamples = [

@@ -193,14 +193,21 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
             f"to nothing: the folder has no tokenizer files. Save the tokenizer next to the "
             f"weights (tokenizer.save_pretrained(folder): tokenizer.json, tokenizer_config.json)"
         )
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ConfigError(
-                f"the tokenizer in {str(folder)!r} has neither an eos nor a pad token: payoff "
-                f"needs one to end completions and pad batches. Add one and save it "
-                f"(tokenizer.add_special_tokens({{'eos_token': '</s>'}}), then resize the "
-                f"model's embeddings)"
+    if tokenizer.eos_token is None or tokenizer.eos_token_id is None:
+        # SFT, DPO and reward models append it to what they train on; sampling stops at it.
+        # Without one, completions ran to max_new_tokens (all truncated) and SFT crashed.
+        raise ConfigError(
+            f"the tokenizer in {str(folder)!r} has no eos token"
+            + (
+                ""
+                if tokenizer.pad_token is None
+                else f" (its pad token is {tokenizer.pad_token!r})"
             )
+            + ": payoff ends every completion and training answer with it, and sampling stops "
+            "there. Add one and save it (tokenizer.add_special_tokens({'eos_token': '</s>'}), "
+            "then model.resize_token_embeddings(len(tokenizer)) and save both)"
+        )
+    if tokenizer.pad_token is None:
         # Causal LMs often ship without one; padding positions are masked out anyway.
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -263,6 +270,14 @@ def check_loading_info(path: str, info: dict[str, Any], model_type: str = "?") -
             else "config.json and the weights must come from the same model (is "
             "config.json's model_type or architectures another model's?)"
         )
+        headless = _headless_architectures(path)
+        if not peft and headless and all("lm_head" in str(k) for k in missing):
+            hint = (
+                f"config.json's architectures are {headless}: the model was saved without "
+                f"its language-model head (AutoModel's save_pretrained, not "
+                f"AutoModelForCausalLM's), and payoff needs the head to score and generate "
+                f"tokens: save the causal LM (AutoModelForCausalLM) instead"
+            )
         found = (
             f"; the files hold {len(unexpected)} it does not know ({some(unexpected)})"
             if unexpected
@@ -279,6 +294,20 @@ def check_loading_info(path: str, info: dict[str, Any], model_type: str = "?") -
             f"not loaded ({some(unexpected)})",
             file=sys.stderr,
         )
+
+
+def _headless_architectures(path: str) -> list[str]:
+    """config.json's architectures in folder `path` where none is a causal LM (with a head
+    that predicts tokens), else []."""
+    try:
+        settings = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    names = settings.get("architectures") if isinstance(settings, dict) else None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return []
+    causal = any(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names)
+    return [] if causal else names
 
 
 def model_device(model: Any) -> torch.device:
@@ -462,12 +491,16 @@ def add_lora(model, config: ModelConfig):
                 f"saved model, changes both and the saved model is not the one trained; "
                 f"leave {named} out of lora_targets"
             )
+    # GPT-2's projections are transformers' Conv1D, whose weight is stored [in, out]: peft
+    # flips fan_in_fan_out itself for them, with a UserWarning; say so up front instead
+    conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",
+        fan_in_fan_out=conv1d,
     )
     try:
         return quiet_peft_wrap(get_peft_model, model, lora)

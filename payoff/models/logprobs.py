@@ -491,3 +491,28 @@ def tokenize_unique(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     unique = list(dict.fromkeys(texts))
     ids = dict(zip(unique, tokenizer(unique, add_special_tokens=False)["input_ids"], strict=True))
     return [ids[text] for text in texts]
+
+
+def leading_bos(tokenizer: Any) -> list[int]:
+    """[BOS id] when the tokenizer starts every text with BOS by default (Llama's, Mistral's,
+    Gemma's, OPT's post-processor), else []. payoff tokenizes pieces (prompt, completion, a
+    turn) without special tokens and puts BOS back itself, once, at the start of a sequence:
+    a pretrained model read every text after it, and its saved model is called so again."""
+    cached = getattr(tokenizer, "_payoff_leading_bos", None)
+    if cached is None:
+        bos = getattr(tokenizer, "bos_token_id", None)
+        plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+        default = list(tokenizer("a")["input_ids"])
+        cached = [bos] if bos is not None and default[:1] == [bos] and plain[:1] != [bos] else []
+        try:
+            tokenizer._payoff_leading_bos = cached
+        except AttributeError:  # a tokenizer that takes no attributes: ask again next time
+            pass
+    return cached
+
+
+def with_bos(tokenizer: Any, ids: list[int]) -> list[int]:
+    """`ids` of a sequence's start with `leading_bos` before them, unless they start with it
+    already (a chat template that writes {{ bos_token }})."""
+    bos = leading_bos(tokenizer)
+    return bos + list(ids) if bos and list(ids[:1]) != bos else list(ids)

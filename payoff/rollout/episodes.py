@@ -22,6 +22,7 @@ import torch
 
 from payoff.envs.text.env import Message, TextEnv
 from payoff.envs.text.formats import Format
+from payoff.models.logprobs import with_bos
 from payoff.rollout.generation import Sampler, SamplingConfig
 
 
@@ -89,7 +90,10 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 def _add_context(episode: Episode, tokenizer: Any, text: str) -> None:
     if text:
-        episode.segments.append(Segment(text, _encode(tokenizer, text), False))
+        ids = _encode(tokenizer, text)
+        if not episode.segments:  # the conversation's start: BOS where the tokenizer puts one
+            ids = with_bos(tokenizer, ids)
+        episode.segments.append(Segment(text, ids, False))
 
 
 def start_episode(env: TextEnv, task: dict[str, Any], fmt: Format, tokenizer: Any) -> Episode:

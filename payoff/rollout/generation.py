@@ -15,6 +15,7 @@ One batch of prompts in, one `Generation` out:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,7 +24,7 @@ import torch
 from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
 from payoff.models.lean_forward import KVCache, lm_forward
-from payoff.models.logprobs import prompt_pass
+from payoff.models.logprobs import prompt_pass, with_bos
 
 
 @dataclass
@@ -240,6 +241,21 @@ def stop_token_ids(model: Any, tokenizer: Any) -> torch.Tensor:
     return torch.tensor(sorted(i for i in ids if isinstance(i, int)), device=device)
 
 
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence[str], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, P] and attention mask of `prompts`, each after the tokenizer's
+    BOS where it puts one before every text (`leading_bos`)."""
+    rows = [
+        with_bos(tokenizer, r)
+        for r in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    ]
+    width, pad = max(len(r) for r in rows), tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids.to(device), mask.to(device)
+
+
 class LocalSampler:
     """Sampling with the model in this process, using its KV cache (`use_cache=True`)."""
 
@@ -282,11 +298,7 @@ class LocalSampler:
         # share its key/value cache with its G samples (the prompt pass is most of the work
         # when completions are short).
         group = repeated_group_size(prompts)
-        encoded = tokenizer(
-            prompts[::group], return_tensors="pt", padding=True, add_special_tokens=False
-        )
-        prompt_ids = encoded["input_ids"].to(device)  # [B / group, P]
-        prompt_mask = encoded["attention_mask"].to(device)
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts[::group], device)
         batch = len(prompts)
         eos, pad = stop_token_ids(model, tokenizer), tokenizer.pad_token_id
         was_training = model.training
