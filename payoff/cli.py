@@ -229,7 +229,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         data, line = result.to_dict(), result.line()
         env = getattr(getattr(algorithm.config, "env", None), "id", None)
         if env and hasattr(result, "episode_returns"):  # the checkpoint's env, not config.yaml's
-            line = f"{_printable(env)} (the env in the checkpoint's config): {line}"
+            tracks = f", its {_printable(args.split)} tracks" if args.split is not None else ""
+            line = f"{_printable(env)} (the env in the checkpoint's config{tracks}): {line}"
         for key in ("episode_returns", "episode_lengths"):  # each episode's, for scripts
             if getattr(result, key, None):
                 data[key] = list(getattr(result, key))

@@ -720,6 +720,10 @@ def test_a_runs_config_yaml_trains_again_as_a_recipe(tmp_path):
     ours = {k: v for k, v in again.config.items() if k not in ("recipe", "overrides")}
     theirs = {k: v for k, v in first.config.items() if k not in ("recipe", "overrides")}
     assert ours == theirs and again.summary()["final_eval"] == first.summary()["final_eval"]
+    assert again.path.name.endswith("-again")  # a YAML file is named by its file name
+    # the run's own config.yaml is named as that run was ("config" escaped runs/*frozenlake-q)
+    rerun = train(str(first.path / "config.yaml"), out=tmp_path / "rerun", media=False)
+    assert rerun.path.name.endswith("-frozenlake-q"), rerun.path.name
 
 
 class _Pixels(gym.Env):

@@ -38,7 +38,11 @@ def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """A shipped recipe by name, or a YAML file by path; returns (name, mapping)."""
     path = recipe_file(name_or_path)
     if path is not None:
-        return path.stem, load_yaml(path)
+        data = load_yaml(path)
+        recorded = data.get("recipe") if isinstance(data, dict) else None
+        if path.name == "config.yaml" and isinstance(recorded, str) and recorded.strip():
+            return recorded, data  # a run's config trained again: named as that run was
+        return path.stem, data
     names = recipe_names()
     if name_or_path not in names:
         raise ConfigError(
