@@ -133,3 +133,15 @@ def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
     # an error that names a file is kept
     with pytest.raises(OSError, match="already named"), io.writing_to(tmp_path / "other"):
         raise FileNotFoundError(2, "already named", str(tmp_path / "x"))
+
+
+def test_an_over_long_line_is_passed_over_without_being_read_whole(tmp_path, monkeypatch):
+    from payoff.track import run as run_module
+
+    monkeypatch.setattr(run_module, "MAX_RECORD_BYTES", 64)
+    path = tmp_path / "metrics.jsonl"
+    long = json.dumps({"step": 2, "pad": "x" * 500})
+    path.write_text(f'{{"step": 1}}\n{long}\n{{"step": 3}}\n' + '{"step": 4, "torn"')
+    assert [r["step"] for r in run_module.read_jsonl(path)] == [1, 3]
+    path.write_text('{"step": 1}\n' + '{"step": 2, "a": "' + "y" * 200)  # a long torn last line
+    assert [r["step"] for r in run_module.read_jsonl(path)] == [1]

@@ -23,7 +23,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -448,18 +448,39 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    # bytes that are not UTF-8 (a foreign or damaged file) spoil their line only
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):  # bad JSON, deep nesting, huge ints
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+    with open(path, "rb") as handle:
+        for raw in _lines(handle, MAX_RECORD_BYTES):
+            # bytes that are not UTF-8 (a foreign or damaged file) spoil their line only
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # bad JSON, deep nesting, huge ints
+                continue
+            if isinstance(record, dict):
+                records.append(record)
     return records
+
+
+MAX_RECORD_BYTES = 16 * 2**20
+"""A line of a run's JSON-lines files longer than this is skipped unread: payoff writes
+records of a few hundred bytes (samples: a few completions), and one 100 MB line in a
+foreign or damaged file made `payoff report` peak at 0.9 GB."""
+
+
+def _lines(handle: Any, limit: int) -> Iterator[bytes]:
+    """The lines of a binary file, each read whole, except those longer than `limit` bytes,
+    which are passed over in chunks without being kept."""
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # the rest of an over-long line
+            line = handle.readline(limit)
 
 
 if hasattr(os, "register_at_fork"):
