@@ -274,7 +274,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from payoff.track.run import Run
 
     figure_format(args.out)  # before reading the runs: --out x.svg writes SVG, x.txt is refused
-    runs = [Run.open(path) for path in args.runs]
+    runs = []
+    for path in args.runs:
+        run = Run.open(path)
+        members = run.path / "members"
+        if run.config.get("kind") == "experiment":  # its curves are its member runs'
+            found = sorted(members.iterdir()) if members.is_dir() else []
+            runs += [Run.open(m) for m in found if (m / "config.yaml").is_file()]
+        else:
+            runs.append(run)
+    if not runs:
+        raise RunError(f"{' '.join(args.runs)}: an experiment with no member runs yet")
     logged = {key for run in runs for record in run.records() for key in record}
     for key in [*(args.metric or []), args.x]:
         if key not in logged:

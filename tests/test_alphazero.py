@@ -112,7 +112,7 @@ def test_play_human_reprompts_on_bad_moves() -> None:
     result = play_human(agent, human_first=True, read=lambda _: next(typed), write=said.append)
     text = "\n".join(said)
     assert "'hello' is not a move" in text
-    assert "cell 9 is not free" in text and "legal moves" in text
+    assert "cell 9 does not exist (cells are 0-8)" in text and "legal moves" in text
     assert "cell 0 is not free" in text  # the second 0: that cell is already taken
     assert result == -1.0 and "You resign." in text
 

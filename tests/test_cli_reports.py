@@ -317,6 +317,9 @@ def test_an_experiment_prints_each_members_result(tmp_path, capsys):
         assert main(command) == 2
         err = capsys.readouterr().err
         assert "is an experiment" in err and "default-seed0" in err, command
+    # plot draws its members' curves (it said "no run logged 'step'. Logged: nothing yet")
+    assert main(["plot", str(run), "--out", str(tmp_path / "exp.png")]) == 0
+    assert (tmp_path / "exp.png").is_file()
 
 
 def test_an_env_whose_render_raises_still_gets_its_report(tmp_path, capsys, monkeypatch):

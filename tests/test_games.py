@@ -8,7 +8,7 @@ import pytest
 from payoff.core.errors import ConfigError
 from payoff.envs.games import IllegalMoveError, make_game
 from payoff.envs.games.arena import play_match
-from payoff.envs.games.base import state_from_planes
+from payoff.envs.games.base import GameState, state_from_planes
 from payoff.envs.games.players import AlphaBetaPlayer, MinimaxPlayer, Player, make_player
 
 
@@ -199,3 +199,90 @@ def test_line_heuristic_scores_every_line_of_four_by_its_rule() -> None:
             state = game.play(state, int(rng.choice(np.flatnonzero(game.legal_mask(state)))))
     assert checked > 500
     assert line_heuristic(make_game("tictactoe"), make_game("tictactoe").initial_state()) == 0.0
+
+
+class Nim:
+    """Take 1 or 2 from a pile of 5; who takes the last stone wins. Variants break one rule."""
+
+    name, num_actions, shape = "nim", 2, (1, 5)
+
+    def __init__(self, stuck_at: int | None = None, endless: bool = False):
+        self.stuck_at, self.endless = stuck_at, endless
+
+    def initial_state(self) -> GameState:
+        return GameState(board=np.ones(5, np.int8), to_play=0, moves=0)
+
+    def left(self, state: GameState) -> int:
+        return int(state.board.sum())
+
+    def legal_mask(self, state: GameState) -> np.ndarray:
+        if self.left(state) == self.stuck_at:
+            return np.zeros(2, bool)
+        return np.array([True, self.left(state) >= 2 or self.endless])
+
+    def play(self, state: GameState, action: int) -> GameState:
+        if action not in (0, 1) or not self.legal_mask(state)[action]:
+            raise IllegalMoveError(f"cannot take {action + 1}")
+        board = state.board.copy()
+        if not self.endless:
+            board[np.flatnonzero(board)[: action + 1]] = 0
+        ended = not board.any()
+        return GameState(
+            board, 1 - state.to_play, state.winner if not ended else state.to_play, state.moves + 1
+        )
+
+    def outcome(self, state: GameState) -> float | None:
+        return None if state.winner is None else (1.0 if state.winner == state.to_play else -1.0)
+
+    def encode(self, state: GameState) -> np.ndarray:
+        return np.stack([state.board[None].astype(np.float32), np.zeros((1, 5), np.float32)])
+
+    def symmetries(self, planes, policy):
+        return [(planes, policy)]
+
+    def render(self, state: GameState) -> str:
+        return f"{self.left(state)} left"
+
+
+class EndlessNim(Nim):
+    def __init__(self):
+        super().__init__(endless=True)
+
+
+class StuckNim(Nim):
+    def __init__(self):
+        super().__init__(stuck_at=3)
+
+
+def test_your_own_game_by_module_and_class_and_games_that_cannot_be_played():
+    from payoff.algos.alphazero import AlphaZero
+    from payoff.core.errors import PayoffError
+
+    small = dict(
+        iterations=1,
+        games_per_iteration=2,
+        train_steps=2,
+        batch_size=4,
+        gate_games=2,
+        gate_simulations=4,
+        eval_games=2,
+        eval_simulations=4,
+        baselines=["random"],
+        final_eval_games=2,
+        mcts={"simulations": 8},
+    )
+    agent = AlphaZero(game="test_games:Nim", **small)  # was "unknown game"
+    assert isinstance(agent.game, Nim)
+    with pytest.raises(ConfigError, match="your own game: 'module:Class'"):
+        AlphaZero(game="nimm", **small)
+    # a game that never ends stopped nothing: self-play ran on without a word
+    with pytest.raises(PayoffError, match="'nim' has not ended after 1,000 plies"):
+        AlphaZero(game="test_games:EndlessNim", **small).learn()
+    # no legal move in a running position: the search played action -1
+    with pytest.raises(PayoffError, match="legal_mask allows no move in a position that has not"):
+        AlphaZero(game="test_games:StuckNim", **small).learn()
+
+
+def test_positions_apart_only_in_plies_played_are_different_keys():
+    one = GameState(np.zeros(9, np.int8), 0, None, 2)
+    assert one.key() != GameState(np.zeros(9, np.int8), 0, None, 4).key()

@@ -169,3 +169,21 @@ def test_pettingzoo_refusals_point_to_what_works():
     pytest.importorskip("mpe2")
     with pytest.raises(EnvError, match="SuperSuit's pad_observations_v0"):
         _Agents("mpe2.simple_adversary_v3", False, {})
+
+
+def aec_env():
+    """A factory that returns PettingZoo's AEC form of rock-paper-scissors."""
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.env()
+
+
+def test_an_aec_env_from_your_factory_is_named_so() -> None:
+    """It failed inside reset with "cannot unpack non-iterable NoneType object"."""
+    from payoff.envs.pettingzoo import make_pettingzoo
+
+    with pytest.raises(
+        EnvError, match="made an AEC env .* needs a ParallelEnv: return .*aec_to_parallel"
+    ):
+        make_pettingzoo(f"{__name__}:aec_env")
+    assert make_pettingzoo(f"{__name__}:aec_env", api="aec") is not None

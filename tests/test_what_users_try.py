@@ -1700,6 +1700,18 @@ def test_an_env_instance_is_saved_with_its_make_arguments_and_a_wrapped_one_is_a
     assert again.evaluate(1).episodes == 1
 
 
+def test_max_episode_steps_past_the_registered_limit_lengthens_episodes(tmp_path):
+    """env.max_episode_steps=500 on Pendulum (registered at 200) still cut episodes at 200:
+    a TimeLimit around gymnasium.make's own could only shorten them."""
+    agent = payoff.PPO({"id": "Pendulum-v1", "max_episode_steps": 500}, total_steps=64, **TINY)
+    assert agent.evaluate(1).episode_lengths == [500]
+    live = payoff.PPO(gym.make("Pendulum-v1", max_episode_steps=300), total_steps=64, **TINY)
+    live.save(tmp_path / "p.safetensors")
+    assert payoff.PPO.load(tmp_path / "p.safetensors").evaluate(1).episode_lengths == [300]
+    short = payoff.PPO({"id": "Pendulum-v1", "max_episode_steps": 20}, total_steps=64, **TINY)
+    assert short.evaluate(1).episode_lengths == [20]
+
+
 def test_a_model_saved_without_its_head_is_named_so(tmp_path):
     """The message blamed config.json for coming from another model; it came from AutoModel."""
     from transformers import LlamaConfig, LlamaModel

@@ -395,7 +395,12 @@ class Algorithm:
             self._length_was_set = True
         else:
             target = getattr(self.config, key)
-            if self.state.step >= target > 0 and self.halted is None and not self.interrupted:
+            if (
+                self.state.step >= target > 0
+                and self.halted is None
+                and not self.interrupted
+                and self.run is None  # a run's resume finishes what is left: nothing to say
+            ):
                 warnings.warn(  # SB3's learn() always trains more; this one trains to the key
                     f"learn() with no number trains until {key}={target:,}, which this "
                     f"{type(self).__name__} has reached (step {self.state.step:,}), so it "

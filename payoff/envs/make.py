@@ -187,7 +187,14 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
                 )
         else:
             check_env_id(config.id)
-            made = gym.make(config.id, disable_env_checker=True, **options)
+            # gymnasium.make's own max_episode_steps replaces the registered limit (a
+            # TimeLimit around it could only cut episodes shorter than that limit)
+            limit = (
+                {}
+                if config.max_episode_steps is None
+                else {"max_episode_steps": config.max_episode_steps}
+            )
+            made = gym.make(config.id, disable_env_checker=True, **limit, **options)
     except TypeError as err:
         hint = ""
         if render_mode is not None and "render_mode" in str(err):
@@ -216,7 +223,7 @@ def make_env(env: EnvConfig | str, render_mode: str | None = None, **kwargs: Any
                 f"self.observation_space and self.action_space to gymnasium.spaces in its "
                 f"__init__ (e.g. spaces.Box(-1, 1, (4,)), spaces.Discrete(2))"
             )
-    if config.max_episode_steps is not None:
+    if config.max_episode_steps is not None and config.custom:  # gymnasium.make's is set
         made = gym.wrappers.TimeLimit(made, config.max_episode_steps)
     for wrapper in config.wrappers:
         try:

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from payoff.core.errors import EnvError
-from payoff.core.imports import refuse_untrusted
+from payoff.core.imports import import_object, refuse_untrusted
 
 
 def require_pettingzoo() -> Any:
@@ -53,12 +53,16 @@ def make_pettingzoo(env_id: str, api: str = "parallel", **kwargs: Any) -> Any:
     """A PettingZoo env from a registry id ('classic/rps-v2') or a module ('mpe2.simple_spread_v3')."""
     pettingzoo = require_pettingzoo()
     if ":" in env_id:  # 'package.module:factory', for your own envs
-        refuse_untrusted("env.id", env_id)  # a factory named by a loaded file runs its code
-        module_name, _, factory = env_id.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), factory)(**kwargs)
-        except (ImportError, AttributeError) as err:
-            raise EnvError(f"cannot make PettingZoo env {env_id!r}: {err}") from None
+        # imported as env ids are, from the working folder too; a loaded file's is refused
+        made = import_object(env_id, "env.kwargs.env_id", EnvError)(**kwargs)
+        aec = callable(getattr(made, "agent_iter", None)) and callable(getattr(made, "last", None))
+        if api == "parallel" and aec:  # an AECEnv: one agent acts at a time
+            raise EnvError(
+                f"{env_id!r} made an AEC env ({type(made).__name__}: agents act one at a "
+                f"time); IPPO steps every agent at once and needs a ParallelEnv: return "
+                f"pettingzoo.utils.conversions.aec_to_parallel(env) from your factory"
+            )
+        return made
     if "/" not in env_id:
         if env_id.partition(".")[0] not in PETTINGZOO_PACKAGES:
             # Importing a module runs it: only PettingZoo's own packages on a loaded file's word.
@@ -125,7 +129,7 @@ class _Agents:
                 f"PettingZoo env {env_id!r} gives its agents different observation or action "
                 f"spaces; shared-parameter learners need them equal. SuperSuit's "
                 f"pad_observations_v0 and pad_action_space_v0 pad them to one shape (wrap the "
-                f"env in your own factory, env.id=my_module:factory)"
+                f"env in your own factory, env.kwargs.env_id=my_module:factory)"
             )
         if not isinstance(actions[0], gym.spaces.Discrete | gym.spaces.Box):
             raise EnvError(

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from payoff.core.errors import ConfigError, PayoffError
-from payoff.envs.games.base import Game, GameState
+from payoff.envs.games.base import Game, GameState, check_ended_within
 from payoff.envs.games.players import Player
 
 # positions -> (priors [N, A], values [N]); values are for the player to move, in [-1, 1].
@@ -269,6 +269,14 @@ class MCTS:
         # One NumPy pass for the whole batch: the evaluator may put mass on illegal moves;
         # where it puts none on legal ones, the legal moves share the prior equally.
         legal = np.stack([self.game.legal_mask(leaf.state) for leaf in leaves])  # [N, A]
+        if not legal.any(axis=1).all():  # a search would make up action -1
+            stuck = leaves[int(np.flatnonzero(~legal.any(axis=1))[0])].state
+            name = getattr(self.game, "name", type(self.game).__name__)
+            raise PayoffError(
+                f"game {name!r}: legal_mask allows no move in a position that has not ended "
+                f"(ply {stuck.moves}, player {stuck.to_play} to move): make outcome() end the "
+                f"game there, or give the game a pass move"
+            )
         priors = np.where(legal, priors, 0.0)
         totals = priors.sum(axis=1, keepdims=True)
         uniform = legal / legal.sum(axis=1, keepdims=True)
@@ -379,8 +387,10 @@ def rollout_evaluator(game: Game, rng: np.random.Generator, rollouts: int = 1) -
     """Uniform priors and the mean result of random playouts: classic MCTS, no network."""
 
     def playout(state: GameState) -> float:
-        mover, current = state.to_play, state
+        mover, current, plies = state.to_play, state, 0
         while current.winner is None:
+            check_ended_within(game, current, plies)
+            plies += 1
             legal = np.flatnonzero(game.legal_mask(current))
             current = game.play(current, int(rng.choice(legal)))
         if current.winner < 0:

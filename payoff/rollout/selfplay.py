@@ -28,6 +28,7 @@ import torch
 
 from payoff.core.errors import RunError
 from payoff.envs.games.arena import MatchResult, play_line, play_match, random_opening
+from payoff.envs.games.base import check_ended_within
 from payoff.models.game_nets import PolicyValueNet
 from payoff.rollout.mcts import MCTS, MCTSConfig, SearchStats, select_action
 from payoff.rollout.network_players import Match, build_player, network_evaluator
@@ -61,7 +62,10 @@ def self_play_games(
     ]
     history: list[list[tuple[np.ndarray, np.ndarray, int, float]]] = [[] for _ in range(n)]
     running = list(range(n))
+    plies = 0
     while running:
+        check_ended_within(game, states[running[0]], plies)  # all advance together
+        plies += 1
         counts = search.search([states[i] for i in running], add_noise=True)
         root_values = search.root_values
         for i, visit_counts, q in zip(running, counts, root_values, strict=True):

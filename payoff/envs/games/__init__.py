@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from payoff.core.errors import ConfigError, suggest
+from payoff.core.imports import import_object
 from payoff.envs.games.base import DRAW, Game, GameState, IllegalMoveError
 from payoff.envs.games.connect4 import ConnectFour
 from payoff.envs.games.tictactoe import TicTacToe
@@ -23,11 +24,21 @@ def register_game(name: str, factory: Callable[[], Game]) -> None:
 
 def make_game(name: str) -> Game:
     """The game called `name`, with a clear error naming the known games."""
-    if name not in GAMES:
+    if ":" in name:  # your own game's class or function, e.g. my_games:Nim
+        factory = import_object(name, "game")
+    elif name not in GAMES:
         raise ConfigError(
-            f"unknown game {name!r}.{suggest(name, GAMES)} Known games: {', '.join(sorted(GAMES))}"
+            f"unknown game {name!r}.{suggest(name, GAMES)} Known games: "
+            f"{', '.join(sorted(GAMES))}; your own game: 'module:Class' (e.g. my_games:Nim, "
+            f"imported from the working folder or the Python path), or "
+            f"payoff.envs.games.register_game(name, Class) in the process that trains"
         )
-    game = GAMES[name]()
+    else:
+        factory = GAMES[name]
+    try:
+        game = factory()
+    except TypeError as err:
+        raise ConfigError(f"game {name!r} could not be made without arguments: {err}") from None
     if not isinstance(game, Game):
         raise ConfigError(
             f"game {name!r} does not implement the Game protocol (payoff.envs.games.base)"

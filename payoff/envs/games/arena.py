@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from payoff.core.errors import ConfigError
-from payoff.envs.games.base import DRAW, Game, GameState
+from payoff.envs.games.base import DRAW, Game, GameState, check_ended_within
 from payoff.envs.games.players import Player
 
 
@@ -71,7 +71,10 @@ def play_match(
                 moves[i] = list(line)
     a_seat = [0 if i % 2 == 0 else 1 for i in range(games)]  # which side A plays in game i
     running = [i for i in range(games)]
+    rounds = 0
     while running:
+        check_ended_within(game, states[running[0]], rounds)  # a round is a ply each side
+        rounds += 1
         for player, is_a in ((a, True), (b, False)):
             turn = [
                 i

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -51,8 +51,9 @@ class GameState:
     moves: int = 0
 
     def key(self) -> bytes:
-        """A hashable identity of the position (for transposition tables)."""
-        return self.board.tobytes() + bytes([self.to_play])
+        """A hashable identity of the position (for transposition tables): the plies played
+        belong to it, since a game may end in a draw after so many of them."""
+        return self.board.tobytes() + bytes([self.to_play]) + int(self.moves).to_bytes(8, "little")
 
 
 @runtime_checkable
@@ -90,6 +91,23 @@ class Game(Protocol):
     def render(self, state: GameState) -> str:
         """The position as text, with the action numbers a human types."""
         ...
+
+
+MAX_PLIES = 1_000
+"""A game still running after this many plies (or the game's own `max_plies`) stops self-play,
+matches and drawing with an error: its outcome() never ends it, and the loop would run on."""
+
+
+def check_ended_within(game: Any, state: GameState, plies: int) -> None:
+    """PayoffError when `state` still runs after `plies` plies, past the game's limit."""
+    limit = int(getattr(game, "max_plies", MAX_PLIES))
+    if state.winner is None and plies >= limit:
+        name = getattr(game, "name", type(game).__name__)
+        raise PayoffError(
+            f"game {name!r} has not ended after {plies:,} plies (its outcome() declared no "
+            f"winner and no draw): make it end, e.g. a draw after so many plies, or give the "
+            f"game a max_plies attribute if its games are really longer"
+        )
 
 
 def outcome_for_mover(state: GameState) -> float | None:

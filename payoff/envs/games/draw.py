@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from payoff.envs.games.base import Game, GameState
+from payoff.envs.games.base import Game, GameState, check_ended_within
 from payoff.envs.games.players import Player
 
 CELL = 48
@@ -46,9 +46,11 @@ def game_frames(game: Game, a: Player, b: Player, games: int = 1) -> list[np.nda
     """
     frames = []
     for index in range(games):
-        state = game.initial_state()
+        state, plies = game.initial_state(), 0
         frames.append(board_image(game, state))
         while state.winner is None:
+            check_ended_within(game, state, plies)
+            plies += 1
             mover = a if (state.to_play == index % 2) else b
             state = game.play(state, mover.act([state])[0])
             frames.append(board_image(game, state))

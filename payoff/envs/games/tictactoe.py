@@ -46,7 +46,8 @@ class TicTacToe(StoneGame):
             raise IllegalMoveError("the game is over; no more moves can be played")
         if not 0 <= action < 9 or state.board[action] != 0:
             legal = np.flatnonzero(state.board == 0).tolist()
-            raise IllegalMoveError(f"cell {action} is not free; legal moves: {legal}")
+            what = "is not free" if 0 <= action < 9 else "does not exist (cells are 0-8)"
+            raise IllegalMoveError(f"cell {action} {what}; legal moves: {legal}")
         return self.place(state, action)
 
     def symmetries(
