@@ -484,7 +484,7 @@ def train_experiment(
         try:
             resolve(member.recipe, [*member.overrides, *overrides], member.seeds[0])
         except ConfigError as err:
-            raise ConfigError(f"experiment {name!r}, member {member.recipe!r}: {err}") from None
+            raise ConfigError(f"experiment {name!r}, {_member_name(member)}: {err}") from None
     resolved = {
         "recipe": name,
         "description": description,
@@ -497,15 +497,23 @@ def train_experiment(
     started = time.time()
     for member in experiment.members:
         for seed in member.seeds:
-            member_run = train(
-                member.recipe,
-                [*member.overrides, *overrides],
-                seed=seed,
-                out=run.path / "members",
-                media=media,
-                label=member.label or member.recipe,
-                loggers=loggers,
-            )
+            try:
+                member_run = train(
+                    member.recipe,
+                    [*member.overrides, *overrides],
+                    seed=seed,
+                    out=run.path / "members",
+                    media=media,
+                    label=member.label or member.recipe,
+                    loggers=loggers,
+                )
+            except PayoffError as err:  # which of several members of one recipe failed
+                where = f"experiment {name!r}, {_member_name(member)} (seed {seed})"
+                try:
+                    named = type(err)(f"{where}: {err}")
+                except TypeError:  # an error class that takes more than a message
+                    named = PayoffError(f"{where}: {err}")
+                raise named from err
             member_runs.append(member_run)
             labels.append(member.label or member.recipe)
             if finished_step(member_run) is None:  # stopped by a signal: stop the experiment
@@ -529,6 +537,13 @@ def train_experiment(
     if media:
         write_report(run)
     return run
+
+
+def _member_name(member: Any) -> str:
+    """'member B (recipe cartpole-ppo)', or 'member cartpole-ppo' where it has no label."""
+    if member.label:
+        return f"member {member.label!r} (recipe {member.recipe!r})"
+    return f"member {member.recipe!r}"
 
 
 def _final_line(run: Run, label: str) -> str:

@@ -249,6 +249,12 @@ class EndlessNim(Nim):
         super().__init__(endless=True)
 
 
+class ShapeyNim(Nim):
+    def encode(self, state: GameState) -> np.ndarray:
+        planes = super().encode(state)
+        return planes if state.moves == 0 else planes[:, :, :4]
+
+
 class StuckNim(Nim):
     def __init__(self):
         super().__init__(stuck_at=3)
@@ -278,6 +284,9 @@ def test_your_own_game_by_module_and_class_and_games_that_cannot_be_played():
     # a game that never ends stopped nothing: self-play ran on without a word
     with pytest.raises(PayoffError, match="'nim' has not ended after 1,000 plies"):
         AlphaZero(game="test_games:EndlessNim", **small).learn()
+    # planes of another shape after the first move: torch's matmul error, naming nothing
+    with pytest.raises(PayoffError, match=r"encode\(\) gave planes of shape \(2, 1, 4\)"):
+        AlphaZero(game="test_games:ShapeyNim", **small).learn()
     # no legal move in a running position: the search played action -1
     with pytest.raises(PayoffError, match="legal_mask allows no move in a position that has not"):
         AlphaZero(game="test_games:StuckNim", **small).learn()

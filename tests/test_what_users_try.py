@@ -524,6 +524,21 @@ def test_yaml_reads_3e_4_as_a_number_and_an_experiment_checks_every_member_first
     ):
         train_experiment(str(experiment), out=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+    # labels name which of two members of one recipe is wrong, before and while training
+    experiment.write_text(
+        "kind: experiment\nmembers:\n  - {recipe: frozenlake-q, seeds: [0], label: A}\n"
+        "  - {recipe: frozenlake-q, overrides: [gamma=2], seeds: [0], label: B}\n"
+    )
+    with pytest.raises(ConfigError, match="member 'B' \\(recipe 'frozenlake-q'\\): "):
+        train_experiment(str(experiment), out=tmp_path / "runs")
+    experiment.write_text(
+        "kind: experiment\nmembers:\n  - {recipe: frozenlake-q, seeds: [0], label: A}\n"
+        "  - {recipe: frozenlake-q, overrides: [env.kwargs.map_name=9x9], seeds: [3], label: B}\n"
+    )
+    with pytest.raises(EnvError, match="member 'B' \\(recipe 'frozenlake-q'\\) \\(seed 3\\): "):
+        train_experiment(
+            str(experiment), ["total_episodes=20"], out=tmp_path / "runs2", media=False
+        )
 
 
 def test_plot_names_a_metric_no_run_logged(tmp_path, capsys):

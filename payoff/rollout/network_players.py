@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.games.base import GameState
 from payoff.envs.games.players import Player, make_player
 from payoff.models.game_nets import PolicyValueNet
@@ -75,12 +75,22 @@ def network_evaluator(net: PolicyValueNet, game: Any, symmetries: bool = False) 
     device = next(net.parameters()).device
     to_device = None if device.type == "cpu" else device
     maps = symmetry_maps(game)[1:] if symmetries else []
+    expected = np.asarray(game.encode(game.initial_state())).shape  # what the net was made for
 
     def evaluate(states: list[GameState]) -> tuple[np.ndarray, np.ndarray]:
         if encode_batch is not None:
             encoded = encode_batch(states)
         else:
-            encoded = np.stack([game.encode(s) for s in states])
+            encoded = [np.asarray(game.encode(s)) for s in states]
+            odd = next((e.shape for e in encoded if e.shape != expected), None)
+            if odd is not None:  # torch said "mat1 and mat2 shapes cannot be multiplied"
+                name = getattr(game, "name", type(game).__name__)
+                raise PayoffError(
+                    f"game {name!r}: encode() gave planes of shape {odd} for one position and "
+                    f"{expected} for the initial one; every position must encode to the same "
+                    f"shape ([2, rows, cols] as game.shape says)"
+                )
+            encoded = np.stack(encoded)
         if maps:  # the symmetric copies after the positions themselves: [(1 + S) B, ...]
             flat = encoded.reshape(len(states), -1)
             encoded = np.concatenate(
