@@ -255,6 +255,14 @@ class ShapeyNim(Nim):
         return planes if state.moves == 0 else planes[:, :, :4]
 
 
+class LopsidedNim(Nim):
+    """The second player may only take one stone."""
+
+    def legal_mask(self, state: GameState) -> np.ndarray:
+        mask = super().legal_mask(state)
+        return mask & np.array([True, state.to_play == 0])
+
+
 class StuckNim(Nim):
     def __init__(self):
         super().__init__(stuck_at=3)
@@ -295,3 +303,10 @@ def test_your_own_game_by_module_and_class_and_games_that_cannot_be_played():
 def test_positions_apart_only_in_plies_played_are_different_keys():
     one = GameState(np.zeros(9, np.int8), 0, None, 2)
     assert one.key() != GameState(np.zeros(9, np.int8), 0, None, 4).key()
+
+
+def test_greedy_looks_for_threats_among_the_moves_the_opponent_may_take():
+    from payoff.envs.games.players import GreedyPlayer
+
+    game = LopsidedNim()  # the greedy player tried the second player's "take 2": illegal
+    assert GreedyPlayer(game).choose(game.initial_state()) in (0, 1)

@@ -58,7 +58,11 @@ class GreedyPlayer(Player):
                 return int(action)
         # Which of the opponent's moves would win if it were their turn now?
         passed = GameState(board=state.board, to_play=1 - state.to_play, moves=state.moves)
-        threats = [a for a in legal if game.outcome(game.play(passed, int(a))) == -1.0]
+        # (only moves both sides may take: a game may give the two sides other moves)
+        theirs = game.legal_mask(passed)
+        threats = [
+            a for a in legal if theirs[a] and game.outcome(game.play(passed, int(a))) == -1.0
+        ]
         return _pick(self.rng, threats or legal)
 
 
