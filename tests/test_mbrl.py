@@ -471,6 +471,20 @@ def test_resume_continues_exactly(tmp_path, mode):
     torch.testing.assert_close(agent.planner.policy.weights, resumed.planner.policy.weights)
 
 
+def test_a_resume_between_logs_logs_the_same_disagreement(tmp_path):
+    """The plans' disagreements that the next log averages were not saved: after a resume
+    between two logs, that log's train/model_disagreement came from fewer plans."""
+    agent = MBRL("Pendulum-v1", **{**TINY, "total_steps": 60})
+    agent.learn(37)  # between two logs
+    assert agent._disagreements
+    resumed = MBRL.load(agent.save(tmp_path / "mbrl.safetensors"))
+    agent.learn(23)
+    resumed.learn(23)
+    key = "train/model_disagreement"
+    logged = [[r[key] for r in a.history if key in r and r["step"] > 37] for a in (agent, resumed)]
+    assert logged[0] and logged[0] == logged[1]
+
+
 def test_policy_search_runs_on_cartpole_and_scores_every_kth_step():
     planner = {**TINY["planner"], "method": "policy", "starts": 4, "report_every": 3}
     agent = MBRL("CartPole-v1", **{**TINY, "planner": planner}).learn()

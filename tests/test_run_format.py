@@ -145,3 +145,17 @@ def test_an_over_long_line_is_passed_over_without_being_read_whole(tmp_path, mon
     assert [r["step"] for r in run_module.read_jsonl(path)] == [1, 3]
     path.write_text('{"step": 1}\n' + '{"step": 2, "a": "' + "y" * 200)  # a long torn last line
     assert [r["step"] for r in run_module.read_jsonl(path)] == [1]
+
+
+def test_a_resumed_process_finds_the_runs_first_evaluation_in_its_file(tmp_path):
+    """GRPO, agent GRPO and PPO-RLHF took their 'start' score from the process's history,
+    which after a resume begins at the checkpoint: 'from 0.062' instead of 'from 0.000'."""
+    from payoff.algos.qlearning import QLearning
+
+    run = Run.create(tmp_path, "r", {"algo": "qlearning"})
+    run.log(0, **{"eval/accuracy": 0.0})
+    run.log(10, **{"eval/accuracy": 0.5})
+    agent = QLearning("FrozenLake-v1", run=run)
+    agent.history = [{"step": 10, "eval/accuracy": 0.5}]  # what a resumed process holds
+    assert agent.first_logged("eval/accuracy")["step"] == 0
+    assert QLearning("FrozenLake-v1").first_logged("eval/accuracy") is None  # no run, no history

@@ -567,7 +567,7 @@ class AgentGRPO(Algorithm):
         if final is None or final["step"] != self.step:  # learn(0), or eval_every 0 or off-beat
             self.evaluate_now()
             final = self.history[-1]
-        start = next(r for r in self.history if "eval/success" in r)
+        start = self.first_logged("eval/success") or final  # the run's step 0, across resumes
         save_lm(self.model, self.tokenizer, self.run.path / "model")
         self.run.write_summary(
             final_eval={k: v for k, v in final.items() if k.startswith("eval/")},

@@ -411,6 +411,14 @@ class Algorithm:
         self.train_until(target)
         return self
 
+    def first_logged(self, key: str) -> dict[str, Any] | None:
+        """The first record that holds `key` (a run's starting evaluation): from the run's
+        metrics.jsonl where there is a run, since a resumed process's history begins at its
+        checkpoint; else this process's history."""
+        records = self.run.records() if self.run is not None else []
+        found = next((r for r in records if key in r), None)
+        return found or next((r for r in self.history if key in r), None)
+
     # ---- to implement -----------------------------------------------------------------
     def setup(self) -> None:
         """Build envs, tables or networks from self.config."""

@@ -918,7 +918,7 @@ class GRPO(LMAlgorithm):
             if self.task.has_split("ood")
             else None
         )
-        start = next((r for r in self.history if self.eval_key() in r), None)
+        start = self.first_logged(self.eval_key())  # the run's step 0, across resumes
         measure = self.eval_key().removeprefix("eval/")
         self.export_model()
         if self.run is not None:

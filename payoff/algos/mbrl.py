@@ -735,6 +735,8 @@ class MBRL(Agent):
         "model_errors",
         "value",
         "value_optimizer",
+        "_disagreements",  # what the next log averages: a resume between logs keeps it
+        "_return_spreads",
     )
 
     def setup(self) -> None:

@@ -395,7 +395,7 @@ class RLHFPPO(LMAlgorithm):
     def finish(self) -> None:
         proxy, gold = self.greedy_scores()
         key = "eval/proxy" if gold is None else "eval/gold"
-        start = next((r for r in self.history if key in r), None)
+        start = self.first_logged(key)  # from the run's file: a resume starts mid-way
         self.export_model()
         line = (
             f"greedy held-out {'reward-model score' if gold is None else 'gold score'} "
