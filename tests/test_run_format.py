@@ -159,3 +159,24 @@ def test_a_resumed_process_finds_the_runs_first_evaluation_in_its_file(tmp_path)
     agent.history = [{"step": 10, "eval/accuracy": 0.5}]  # what a resumed process holds
     assert agent.first_logged("eval/accuracy")["step"] == 0
     assert QLearning("FrozenLake-v1").first_logged("eval/accuracy") is None  # no run, no history
+
+
+def test_a_report_of_a_run_still_training_says_so(tmp_path):
+    import os
+
+    from payoff.report.page import write_report
+
+    run = Run.create(tmp_path, "live", {"algo": "ppo"})
+    run.log(64, loss=0.5)
+    trainer = Run.open(run.path)  # the lock taken as a training process takes it
+    trainer.hold()
+    try:
+        reader = Run.open(run.path)
+        assert reader.trainer_pid() == os.getpid()
+        page = write_report(reader).read_text()
+        assert f"still training (pid {os.getpid()})" in page and "by step 64" in page
+        assert trainer.trainer_pid() is None  # the trainer's own report says nothing of it
+    finally:
+        trainer.release()
+    assert Run.open(run.path).trainer_pid() is None
+    assert "still training" not in write_report(Run.open(run.path)).read_text()

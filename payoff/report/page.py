@@ -75,6 +75,14 @@ def write_report(run: Run) -> Path:
         *_what_ran(config),
         *(f"<p>{_esc(summary[key])}</p>" for key in NOTE_KEYS if summary.get(key)),
     ]
+    trainer = run.trainer_pid()
+    if trainer is not None:  # a report of a run still training: say what it shows
+        last = max((int(r.get("step", 0)) for r in records), default=0)
+        who = f" (pid {trainer})" if trainer else ""
+        parts.append(
+            f"<p class='note'>This run is still training{who}: this page shows what it had "
+            f"logged by step {last:,}; its final evaluation and pictures come at its end.</p>"
+        )
     parts += _results(summary, records)
     pictures = sorted(media.glob("*.png"))
     if pictures:

@@ -197,6 +197,33 @@ class Run:
         _HELD_LOCKS.add(fd)
         self._remove_torn_writes()
 
+    def trainer_pid(self) -> int | None:
+        """The pid of another process training this run now (it holds the run's lock; 0
+        where the lock file names none), else None: nothing holds it, this process does, or
+        the platform has no flock."""
+        if self._lock is not None:
+            return None
+        try:
+            import fcntl
+        except ImportError:
+            return None
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # never trained here, or unreadable: nothing to say
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return None
+                holder = os.read(fd, 32).decode(errors="replace").strip()
+                return int(holder) if holder.isdigit() else 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
     def _remove_torn_writes(self) -> None:
         """Delete the temp files of atomic writes a killed process left (`.NAME.xxxx.tmp`
         beside a checkpoint or report): with the lock held, no write of this run is under
