@@ -310,3 +310,18 @@ def test_greedy_looks_for_threats_among_the_moves_the_opponent_may_take():
 
     game = LopsidedNim()  # the greedy player tried the second player's "take 2": illegal
     assert GreedyPlayer(game).choose(game.initial_state()) in (0, 1)
+
+
+def test_max_plies_none_means_the_default_and_matches_count_plies():
+    from payoff.core.errors import PayoffError
+    from payoff.envs.games.players import RandomPlayer
+
+    class NoLimitOfItsOwn(EndlessNim):
+        max_plies = None
+
+    class Ten(EndlessNim):
+        max_plies = 10
+
+    for game, plies in ((NoLimitOfItsOwn(), "1,000"), (Ten(), "10")):
+        with pytest.raises(PayoffError, match=f"has not ended after {plies} plies"):
+            play_match(game, RandomPlayer(game), RandomPlayer(game, 1), games=2)

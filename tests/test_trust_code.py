@@ -213,3 +213,22 @@ def test_a_loaded_config_cannot_import_a_module_as_a_pettingzoo_env():
     with names_from("checkpoint 'x'"):  # PettingZoo's own packages load as before
         env = make_pettingzoo("mpe2.simple_spread_v3", max_cycles=5)
     env.close()
+
+
+def test_a_loaded_file_naming_its_own_game_imports_nothing(tmp_path, monkeypatch):
+    """AlphaZero's config check made the game, importing 'module:Class' before the load's
+    trust rule applied: the module's code had run by the time the refusal came."""
+    from payoff.algos.alphazero import AlphaZero
+
+    marker = tmp_path / "imported"
+    (tmp_path / "trustgame.py").write_text(
+        "from pathlib import Path\n"
+        f"Path({str(marker)!r}).write_text('ran')\n"
+        "from payoff.envs.games.tictactoe import TicTacToe as Game\n"
+    )
+    payload = AlphaZero(game="tictactoe", baselines=["random"])._payload_state()
+    payload["config"]["game"] = "trustgame:Game"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"names code to import and run \(game 'trustgame:Game'"):
+        AlphaZero._from_payload(payload, source="downloaded.safetensors")
+    assert not marker.exists()

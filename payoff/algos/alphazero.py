@@ -190,9 +190,16 @@ class AlphaZeroConfig(RunKeys):
             raise ConfigError(
                 f"batch_size {self.batch_size} is larger than replay_size {self.replay_size}"
             )
-        game = make_game(self.game)  # unknown game -> clear error now, not mid-run
         if not self.baselines:
             raise ConfigError("config key 'baselines' needs at least one player, e.g. [random]")
+        if ":" in self.game:
+            # your own game: imported in setup, where a loaded file's word is refused (a config
+            # is read and validated before that check applies: no user code runs here)
+            return
+        self.check_game(make_game(self.game))  # unknown game -> clear error now, not mid-run
+
+    def check_game(self, game: Any) -> None:
+        """The settings that depend on the game: baselines it can play, openings it allows."""
         for baseline in self.baselines:
             make_player(baseline, game)
         # Openings too long for the game (every line of that many plies ends it) would fail
@@ -234,6 +241,8 @@ class AlphaZero(Agent):
         self.device = resolve_device(config.device)
         self.rng = seed_everything(config.seed)
         self.game = make_game(config.game)
+        if ":" in config.game:  # your own game's checks, left to this point by validate
+            config.check_game(self.game)
         self.net = PolicyValueNet(
             self.game.shape, self.game.num_actions, config.net, getattr(self.game, "lines", None)
         )

@@ -172,7 +172,7 @@ class Run:
         # an OSError here (a read-only run) is what writing to the run would raise
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_soon(fd, fcntl.LOCK_EX)
         except OSError as err:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)  # a filesystem without flock (some network mounts): go on unlocked
@@ -197,7 +197,7 @@ class Run:
         _HELD_LOCKS.add(fd)
         self._remove_torn_writes()
 
-    def trainer_pid(self) -> int | None:
+    def trainer_pid(self) -> int | None:  # (probes with a shared lock for a moment)
         """The pid of another process training this run now (it holds the run's lock; 0
         where the lock file names none), else None: nothing holds it, this process does, or
         the platform has no flock."""
@@ -466,6 +466,24 @@ def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, 
     if not isinstance(elapsed, int | float) or isinstance(elapsed, bool):
         raise CheckpointError(f"checkpoint {str(path)!r} has a non-numeric 'elapsed'")
     return payload["state"], float(elapsed)
+
+
+def _flock_soon(fd: int, kind: int, patience: float = 0.5) -> None:
+    """flock(fd, kind) without blocking, tried again for up to `patience` seconds: another
+    process probing the lock (`Run.trainer_pid`, a report) holds it for a moment only, while
+    a trainer holds it for as long as it trains. Raises the last OSError."""
+    import fcntl
+
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ def play_match(
     running = [i for i in range(games)]
     rounds = 0
     while running:
-        check_ended_within(game, states[running[0]], rounds)  # a round is a ply each side
+        check_ended_within(game, states[running[0]], 2 * rounds)  # a round: a ply each side
         rounds += 1
         for player, is_a in ((a, True), (b, False)):
             turn = [

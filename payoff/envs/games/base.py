@@ -100,7 +100,8 @@ matches and drawing with an error: its outcome() never ends it, and the loop wou
 
 def check_ended_within(game: Any, state: GameState, plies: int) -> None:
     """PayoffError when `state` still runs after `plies` plies, past the game's limit."""
-    limit = int(getattr(game, "max_plies", MAX_PLIES))
+    limit = getattr(game, "max_plies", None)
+    limit = MAX_PLIES if limit is None else int(limit)  # None: no limit of its own
     if state.winner is None and plies >= limit:
         name = getattr(game, "name", type(game).__name__)
         raise PayoffError(
