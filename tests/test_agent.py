@@ -132,6 +132,31 @@ def test_episode_ends_on_answer_turn_limit_and_no_action():
     assert env.step("I think it is 1").info["end"] == "no_action"
 
 
+@pytest.mark.parametrize("score", [float("nan"), None, "1"])
+def test_a_score_that_is_not_a_number_is_named(score):
+    """NaN was read as a diverged update ('lower learning_rate'), None as a TypeError."""
+    from payoff.core.errors import EnvError
+
+    env = ToolEnv([calculator()], score=lambda answer, task: score)
+    env.reset({"question": "q", "answer": "1"})
+    with pytest.raises(EnvError, match=r"score function .* returned .*: it must return a number"):
+        env.step("<answer>1</answer>")
+
+
+def test_an_env_whose_reset_says_nothing_is_named():
+    from payoff.core.errors import EnvError
+    from payoff.rollout.episodes import start_episode
+
+    class Silent(ToolEnv):
+        def reset(self, task):
+            super().reset(task)
+            return []
+
+    env = Silent([calculator()])
+    with pytest.raises(EnvError, match="Silent.reset returned no messages"):
+        start_episode(env, {"question": "q", "answer": "1"}, PlainFormat(), build_char_tokenizer())
+
+
 def test_token_budget_cuts_the_episode():
     env = ToolEnv([calculator()], max_turns=10, max_tokens=50)
     env.reset({"question": "q", "answer": "1"})
@@ -212,8 +237,14 @@ def test_relative_judge_normalizes_within_the_group():
 
 
 def test_agent_task_config_is_validated():
-    with pytest.raises(ConfigError, match="calculator"):
+    with pytest.raises(
+        ConfigError, match="calculator.*a task of your own, with your tools, is not"
+    ):
         make_agent_task(AgentTaskConfig(name="chess"))
+    from payoff.algos.agent_grpo import AgentGRPO
+
+    with pytest.raises(ConfigError, match=r"'sft.demonstrations' must be >= 1, got 0"):
+        AgentGRPO(sft={"demonstrations": 0})  # was numpy's "high <= 0" from SFT's sampling
 
 
 def test_doc_search_demonstrations_succeed_with_real_tool_results(tmp_path):

@@ -84,6 +84,14 @@ class DemoSFTConfig:
     seed: int = 0
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
 
+    def validate(self) -> None:
+        for key in ("demonstrations", "steps", "batch_size"):  # SFT sampled from no episodes
+            if getattr(self, key) < 1:
+                raise ConfigError(
+                    f"config key 'sft.{key}' must be >= 1, got {getattr(self, key)} (the tiny "
+                    f"model learns the tool-call format from them; to skip it, give model.path)"
+                )
+
 
 @dataclass
 class AgentGRPOConfig(RunKeys, MonitorKeys):

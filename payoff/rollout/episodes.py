@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from payoff.core.errors import EnvError
 from payoff.envs.text.env import Message, TextEnv
 from payoff.envs.text.formats import Format
 from payoff.models.logprobs import with_bos
@@ -99,7 +100,13 @@ def _add_context(episode: Episode, tokenizer: Any, text: str) -> None:
 def start_episode(env: TextEnv, task: dict[str, Any], fmt: Format, tokenizer: Any) -> Episode:
     """Reset `env` on `task` and render the first messages as context."""
     episode = Episode(task=task)
-    for message in env.reset(task):
+    messages = list(env.reset(task))
+    if not messages:  # the model's first turn would follow nothing: an empty prompt
+        raise EnvError(
+            f"{type(env).__name__}.reset returned no messages: an episode starts from at "
+            f"least one (the task put to the model)"
+        )
+    for message in messages:
         _add_context(episode, tokenizer, fmt.message(message, episode.messages))
         episode.messages.append(message)
     return episode

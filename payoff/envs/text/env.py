@@ -133,6 +133,12 @@ class ToolEnv(TextEnv):
         if answer is not None:
             self.done = True
             reward = self.score(answer, self.task)
+            if isinstance(reward, bool) or not isinstance(reward, int | float) or reward != reward:
+                name = getattr(self.score, "__qualname__", type(self.score).__name__)
+                raise EnvError(  # NaN read as a diverged update; None as a TypeError
+                    f"the env's score function {name} returned {reward!r} for answer "
+                    f"{answer[:40]!r}: it must return a number (1.0 for a right answer)"
+                )
             return StepResult(
                 [], reward, True, self._info(answer=answer, success=reward >= 1.0, end="answer")
             )

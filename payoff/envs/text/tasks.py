@@ -59,7 +59,11 @@ class AgentTaskConfig:
 
     def validate(self) -> None:
         if self.name not in TASKS:
-            raise ConfigError(f"agent task {self.name!r} is unknown; valid: {sorted(TASKS)}")
+            raise ConfigError(
+                f"agent task {self.name!r} is unknown; valid: {sorted(TASKS)} (agent GRPO "
+                f"trains on these shipped tasks; a task of your own, with your tools, is not "
+                f"a supported extension yet: docs/agents.md)"
+            )
         if not 0.0 <= self.hard_fraction <= 1.0 or not 0.0 <= self.call_rate <= 1.0:
             raise ConfigError("task.hard_fraction and task.call_rate must be in [0, 1]")
 
