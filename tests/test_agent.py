@@ -456,3 +456,31 @@ def test_eval_every_0_evaluates_at_the_start_and_the_end(tmp_path, monkeypatch):
     assert evals == [0, 2]  # not the start's score reported as the end's
     with pytest.raises(ConfigError, match="'eval_every' must be >= 0"):
         _tiny_agent(tmp_path, monkeypatch, eval_every=-1)
+
+
+def test_an_env_that_never_ends_its_episodes_is_stopped_past_its_turn_limit():
+    """The rollout loops while any episode runs: an env whose step never says done looped on,
+    a generate call a turn, without a word."""
+    from payoff.core.errors import EnvError
+    from payoff.envs.text.env import StepResult
+    from payoff.models.lm import ModelConfig, load_lm
+    from payoff.rollout.episodes import rollout_episodes
+    from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+    class NeverDone(ToolEnv):
+        def step(self, model_turn):
+            return StepResult([{"role": "tool", "content": "more"}], 0.0, False, {})
+
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=3)
+    with pytest.raises(EnvError, match=r"NeverDone has not ended an episode after 3 turns"):
+        rollout_episodes(
+            LocalSampler(model, tokenizer),
+            tokenizer,
+            [{"question": "q", "answer": "1"}],
+            lambda: NeverDone([calculator()], max_turns=2),
+            PlainFormat(),
+            sampling,
+            torch.Generator().manual_seed(0),
+            stop_ids=[],  # the random model's EOS would end it early
+        )

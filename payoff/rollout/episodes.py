@@ -13,6 +13,7 @@ own tokens, so tool outputs and environment text are context, never targets.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -152,6 +153,9 @@ def replay_episode(
     return episode
 
 
+MAX_EPISODE_TURNS = 1_000  # for an env that declares no max_turns
+
+
 def rollout_episodes(
     sampler: Sampler,
     tokenizer: Any,
@@ -172,10 +176,20 @@ def rollout_episodes(
     for episode in episodes:
         _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
     stops = set(stop_ids) if stop_ids is not None else {tokenizer.eos_token_id} - {None}
-    while True:
+    # An env ends its episodes at its own turn limit; one that never says done would loop
+    # here forever, a generate call a turn. Stop it a turn past that limit (or at 1,000).
+    declared = [getattr(env, "max_turns", None) for env in envs]
+    limit = max((int(n) + 1 for n in declared if isinstance(n, int)), default=MAX_EPISODE_TURNS)
+    for turn in itertools.count():
         live = [i for i, e in enumerate(episodes) if not e.done]
         if not live:
             return episodes
+        if turn >= limit:
+            raise EnvError(
+                f"{type(envs[live[0]]).__name__} has not ended an episode after {turn} turns "
+                f"(its max_turns: {declared[live[0]]}): its step() must return done=True at "
+                f"the turn limit"
+            )
         generation = sampler.generate([episodes[i].text() for i in live], sampling, generator)
         for row, i in enumerate(live):
             length = int(generation.completion_mask[row].sum())
