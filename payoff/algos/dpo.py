@@ -39,10 +39,10 @@ from payoff.models.logprobs import (
     pack_shared_prompts,
     packable,
     packed_completion_logprobs,
+    tokenize_starts,
     tokenize_unique,
-    with_bos,
 )
-from payoff.rollout.generation import LocalSampler, SamplingConfig
+from payoff.rollout.generation import LocalSampler, SamplingConfig, encode_prompts
 
 
 def gold_prefs() -> PreferenceDataConfig:
@@ -93,21 +93,18 @@ class DPOConfig(LMKeys):
 def encode_completions(
     tokenizer: Any, prompts: Sequence[str], completions: Sequence[str]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(prompt_ids, prompt_mask) left-padded and (completion_ids, completion_mask) right-padded, EOS appended."""
+    """(prompt_ids, prompt_mask) left-padded as the sampler's (`encode_prompts`) and
+    (completion_ids, completion_mask) right-padded, EOS appended."""
     pad = tokenizer.pad_token_id
-    prompt_rows = [
-        with_bos(tokenizer, r)
-        for r in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    ]
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
     completion_rows = [
         [*row, tokenizer.eos_token_id]
         for row in tokenizer(list(completions), add_special_tokens=False)["input_ids"]
     ]
-    p_width = max(len(r) for r in prompt_rows)
     c_width = max(len(r) for r in completion_rows)
     return (
-        torch.tensor([[pad] * (p_width - len(r)) + r for r in prompt_rows]),
-        torch.tensor([[0] * (p_width - len(r)) + [1] * len(r) for r in prompt_rows]),
+        prompt_ids,
+        prompt_mask,
         torch.tensor([r + [pad] * (c_width - len(r)) for r in completion_rows]),
         torch.tensor([[1] * len(r) + [0] * (c_width - len(r)) for r in completion_rows]),
     )
@@ -135,7 +132,7 @@ def encode_pairs(tokenizer: Any, rows: Sequence[Row]) -> list[PairTokens]:
     """
     encode = lambda texts: tokenize_unique(tokenizer, list(texts))  # noqa: E731
     eos = tokenizer.eos_token_id
-    prompts = [with_bos(tokenizer, ids) for ids in encode(r["prompt"] for r in rows)]
+    prompts = tokenize_starts(tokenizer, [r["prompt"] for r in rows])
     chosen = encode(r["chosen"] for r in rows)
     rejected = encode(r["rejected"] for r in rows)
     return [(p, [[*c, eos], [*r, eos]]) for p, c, r in zip(prompts, chosen, rejected, strict=True)]

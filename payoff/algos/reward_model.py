@@ -39,8 +39,7 @@ from payoff.models.logprobs import (
     pack_shared_prompts,
     packable,
     packed_last_hidden,
-    tokenize_unique,
-    with_bos,
+    tokenize_starts,
 )
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.rewards.learned import RewardModelScorer, ScalarHeadModel, build_scalar_model
@@ -116,9 +115,9 @@ def encode_groups(
     on the split.
     """
     tok, eos = model.tokenizer, model.tokenizer.eos_token_id
-    prompt_ids = [with_bos(tok, ids) for ids in tokenize_unique(tok, list(prompts))]
+    prompt_ids = tokenize_starts(tok, prompts)
     texts = [p + c for p, cs in zip(prompts, completions, strict=True) for c in cs]
-    joint = iter(with_bos(tok, ids) for ids in tokenize_unique(tok, texts))
+    joint = iter(tokenize_starts(tok, texts))
     groups: list[Group] = []
     for prompt, cs in zip(prompt_ids, completions, strict=True):
         full = [[*next(joint), eos] for _ in cs]

@@ -32,7 +32,7 @@ from payoff.models.base_model import BaseModelConfig, save_cached_model
 from payoff.models.lean_forward import explained_lookups
 from payoff.models.lm import ModelConfig, context_limit, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
-from payoff.models.logprobs import sequence_logprobs, with_bos
+from payoff.models.logprobs import sequence_logprobs, tokenize_starts
 from payoff.rollout.episodes import Episode, pack_episodes
 
 
@@ -118,14 +118,11 @@ class SFT(LMAlgorithm):
             return
         limit, fits = context
         tokenizer = self.tokenizer
-        prompts = tokenizer([self.prompt_text(r) for r in rows], add_special_tokens=False)
+        prompts = tokenize_starts(tokenizer, [self.prompt_text(r) for r in rows])
         answers = tokenizer(
             [self.completion_text(r, r["answer"]) for r in rows], add_special_tokens=False
         )
-        lengths = [
-            len(with_bos(tokenizer, p)) + len(a) + 1
-            for p, a in zip(prompts["input_ids"], answers["input_ids"], strict=True)
-        ]
+        lengths = [len(p) + len(a) + 1 for p, a in zip(prompts, answers["input_ids"], strict=True)]
         at = int(np.argmax(lengths))
         if lengths[at] <= limit:
             return
@@ -153,12 +150,7 @@ class SFT(LMAlgorithm):
                 targets[d] if n else t for t, n, d in zip(targets, noisy, donors, strict=True)
             ]
         # Through the chat template when on: the answer is the assistant's turn.
-        prompts = [
-            with_bos(tokenizer, ids)  # where the tokenizer starts every text with it
-            for ids in tokenizer([self.prompt_text(r) for r in rows], add_special_tokens=False)[
-                "input_ids"
-            ]
-        ]
+        prompts = tokenize_starts(tokenizer, [self.prompt_text(r) for r in rows])  # BOS first
         answers = tokenizer(
             [self.completion_text(r, t) for r, t in zip(rows, targets, strict=True)],
             add_special_tokens=False,

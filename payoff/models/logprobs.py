@@ -511,6 +511,12 @@ def leading_bos(tokenizer: Any) -> list[int]:
     return cached
 
 
+def tokenize_starts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of texts that begin a sequence (prompts, whole prompt + completion texts):
+    `tokenize_unique`'s, each after the tokenizer's BOS where it puts one (`with_bos`)."""
+    return [with_bos(tokenizer, ids) for ids in tokenize_unique(tokenizer, list(texts))]
+
+
 def with_bos(tokenizer: Any, ids: list[int]) -> list[int]:
     """`ids` of a sequence's start with `leading_bos` before them, unless they start with it
     already (a chat template that writes {{ bos_token }})."""

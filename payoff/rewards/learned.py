@@ -26,7 +26,7 @@ from torch import nn
 
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.models.lm import ModelConfig, context_limit, load_lm, model_device, save_lm
-from payoff.models.logprobs import with_bos
+from payoff.models.logprobs import tokenize_starts
 from payoff.track.checkpoint import load_state, save_state
 
 
@@ -81,10 +81,7 @@ class ScalarHeadModel(nn.Module):
         The first time, it is said on the console."""
         tok = self.tokenizer
         texts = [p + c for p, c in zip(prompts, completions, strict=True)]
-        ids = [
-            [*with_bos(tok, row), tok.eos_token_id]
-            for row in tok(texts, add_special_tokens=False)["input_ids"]
-        ]
+        ids = [[*row, tok.eos_token_id] for row in tokenize_starts(tok, texts)]
         context = self.context
         if context is not None and any(len(row) > context[0] for row in ids):
             limit = context[0]

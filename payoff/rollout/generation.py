@@ -24,7 +24,7 @@ import torch
 from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
 from payoff.models.lean_forward import KVCache, lm_forward
-from payoff.models.logprobs import prompt_pass, with_bos
+from payoff.models.logprobs import prompt_pass, tokenize_starts
 
 
 @dataclass
@@ -246,10 +246,7 @@ def encode_prompts(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids [B, P] and attention mask of `prompts`, each after the tokenizer's
     BOS where it puts one before every text (`leading_bos`)."""
-    rows = [
-        with_bos(tokenizer, r)
-        for r in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    ]
+    rows = tokenize_starts(tokenizer, prompts)
     width, pad = max(len(r) for r in rows), tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
