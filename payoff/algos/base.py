@@ -792,12 +792,8 @@ class Agent(Algorithm):
 
         training = current()
         if not hasattr(self, "_predict_state"):
-            seed = (
-                getattr(self.config, "seed", 0)
-                if self._predict_seed is None
-                else self._predict_seed
-            )
-            seed += 3_000_000
+            start = self._predict_seed  # seeded_predictions' seed, else the run's
+            seed = (getattr(self.config, "seed", 0) if start is None else start) + 3_000_000
             if cuda:
                 with torch.cuda.device(device):
                     torch.cuda.manual_seed(seed)  # (training's state is restored below)

@@ -174,7 +174,7 @@ class Run:
         try:
             _flock_soon(fd, fcntl.LOCK_EX)
         except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            if err.errno not in _LOCK_BUSY:
                 os.close(fd)  # a filesystem without flock (some network mounts): go on unlocked
                 warnings.warn(
                     f"cannot lock run {str(self.path)!r} ({err.strerror}): nothing stops a "
@@ -215,7 +215,7 @@ class Run:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError as err:
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                if err.errno not in _LOCK_BUSY:
                     return None
                 holder = os.read(fd, 32).decode(errors="replace").strip()
                 return int(holder) if holder.isdigit() else 0
@@ -468,6 +468,9 @@ def load_checkpoint_file(path: str | Path, algo: str | None) -> tuple[dict[str, 
     return payload["state"], float(elapsed)
 
 
+_LOCK_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # flock: another holds it
+
+
 def _flock_soon(fd: int, kind: int, patience: float = 0.5) -> None:
     """flock(fd, kind) without blocking, tried again for up to `patience` seconds: another
     process probing the lock (`Run.trainer_pid`, a report) holds it for a moment only, while
@@ -480,7 +483,7 @@ def _flock_soon(fd: int, kind: int, patience: float = 0.5) -> None:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
             return
         except OSError as err:
-            busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+            busy = err.errno in _LOCK_BUSY
             if not busy or time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
