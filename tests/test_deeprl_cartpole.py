@@ -7,16 +7,25 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from payoff.core.native import kernels, native_status
 from payoff.envs.cartpole import CartPoleVectorEnv
 from payoff.envs.make import EnvConfig, make_env
 from payoff.rollout.vector import make_vector_env
 
 
-def test_batched_cartpole_matches_gymnasium_step_by_step():
-    """Same seeds, same actions: same observations, rewards, terminations, truncations and
-    NEXT_STEP autoresets as a SyncVectorEnv of Gymnasium's CartPole-v1, over many episodes."""
+@pytest.mark.parametrize("native", [True, False], ids=["native-kernel", "numpy"])
+def test_batched_cartpole_matches_gymnasium_step_by_step(native):
+    """Same seeds, same actions: the same observations (bit for bit), rewards, terminations,
+    truncations and NEXT_STEP autoresets as a SyncVectorEnv of Gymnasium's CartPole-v1, over
+    many episodes, stepped by the native kernel and by NumPy."""
     num_envs, steps = 16, 3000
     ours = CartPoleVectorEnv(num_envs)
+    if native:
+        if kernels() is None:
+            pytest.skip(f"native kernels: {native_status()}")
+        assert ours.use_native
+    else:
+        ours.use_native = False
     theirs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
     obs_a, _ = ours.reset(seed=123)
     obs_b, _ = theirs.reset(seed=123)
@@ -31,7 +40,8 @@ def test_batched_cartpole_matches_gymnasium_step_by_step():
             actions = rng.integers(0, 2, num_envs)
         obs_a, rew_a, term_a, trunc_a, _ = ours.step(actions)
         obs_b, rew_b, term_b, trunc_b, _ = theirs.step(actions)
-        np.testing.assert_allclose(obs_a, obs_b, rtol=0, atol=1e-5, err_msg=f"step {step}")
+        np.testing.assert_array_equal(obs_a, obs_b, err_msg=f"step {step}")
+        np.testing.assert_array_equal(ours.state, [env.unwrapped.state for env in theirs.envs])
         np.testing.assert_array_equal(rew_a, rew_b)
         np.testing.assert_array_equal(term_a, term_b)
         np.testing.assert_array_equal(trunc_a, trunc_b)

@@ -12,9 +12,21 @@ import torch
 from payoff.algos.ppo import PPO
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
+from payoff.core.native import kernels
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic
 from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
+
+# Each NumPy step runs twice: as NumPy calls, and as one call of the native kernel
+# (payoff/core/_kernels.c) where it was built.
+paths = pytest.mark.parametrize(
+    "native",
+    [
+        pytest.param(True, marks=pytest.mark.skipif(kernels() is None, reason="not built")),
+        False,
+    ],
+    ids=["native-kernel", "numpy"],
+)
 
 
 def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
@@ -31,6 +43,7 @@ def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
     return actor, critic, flat, FlatAdam(flat, lr=3e-3, eps=1e-5)
 
 
+@paths
 @pytest.mark.parametrize(
     ("hidden", "activation", "batch", "vf_coef", "ent_coef", "max_grad_norm"),
     [
@@ -39,13 +52,16 @@ def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
         ([32], "relu", 50, 0.3, 0.2, 0.0),
         ([16, 24, 8], "relu", 64, 0.5, 0.01, 0.5),
         ([16, 24, 8], "tanh", 1, 0.5, 0.01, 0.0),
+        ([100, 64], "tanh", 77, 0.5, 0.01, 0.5),  # a 64-column panel and a masked edge
     ],
 )
 def test_ppo_step_equals_autograd_and_flat_adam(
-    hidden, activation, batch, vf_coef, ent_coef, max_grad_norm
+    native, hidden, activation, batch, vf_coef, ent_coef, max_grad_norm
 ):
     actor, critic, flat, optimizer = _networks(hidden, activation)
     numpy_ac = NumpyActorCritic(actor, critic, flat, optimizer)
+    if not native:
+        numpy_ac.use_native = False
     numpy_ac.pull()
     obs, actions = torch.randn(batch, 5), torch.randint(0, 3, (batch,))
     with torch.no_grad():
@@ -67,7 +83,7 @@ def test_ppo_step_equals_autograd_and_flat_adam(
 
     stats = numpy_ac.ppo_step(
         numpy_ac.encode(obs),
-        np.arange(batch) * 3 + actions.numpy(),
+        actions.numpy(),
         old_logprobs.numpy(),
         advantages.numpy(),
         returns.numpy(),
@@ -120,8 +136,9 @@ def test_pull_and_push_round_trip_and_padding_stays_zero():
     assert len(numpy_ac.index) == len(set(numpy_ac.index.tolist())) == flat.leaf.numel()
 
 
+@paths
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_numpy_sampler_samples_like_the_rollout_sampler(activation):
+def test_numpy_sampler_samples_like_the_rollout_sampler(native, activation):
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
     actor = CategoricalActor(
         observation_space, gym.spaces.Discrete(4), hidden=[16, 8], activation=activation
@@ -138,6 +155,8 @@ def test_numpy_sampler_samples_like_the_rollout_sampler(activation):
     expected_after = torch.rand(3)
     torch.manual_seed(11)
     sampler = NumpyRolloutSampler(actor, 6, 5)
+    if not native:
+        sampler.use_native = False
     actions = torch.stack([sampler(obs).clone() for obs in observations])
     assert torch.equal(torch.rand(3), expected_after)  # the same draws from the generator
     assert torch.equal(actions, expected)
@@ -146,8 +165,9 @@ def test_numpy_sampler_samples_like_the_rollout_sampler(activation):
     assert sampler.value_fn is None  # made without a critic
 
 
+@paths
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_numpy_sampler_values_are_the_critics(activation):
+def test_numpy_sampler_values_are_the_critics(native, activation):
     """Given the critic, the sampler's values (the runner's pass over a rollout) are the torch
     critic's, normalizer included; a critic it cannot run leaves value_fn None."""
     actor, critic, _, _ = _networks([16, 8], activation, obs_dim=3)
@@ -155,6 +175,8 @@ def test_numpy_sampler_values_are_the_critics(activation):
     actor.normalizer.update(torch.randn(50, 3) * 2 + 1)
     obs = torch.randn(40, 3) * 3
     sampler = NumpyRolloutSampler(actor, 2, 4, critic)
+    if not native:
+        sampler.use_native = False
     torch.testing.assert_close(sampler.value_fn(obs), critic(obs).detach(), rtol=1e-5, atol=1e-6)
     other = Critic(gym.spaces.Box(-1.0, 1.0, (3,)), [16, 8], activation)  # its own normalizer
     assert NumpyRolloutSampler(actor, 2, 4, other).value_fn is None

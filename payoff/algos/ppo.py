@@ -264,8 +264,6 @@ class PPO(OnPolicyAlgorithm):
             returns.numpy(),
         )
         batch, size = len(fields[1]), min(config.minibatch_size, len(fields[1]))
-        # Row r of a minibatch starts at r * num_actions in its flattened [B, A] log-probs.
-        row_offsets = (np.arange(batch) % size) * numpy_ac.num_actions
         stats = []
         for _ in range(config.epochs):
             if batch <= size:  # the mean gradient ignores order: no shuffle
@@ -273,7 +271,6 @@ class PPO(OnPolicyAlgorithm):
             else:
                 order = torch.randperm(batch).numpy()
                 x, acts, old, adv, ret = (f[order] for f in fields)
-            action_index = row_offsets + acts
             if normalize_per_minibatch:
                 adv = _normalize_blocks(adv, size)
             for start in range(0, batch, size):
@@ -281,7 +278,7 @@ class PPO(OnPolicyAlgorithm):
                 stats.append(
                     numpy_ac.ppo_step(
                         x[start:end],
-                        action_index[start:end],
+                        acts[start:end],
                         old[start:end],
                         adv[start:end],
                         ret[start:end],

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from payoff.core.native import kernels
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic, _gumbel
 
@@ -120,6 +121,17 @@ class NumpyActorCritic:
         self.torch_exp_avg_sq = optimizer.exp_avg_sq.numpy()
         self._grad_out: np.ndarray | None = None  # [2, B, A], reused while B is the same
         self._ones: np.ndarray | None = None  # [1, B]
+        self._row_offsets: np.ndarray | None = None  # [B]: row * num_actions
+        # The native kernel (payoff/core/_kernels.c) runs the whole step in one call where it
+        # was built; None runs it as the NumPy calls below (tests set it to compare them).
+        self.use_native = kernels() is not None
+        self.dims = np.array(
+            [actor_linears[0].in_features, *(layer.out_features for layer in actor_linears)],
+            np.int64,
+        )
+        self.activation_code = 1 if self.tanh else 2
+        self._coefs = np.zeros(10)
+        self._stats = np.zeros(5)
 
     # ---- to and from the torch modules ------------------------------------------------
     def pull(self) -> None:
@@ -192,7 +204,7 @@ class NumpyActorCritic:
     def ppo_step(
         self,
         x: np.ndarray,
-        action_index: np.ndarray,
+        actions: np.ndarray,
         old_logprobs: np.ndarray,
         advantages: np.ndarray,
         returns: np.ndarray,
@@ -205,12 +217,28 @@ class NumpyActorCritic:
         """One PPO gradient step on a minibatch; returns [policy loss, value loss, entropy,
         approx_kl, clip fraction] as payoff.algos.shared.policy_loss computes them.
 
-        x [B, in] encoded observations; action_index [B]: row * num_actions + action (flat
-        positions in the [B, A] log-probs); advantages already normalized if they should be.
-        The loss is clipped_surrogate + vf_coef * 0.5 * mean((V - R)^2) - ent_coef * mean
-        entropy (PPO's, clip_value off).
+        x [B, in] encoded observations; actions [B] int64 action indices; advantages
+        already normalized if they should be. The loss is clipped_surrogate + vf_coef * 0.5 *
+        mean((V - R)^2) - ent_coef * mean entropy (PPO's, clip_value off).
         """
-        batch, actions = len(x), self.num_actions
+        if self.use_native:
+            return self._native_step(
+                x,
+                actions,
+                old_logprobs,
+                advantages,
+                returns,
+                clip,
+                ent_coef,
+                vf_coef,
+                max_grad_norm,
+                lr,
+            )
+        batch, num_actions = len(x), self.num_actions
+        if self._row_offsets is None or len(self._row_offsets) != batch:
+            self._row_offsets = np.arange(batch) * num_actions
+        # the flat positions of the taken actions in the [B, A] log-probs
+        action_index = self._row_offsets + actions
         out, inputs = self.forward(x)
         logits, values = out[0], out[1, :, 0]
         # Reductions call the ufuncs' own reduce: ndarray.sum/.mean/np.clip go through
@@ -240,7 +268,7 @@ class NumpyActorCritic:
         # d/dlogits: the taken action's log-prob gives g (onehot - p); the entropy bonus
         # -c mean(H) gives (c / B) p (log p + H) = (c / B) p (log p - neg_entropy).
         if self._grad_out is None or self._grad_out.shape[1] != batch:
-            self._grad_out = np.zeros((2, batch, actions), _F32)
+            self._grad_out = np.zeros((2, batch, num_actions), _F32)
         grad_out = self._grad_out
         grad_logits = grad_out[0]
         if ent_coef:
@@ -265,6 +293,53 @@ class NumpyActorCritic:
                 np.count_nonzero(np.abs(ratio_minus_one) > clip) / batch,
             ]
         )
+
+    def _native_step(
+        self,
+        x: np.ndarray,
+        actions: np.ndarray,
+        old_logprobs: np.ndarray,
+        advantages: np.ndarray,
+        returns: np.ndarray,
+        clip: float,
+        ent_coef: float,
+        vf_coef: float,
+        max_grad_norm: float,
+        lr: float,
+    ) -> np.ndarray:
+        """`ppo_step` as one call of the native kernel: the same arithmetic, Adam included."""
+        optimizer = self.optimizer
+        beta1, beta2 = optimizer.betas
+        optimizer.steps += 1
+        steps = optimizer.steps
+        coefs = self._coefs
+        coefs[:9] = (
+            clip,
+            ent_coef,
+            vf_coef,
+            max_grad_norm,
+            lr / (1 - beta1**steps),
+            1 / (1 - beta2**steps) ** 0.5,
+            beta1,
+            beta2,
+            optimizer.eps,
+        )
+        kernels().ppo_step(
+            self.dims,
+            self.activation_code,
+            self.params,
+            self.grads,
+            self.exp_avg,
+            self.exp_avg_sq,
+            _contiguous(x, _F32),
+            _contiguous(actions, np.int64),
+            _contiguous(old_logprobs, _F32),
+            _contiguous(advantages, _F32),
+            _contiguous(returns, _F32),
+            coefs,
+            self._stats,
+        )
+        return self._stats.copy()
 
     def _adam(self, max_grad_norm: float, lr: float) -> None:
         """Clip the joint gradient norm, then FlatAdam's step (torch.optim.Adam's math)."""
@@ -346,6 +421,23 @@ class NumpyRolloutSampler:
             mean = normalizer.mean.to(torch.float32)
             std = torch.sqrt(normalizer.var.to(torch.float32) + 1e-8)
             self.normalize = (mean.numpy(), std.numpy(), normalizer.clip)
+        # The native kernels (payoff/core/_kernels.c), where built, run a step's forward and
+        # sampling in one call, and the critic's pass; None: the NumPy calls below.
+        self.use_native = kernels() is not None
+        if self.use_native:
+            self._native_setup()
+
+    def _native_setup(self) -> None:
+        """The layers' sizes and addresses as the kernels read them."""
+        self._actor_net = _native_net(self.layers)
+        self._value_net = None if self.value_layers is None else _native_net(self.value_layers)
+        if self.normalize is None:
+            self._normalize = np.zeros(0, _F32)
+            self._clip = 0.0
+        else:
+            mean, std, clip = self.normalize
+            self._normalize = np.stack([mean, std, np.zeros_like(mean)]).astype(_F32)
+            self._clip = float(clip)
 
     def _inputs(self, obs: np.ndarray) -> np.ndarray:
         """The networks' input for observations [B, ...]: flattened, float32, normalized."""
@@ -357,6 +449,13 @@ class NumpyRolloutSampler:
             x = np.clip((x - mean) / std, -clip, clip)
         return x
 
+    def native_actor(self) -> tuple[Any, ...] | None:
+        """The actor as the native kernels' rollout takes it (sizes, layer addresses,
+        activation, normalization, clip), or None without the kernels."""
+        if not self.use_native:
+            return None
+        return (*self._actor_net, 1 if self.tanh else 2, self._normalize, self._clip)
+
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """The actions [N] sampled for the next step's observations [N, ...]."""
         self.act(obs.numpy())
@@ -366,6 +465,20 @@ class NumpyRolloutSampler:
         """`__call__` in NumPy: the env actions (each action's index plus the Discrete
         space's `start`) for observations [N, ...]; `actions` keeps the indices."""
         t = self.step
+        if self.use_native and obs.dtype == _F32 and obs.flags.c_contiguous:
+            kernels().act(
+                *self._actor_net,
+                1 if self.tanh else 2,
+                obs,
+                self._normalize,
+                self._clip,
+                self.noise[t],
+                self.logits[t],
+                self.actions_np[t],
+            )
+            self.step = t + 1
+            actions = self.actions_np[t]
+            return actions + start if start else actions
         x = self._inputs(obs)
         activation = np.tanh if self.tanh else _relu
         # np.dot: for 2-D operands the same BLAS product as matmul, with less per-call work
@@ -389,6 +502,12 @@ class NumpyRolloutSampler:
     def values(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's V(s) for observations [B, ...]: [B]."""
         assert self.value_layers is not None, "made without a critic: see value_fn"
+        if self.use_native and self._value_net is not None:
+            x = self._inputs(obs.numpy())
+            x = _contiguous(x, _F32)
+            out = np.empty((len(x), 1), _F32)
+            kernels().forward(*self._value_net, 1 if self.tanh else 2, x, out)
+            return torch.from_numpy(out[:, 0])
         x = self._inputs(obs.numpy())
         activation = np.tanh if self.tanh else _relu
         for weight_t, bias in self.value_layers[:-1]:
@@ -421,6 +540,17 @@ def _numpy_layers(network: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
     ]
 
 
+def _native_net(layers: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """A network as the native kernels take it: its sizes [in, h1, ..., out] and the
+    addresses of each layer's W^T and bias (the arrays in `layers`, which must outlive it)."""
+    dims = np.array([layers[0][0].shape[0], *(w.shape[1] for w, _ in layers)], np.int64)
+    addresses = []
+    for weight_t, bias in layers:
+        assert weight_t.dtype == _F32 and bias.dtype == _F32 and weight_t.flags.c_contiguous
+        addresses += [weight_t.ctypes.data, bias.ctypes.data]
+    return dims, np.array(addresses, np.int64)
+
+
 def _last_axis(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
     """`ufunc.reduce(x, axis=-1, keepdims=True)` for a few actions, column by column in the
     same order. NumPy reduces a short last axis row by row: over 2 actions that costs ~35 ns
@@ -438,3 +568,10 @@ def _last_axis(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
 
 def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0, out=out)
+
+
+def _contiguous(array: np.ndarray, dtype: type) -> np.ndarray:
+    """`array` as a C-contiguous array of `dtype`, copied only where it is not one already."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=dtype)

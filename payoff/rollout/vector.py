@@ -24,6 +24,8 @@ import numpy as np
 import torch
 
 from payoff.core.errors import ConfigError, EnvError, PayoffError
+from payoff.core.native import kernels
+from payoff.envs.cartpole import CartPoleVectorEnv
 from payoff.envs.make import EnvConfig, check_env, is_success, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
@@ -246,13 +248,16 @@ class VectorRunner:
         storage: RolloutStorage,
         value_fn: Any = None,
         numpy_policy: Any = None,
+        sampler: Any = None,
     ) -> None:
         """Fill `storage` with `storage.num_steps` steps of every env under `policy`.
 
         numpy_policy(obs) -> env actions, given, replaces `policy`: it takes each step's
         observations as the NumPy rows of the storage and keeps its own record of the
         actions and log-probs, which the caller copies into `storage` after the rollout
-        (payoff.models.numpy_ac's sampler: no tensor per step).
+        (payoff.models.numpy_ac's sampler: no tensor per step). Given that sampler too
+        (`sampler`, Discrete actions starting at 0), the whole rollout on payoff's batched
+        CartPole runs in the native kernels (`_collect_native`): the same steps and books.
 
         value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
         every step's observation and of the one after the last step (for GAE and truncation
@@ -265,6 +270,9 @@ class VectorRunner:
         """
         # NumPy views sharing the storage tensors' memory: NumPy-into-NumPy writes skip torch's
         # per-call dispatch, which with small envs costs as much as stepping them.
+        if sampler is not None and self._collect_native(sampler, storage):
+            self._values_after(storage, value_fn)
+            return
         obs_np, actions_np = storage.obs.numpy(), storage.actions.numpy()
         logprobs_np = storage.logprobs.numpy()
         rewards_np, valid_np = storage.rewards.numpy(), storage.valid.numpy()
@@ -287,6 +295,10 @@ class VectorRunner:
             )
             for key, values_t in storage.info.items():
                 values_t[t] = torch.from_numpy(self.step_info[key])
+        self._values_after(storage, value_fn)
+
+    def _values_after(self, storage: RolloutStorage, value_fn: Any) -> None:
+        """V of every stored observation and of the one after the last step, in one pass."""
         if value_fn is None:
             return
         final = torch.as_tensor(np.asarray(self.obs), dtype=storage.obs.dtype)
@@ -298,6 +310,79 @@ class VectorRunner:
             values = values.cpu()
         storage.values[:] = values[:-1]
         storage.next_values[:] = values[-1]
+
+    def _collect_native(self, sampler: Any, storage: RolloutStorage) -> bool:
+        """`collect` for NumpyRolloutSampler on payoff's batched CartPole, in the native
+        kernels (payoff/core/_kernels.c's rollout_cartpole): actor, env and these books in one
+        call, which comes back here only after a step where envs reset, for their draws from
+        the envs' own generators. The same steps, actions, rewards and episodes as the loop
+        in `collect` (tests/test_native.py). False where it does not apply (no kernels,
+        another env, info keys, a device, another actor), and nothing was done."""
+        native, envs = kernels(), self.envs
+        actor = sampler.native_actor() if hasattr(sampler, "native_actor") else None
+        steps, n = storage.num_steps, self.num_envs
+        if (
+            native is None
+            or actor is None
+            or type(envs) is not CartPoleVectorEnv
+            or not envs.use_native
+            or self.info_keys
+            or self.device is not None
+            or sampler.step != 0
+            or sampler.noise.shape != (steps, n, 2)
+            or storage.obs.dtype != torch.float32
+            or tuple(storage.obs.shape) != (steps, n, 4)
+            or not envs.state.flags.c_contiguous
+        ):
+            return False
+        current = np.array(self.obs, dtype=np.float32, order="C")
+        obs_np = storage.obs.numpy()
+        rewards, terminated = storage.rewards.numpy(), storage.terminated.numpy()
+        truncated, valid = storage.truncated.numpy(), storage.valid.numpy()
+        finished_returns, finished_lengths = np.empty(steps * n), np.empty(steps * n, np.int64)
+        episode_length = np.ascontiguousarray(self.episode_length, dtype=np.int64)
+        episode_return = np.ascontiguousarray(self.episode_return, dtype=np.float64)
+        resetting = np.empty(n, np.int64)
+        envs.needs_reset = np.ascontiguousarray(self.resetting, dtype=bool)
+        t = finished = 0
+        while t < steps:
+            t, resets, finished, valid_steps, not_finite = native.rollout_cartpole(
+                *actor,
+                sampler.noise,
+                sampler.logits,
+                sampler.actions_np,
+                envs.state,
+                envs.elapsed,
+                envs.needs_reset,
+                envs.max_episode_steps,
+                current,
+                obs_np,
+                rewards,
+                terminated,
+                truncated,
+                valid,
+                episode_return,
+                episode_length,
+                finished_returns,
+                finished_lengths,
+                resetting,
+                t,
+                finished,
+                self.check_finite,
+            )
+            for i in resetting[:resets].tolist():
+                envs.state[i] = envs.rngs[i].uniform(-0.05, 0.05, size=(4,))
+                current[i] = envs.state[i]
+            if not_finite:
+                self._check(current, rewards[t - 1], self.env_steps)
+            self.env_steps += valid_steps
+        sampler.step = steps
+        self.episode_return, self.episode_length = episode_return, episode_length
+        self.finished_returns += finished_returns[:finished].tolist()
+        self.finished_lengths += finished_lengths[:finished].tolist()
+        self.resetting = envs.needs_reset.copy()
+        self.obs = current
+        return True
 
     def drain_episode_info(self) -> dict[str, list[float]]:
         """Per-episode sums of the info keys, for episodes finished since the last call."""

@@ -392,7 +392,13 @@ class OnPolicyAlgorithm(Agent):
             value_fn = getattr(sampler, "value_fn", None) or value_fn
             act = getattr(sampler, "act", None)
             if act is not None:  # NumPy in, env actions out; its actions copied after
-                self.runner.collect(None, self.storage, value_fn, lambda obs: act(obs, start))
+                self.runner.collect(
+                    None,
+                    self.storage,
+                    value_fn,
+                    lambda obs: act(obs, start),
+                    sampler=sampler if start == 0 else None,
+                )
                 self.storage.actions.copy_(sampler.actions[: self.storage.num_steps])
             else:
 

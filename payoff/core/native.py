@@ -1,0 +1,84 @@
+"""payoff's native kernels (payoff/core/_kernels.c), where they were built, and their BLAS.
+
+The C extension is compiled when payoff is installed; it needs a C compiler, so it may be
+missing, and everything it does has a NumPy twin (payoff/models/numpy_ac.py,
+payoff/envs/cartpole.py). Its matrix products call the sgemm of the BLAS NumPy was built
+with (found here, in the library NumPy bundles), so they run at np.dot's speed.
+
+`kernels()` gives the module ready to use, or None where it cannot be used: not built, no
+BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to compare with the NumPy path, or
+to rule the kernels out). `native_status()` says which, in words.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from types import ModuleType
+
+# (symbol, whether its integers are 64-bit): NumPy >= 2 wheels bundle scipy-openblas64
+# (ILP64), older ones openblas64_; a NumPy built against a system BLAS exports cblas_sgemm.
+_SGEMM_SYMBOLS = (
+    ("scipy_cblas_sgemm64_", True),
+    ("cblas_sgemm64_", True),
+    ("scipy_cblas_sgemm", False),
+    ("cblas_sgemm", False),
+)
+
+_loaded: tuple[ModuleType | None, str] | None = None
+
+
+def _blas_libraries() -> list[Path]:
+    """The shared libraries NumPy bundles (numpy.libs beside the package, or .dylibs)."""
+    import numpy
+
+    package = Path(numpy.__file__).parent
+    found: list[Path] = []
+    for folder in (package.parent / "numpy.libs", package / ".dylibs"):
+        if folder.is_dir():
+            found += sorted(p for p in folder.iterdir() if "blas" in p.name.lower())
+    return found
+
+
+def _find_sgemm() -> tuple[int, bool] | None:
+    """The address of NumPy's BLAS sgemm and whether it takes 64-bit integers."""
+    for path in _blas_libraries():
+        try:
+            library = ctypes.CDLL(str(path))  # the copy NumPy loaded: the same handle
+        except OSError:
+            continue
+        for symbol, ilp64 in _SGEMM_SYMBOLS:
+            function = getattr(library, symbol, None)
+            if function is not None:
+                return ctypes.cast(function, ctypes.c_void_p).value or 0, ilp64
+    return None
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get("PAYOFF_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None, "off (PAYOFF_NATIVE=0): NumPy"
+    try:
+        from payoff.core import _kernels  # type: ignore[attr-defined]
+    except ImportError as err:
+        return None, f"not built ({err}; reinstall payoff with a C compiler): NumPy"
+    sgemm = _find_sgemm()
+    if sgemm is None or not sgemm[0]:
+        return None, "built, but NumPy's BLAS sgemm was not found: NumPy"
+    _kernels.set_sgemm(*sgemm)
+    return _kernels, "native kernels (payoff/core/_kernels.c, NumPy's BLAS)"
+
+
+def kernels() -> ModuleType | None:
+    """The native kernels module, or None where they cannot be used (see native_status)."""
+    global _loaded
+    if _loaded is None:
+        _loaded = _load()
+    return _loaded[0]
+
+
+def native_status() -> str:
+    """Which implementation runs the kernels' work, and why, in a few words."""
+    kernels()
+    assert _loaded is not None
+    return _loaded[1]

@@ -1,0 +1,21 @@
+"""The one thing pyproject.toml cannot say: payoff's native kernels, a C extension.
+
+`payoff/core/_kernels.c` is compiled at install (`pip install -e .` builds it in place). It
+is optional: where no C compiler is found the install goes on and payoff runs the same
+computations in NumPy (payoff/core/native.py says which is in use).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "payoff.core._kernels",
+            ["payoff/core/_kernels.c"],
+            # No -ffast-math, and a * b + c rounded twice as written: CartPole's float64
+            # dynamics stay Gymnasium's bit for bit. -O3 vectorizes the float32 loops.
+            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,222 @@
+"""payoff's native kernels (payoff/core/_kernels.c) against the NumPy code they stand in for.
+
+Where the extension was not built (no C compiler at install), the kernel tests skip and
+payoff runs the NumPy twins; `test_without_the_kernels_payoff_runs_numpy` checks that path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from payoff.algos.ppo import PPO
+from payoff.core.native import kernels, native_status
+from payoff.models.mlp import CategoricalActor, Critic
+from payoff.models.numpy_ac import NumpyRolloutSampler, _native_net
+
+native = kernels()
+needs_kernels = pytest.mark.skipif(native is None, reason=f"native kernels: {native_status()}")
+
+
+def test_native_status_says_which_path_runs():
+    status = native_status()
+    assert ("native kernels" in status) == (native is not None)
+    if native is None:
+        assert "NumPy" in status
+
+
+def test_without_the_kernels_payoff_runs_numpy():
+    """PAYOFF_NATIVE=0 rules the kernels out; PPO on CartPole then trains in NumPy."""
+    code = (
+        "from payoff.core.native import kernels, native_status\n"
+        "from payoff.algos.ppo import PPO\n"
+        "assert kernels() is None, native_status()\n"
+        "print(native_status())\n"
+        "agent = PPO(env='CartPole-v1', numpy_fast_path=True, total_steps=4096, "
+        "eval_every=0, final_eval_episodes=1)\n"
+        "assert agent.learn().step >= 4096\n"
+    )
+    env = {**os.environ, "PAYOFF_NATIVE": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "PAYOFF_NATIVE=0" in out.stdout
+
+
+@needs_kernels
+def test_tanh_is_float32_tanh():
+    x = np.linspace(-12, 12, 200_001, dtype=np.float32)
+    x = np.concatenate([x, np.float32([0.0, -0.0, 1e-30, -3e-4, 5e-4, np.inf, -np.inf])])
+    y = x.copy()
+    native.tanh(y)
+    np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=5e-7, atol=5e-7)
+
+
+@needs_kernels
+@pytest.mark.parametrize(
+    ("dims", "rows", "activation"),
+    [
+        ([4, 64, 64, 2], 2112, 1),  # cartpole-ppo's critic pass: 64-column panels
+        ([5, 100, 64, 3], 13, 2),  # a panel plus a masked edge; rows not a multiple of 6
+        ([8, 16, 24, 1], 1, 1),  # one row, 16-column and narrower edges
+        ([3, 130, 7], 64, 0),  # two panels and an edge; no activation
+    ],
+)
+def test_forward_is_the_mlp(dims, rows, activation):
+    """The kernels' forward pass (their own AVX-512 products where the CPU has them) equals
+    NumPy's x W^T + b with the activation, to float32 rounding."""
+    rng = np.random.default_rng(0)
+    layers = [
+        (
+            (rng.standard_normal((i, o)) / np.sqrt(i)).astype(np.float32),
+            rng.standard_normal(o).astype(np.float32),
+        )
+        for i, o in zip(dims[:-1], dims[1:], strict=True)
+    ]
+    x = rng.standard_normal((rows, dims[0])).astype(np.float32)
+    expected = x.astype(np.float64)
+    for k, (weight_t, bias) in enumerate(layers):
+        expected = expected @ weight_t + bias
+        if k < len(layers) - 1:
+            expected = np.tanh(expected) if activation == 1 else expected
+            expected = np.maximum(expected, 0) if activation == 2 else expected
+    out = np.full((rows, dims[-1]), np.nan, np.float32)
+    native.forward(*_native_net(layers), activation, x, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernels
+def test_kernels_refuse_buffers_too_short():
+    layers = [(np.ones((4, 8), np.float32), np.ones(8, np.float32))]
+    x = np.ones((10, 4), np.float32)
+    with pytest.raises(ValueError, match="out holds 288 bytes, needs 320"):
+        native.forward(*_native_net(layers), 1, x, np.empty((9, 8), np.float32))
+    state = np.zeros((4, 4))
+    with pytest.raises(ValueError, match="actions"):
+        native.cartpole_step(
+            state,
+            np.zeros(3, np.int64),
+            np.zeros(4, np.int64),
+            np.zeros(4, bool),
+            500,
+            np.empty((4, 4), np.float32),
+            np.empty(4, np.float32),
+            np.empty(4, bool),
+            np.empty(4, bool),
+            np.empty(4, np.int64),
+        )
+    with pytest.raises(TypeError, match="takes 10 arguments"):
+        native.cartpole_step(state)
+
+
+def _ppo(seed: int, **overrides) -> PPO:
+    config = {
+        "env": "CartPole-v1",
+        "num_envs": 16,
+        "num_steps": 64,
+        "eval_every": 0,
+        "final_eval_episodes": 1,
+        "numpy_fast_path": True,
+        "seed": seed,
+        **overrides,
+    }
+    return PPO(**config)
+
+
+@needs_kernels
+@pytest.mark.parametrize("max_episode_steps", [500, 30])
+def test_the_fused_rollout_collects_what_the_step_loop_collects(max_episode_steps):
+    """VectorRunner's native rollout (actor, CartPole and the books in C) against its loop of
+    steps with the same sampler: the same storage, bit for bit, the same finished episodes,
+    counters and env state, over rollouts with resets (and time limits at 30 steps)."""
+    fused, looped = _ppo(3), _ppo(3)
+    for agent in (fused, looped):
+        agent.runner.envs.max_episode_steps = max_episode_steps
+    calls = []
+    original = looped.runner._collect_native
+
+    def refuse(sampler, storage):  # the step loop: the fused path declines
+        calls.append(1)
+        return False
+
+    looped.runner._collect_native = refuse
+    fused_ran = []
+    fused_collect = fused.runner._collect_native
+    fused.runner._collect_native = lambda *a: fused_ran.append(fused_collect(*a)) or fused_ran[-1]
+    for _ in range(3):
+        for agent in (fused, looped):
+            torch.manual_seed(len(calls))  # the same Gumbel noise for both
+            agent.collect()
+        for name in ("obs", "actions", "logprobs", "rewards", "terminated", "truncated", "valid"):
+            a, b = getattr(fused.storage, name), getattr(looped.storage, name)
+            assert torch.equal(a, b), name
+        torch.testing.assert_close(fused.storage.values, looped.storage.values, rtol=0, atol=0)
+    a, b = fused.runner, looped.runner
+    assert calls and original is not None and fused_ran == [True] * 3
+    assert a.finished_returns == b.finished_returns and len(a.finished_returns) > 20
+    assert a.finished_lengths == b.finished_lengths
+    assert a.env_steps == b.env_steps
+    np.testing.assert_array_equal(a.obs, b.obs)
+    np.testing.assert_array_equal(a.episode_return, b.episode_return)
+    np.testing.assert_array_equal(a.episode_length, b.episode_length)
+    np.testing.assert_array_equal(a.resetting, b.resetting)
+    np.testing.assert_array_equal(a.envs.state, b.envs.state)
+    np.testing.assert_array_equal(a.envs.elapsed, b.envs.elapsed)
+    if max_episode_steps == 30:
+        assert fused.storage.truncated.any()
+
+
+@needs_kernels
+def test_the_fused_rollout_applies_only_where_it_can():
+    """Another env, or info keys to record, take the step loop (and still train)."""
+    agent = _ppo(0, env="Acrobot-v1", num_envs=4, num_steps=8, minibatch_size=16)
+    sampler = agent.rollout_sampler()
+    assert not agent.runner._collect_native(sampler, agent.storage)
+    cartpole = _ppo(0)
+    cartpole.runner.info_keys = ("cost",)
+    assert not cartpole.runner._collect_native(cartpole.rollout_sampler(), cartpole.storage)
+
+
+@needs_kernels
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_native_sampler_acts_like_the_numpy_sampler(activation):
+    """Same weights, same noise: the kernel's logits equal NumPy's to float32 rounding, and
+    so do the actions (the perturbed logits here are never within rounding of a tie)."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1.0, 1.0, (4,))
+    actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=[64, 64], activation=activation)
+    critic = Critic(space, [64, 64], activation, normalizer=actor.normalizer)
+    actor.normalizer.enabled = True
+    actor.normalizer.update(torch.randn(100, 4) * 2 + 1)
+    observations = np.random.default_rng(1).standard_normal((5, 32, 4)).astype(np.float32)
+    torch.manual_seed(7)
+    fast = NumpyRolloutSampler(actor, 5, 32, critic)
+    torch.manual_seed(7)
+    slow = NumpyRolloutSampler(actor, 5, 32, critic)
+    slow.use_native = False
+    for obs in observations:
+        np.testing.assert_array_equal(fast.act(obs), slow.act(obs))
+    np.testing.assert_allclose(fast.logits, slow.logits, rtol=1e-5, atol=1e-6)
+    every = torch.from_numpy(observations.reshape(-1, 4))
+    torch.testing.assert_close(fast.values(every), slow.values(every), rtol=1e-5, atol=1e-5)
+
+
+def test_a_cartpole_vector_env_still_copies():
+    """The env keeps whether it uses the kernels, not the module: copy.deepcopy (payoff copies
+    env instances a user passes) still works."""
+    import copy
+
+    from payoff.envs.cartpole import CartPoleVectorEnv
+
+    envs = CartPoleVectorEnv(3)
+    envs.reset(seed=1)
+    twin = copy.deepcopy(envs)
+    actions = np.array([0, 1, 1])
+    np.testing.assert_array_equal(envs.step(actions)[0], twin.step(actions)[0])
