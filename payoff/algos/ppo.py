@@ -32,10 +32,12 @@ from payoff.algos.shared.policy_loss import (
     value_loss,
 )
 from payoff.core.errors import ConfigError
+from payoff.core.native import native_status
 from payoff.core.schedules import Schedule
 from payoff.models.mlp import CategoricalActor, Critic
 from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
 from payoff.rollout.buffers import RolloutStorage
+from payoff.track.progress import say
 
 
 @dataclass
@@ -63,9 +65,11 @@ class PPOConfig(OnPolicyConfig):
     numpy_fast_path: sample the rollout's actions and run each minibatch step (forward,
         losses, gradients, clip, Adam) in NumPy (payoff.models.numpy_ac), where it applies:
         CPU, discrete actions, Box observations for the sampler, tanh/ReLU MLPs, clip_value
-        null. ~4x faster per minibatch for 64-64 networks at minibatch 64. Equal to the
-        torch path to float32 rounding, not bit for bit, so a seed's run differs from the
-        same seed without it.
+        null. ~4x faster per minibatch for 64-64 networks at minibatch 64. Where payoff's
+        native kernels were built (payoff/core/_kernels.c; the first run says which path it
+        takes), each of those steps is one call into C, and a rollout on payoff's batched
+        CartPole is one call for the whole rollout. Equal to the torch path to float32
+        rounding, not bit for bit, so a seed's run differs from the same seed without it.
     """
 
     gae_lambda: float = 0.95
@@ -124,6 +128,7 @@ class PPO(OnPolicyAlgorithm):
             assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
             current = NumpyActorCritic(self.actor, self.critic, self.flat, self.optimizer)
             self._numpy_ac = current
+            _say_path_once()
         return current
 
     def rollout_sampler(self) -> Any:
@@ -319,6 +324,16 @@ class PPO(OnPolicyAlgorithm):
         if isinstance(self.action_space, gym.spaces.Box):
             metrics["train/std"] = float(self.actor.log_std.detach().exp().mean())  # type: ignore[operator]
         return metrics
+
+
+_said: list[bool] = []
+
+
+def _say_path_once() -> None:
+    """Name, once per process, what runs numpy_fast_path: the native kernels, or NumPy and why."""
+    if not _said:
+        _said.append(True)
+        say(f"payoff: numpy_fast_path runs in {native_status()}")
 
 
 def _normalize_blocks(values: np.ndarray, size: int) -> np.ndarray:

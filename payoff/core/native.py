@@ -57,16 +57,19 @@ def _find_sgemm() -> tuple[int, bool] | None:
 
 def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get("PAYOFF_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None, "off (PAYOFF_NATIVE=0): NumPy"
+        return None, "NumPy (the native kernels are off: PAYOFF_NATIVE=0)"
     try:
         from payoff.core import _kernels  # type: ignore[attr-defined]
     except ImportError as err:
-        return None, f"not built ({err}; reinstall payoff with a C compiler): NumPy"
+        return (
+            None,
+            f"NumPy (the native kernels were not built: {err}; reinstall payoff where a C compiler is found)",
+        )
     sgemm = _find_sgemm()
     if sgemm is None or not sgemm[0]:
-        return None, "built, but NumPy's BLAS sgemm was not found: NumPy"
+        return None, "NumPy (the native kernels found no BLAS sgemm in NumPy's libraries)"
     _kernels.set_sgemm(*sgemm)
-    return _kernels, "native kernels (payoff/core/_kernels.c, NumPy's BLAS)"
+    return _kernels, "native kernels (payoff/core/_kernels.c)"
 
 
 def kernels() -> ModuleType | None:
