@@ -369,6 +369,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
     import numpy as np
 
     from payoff.algos.ppo import PPO
+    from payoff.core.native import native_status
     from payoff.rollout.vector import make_vector_env
 
     agent = PPO(config=recipe_config(seed, ["eval_every=0"]))
@@ -405,6 +406,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
         for row in actions:
             envs.step(row)
     return {
+        "path": native_status(),
         "sps": steps / training.wall,
         "sps_cpu": steps / training.cpu,
         "collect_sps": steps / collect.cpu,
@@ -461,8 +463,11 @@ def run_lunar(seed: int) -> dict[str, Any]:
     recipe = training([])
     torch_path = training(["numpy_fast_path=false"])
     env_after = env_alone()
+    from payoff.core.native import native_status
+
     return {
         **recipe,
+        "path": native_status(),
         "torch_sps": torch_path["sps_cpu"],
         "torch_update_sps": torch_path["update_sps"],
         "env_sps": (env_before + env_after) / 2,
@@ -539,7 +544,8 @@ def main() -> None:
     }
     jax_name = f"JAX {results['jax'][0]['jax']} + gymnax, whole loop jitted"
     rows = []
-    for lib, name in (("jax", jax_name), ("payoff", "payoff (eager PyTorch + NumPy)")):
+    payoff_name = f"payoff, numpy_fast_path in {results['payoff'][0]['path']}"
+    for lib, name in (("jax", jax_name), ("payoff", payoff_name)):
         rows.append(
             [
                 name,
@@ -661,8 +667,8 @@ def main() -> None:
         print(lunar_summary)
         body += (
             f"\n\nLunarLander-v3 with `{LUNAR_RECIPE}` (16 envs x 1024 steps, 4 epochs of "
-            f"minibatch 64, entropy 0.01; the recipe's numpy_fast_path: sampling and each "
-            f"minibatch step in NumPy, payoff.models.numpy_ac): payoff's training over "
+            f"minibatch 64, entropy 0.01; the recipe's numpy_fast_path: each sampling step and "
+            f"each minibatch step in one call of {lunar[0]['path']}): payoff's training over "
             f"{LUNAR_ROLLOUTS} rollouts against the env alone (timed before and after the "
             f"training runs, their mean), each seed in a fresh process on the same pinned "
             f"CPU (seeds 0-{args.lunar_seeds - 1}).\n\n{lunar_table}\n\n- {lunar_summary}"

@@ -60,6 +60,17 @@ def test_tanh_is_float32_tanh():
     np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=5e-7, atol=5e-7)
 
 
+@pytest.fixture(params=["avx512", "blas"])
+def products(request):
+    """Each product test twice: the kernels' own AVX-512 blocks (where the CPU has them) and
+    NumPy's BLAS, which the kernels use on CPUs without AVX-512."""
+    if native is None:
+        pytest.skip(f"native kernels: {native_status()}")
+    before = native.use_avx512(request.param == "avx512")
+    yield request.param
+    native.use_avx512(before)
+
+
 @needs_kernels
 @pytest.mark.parametrize(
     ("dims", "rows", "activation"),
@@ -70,7 +81,7 @@ def test_tanh_is_float32_tanh():
         ([3, 130, 7], 64, 0),  # two panels and an edge; no activation
     ],
 )
-def test_forward_is_the_mlp(dims, rows, activation):
+def test_forward_is_the_mlp(products, dims, rows, activation):
     """The kernels' forward pass (their own AVX-512 products where the CPU has them) equals
     NumPy's x W^T + b with the activation, to float32 rounding."""
     rng = np.random.default_rng(0)
@@ -91,6 +102,39 @@ def test_forward_is_the_mlp(dims, rows, activation):
     out = np.full((rows, dims[-1]), np.nan, np.float32)
     native.forward(*_native_net(layers), activation, x, out)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("hidden", [[64, 64], [100, 24]])
+def test_ppo_step_by_either_product_is_the_numpy_step(products, hidden):
+    """One PPO minibatch step in the kernels, their products by AVX-512 blocks or by the
+    BLAS, ends where the NumPy calls end: weights, Adam's moments and the losses."""
+    from payoff.models.flat import FlatAdam, FlatParameters
+    from payoff.models.numpy_ac import NumpyActorCritic
+
+    results = []
+    for use_native in (True, False):
+        torch.manual_seed(0)
+        space = gym.spaces.Box(-1.0, 1.0, (4,))
+        actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=hidden)
+        critic = Critic(space, hidden, "tanh", normalizer=actor.normalizer)
+        flat = FlatParameters([*actor.parameters(), *critic.parameters()])
+        step = NumpyActorCritic(actor, critic, flat, FlatAdam(flat, lr=1e-3, eps=1e-5))
+        step.use_native = use_native
+        step.pull()
+        rng = np.random.default_rng(5)
+        batch = 70
+        x = rng.standard_normal((batch, 4)).astype(np.float32)
+        actions = rng.integers(0, 3, batch)
+        old = (rng.standard_normal(batch) * 0.3 - 1.1).astype(np.float32)
+        advantages = rng.standard_normal(batch).astype(np.float32)
+        returns = rng.standard_normal(batch).astype(np.float32)
+        stats = step.ppo_step(x, actions, old, advantages, returns, 0.2, 0.01, 0.5, 0.5, 1e-3)
+        results.append((stats, step.params.copy(), step.exp_avg.copy()))
+    (stats_a, params_a, avg_a), (stats_b, params_b, avg_b) = results
+    np.testing.assert_allclose(stats_a, stats_b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(params_a, params_b, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(avg_a, avg_b, rtol=1e-4, atol=1e-7)
 
 
 @needs_kernels

@@ -1020,6 +1020,22 @@ static PyObject *set_sgemm(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* use_avx512(flag) -> whether the kernels' own AVX-512 products were in use before: flag
+ * False sends every product to the BLAS (tests compare the two), True uses them where the CPU
+ * has AVX-512. */
+static PyObject *use_avx512(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_nargs(nargs, 1, "use_avx512") < 0) return NULL;
+    int flag = PyObject_IsTrue(args[0]);
+    if (flag < 0) return NULL;
+#ifdef HAVE_AVX512_KERNELS
+    int before = avx512 > 0 || (avx512 < 0 && __builtin_cpu_supports("avx512f"));
+    avx512 = flag && __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return PyBool_FromLong(before);
+#else
+    return PyBool_FromLong(0);
+#endif
+}
+
 static PyObject *tanh_(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_nargs(nargs, 1, "tanh") < 0) return NULL;
     Buf b;
@@ -1042,6 +1058,8 @@ static PyMethodDef methods[] = {
      "a batched CartPole step"},
     {"rollout_cartpole", (PyCFunction)(void (*)(void))rollout_cartpole, METH_FASTCALL,
      "a rollout of an MLP actor on the batched CartPole"},
+    {"use_avx512", (PyCFunction)(void (*)(void))use_avx512, METH_FASTCALL,
+     "whether matrix products use the kernels' AVX-512 blocks (else the BLAS)"},
     {"tanh", (PyCFunction)(void (*)(void))tanh_, METH_FASTCALL, "the kernels' tanh, in place"},
     {NULL, NULL, 0, NULL},
 };
