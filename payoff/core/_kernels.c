@@ -6,9 +6,10 @@
  * each: a rollout step of a small MLP actor (forward, Gumbel-max sampling), the critic's
  * pass over a rollout, one PPO minibatch step (forward, clipped surrogate, entropy and value
  * losses, their gradients, the joint gradient-norm clip and Adam), and a step of the batched
- * CartPole. Matrix products go to the BLAS NumPy itself uses (its sgemm's address is handed
- * in by payoff/core/native.py), so they run as fast as np.dot; everything between them is
- * plain loops the compiler vectorizes.
+ * CartPole, and a whole CartPole rollout with the runner's books. Matrix products run in this
+ * file's own AVX-512 blocks where the CPU has them, else in the BLAS NumPy itself uses (its
+ * sgemm's address is handed in by payoff/core/native.py); everything between them is plain
+ * loops the compiler vectorizes.
  *
  * Floating point: no -ffast-math and no contraction of a * b + c into one rounding (setup.py
  * passes -ffp-contract=off), so CartPole's float64 dynamics are Gymnasium's bit for bit (libm's
