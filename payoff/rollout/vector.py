@@ -333,6 +333,8 @@ class VectorRunner:
             or storage.obs.dtype != torch.float32
             or tuple(storage.obs.shape) != (steps, n, 4)
             or not envs.state.flags.c_contiguous
+            # the env's own "resets next step" and the runner's (one array for both in C)
+            or not np.array_equal(envs.needs_reset, self.resetting)
         ):
             return False
         current = np.array(self.obs, dtype=np.float32, order="C")
@@ -343,7 +345,7 @@ class VectorRunner:
         episode_length = np.ascontiguousarray(self.episode_length, dtype=np.int64)
         episode_return = np.ascontiguousarray(self.episode_return, dtype=np.float64)
         resetting = np.empty(n, np.int64)
-        envs.needs_reset = np.ascontiguousarray(self.resetting, dtype=bool)
+        envs.needs_reset = np.ascontiguousarray(envs.needs_reset, dtype=bool)
         t = finished = 0
         while t < steps:
             t, resets, finished, valid_steps, not_finite = native.rollout_cartpole(
