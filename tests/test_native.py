@@ -265,3 +265,122 @@ def test_a_cartpole_vector_env_still_copies():
     twin = copy.deepcopy(envs)
     actions = np.array([0, 1, 1])
     np.testing.assert_array_equal(envs.step(actions)[0], twin.step(actions)[0])
+
+
+def _step_pair(hidden, activation, poison):
+    """One ppo_step in the kernels and one as NumPy calls, from the same networks, after
+    `poison(actor, returns)` has put a NaN somewhere."""
+    from payoff.models.flat import FlatAdam, FlatParameters
+    from payoff.models.numpy_ac import NumpyActorCritic
+
+    out = []
+    for use_native in (True, False):
+        torch.manual_seed(0)
+        space = gym.spaces.Box(-1.0, 1.0, (4,))
+        actor = CategoricalActor(
+            space, gym.spaces.Discrete(2), hidden=hidden, activation=activation
+        )
+        critic = Critic(space, hidden, activation, normalizer=actor.normalizer)
+        returns = np.ones(16, np.float32)
+        poison(actor, returns)
+        flat = FlatParameters([*actor.parameters(), *critic.parameters()])
+        step = NumpyActorCritic(actor, critic, flat, FlatAdam(flat, lr=1e-3, eps=1e-5))
+        step.use_native = use_native
+        step.pull()
+        x = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+        actions = np.arange(16) % 2
+        zeros = np.zeros(16, np.float32)
+        stats = step.ppo_step(x, actions, zeros - 0.7, zeros + 1, returns, 0.2, 0.0, 0.5, 0.5, 1e-3)
+        out.append((stats, step.params[step.index].copy()))
+    return out
+
+
+@needs_kernels
+def test_nan_spreads_as_in_numpy():
+    """A diverged network or return must show as NaN (payoff stops on a NaN loss), as it does
+    in NumPy: ReLU keeps a NaN input, a NaN gradient norm spreads through the clip."""
+
+    def nan_weight(actor, returns):
+        with torch.no_grad():
+            actor.logits[0].weight[:, 1] = float("nan")
+
+    def nan_return(actor, returns):
+        returns[3] = np.nan
+
+    for poison in (nan_weight, nan_return):
+        (native_stats, native_params), (numpy_stats, numpy_params) = _step_pair(
+            [8, 8], "relu", poison
+        )
+        np.testing.assert_array_equal(np.isnan(native_stats), np.isnan(numpy_stats))
+        np.testing.assert_array_equal(np.isnan(native_params), np.isnan(numpy_params))
+        assert np.isnan(native_stats).any() or np.isnan(native_params).all()
+
+
+@needs_kernels
+def test_sampling_takes_the_first_nan_as_numpy_argmax():
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1.0, 1.0, (4,))
+    actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=[8])
+    with torch.no_grad():
+        actor.logits[-1].bias[1] = float("nan")
+    sampler = NumpyRolloutSampler(actor, 1, 5)
+    obs = np.zeros((5, 4), np.float32)
+    assert sampler.act(obs).tolist() == [1] * 5 == np.argmax(sampler.logits[0], axis=1).tolist()
+
+
+@needs_kernels
+def test_kernels_refuse_degenerate_sizes_with_a_message():
+    layers = [(np.ones((4, 8), np.float32), np.ones(8, np.float32))]
+    empty = np.zeros((0, 4), np.float32)
+    native.forward(*_native_net(layers), 1, empty, np.zeros((0, 8), np.float32))  # no rows: fine
+    dims, ptrs = _native_net(layers)
+    with pytest.raises(ValueError, match="layer size 0"):
+        native.forward(np.array([0, 8], np.int64), ptrs, 1, empty, np.zeros((0, 8), np.float32))
+    assert dims.tolist() == [4, 8]
+
+
+@needs_kernels
+def test_a_sampler_given_other_rows_does_not_take_the_kernel():
+    torch.manual_seed(0)
+    actor = CategoricalActor(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2), hidden=[8])
+    sampler = NumpyRolloutSampler(actor, 2, 3)
+    with pytest.raises(ValueError):  # NumPy's own shape error, not stale rows from the kernel
+        sampler.act(np.zeros((1, 4), np.float32))
+
+
+@needs_kernels
+def test_the_native_env_step_takes_an_unlimited_episode():
+    from payoff.envs.cartpole import CartPoleVectorEnv
+
+    envs = CartPoleVectorEnv(2, max_episode_steps=float("inf"))
+    envs.reset(seed=0)
+    assert envs.use_native
+    _, rewards, _, truncated, _ = envs.step(np.array([0, 1]))
+    assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+
+
+@needs_kernels
+def test_the_fused_rollout_matches_the_numpy_loop():
+    """Against the NumPy path (the sampler's NumPy calls, NumPy's CartPole step): the same
+    actions and episodes, observations equal, logits to float32 rounding."""
+    fused, plain = _ppo(5), _ppo(5)
+    plain.runner.envs.use_native = False
+    plain.runner._collect_native = lambda sampler, storage: False
+    original_sampler = plain.rollout_sampler
+
+    def numpy_sampler():
+        sampler = original_sampler()
+        sampler.use_native = False
+        return sampler
+
+    plain.rollout_sampler = numpy_sampler
+    for _ in range(2):
+        for agent in (fused, plain):
+            torch.manual_seed(9)
+            agent.collect()
+        for name in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
+            assert torch.equal(getattr(fused.storage, name), getattr(plain.storage, name)), name
+        torch.testing.assert_close(fused.storage.logprobs, plain.storage.logprobs)
+        torch.testing.assert_close(fused.storage.values, plain.storage.values)
+    assert fused.runner.finished_returns == plain.runner.finished_returns
+    assert len(fused.runner.finished_returns) > 10

@@ -50,6 +50,17 @@ static int sgemm_ilp64 = 0;
 static void blas_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
                       int64_t ldc) {
+    if (sgemm_address == NULL) { /* no BLAS was found: plain loops (slow, never wrong) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float sum = 0.0f;
+                for (int64_t p = 0; p < k; p++)
+                    sum += (trans_a ? a[p * lda + i] : a[i * lda + p]) *
+                           (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+                c[i * ldc + j] = sum;
+            }
+        return;
+    }
     int ta = trans_a ? TRANS : NO_TRANS, tb = trans_b ? TRANS : NO_TRANS;
     if (sgemm_ilp64)
         ((sgemm64_t)sgemm_address)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
@@ -314,7 +325,7 @@ VECTORIZED static void bias_act(float *restrict y, const float *restrict bias, i
         else if (act == 2)
             for (int64_t j = 0; j < n; j++) {
                 float v = row[j] + bias[j];
-                row[j] = v > 0.0f ? v : 0.0f;
+                row[j] = v < 0.0f ? 0.0f : v; /* NaN stays NaN, as np.maximum(x, 0) */
             }
         else
             for (int64_t j = 0; j < n; j++) row[j] += bias[j];
@@ -331,7 +342,7 @@ VECTORIZED static void times_derivative(float *restrict g, const float *restrict
     if (act == 1)
         for (int64_t i = 0; i < n; i++) g[i] *= 1.0f - out[i] * out[i];
     else
-        for (int64_t i = 0; i < n; i++) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++) g[i] *= out[i] > 0.0f ? 1.0f : 0.0f; /* as g *= out > 0 */
 }
 
 /* sums [n] = the column sums of g [rows, n] */
@@ -408,9 +419,19 @@ static int check_nargs(Py_ssize_t nargs, Py_ssize_t expected, const char *name) 
     return 0;
 }
 
+/* Whether matrix products run at speed: the CPU's AVX-512, or a BLAS sgemm handed in. */
+static int products_at_speed(void) {
+#ifdef HAVE_AVX512_KERNELS
+    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    if (avx512) return 1;
+#endif
+    return sgemm_address != NULL;
+}
+
 static int need_blas(void) {
-    if (sgemm_address == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "payoff native kernels: no BLAS sgemm was set");
+    if (!products_at_speed()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "payoff native kernels: no BLAS sgemm was set and the CPU lacks AVX-512");
         return -1;
     }
     return 0;
@@ -424,6 +445,7 @@ static float *workspace = NULL;
 static int64_t workspace_floats = 0;
 
 static float *get_workspace(int64_t floats) {
+    if (floats < 1) floats = 1;
     if (floats > workspace_floats) {
         PyMem_RawFree(workspace);
         workspace = PyMem_RawMalloc((size_t)floats * sizeof(float));
@@ -465,7 +487,13 @@ static int parse_net(PyObject *dims_obj, PyObject *ptrs_obj, Net *net) {
         goto done;
     net->layers = layers;
     const int64_t *d = dims.view.buf, *p = ptrs.view.buf;
-    for (int k = 0; k <= layers; k++) net->dims[k] = d[k];
+    for (int k = 0; k <= layers; k++) {
+        if (d[k] < 1) {
+            PyErr_Format(PyExc_ValueError, "payoff native kernel: layer size %lld", (long long)d[k]);
+            goto done;
+        }
+        net->dims[k] = d[k];
+    }
     for (int k = 0; k < layers; k++) {
         net->weight[k] = (const float *)(intptr_t)p[2 * k];
         net->bias[k] = (const float *)(intptr_t)p[2 * k + 1];
@@ -522,9 +550,9 @@ static void actor_step(const Net *net, int activation, const float *normalize, f
         const float *l = logits + i * actions, *g = noise + i * actions;
         int64_t best = 0;
         float top = l[0] + g[0];
-        for (int64_t j = 1; j < actions; j++) {
+        for (int64_t j = 1; j < actions && !isnan(top); j++) { /* np.argmax: the first NaN */
             float v = l[j] + g[j];
-            if (v > top) {
+            if (v > top || isnan(v)) {
                 top = v;
                 best = j;
             }
@@ -629,6 +657,12 @@ static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     const int64_t *dims = b[0].view.buf;
+    for (int k = 0; k <= layers; k++)
+        if (dims[k] < 1) {
+            PyErr_Format(PyExc_ValueError, "payoff native kernel: layer size %lld",
+                         (long long)dims[k]);
+            goto done;
+        }
     int64_t total = 0;
     for (int k = 0; k < layers; k++) total += 2 * dims[k] * dims[k + 1] + 2 * dims[k + 1];
     int64_t in = dims[0], A = dims[layers];
@@ -772,7 +806,7 @@ static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t narg
     double max_norm = coef[3];
     if (max_norm > 0) {
         double norm = sqrt(sum_squares(grads, total)), by = max_norm / (norm + 1e-6);
-        scale(grads, total, (float)(by < 1.0 ? by : 1.0));
+        scale(grads, total, (float)(by >= 1.0 ? 1.0 : by)); /* a NaN norm spreads, as min() */
     }
     float step = (float)(-coef[4]), inv_root_bc2 = (float)coef[5];
     float beta2 = (float)coef[7], eps = (float)coef[8];
@@ -820,9 +854,35 @@ static int cart_step(double *s, int64_t action) {
            s[2] > theta_threshold;
 }
 
+/* Env i of a batched CartPole step (CartPoleVectorEnv.step without the reset draw): the cart
+ * moves; an env whose episode ended on the previous step is listed in `resetting` instead,
+ * its reward 0, its elapsed steps 0, not terminated (NEXT_STEP autoreset). The observation is
+ * the new state in float32. Returns whether the step was a valid one (not a reset). */
+static int env_step(int64_t i, double *state, int64_t action, int64_t *elapsed,
+                    uint8_t *needs_reset, double max_steps, float *obs, float *reward,
+                    uint8_t *terminated, uint8_t *truncated, int64_t *resetting,
+                    int64_t *resets) {
+    double *s = state + 4 * i;
+    int fell = cart_step(s, action);
+    int was_valid = !needs_reset[i];
+    *reward = 1.0f;
+    elapsed[i] += 1;
+    if (!was_valid) {
+        resetting[(*resets)++] = i;
+        elapsed[i] = 0;
+        fell = 0;
+        *reward = 0.0f;
+    }
+    *terminated = (uint8_t)fell;
+    *truncated = (uint8_t)((double)elapsed[i] >= max_steps);
+    needs_reset[i] = *terminated | *truncated;
+    for (int j = 0; j < 4; j++) obs[4 * i + j] = (float)s[j];
+    return was_valid;
+}
+
 static PyObject *cartpole_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_nargs(nargs, 10, "cartpole_step") < 0) return NULL;
-    long long max_steps = PyLong_AsLongLong(args[4]);
+    double max_steps = PyFloat_AsDouble(args[4]); /* an int, or inf for no limit */
     if (PyErr_Occurred()) return NULL;
     Buf b[9];
     memset(b, 0, sizeof b);
@@ -844,21 +904,9 @@ static PyObject *cartpole_step(PyObject *self, PyObject *const *args, Py_ssize_t
     uint8_t *needs_reset = b[3].view.buf, *terminated = b[6].view.buf, *truncated = b[7].view.buf;
     float *obs = b[4].view.buf, *rewards = b[5].view.buf;
     int64_t resets = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int fell = cart_step(state + 4 * i, actions[i]);
-        elapsed[i] += 1;
-        rewards[i] = 1.0f;
-        if (needs_reset[i]) {
-            resetting[resets++] = i;
-            elapsed[i] = 0;
-            fell = 0;
-            rewards[i] = 0.0f;
-        }
-        terminated[i] = (uint8_t)fell;
-        truncated[i] = elapsed[i] >= max_steps;
-        needs_reset[i] = terminated[i] | truncated[i];
-        for (int j = 0; j < 4; j++) obs[4 * i + j] = (float)state[4 * i + j];
-    }
+    for (int64_t i = 0; i < n; i++)
+        env_step(i, state, actions[i], elapsed, needs_reset, max_steps, obs, rewards + i,
+                 terminated + i, truncated + i, resetting, &resets);
     result = PyLong_FromLongLong(resets);
 done:
     release(b, 9);
@@ -890,7 +938,7 @@ static PyObject *rollout_cartpole(PyObject *self, PyObject *const *args, Py_ssiz
     if (parse_net(args[0], args[1], &net) < 0) return NULL;
     int activation = (int)PyLong_AsLong(args[2]);
     double clip = PyFloat_AsDouble(args[4]);
-    long long max_steps = PyLong_AsLongLong(args[11]);
+    double max_steps = PyFloat_AsDouble(args[11]);
     long long start_step = PyLong_AsLongLong(args[23]);
     long long finished = PyLong_AsLongLong(args[24]);
     int check_finite = PyObject_IsTrue(args[25]);
@@ -910,8 +958,9 @@ static PyObject *rollout_cartpole(PyObject *self, PyObject *const *args, Py_ssiz
     int64_t n = b[5].view.len / (Py_ssize_t)(4 * sizeof(double));
     int64_t steps = n > 0 ? b[2].view.len / (Py_ssize_t)(n * 2 * sizeof(float)) : 0;
     int64_t tn = steps * n;
+    /* each step can finish at most n episodes: the output has room for the rest */
     if (n < 1 || steps < 1 || start_step < 0 || start_step >= steps || finished < 0 ||
-        finished > tn) {
+        finished > start_step * n) {
         PyErr_SetString(PyExc_ValueError, "rollout_cartpole: sizes or positions out of range");
         goto done;
     }
@@ -970,28 +1019,14 @@ static PyObject *rollout_cartpole(PyObject *self, PyObject *const *args, Py_ssiz
         actor_step(&net, activation, normalize, (float)clip, obs + row * 4, n, noise + row * 2,
                    logits + row * 2, actions + row, scratch);
         for (int64_t i = 0; i < n; i++) {
-            double *s = state + 4 * i;
-            int fell = cart_step(s, actions[row + i]);
-            int was_valid = !needs_reset[i];
-            float reward = 1.0f;
-            elapsed[i] += 1;
-            if (!was_valid) {
-                resetting[resets++] = i;
-                elapsed[i] = 0;
-                fell = 0;
-                reward = 0.0f;
-            }
-            int ended_by_time = elapsed[i] >= max_steps;
-            needs_reset[i] = (uint8_t)(fell | ended_by_time);
-            for (int j = 0; j < 4; j++) current[4 * i + j] = (float)s[j];
+            int was_valid = env_step(i, state, actions[row + i], elapsed, needs_reset, max_steps,
+                                     current, rewards + row + i, terminated + row + i,
+                                     truncated + row + i, resetting, &resets);
             if (check_finite)
                 for (int j = 0; j < 4; j++) not_finite |= !isfinite(current[4 * i + j]);
-            rewards[row + i] = reward;
-            terminated[row + i] = (uint8_t)fell;
-            truncated[row + i] = (uint8_t)ended_by_time;
             valid[row + i] = (uint8_t)was_valid;
             valid_steps += was_valid;
-            episode_return[i] += reward;
+            episode_return[i] += rewards[row + i];
             length[i] += was_valid;
             if (needs_reset[i]) {
                 finished_returns[finished] = episode_return[i];
@@ -1037,6 +1072,12 @@ static PyObject *use_avx512(PyObject *self, PyObject *const *args, Py_ssize_t na
 #endif
 }
 
+/* products_ready() -> whether matrix products run at speed here (AVX-512, or a BLAS set) */
+static PyObject *products_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_nargs(nargs, 0, "products_ready") < 0) return NULL;
+    return PyBool_FromLong(products_at_speed());
+}
+
 static PyObject *tanh_(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_nargs(nargs, 1, "tanh") < 0) return NULL;
     Buf b;
@@ -1061,6 +1102,8 @@ static PyMethodDef methods[] = {
      "a rollout of an MLP actor on the batched CartPole"},
     {"use_avx512", (PyCFunction)(void (*)(void))use_avx512, METH_FASTCALL,
      "whether matrix products use the kernels' AVX-512 blocks (else the BLAS)"},
+    {"products_ready", (PyCFunction)(void (*)(void))products_ready, METH_FASTCALL,
+     "whether matrix products run at speed here"},
     {"tanh", (PyCFunction)(void (*)(void))tanh_, METH_FASTCALL, "the kernels' tanh, in place"},
     {NULL, NULL, 0, NULL},
 };

@@ -2,12 +2,13 @@
 
 The C extension is compiled when payoff is installed; it needs a C compiler, so it may be
 missing, and everything it does has a NumPy twin (payoff/models/numpy_ac.py,
-payoff/envs/cartpole.py). Its matrix products call the sgemm of the BLAS NumPy was built
-with (found here, in the library NumPy bundles), so they run at np.dot's speed.
+payoff/envs/cartpole.py). Its matrix products run in its own AVX-512 blocks where the CPU
+has them, else through the sgemm of the BLAS NumPy uses (found here: the library this
+process loaded, or the one NumPy bundles), at np.dot's speed.
 
-`kernels()` gives the module ready to use, or None where it cannot be used: not built, no
-BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to compare with the NumPy path, or
-to rule the kernels out). `native_status()` says which, in words.
+`kernels()` gives the module ready to use, or None where it cannot be used: not built, a CPU
+without AVX-512 and no BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to compare
+with the NumPy path, or to rule the kernels out). `native_status()` says which, in words.
 """
 
 from __future__ import annotations
@@ -30,11 +31,24 @@ _loaded: tuple[ModuleType | None, str] | None = None
 
 
 def _blas_libraries() -> list[Path]:
-    """The shared libraries NumPy bundles (numpy.libs beside the package, or .dylibs)."""
+    """BLAS libraries to look in: those this process has loaded (Linux's /proc/self/maps:
+    the one NumPy links, wherever it came from), then those NumPy bundles (numpy.libs beside
+    the package, or .dylibs)."""
     import numpy
 
-    package = Path(numpy.__file__).parent
     found: list[Path] = []
+    maps = Path("/proc/self/maps")
+    try:
+        lines = maps.read_text().splitlines() if maps.exists() else []
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            path = Path(fields[5])
+            if "blas" in path.name.lower() and path not in found:
+                found.append(path)
+    package = Path(numpy.__file__).parent
     for folder in (package.parent / "numpy.libs", package / ".dylibs"):
         if folder.is_dir():
             found += sorted(p for p in folder.iterdir() if "blas" in p.name.lower())
@@ -66,9 +80,10 @@ def _load() -> tuple[ModuleType | None, str]:
             f"NumPy (the native kernels were not built: {err}; reinstall payoff where a C compiler is found)",
         )
     sgemm = _find_sgemm()
-    if sgemm is None or not sgemm[0]:
-        return None, "NumPy (the native kernels found no BLAS sgemm in NumPy's libraries)"
-    _kernels.set_sgemm(*sgemm)
+    if sgemm is not None and sgemm[0]:
+        _kernels.set_sgemm(*sgemm)
+    if not _kernels.products_ready():  # neither AVX-512 nor a BLAS to multiply with
+        return None, "NumPy (the native kernels found no BLAS sgemm and no AVX-512 here)"
     return _kernels, "native kernels (payoff/core/_kernels.c)"
 
 

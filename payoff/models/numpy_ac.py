@@ -310,8 +310,7 @@ class NumpyActorCritic:
         """`ppo_step` as one call of the native kernel: the same arithmetic, Adam included."""
         optimizer = self.optimizer
         beta1, beta2 = optimizer.betas
-        optimizer.steps += 1
-        steps = optimizer.steps
+        steps = optimizer.steps + 1  # counted once the step is taken (the kernel checks first)
         coefs = self._coefs
         coefs[:9] = (
             clip,
@@ -339,6 +338,7 @@ class NumpyActorCritic:
             coefs,
             self._stats,
         )
+        optimizer.steps = steps
         return self._stats.copy()
 
     def _adam(self, max_grad_norm: float, lr: float) -> None:
@@ -465,7 +465,12 @@ class NumpyRolloutSampler:
         """`__call__` in NumPy: the env actions (each action's index plus the Discrete
         space's `start`) for observations [N, ...]; `actions` keeps the indices."""
         t = self.step
-        if self.use_native and obs.dtype == _F32 and obs.flags.c_contiguous:
+        if (
+            self.use_native
+            and obs.dtype == _F32
+            and obs.flags.c_contiguous
+            and len(obs) == self.actions_np.shape[1]
+        ):
             kernels().act(
                 *self._actor_net,
                 1 if self.tanh else 2,

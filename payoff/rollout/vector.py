@@ -347,7 +347,8 @@ class VectorRunner:
         resetting = np.empty(n, np.int64)
         envs.needs_reset = np.ascontiguousarray(envs.needs_reset, dtype=bool)
         t = finished = 0
-        while t < steps:
+        not_finite = False
+        while t < steps and not not_finite:
             t, resets, finished, valid_steps, not_finite = native.rollout_cartpole(
                 *actor,
                 sampler.noise,
@@ -375,15 +376,16 @@ class VectorRunner:
             for i in resetting[:resets].tolist():
                 envs.state[i] = envs.rngs[i].uniform(-0.05, 0.05, size=(4,))
                 current[i] = envs.state[i]
-            if not_finite:
-                self._check(current, rewards[t - 1], self.env_steps)
             self.env_steps += valid_steps
-        sampler.step = steps
+        # the books as the step loop leaves them, also when a step was not finite
+        sampler.step = t
         self.episode_return, self.episode_length = episode_return, episode_length
         self.finished_returns += finished_returns[:finished].tolist()
         self.finished_lengths += finished_lengths[:finished].tolist()
         self.resetting = envs.needs_reset.copy()
         self.obs = current
+        if not_finite:
+            self._check(current, rewards[t - 1], self.env_steps)
         return True
 
     def drain_episode_info(self) -> dict[str, list[float]]:
