@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,15 @@ from payoff.algos.shared.group import group_advantages
 from payoff.core.errors import ConfigError
 from payoff.envs.text import PlainFormat, ToolEnv, calculator, call_tool, parse_tool_call
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, tool_turn
-from payoff.envs.text.tools import BM25, DocumentIndex, memory_tool, safe_eval, search_tools
+from payoff.envs.text.tools import (
+    BM25,
+    DocumentIndex,
+    Tool,
+    ToolInputError,
+    memory_tool,
+    safe_eval,
+    search_tools,
+)
 from payoff.models.tokenizer import build_char_tokenizer
 from payoff.rewards.relative_judge import RelativeJudge, answer_judge, normalize_group
 from payoff.rollout.episodes import pack_episodes, replay_episode
@@ -25,7 +35,7 @@ def test_valid_call_runs():
         'think <tool>{"name": "calculator", "arguments": {"expression": "12*(3+4)"}}</tool>'
     )
     assert (call.name, call.arguments, call.error) == ("calculator", {"expression": "12*(3+4)"}, "")
-    assert call_tool(TOOLS, call) == ("84", True)
+    assert call_tool(TOOLS, call) == ("84", "ok")
 
 
 def test_no_tag_is_no_call():
@@ -42,15 +52,16 @@ def test_no_tag_is_no_call():
     ],
 )
 def test_malformed_call_is_an_error_message(text, fragment):
-    result, ok = call_tool(TOOLS, parse_tool_call(text))
-    assert not ok and result.startswith("error: malformed") and fragment in result
+    result, status = call_tool(TOOLS, parse_tool_call(text))
+    assert status == "malformed" and result.startswith("error: malformed") and fragment in result
 
 
 def test_unknown_tool_lists_the_valid_ones():
-    result, ok = call_tool(
+    result, status = call_tool(
         TOOLS, parse_tool_call('<tool>{"name": "browser", "arguments": {}}</tool>')
     )
-    assert not ok and "unknown tool 'browser'" in result and "calculator" in result
+    assert status == "malformed" and "unknown tool 'browser'" in result
+    assert "calculator" in result
 
 
 @pytest.mark.parametrize(
@@ -65,8 +76,8 @@ def test_unknown_tool_lists_the_valid_ones():
 )
 def test_bad_arguments_are_error_messages(arguments, fragment):
     text = f'<tool>{{"name": "calculator", "arguments": {arguments}}}</tool>'
-    result, ok = call_tool(TOOLS, parse_tool_call(text))
-    assert not ok and fragment in result
+    result, status = call_tool(TOOLS, parse_tool_call(text))
+    assert status == "malformed" and fragment in result  # the model's mistake, charged as such
 
 
 def test_safe_eval_never_evaluates_names():
@@ -484,3 +495,52 @@ def test_an_env_that_never_ends_its_episodes_is_stopped_past_its_turn_limit():
             torch.Generator().manual_seed(0),
             stop_ids=[],  # the random model's EOS would end it early
         )
+
+
+# ---- tools a user brings --------------------------------------------------------------
+def _user_tool(fn, **options):
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    return {"t": Tool("t", "a user's tool", schema, fn, **options)}
+
+
+_CALL = '<tool>{"name": "t", "arguments": {"x": "a"}}</tool>'
+
+
+def test_a_users_tool_failing_is_a_tool_error_not_the_models():
+    def broken(x):
+        raise RuntimeError("database down")
+
+    def refuses(x):
+        raise ToolInputError(f"no record {x!r}")
+
+    result, status = call_tool(_user_tool(broken), parse_tool_call(_CALL))
+    assert status == "tool_error" and result == "error: t: RuntimeError: database down"
+    result, status = call_tool(_user_tool(refuses), parse_tool_call(_CALL))
+    assert status == "malformed" and "no record 'a'" in result
+    env = ToolEnv(list(_user_tool(broken).values()), max_turns=3)
+    env.reset({"question": "q", "answer": "1"})
+    info = env.step(_CALL).info
+    assert info["tool_errors"] == 1 and info["malformed"] == 0 and not info["ok"]
+
+
+def test_a_hanging_tool_times_out_and_a_huge_result_is_cut():
+    import time
+
+    started = time.perf_counter()
+    result, status = call_tool(
+        _user_tool(lambda x: time.sleep(30), timeout=0.2), parse_tool_call(_CALL)
+    )
+    assert status == "tool_error" and result == "error: t: timed out after 0.2 s"
+    assert time.perf_counter() - started < 5
+    result, status = call_tool(
+        _user_tool(lambda x: "z" * 10_000_000, max_result_chars=100), parse_tool_call(_CALL)
+    )
+    assert status == "ok" and result == "z" * 100 + " ... [cut: 9,999,900 more characters]"
+
+
+def test_a_tool_result_that_is_not_text_reads_as_json():
+    result, status = call_tool(
+        _user_tool(lambda x: {"rows": [1, 2], "when": Path("/tmp")}), parse_tool_call(_CALL)
+    )
+    assert status == "ok" and result == '{"rows": [1, 2], "when": "/tmp"}'
+    assert call_tool(_user_tool(lambda x: 3.5), parse_tool_call(_CALL))[0] == "3.5"

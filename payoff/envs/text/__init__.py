@@ -2,7 +2,14 @@
 
 from payoff.envs.text.env import Message, StepResult, TextEnv, ToolEnv, exact_match, extract_answer
 from payoff.envs.text.formats import ChatTemplateFormat, PlainFormat
-from payoff.envs.text.tools import Tool, ToolCall, calculator, call_tool, parse_tool_call
+from payoff.envs.text.tools import (
+    Tool,
+    ToolCall,
+    ToolInputError,
+    calculator,
+    call_tool,
+    parse_tool_call,
+)
 
 __all__ = [
     "ChatTemplateFormat",
@@ -13,6 +20,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolEnv",
+    "ToolInputError",
     "calculator",
     "call_tool",
     "exact_match",

@@ -23,6 +23,9 @@ from payoff.core.errors import ConfigError, EnvError
 from payoff.envs.text.tools import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
+    MALFORMED,
+    OK,
+    TOOL_ERROR,
     Tool,
     call_tool,
     parse_tool_call,
@@ -110,6 +113,7 @@ class ToolEnv(TextEnv):
         self.tokens = 0
         self.tool_calls: Counter[str] = Counter()
         self.malformed = 0
+        self.tool_errors = 0
         self.done = False
         messages = [{"role": "system", "content": self.system}] if self.system else []
         return [*messages, {"role": "user", "content": str(task["question"])}]
@@ -120,6 +124,7 @@ class ToolEnv(TextEnv):
             "tokens": self.tokens,
             "tool_calls": dict(self.tool_calls),
             "malformed": self.malformed,
+            "tool_errors": self.tool_errors,
             **extra,
         }
 
@@ -147,9 +152,11 @@ class ToolEnv(TextEnv):
             return StepResult(
                 [], 0.0, True, self._info(answer=None, success=False, end="no_action")
             )
-        result, ok = call_tool(self.tools, call)
+        result, status = call_tool(self.tools, call)
+        ok = status == OK
         self.tool_calls[call.name or "?"] += 1
-        self.malformed += not ok and result.startswith("error")
+        self.malformed += status == MALFORMED
+        self.tool_errors += status == TOOL_ERROR
         end = ""
         if self.turns >= self.max_turns:
             end = "turn_limit"

@@ -7,7 +7,13 @@ The model calls a tool by writing JSON inside tags (the documented format):
 and receives the result as the next observation, `<result>...</result>`. Nothing the model
 writes can crash an episode: malformed JSON, an unknown tool, arguments that do not match
 the schema or a tool that raises all come back as `<result>error: ...</result>`, so the model
-sees its mistake and can try again (and the episode's info counts it as malformed).
+sees its mistake and can try again (the episode's info counts a call the model got wrong as
+malformed, and a tool that raised or ran out of time as a tool error).
+
+A tool's result is text: a string as it is, a dict or list as JSON, anything else by str().
+It is cut at the tool's `max_result_chars` (a 10 MB result grew a process to 4.2 GB of token
+ids), and a tool with a `timeout` that has not returned by then answers "error: ... timed
+out" (it runs in a thread, which Python cannot stop: it is left to finish in the background).
 
 Shipped tools: `calculator` (safe AST evaluation, never eval()), `python` (the code
 verifier's sandbox), `search`/`open` over a folder of text documents (BM25 written here),
@@ -21,6 +27,7 @@ import json
 import math
 import operator
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,12 +52,24 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 @dataclass
 class Tool:
-    """A callable the model may use. `schema` is a JSON schema of the arguments object."""
+    """A callable the model may use. `schema` is a JSON schema of the arguments object.
+
+    timeout: seconds a call may take before it answers with an error (None: no limit; the
+        call then runs in the episode's own thread).
+    max_result_chars: a longer result is cut, with a note saying how much was left out.
+    raises_on_bad_input: whatever the tool raises means the model's arguments were wrong (the
+        call counts as malformed, as the shipped calculator, open and memory tools raise);
+        False: an exception is the tool's own failure (a tool error), except a
+        ToolInputError, which a tool raises to say the arguments were wrong.
+    """
 
     name: str
     description: str
     schema: dict[str, Any]
     fn: Callable[..., Any]
+    timeout: float | None = 10.0
+    max_result_chars: int = 4000
+    raises_on_bad_input: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI/Hugging Face function spec (for chat templates that list tools)."""
@@ -62,6 +81,11 @@ class Tool:
                 "parameters": self.schema,
             },
         }
+
+
+class ToolInputError(ValueError):
+    """Raised by a tool when the model's arguments are wrong: the call counts as malformed
+    (what `malformed_cost` charges), not as the tool failing."""
 
 
 @dataclass
@@ -120,20 +144,63 @@ def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str:
     return ""
 
 
-def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, bool]:
-    """Run `call`; returns (result text, ok). Never raises: errors become the result text."""
+# What a call came to: the tool answered, the model's call was wrong (malformed), or the
+# tool itself raised or ran out of time.
+OK, MALFORMED, TOOL_ERROR = "ok", "malformed", "tool_error"
+
+
+def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
+    """Run `call`; returns (result text, OK | MALFORMED | TOOL_ERROR). Never raises: errors
+    become the result text."""
     if call.error:
-        return f"error: {call.error}", False
+        return f"error: {call.error}", MALFORMED
     tool = tools.get(call.name)
     if tool is None:
-        return f"error: unknown tool {call.name!r}; available: {sorted(tools)}", False
+        return f"error: unknown tool {call.name!r}; available: {sorted(tools)}", MALFORMED
     problem = check_arguments(tool.schema, call.arguments)
     if problem:
-        return f"error: {call.name}: {problem}", False
-    try:
-        return str(tool.fn(**call.arguments)), True
-    except Exception as err:  # a tool failing is information for the model, not a crash
-        return f"error: {call.name}: {type(err).__name__}: {err}", False
+        return f"error: {call.name}: {problem}", MALFORMED
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, tool.fn(**call.arguments)))
+        except Exception as err:  # a tool failing is information for the model, not a crash
+            outcome.append((False, err))
+
+    if tool.timeout is None:
+        run()
+    else:
+        worker = threading.Thread(target=run, name=f"payoff-tool-{tool.name}", daemon=True)
+        worker.start()
+        worker.join(tool.timeout)
+        if not outcome:
+            return f"error: {call.name}: timed out after {tool.timeout:g} s", TOOL_ERROR
+    returned, value = outcome[0]
+    if not returned:
+        status = (
+            MALFORMED
+            if tool.raises_on_bad_input or isinstance(value, ToolInputError)
+            else TOOL_ERROR
+        )
+        return f"error: {call.name}: {type(value).__name__}: {value}", status
+    return _result_text(value, tool.max_result_chars), OK
+
+
+def _result_text(value: Any, limit: int) -> str:
+    """A tool's return value as the text the model reads, cut at `limit` characters."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict | list | tuple):
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        except (TypeError, ValueError):  # keys JSON cannot hold, or a circular list
+            text = str(value)
+    else:
+        text = str(value)
+    if len(text) > limit:
+        text = f"{text[:limit]} ... [cut: {len(text) - limit:,} more characters]"
+    return text
 
 
 # ---- calculator -------------------------------------------------------------------------
@@ -207,6 +274,7 @@ def calculator() -> Tool:
             "required": ["expression"],
         },
         lambda expression: safe_eval(expression),
+        raises_on_bad_input=True,
     )
 
 
@@ -315,6 +383,7 @@ def search_tools(index: DocumentIndex, k: int = 3) -> list[Tool]:
             "The text of a document, by the name search returned.",
             {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
             lambda name: index.open(name),
+            raises_on_bad_input=True,
         ),
     ]
 
@@ -345,4 +414,5 @@ def memory_tool(store: dict[str, str] | None = None) -> Tool:
             "required": ["op", "key"],
         },
         memory,
+        raises_on_bad_input=True,
     )
