@@ -248,9 +248,7 @@ def test_relative_judge_normalizes_within_the_group():
 
 
 def test_agent_task_config_is_validated():
-    with pytest.raises(
-        ConfigError, match="calculator.*a task of your own, with your tools, is not"
-    ):
+    with pytest.raises(ConfigError, match="calculator.*or a task of your own as 'module:Class'"):
         make_agent_task(AgentTaskConfig(name="chess"))
     from payoff.algos.agent_grpo import AgentGRPO
 

@@ -38,7 +38,7 @@ from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks.base import contradict_row
 from payoff.envs.text.formats import ChatTemplateFormat, Format, PlainFormat
-from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task
+from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, task_code
 from payoff.models.base_model import save_cached_model, start_lm
 from payoff.models.chat import has_chat_template, uses_chat_template
 from payoff.models.lm import ModelConfig, load_lm, save_lm
@@ -226,8 +226,11 @@ def turn_advantages(
 
 def build_agent_base(config: AgentGRPOConfig) -> Path:
     """The tiny model after SFT on demonstrations (cached under $PAYOFF_CACHE/agent-models/)."""
+    task = make_agent_task(config.task)  # your own task: imported (and checked) here
     key = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
-    path = cache_folder("agent-models", config.task.name, key)
+    if ":" in config.task.name:  # its code, so a changed task builds a new base
+        key["task_code"] = task_code(config.task.name)
+    path = cache_folder("agent-models", config.task.name.replace(":", "-"), key)
     if (path / "config.json").is_file():
         return path
     with build_lock(path):  # another process building the same model: wait, then reuse it
@@ -241,7 +244,6 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
         model, tokenizer = load_lm(
             ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
         )
-        task = make_agent_task(config.task)
         rng = np.random.default_rng(sft.seed)
         demos = [
             replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)

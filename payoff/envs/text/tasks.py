@@ -11,19 +11,30 @@ with `search` and `open`. The demonstrator cuts corners: on a two-hop question i
 second document only with probability `call_rate`, and otherwise answers with the city it
 has just read (wrong: the question asks for the country). SFT teaches the tools and the
 format; following the chain to its end is left to RL.
+
+A task of your own: `task.name: my_module:MyTask`, a class (or function) called with this
+AgentTaskConfig that gives an object with the methods the shipped tasks have (AgentTask):
+make_env() -> ToolEnv with your tools, sample(rng, n) -> n task dicts (each with a
+'question', and the 'answer' the env's score reads), demonstration(task, rng) -> the model
+turns of a scripted episode (tool_turn, answer_turn), and optionally group(task) -> a label
+for per-kind metrics. `UserTask` checks what it returns, so a mistake is named where it is
+made. A run loaded from disk imports no such module unless trusted (payoff.core.imports).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from payoff.core.cache import cache_root
-from payoff.core.errors import ConfigError
+from payoff.core.errors import ConfigError, EnvError
+from payoff.core.imports import import_object
 from payoff.envs.text.env import ToolEnv
 from payoff.envs.text.tools import (
     ANSWER_CLOSE,
@@ -40,7 +51,7 @@ from payoff.envs.text.tools import (
 class AgentTaskConfig:
     """Which agent task.
 
-    name: 'calculator' or 'doc-search'.
+    name: 'calculator', 'doc-search', or your own task's 'module:Class' (module docstring).
     hard_fraction: share of large problems (the rest are one-digit).
     max_turns / max_tokens: episode limits (model turns; model tokens in all).
     call_rate: probability that a demonstration calls the tool (calculator) or takes the
@@ -58,11 +69,12 @@ class AgentTaskConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.name not in TASKS:
+        # your own task ('module:Class') is imported when the trainer is set up, where the
+        # rule for code a loaded run names applies
+        if ":" not in self.name and self.name not in TASKS:
             raise ConfigError(
-                f"agent task {self.name!r} is unknown; valid: {sorted(TASKS)} (agent GRPO "
-                f"trains on these shipped tasks; a task of your own, with your tools, is not "
-                f"a supported extension yet: docs/agents.md)"
+                f"agent task {self.name!r} is unknown; valid: {sorted(TASKS)}, or a task of "
+                f"your own as 'module:Class' (docs/agents.md)"
             )
         if not 0.0 <= self.hard_fraction <= 1.0 or not 0.0 <= self.call_rate <= 1.0:
             raise ConfigError("task.hard_fraction and task.call_rate must be in [0, 1]")
@@ -220,9 +232,105 @@ def _names(rng: np.random.Generator, n: int) -> list[str]:
     return names
 
 
+class AgentTask(Protocol):
+    """What agent GRPO asks of a task (the shipped ones, and yours)."""
+
+    def make_env(self) -> ToolEnv: ...
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]: ...
+
+    def demonstration(self, task: dict[str, Any], rng: np.random.Generator) -> list[str]: ...
+
+    def group(self, task: dict[str, Any]) -> str: ...
+
+
+class UserTask:
+    """A task of your own ('module:Class'), each answer it gives checked as it is used."""
+
+    METHODS = ("make_env", "sample", "demonstration")
+
+    def __init__(self, spec: str, task: Any):
+        missing = [m for m in self.METHODS if not callable(getattr(task, m, None))]
+        if missing:
+            raise ConfigError(
+                f"agent task {spec!r} ({type(task).__name__}) has no {', '.join(missing)}: a "
+                f"task needs make_env() -> ToolEnv, sample(rng, n) -> [task dicts] and "
+                f"demonstration(task, rng) -> [model turns], and may have group(task) "
+                f"(payoff.envs.text.tasks.AgentTask; docs/agents.md)"
+            )
+        self.spec, self.task = spec, task
+
+    def make_env(self) -> ToolEnv:
+        env = self.task.make_env()
+        if not isinstance(env, ToolEnv):
+            raise EnvError(
+                f"agent task {self.spec!r}: make_env() returned {type(env).__name__}, not a "
+                f"payoff.envs.text.ToolEnv (ToolEnv(tools, max_turns, max_tokens, score))"
+            )
+        return env
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
+        tasks = self.task.sample(rng, n)
+        if not isinstance(tasks, list) or len(tasks) != n:
+            raise EnvError(
+                f"agent task {self.spec!r}: sample(rng, {n}) must return a list of {n} task "
+                f"dicts, got {type(tasks).__name__}"
+                + (f" of {len(tasks)}" if isinstance(tasks, list) else "")
+            )
+        for task in tasks:
+            if not isinstance(task, dict) or "question" not in task or "answer" not in task:
+                shown = sorted(task) if isinstance(task, dict) else type(task).__name__
+                raise EnvError(
+                    f"agent task {self.spec!r}: each task sample() returns must be a dict with "
+                    f"'question' and 'answer' keys, got {shown}"
+                )
+        return tasks
+
+    def demonstration(self, task: dict[str, Any], rng: np.random.Generator) -> list[str]:
+        turns = self.task.demonstration(task, rng)
+        if (
+            not isinstance(turns, list | tuple)
+            or not turns
+            or not all(isinstance(t, str) for t in turns)
+        ):
+            raise EnvError(
+                f"agent task {self.spec!r}: demonstration() must return a non-empty list of "
+                f"model turns (strings: tool_turn(...), answer_turn(...)), got {turns!r:.80}"
+            )
+        return list(turns)
+
+    def group(self, task: dict[str, Any]) -> str:
+        group = getattr(self.task, "group", None)
+        return str(group(task)) if callable(group) else "all"
+
+
+def task_code(name: str) -> str:
+    """A digest of your task's module source ('' for a shipped task): an SFT base model
+    cached for it is rebuilt when the code changes."""
+    if ":" not in name:
+        return ""
+    spec = importlib.util.find_spec(name.partition(":")[0])
+    origin = spec.origin if spec is not None else None
+    if not origin or not Path(origin).is_file():
+        return ""
+    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16]
+
+
 TASKS = {"calculator": CalculatorTask, "doc-search": DocSearchTask}
 
 
-def make_agent_task(config: AgentTaskConfig) -> CalculatorTask | DocSearchTask:
+def make_agent_task(config: AgentTaskConfig) -> AgentTask:
+    """The task `config.name` names: a shipped one, or your own 'module:Class' (imported
+    here, under the rule for code a loaded run names)."""
     config.validate()
-    return TASKS[config.name](config)
+    if ":" not in config.name:
+        return TASKS[config.name](config)
+    factory = import_object(config.name, "task.name")
+    try:
+        task = factory(config)
+    except TypeError as err:
+        raise ConfigError(
+            f"agent task {config.name!r} could not be made from the task config "
+            f"({type(factory).__name__} called with AgentTaskConfig): {err}"
+        ) from None
+    return UserTask(config.name, task)
