@@ -154,3 +154,25 @@ def test_agent_grpo_trains_on_your_own_task(user_tasks, tmp_path, monkeypatch):
     for scores in evals:
         assert scores["eval/success"] >= 0.9, scores
         assert scores["eval/calls/lookup"] >= 0.9 and scores["eval/malformed"] <= 0.1, scores
+
+
+def test_episode_metrics_count_tool_errors_and_episodes_cut_at_a_limit():
+    from payoff.envs.text import Tool, ToolEnv
+    from payoff.rollout.episodes import episode_metrics
+
+    def broken(x):
+        raise RuntimeError("down")
+
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    env = ToolEnv([Tool("t", "", schema, broken)], max_turns=2)
+    call = '<tool>{"name": "t", "arguments": {"x": "a"}}</tool>'
+    tokenizer = build_char_tokenizer()
+    cut = replay_episode(
+        env, {"question": "q", "answer": "1"}, [call, call], PlainFormat(), tokenizer
+    )
+    answered = replay_episode(
+        env, {"question": "q", "answer": "1"}, ["<answer>1</answer>"], PlainFormat(), tokenizer
+    )
+    metrics = episode_metrics([cut, answered], prefix="eval/")
+    assert metrics["eval/tool_errors"] == 1.0 and metrics["eval/malformed"] == 0.0
+    assert metrics["eval/cut_at_limit"] == 0.5 and metrics["eval/success"] == 0.5

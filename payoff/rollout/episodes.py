@@ -231,7 +231,8 @@ def pack_episodes(
 
 
 def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, float]:
-    """success, turns, tool calls (all and by tool), malformed calls and model tokens per episode."""
+    """success, turns, tool calls (all and by tool), malformed calls, tools' own errors and
+    model tokens per episode, and the share of episodes cut at the turn or token limit."""
     n = max(1, len(episodes))
     calls: Counter[str] = Counter()
     for e in episodes:
@@ -241,6 +242,11 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, 
         f"{prefix}turns": sum(e.turns for e in episodes) / n,
         f"{prefix}tool_calls": sum(calls.values()) / n,
         f"{prefix}malformed": sum(int(e.info.get("malformed", 0)) for e in episodes) / n,
+        f"{prefix}tool_errors": sum(int(e.info.get("tool_errors", 0)) for e in episodes) / n,
+        f"{prefix}cut_at_limit": sum(
+            e.info.get("end") in ("turn_limit", "token_budget") for e in episodes
+        )
+        / n,
         f"{prefix}tokens": sum(e.model_tokens for e in episodes) / n,
     }
     for name, count in sorted(calls.items()):
