@@ -11,7 +11,14 @@ import torch
 from payoff.algos.agent_grpo import turn_advantages
 from payoff.algos.shared.group import group_advantages
 from payoff.core.errors import ConfigError
-from payoff.envs.text import PlainFormat, ToolEnv, calculator, call_tool, parse_tool_call
+from payoff.envs.text import (
+    PlainFormat,
+    ToolEnv,
+    calculator,
+    call_tool,
+    parse_tool_call,
+    run_tool_call,
+)
 from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, tool_turn
 from payoff.envs.text.tools import (
     BM25,
@@ -35,7 +42,8 @@ def test_valid_call_runs():
         'think <tool>{"name": "calculator", "arguments": {"expression": "12*(3+4)"}}</tool>'
     )
     assert (call.name, call.arguments, call.error) == ("calculator", {"expression": "12*(3+4)"}, "")
-    assert call_tool(TOOLS, call) == ("84", "ok")
+    assert run_tool_call(TOOLS, call) == ("84", "ok")
+    assert call_tool(TOOLS, call) == ("84", True)  # call_tool: whether the tool answered
 
 
 def test_no_tag_is_no_call():
@@ -52,12 +60,12 @@ def test_no_tag_is_no_call():
     ],
 )
 def test_malformed_call_is_an_error_message(text, fragment):
-    result, status = call_tool(TOOLS, parse_tool_call(text))
+    result, status = run_tool_call(TOOLS, parse_tool_call(text))
     assert status == "malformed" and result.startswith("error: malformed") and fragment in result
 
 
 def test_unknown_tool_lists_the_valid_ones():
-    result, status = call_tool(
+    result, status = run_tool_call(
         TOOLS, parse_tool_call('<tool>{"name": "browser", "arguments": {}}</tool>')
     )
     assert status == "malformed" and "unknown tool 'browser'" in result
@@ -76,7 +84,7 @@ def test_unknown_tool_lists_the_valid_ones():
 )
 def test_bad_arguments_are_error_messages(arguments, fragment):
     text = f'<tool>{{"name": "calculator", "arguments": {arguments}}}</tool>'
-    result, status = call_tool(TOOLS, parse_tool_call(text))
+    result, status = run_tool_call(TOOLS, parse_tool_call(text))
     assert status == "malformed" and fragment in result  # the model's mistake, charged as such
 
 
@@ -89,7 +97,7 @@ def test_safe_eval_never_evaluates_names():
 def test_memory_and_bm25_search(tmp_path):
     mem = {"memory": memory_tool()}
     assert (
-        call_tool(
+        run_tool_call(
             mem,
             parse_tool_call(
                 '<tool>{"name":"memory","arguments":{"op":"set","key":"a","value":"7"}}</tool>'
@@ -98,7 +106,7 @@ def test_memory_and_bm25_search(tmp_path):
         == "ok"
     )
     assert (
-        call_tool(
+        run_tool_call(
             mem,
             parse_tool_call('<tool>{"name":"memory","arguments":{"op":"get","key":"a"}}</tool>'),
         )[0]
@@ -114,7 +122,7 @@ def test_memory_and_bm25_search(tmp_path):
     assert "France" in open_.fn(name="paris")
     assert (
         "no document"
-        in call_tool(
+        in run_tool_call(
             {"open": open_},
             parse_tool_call('<tool>{"name":"open","arguments":{"name":"oslo"}}</tool>'),
         )[0]
@@ -511,9 +519,9 @@ def test_a_users_tool_failing_is_a_tool_error_not_the_models():
     def refuses(x):
         raise ToolInputError(f"no record {x!r}")
 
-    result, status = call_tool(_user_tool(broken), parse_tool_call(_CALL))
+    result, status = run_tool_call(_user_tool(broken), parse_tool_call(_CALL))
     assert status == "tool_error" and result == "error: t: RuntimeError: database down"
-    result, status = call_tool(_user_tool(refuses), parse_tool_call(_CALL))
+    result, status = run_tool_call(_user_tool(refuses), parse_tool_call(_CALL))
     assert status == "malformed" and "no record 'a'" in result
     env = ToolEnv(list(_user_tool(broken).values()), max_turns=3)
     env.reset({"question": "q", "answer": "1"})
@@ -525,20 +533,55 @@ def test_a_hanging_tool_times_out_and_a_huge_result_is_cut():
     import time
 
     started = time.perf_counter()
-    result, status = call_tool(
+    result, status = run_tool_call(
         _user_tool(lambda x: time.sleep(30), timeout=0.2), parse_tool_call(_CALL)
     )
     assert status == "tool_error" and result == "error: t: timed out after 0.2 s"
     assert time.perf_counter() - started < 5
-    result, status = call_tool(
+    result, status = run_tool_call(
         _user_tool(lambda x: "z" * 10_000_000, max_result_chars=100), parse_tool_call(_CALL)
     )
     assert status == "ok" and result == "z" * 100 + " ... [cut: 9,999,900 more characters]"
 
 
 def test_a_tool_result_that_is_not_text_reads_as_json():
-    result, status = call_tool(
+    result, status = run_tool_call(
         _user_tool(lambda x: {"rows": [1, 2], "when": Path("/tmp")}), parse_tool_call(_CALL)
     )
     assert status == "ok" and result == '{"rows": [1, 2], "when": "/tmp"}'
-    assert call_tool(_user_tool(lambda x: 3.5), parse_tool_call(_CALL))[0] == "3.5"
+    assert run_tool_call(_user_tool(lambda x: 3.5), parse_tool_call(_CALL))[0] == "3.5"
+
+
+def test_a_tool_that_exits_or_cannot_print_its_result_is_a_tool_error():
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("no")
+
+    def exits(x):
+        raise SystemExit(3)
+
+    result, status = run_tool_call(_user_tool(exits), parse_tool_call(_CALL))
+    assert status == "tool_error" and result == "error: t: SystemExit: 3"
+    result, status = run_tool_call(_user_tool(lambda x: Unprintable()), parse_tool_call(_CALL))
+    assert status == "tool_error" and "RuntimeError: no" in result
+    assert run_tool_call(_user_tool(lambda x: b"caf\xc3\xa9"), parse_tool_call(_CALL))[0] == "café"
+    with pytest.raises(ConfigError, match="max_result_chars must be >= 1"):
+        _user_tool(str, max_result_chars=0)
+
+
+def test_timed_out_calls_still_running_stop_a_tool_being_started(monkeypatch):
+    import threading
+
+    from payoff.envs.text import tools as tools_module
+
+    monkeypatch.setattr(tools_module, "MAX_STRANDED", 2)
+    monkeypatch.setattr(tools_module, "_stranded", {})  # other tests' calls still running
+    release = threading.Event()
+    hang = _user_tool(lambda x: release.wait(30), timeout=0.05)
+    try:
+        for _ in range(2):
+            assert "timed out" in run_tool_call(hang, parse_tool_call(_CALL))[0]
+        result, status = run_tool_call(hang, parse_tool_call(_CALL))
+        assert status == "tool_error" and "2 earlier calls are still running" in result
+    finally:
+        release.set()

@@ -176,3 +176,53 @@ def test_episode_metrics_count_tool_errors_and_episodes_cut_at_a_limit():
     metrics = episode_metrics([cut, answered], prefix="eval/")
     assert metrics["eval/tool_errors"] == 1.0 and metrics["eval/malformed"] == 0.0
     assert metrics["eval/cut_at_limit"] == 0.5 and metrics["eval/success"] == 0.5
+
+
+def test_demonstrations_that_would_teach_the_wrong_thing_are_named(user_tasks, capsys):
+    from payoff.algos.agent_grpo import warn_about_demonstrations
+
+    task = make_agent_task(AgentTaskConfig(name="user_tasks:PriceTask", max_turns=3))
+    rng = np.random.default_rng(0)
+    tokenizer = build_char_tokenizer()
+    problems = task.sample(rng, 3)
+    good = [
+        replay_episode(task.make_env(), p, task.demonstration(p, rng), PlainFormat(), tokenizer)
+        for p in problems
+    ]
+    warn_about_demonstrations(good, 72, "user_tasks:PriceTask")
+    assert capsys.readouterr().err == ""
+    wrong_name = '<tool>{"name":"lookup","arguments":{"name":"fig"}}</tool>'
+    bad = [
+        replay_episode(task.make_env(), problems[0], [wrong_name], PlainFormat(), tokenizer),
+        replay_episode(
+            task.make_env(),
+            problems[1],
+            task.demonstration(problems[1], rng)[:1],
+            PlainFormat(),
+            tokenizer,
+        ),
+    ]
+    warn_about_demonstrations(good + bad, 48, "user_tasks:PriceTask")
+    err = capsys.readouterr().err
+    assert "of 5 demonstrations, 2 end without an answer turn" in err
+    assert "1 make calls the env rejects as malformed" in err
+    assert "longer than max_new_tokens 48" in err
+
+
+def test_the_sft_cache_key_follows_the_task_code(user_tasks, tmp_path, monkeypatch):
+    from payoff.envs.text.tasks import task_code
+
+    before = task_code("user_tasks:PriceTask")
+    (tmp_path / "user_tasks.py").write_text(
+        (tmp_path / "user_tasks.py").read_text() + "\n# edited\n"
+    )
+    assert len(before) == 16 and task_code("user_tasks:PriceTask") != before
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)  # as in a script or notebook
+    assert task_code("__main__:Task") == "" and task_code("calculator") == ""
+    package = tmp_path / "pkg_tasks"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .impl import Task\n")
+    (package / "impl.py").write_text("class Task: pass\n")
+    first = task_code("pkg_tasks:Task")
+    (package / "impl.py").write_text("class Task:\n    pass\n")
+    assert first and task_code("pkg_tasks:Task") != first  # a module inside the package counts

@@ -249,10 +249,40 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
             replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
             for t in task.sample(rng, sft.demonstrations)
         ]
+        warn_about_demonstrations(demos, config.max_new_tokens, config.task.name)
         train_on_episodes(
             model, tokenizer, demos, sft.steps, sft.batch_size, sft.learning_rate, rng
         )
         return save_cached_model(model, tokenizer, path)
+
+
+def warn_about_demonstrations(demos: list[Any], max_new_tokens: int, task: str) -> None:
+    """Say what in the demonstrations SFT is about to learn would go wrong: episodes that
+    never answer, calls the env rejected or tools that failed, and turns longer than
+    max_new_tokens (sampled turns are cut there, so such a call never closes)."""
+    problems = []
+    unanswered = sum(e.info.get("end") != "answer" for e in demos)
+    malformed = sum(int(e.info.get("malformed", 0)) > 0 for e in demos)
+    failed = sum(int(e.info.get("tool_errors", 0)) > 0 for e in demos)
+    longest = max((len(s.ids) for e in demos for s in e.segments if s.model), default=0)
+    if unanswered:
+        problems.append(f"{unanswered} end without an answer turn")
+    if malformed:
+        problems.append(f"{malformed} make calls the env rejects as malformed")
+    if failed:
+        problems.append(f"{failed} make calls whose tool failed")
+    if longest > max_new_tokens:
+        problems.append(
+            f"a turn is {longest} tokens, longer than max_new_tokens {max_new_tokens} (sampled "
+            f"turns are cut there: raise max_new_tokens)"
+        )
+    if problems:
+        print(
+            f"payoff: task {task!r}: of {len(demos)} demonstrations, {'; '.join(problems)}; "
+            f"SFT learns them as they are (see an episode with payoff.rollout.episodes."
+            f"render_markdown)",
+            file=sys.stderr,
+        )
 
 
 class AgentGRPO(Algorithm):

@@ -9,6 +9,7 @@ from payoff.envs.text.tools import (
     calculator,
     call_tool,
     parse_tool_call,
+    run_tool_call,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "exact_match",
     "extract_answer",
     "parse_tool_call",
+    "run_tool_call",
 ]

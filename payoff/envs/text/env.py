@@ -27,8 +27,8 @@ from payoff.envs.text.tools import (
     OK,
     TOOL_ERROR,
     Tool,
-    call_tool,
     parse_tool_call,
+    run_tool_call,
 )
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant" | "tool", "content": ...}
@@ -152,7 +152,7 @@ class ToolEnv(TextEnv):
             return StepResult(
                 [], 0.0, True, self._info(answer=None, success=False, end="no_action")
             )
-        result, status = call_tool(self.tools, call)
+        result, status = run_tool_call(self.tools, call)
         ok = status == OK
         self.tool_calls[call.name or "?"] += 1
         self.malformed += status == MALFORMED

@@ -309,11 +309,22 @@ def task_code(name: str) -> str:
     cached for it is rebuilt when the code changes."""
     if ":" not in name:
         return ""
-    spec = importlib.util.find_spec(name.partition(":")[0])
-    origin = spec.origin if spec is not None else None
-    if not origin or not Path(origin).is_file():
+    try:
+        spec = importlib.util.find_spec(name.partition(":")[0])
+    except (ImportError, ValueError):  # e.g. __main__ (a script or notebook): no source file
         return ""
-    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16]
+    if spec is None:
+        return ""
+    files: list[Path] = []
+    if spec.submodule_search_locations:  # a package: every module in it
+        for folder in spec.submodule_search_locations:
+            files += sorted(Path(folder).rglob("*.py"))
+    elif spec.origin and Path(spec.origin).is_file():
+        files.append(Path(spec.origin))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16] if files else ""
 
 
 TASKS = {"calculator": CalculatorTask, "doc-search": DocSearchTask}
@@ -328,9 +339,9 @@ def make_agent_task(config: AgentTaskConfig) -> AgentTask:
     factory = import_object(config.name, "task.name")
     try:
         task = factory(config)
-    except TypeError as err:
+    except TypeError as err:  # chained: a TypeError inside your __init__ shows its line
         raise ConfigError(
             f"agent task {config.name!r} could not be made from the task config "
             f"({type(factory).__name__} called with AgentTaskConfig): {err}"
-        ) from None
+        ) from err
     return UserTask(config.name, task)

@@ -13,7 +13,10 @@ malformed, and a tool that raised or ran out of time as a tool error).
 A tool's result is text: a string as it is, a dict or list as JSON, anything else by str().
 It is cut at the tool's `max_result_chars` (a 10 MB result grew a process to 4.2 GB of token
 ids), and a tool with a `timeout` that has not returned by then answers "error: ... timed
-out" (it runs in a thread, which Python cannot stop: it is left to finish in the background).
+out" (it runs in a thread, which Python cannot stop: it is left to finish in the background,
+and a tool with 16 such calls still running is not started again). A tool bound to the
+thread that made it (an sqlite3 connection, signal handlers) needs `timeout=None`, which runs
+it in the caller's thread, without a time limit.
 
 Shipped tools: `calculator` (safe AST evaluation, never eval()), `python` (the code
 verifier's sandbox), `search`/`open` over a folder of text documents (BM25 written here),
@@ -70,6 +73,16 @@ class Tool:
     timeout: float | None = 10.0
     max_result_chars: int = 4000
     raises_on_bad_input: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and not self.timeout > 0:
+            raise ConfigError(
+                f"tool {self.name!r}: timeout must be > 0 or None, got {self.timeout}"
+            )
+        if self.max_result_chars < 1:
+            raise ConfigError(
+                f"tool {self.name!r}: max_result_chars must be >= 1, got {self.max_result_chars}"
+            )
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI/Hugging Face function spec (for chat templates that list tools)."""
@@ -147,11 +160,21 @@ def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str:
 # What a call came to: the tool answered, the model's call was wrong (malformed), or the
 # tool itself raised or ran out of time.
 OK, MALFORMED, TOOL_ERROR = "ok", "malformed", "tool_error"
+# Calls that ran past their timeout and are still running, by tool: past this many, a tool
+# is not started again (each keeps a thread; enough of them exhaust the process's).
+MAX_STRANDED = 16
+_stranded: dict[str, list[threading.Thread]] = {}
 
 
-def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
-    """Run `call`; returns (result text, OK | MALFORMED | TOOL_ERROR). Never raises: errors
-    become the result text."""
+def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, bool]:
+    """Run `call`; returns (result text, whether the tool answered). Never raises: errors
+    become the result text. `run_tool_call` says which kind of error."""
+    text, status = run_tool_call(tools, call)
+    return text, status == OK
+
+
+def run_tool_call(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
+    """Run `call`; returns (result text, OK | MALFORMED | TOOL_ERROR). Never raises."""
     if call.error:
         return f"error: {call.error}", MALFORMED
     tool = tools.get(call.name)
@@ -160,21 +183,33 @@ def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
     problem = check_arguments(tool.schema, call.arguments)
     if problem:
         return f"error: {call.name}: {problem}", MALFORMED
-    outcome: list[Any] = []
+    outcome: list[tuple[bool, Any]] = []
 
-    def run() -> None:
+    def run() -> None:  # the call and its result's text, both under the timeout
         try:
-            outcome.append((True, tool.fn(**call.arguments)))
-        except Exception as err:  # a tool failing is information for the model, not a crash
+            outcome.append((True, _result_text(tool.fn(**call.arguments), tool.max_result_chars)))
+        except BaseException as err:  # a tool failing is information for the model, not a crash
             outcome.append((False, err))
 
     if tool.timeout is None:
         run()
     else:
+        stranded = [t for t in _stranded.get(tool.name, []) if t.is_alive()]
+        _stranded[tool.name] = stranded
+        if len(stranded) >= MAX_STRANDED:
+            return (
+                f"error: {call.name}: not run: {len(stranded)} earlier calls are still running "
+                f"past their {tool.timeout:g} s timeout",
+                TOOL_ERROR,
+            )
         worker = threading.Thread(target=run, name=f"payoff-tool-{tool.name}", daemon=True)
-        worker.start()
+        try:
+            worker.start()
+        except RuntimeError as err:  # no thread left to start
+            return f"error: {call.name}: not run: {err}", TOOL_ERROR
         worker.join(tool.timeout)
         if not outcome:
+            stranded.append(worker)
             return f"error: {call.name}: timed out after {tool.timeout:g} s", TOOL_ERROR
     returned, value = outcome[0]
     if not returned:
@@ -183,14 +218,24 @@ def call_tool(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
             if tool.raises_on_bad_input or isinstance(value, ToolInputError)
             else TOOL_ERROR
         )
-        return f"error: {call.name}: {type(value).__name__}: {value}", status
-    return _result_text(value, tool.max_result_chars), OK
+        try:
+            detail = f"{type(value).__name__}: {value}"
+        except Exception:  # an exception whose message cannot be shown
+            detail = type(value).__name__
+        return f"error: {call.name}: {detail}", status
+    return value, OK
 
 
 def _result_text(value: Any, limit: int) -> str:
-    """A tool's return value as the text the model reads, cut at `limit` characters."""
+    """A tool's return value as the text the model reads, cut at `limit` characters: a
+    string as it is, bytes decoded (UTF-8), None as '', a dict, list or tuple as JSON,
+    anything else by str()."""
     if isinstance(value, str):
         text = value
+    elif isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("utf-8", errors="replace")
+    elif value is None:
+        text = ""
     elif isinstance(value, dict | list | tuple):
         try:
             text = json.dumps(value, default=str, ensure_ascii=False)
@@ -300,6 +345,7 @@ def python_runner(timeout: float = 5.0, sandbox: str | None = None) -> Tool:
         "subprocesses); returns ok/error/timeout and its output.",
         {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
         run,
+        timeout=timeout + 10.0,  # the sandbox's own timeout ends the program first
     )
 
 
