@@ -345,9 +345,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if run.config.get("kind") != "experiment" and run.checkpoint_path().exists():
         try:
             _, algorithm = load(args.run)
-        except (CheckpointError, DataError, EnvError) as err:
+        except (CheckpointError, ConfigError, DataError, EnvError) as err:
             # the metrics still tell the story: report them (a refused checkpoint, a dataset
-            # or env that is gone or changed since: a report reads no training data)
+            # or env that is gone or changed since, code the run names that is not importable
+            # from here or not trusted: a report reads no training data)
             print(f"payoff: {err}; the report shows the metrics only", file=sys.stderr)
     with writing():
         if algorithm is not None:

@@ -1,5 +1,6 @@
 """The command line's overrides and --version, the progress bar's total, and the run report."""
 
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -392,3 +393,61 @@ def test_training_on_past_a_halting_alarm_is_said(tmp_path, capsys):
     main(["train", "--resume", str(run), "total_steps=4096", "--no-media"])
     assert "note: this run was halted by the threshold" in capsys.readouterr().err
     assert "halted" not in json.loads((run / "summary.json").read_text())
+
+
+MY_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Coin(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), float(action), self.t >= 5, False, {}
+"""
+
+
+def test_a_run_whose_env_module_is_not_here_still_gets_a_metrics_report(
+    tmp_path, capsys, monkeypatch
+):
+    """`payoff report` from another folder than the one holding the run's own env module:
+    the checkpoint cannot be rebuilt there (a ConfigError naming the module), the metrics can."""
+    home = tmp_path / "project"
+    home.mkdir()
+    (home / "coin_env.py").write_text(MY_ENV)
+    monkeypatch.chdir(home)
+    argv = [
+        "train",
+        "cartpole-ppo",
+        "env.entry_point=coin_env:Coin",
+        "total_steps=512",
+        "--no-media",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "runs")]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delitem(sys.modules, "coin_env", raising=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(home))])
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert "coin_env" in err and "the report shows the metrics only" in err
+    assert (run / "media" / "report.html").is_file()
+
+
+def test_a_cache_key_holding_a_path_still_names_a_folder():
+    from payoff.core.cache import cache_folder
+
+    assert cache_folder("k", "n", {"folder": Path("/data")}) == cache_folder(
+        "k", "n", {"folder": "/data"}
+    )

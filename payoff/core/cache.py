@@ -29,8 +29,9 @@ def cache_root() -> Path:
 
 
 def cache_folder(kind: str, name: str, key: Any) -> Path:
-    """cache_root()/kind/<name>-<12 hex digits of the SHA-1 of `key` as sorted JSON>."""
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    """cache_root()/kind/<name>-<12 hex digits of the SHA-1 of `key` as sorted JSON>; values
+    JSON has no form for (a Path in a task's options) count by their str()."""
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return cache_root() / kind / f"{name}-{digest}"
 
 
