@@ -226,7 +226,6 @@ def turn_advantages(
 
 def build_agent_base(config: AgentGRPOConfig) -> Path:
     """The tiny model after SFT on demonstrations (cached under $PAYOFF_CACHE/agent-models/)."""
-    task = make_agent_task(config.task)  # your own task: imported (and checked) here
     key = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
     if ":" in config.task.name:  # its code, so a changed task builds a new base
         key["task_code"] = task_code(config.task.name)
@@ -244,6 +243,7 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
         model, tokenizer = load_lm(
             ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
         )
+        task = make_agent_task(config.task)  # (setup made it first: the trust rule has run)
         rng = np.random.default_rng(sft.seed)
         demos = [
             replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)

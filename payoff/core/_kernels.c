@@ -471,29 +471,45 @@ typedef struct {
     const float *bias[MAX_LAYERS];
 } Net;
 
+/* The layer sizes [in, h1, ..., out] in `obj` (an int64 buffer, held in `buf` until
+ * released): how many layers (1 to MAX_LAYERS) there are, or -1 with an exception set. */
+static int read_dims(PyObject *obj, Buf *buf) {
+    if (get_buf(obj, buf, 0, 0, "dims") < 0) return -1;
+    int layers = (int)(buf->view.len / (Py_ssize_t)sizeof(int64_t)) - 1;
+    if (layers < 1 || layers > MAX_LAYERS) {
+        PyErr_Format(PyExc_ValueError, "payoff native kernel: %d layers (1 to %d)", layers,
+                     MAX_LAYERS);
+        return -1;
+    }
+    const int64_t *d = buf->view.buf;
+    for (int k = 0; k <= layers; k++)
+        if (d[k] < 1) {
+            PyErr_Format(PyExc_ValueError, "payoff native kernel: layer size %lld", (long long)d[k]);
+            return -1;
+        }
+    return layers;
+}
+
+/* The widest layer output among dims[1..layers]. */
+static int64_t widest_of(const int64_t *dims, int layers) {
+    int64_t w = 0;
+    for (int k = 1; k <= layers; k++)
+        if (dims[k] > w) w = dims[k];
+    return w;
+}
+
 static int parse_net(PyObject *dims_obj, PyObject *ptrs_obj, Net *net) {
     Buf dims, ptrs;
     memset(&dims, 0, sizeof dims);
     memset(&ptrs, 0, sizeof ptrs);
     int status = -1;
-    if (get_buf(dims_obj, &dims, 0, 0, "dims") < 0) goto done;
-    int layers = (int)(dims.view.len / (Py_ssize_t)sizeof(int64_t)) - 1;
-    if (layers < 1 || layers > MAX_LAYERS) {
-        PyErr_Format(PyExc_ValueError, "payoff native kernel: %d layers (1 to %d)", layers,
-                     MAX_LAYERS);
-        goto done;
-    }
+    int layers = read_dims(dims_obj, &dims);
+    if (layers < 0) goto done;
     if (get_buf(ptrs_obj, &ptrs, (Py_ssize_t)(2 * layers * sizeof(int64_t)), 0, "ptrs") < 0)
         goto done;
     net->layers = layers;
     const int64_t *d = dims.view.buf, *p = ptrs.view.buf;
-    for (int k = 0; k <= layers; k++) {
-        if (d[k] < 1) {
-            PyErr_Format(PyExc_ValueError, "payoff native kernel: layer size %lld", (long long)d[k]);
-            goto done;
-        }
-        net->dims[k] = d[k];
-    }
+    for (int k = 0; k <= layers; k++) net->dims[k] = d[k];
     for (int k = 0; k < layers; k++) {
         net->weight[k] = (const float *)(intptr_t)p[2 * k];
         net->bias[k] = (const float *)(intptr_t)p[2 * k + 1];
@@ -505,12 +521,7 @@ done:
     return status;
 }
 
-static int64_t widest(const Net *net) {
-    int64_t w = 0;
-    for (int k = 1; k <= net->layers; k++)
-        if (net->dims[k] > w) w = net->dims[k];
-    return w;
-}
+static int64_t widest(const Net *net) { return widest_of(net->dims, net->layers); }
 
 /* out [rows, dims[layers]] = the network on x [rows, dims[0]]; two scratch buffers of
  * rows * widest floats each hold the hidden layers. */
@@ -637,10 +648,7 @@ done:
 static int64_t ppo_scratch_floats(const int64_t *dims, int layers, int64_t batch) {
     int64_t total = 0;
     for (int k = 1; k <= layers; k++) total += 2 * batch * dims[k]; /* layer outputs */
-    int64_t w = 0;
-    for (int k = 1; k <= layers; k++)
-        if (dims[k] > w) w = dims[k];
-    return total + 2 * 2 * batch * w; /* two gradient buffers */
+    return total + 2 * 2 * batch * widest_of(dims, layers);        /* two gradient buffers */
 }
 
 static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -650,19 +658,9 @@ static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Buf b[14];
     memset(b, 0, sizeof b);
     PyObject *result = NULL;
-    if (get_buf(args[0], &b[0], 0, 0, "dims") < 0) goto done;
-    int layers = (int)(b[0].view.len / (Py_ssize_t)sizeof(int64_t)) - 1;
-    if (layers < 1 || layers > MAX_LAYERS) {
-        PyErr_Format(PyExc_ValueError, "payoff native kernel: %d layers", layers);
-        goto done;
-    }
+    int layers = read_dims(args[0], &b[0]);
+    if (layers < 0) goto done;
     const int64_t *dims = b[0].view.buf;
-    for (int k = 0; k <= layers; k++)
-        if (dims[k] < 1) {
-            PyErr_Format(PyExc_ValueError, "payoff native kernel: layer size %lld",
-                         (long long)dims[k]);
-            goto done;
-        }
     int64_t total = 0;
     for (int k = 0; k < layers; k++) total += 2 * dims[k] * dims[k + 1] + 2 * dims[k + 1];
     int64_t in = dims[0], A = dims[layers];
@@ -700,9 +698,7 @@ static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t narg
             goto done;
         }
     float clip = (float)coef[0];
-    int64_t width = 0;
-    for (int k = 1; k <= layers; k++)
-        if (dims[k] > width) width = dims[k];
+    int64_t width = widest_of(dims, layers);
 
     /* where each layer's W^T and bias sit in params (and grads) */
     int64_t woff[MAX_LAYERS], boff[MAX_LAYERS], offset = 0;

@@ -13,6 +13,7 @@ Registered as `payoff/CartPole-v1`: `gymnasium.make` gives the single env `CartP
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -150,8 +151,7 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
             self.rngs = [seeding.np_random(s)[0] for s in seeds]
-        for i in range(self.num_envs):
-            self.state[i] = self.rngs[i].uniform(-0.05, 0.05, size=(4,))
+        self.redraw(range(self.num_envs))
         self.elapsed[:] = 0
         self.needs_reset[:] = False
         return self.state.astype(np.float32), {}
@@ -167,8 +167,7 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         rewards = self._ones.copy()
         # Envs whose episode ended on the previous step reset now, ignoring their action.
         resetting = np.flatnonzero(self.needs_reset)
-        for i in resetting:
-            self.state[i] = self.rngs[i].uniform(-0.05, 0.05, size=(4,))
+        self.redraw(resetting.tolist())
         if len(resetting):
             self.elapsed[resetting] = 0
             terminated[resetting] = False
@@ -198,10 +197,16 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
             truncated,
             self._resetting,
         )
-        for i in self._resetting[:resets].tolist():
-            self.state[i] = self.rngs[i].uniform(-0.05, 0.05, size=(4,))
-            obs[i] = self.state[i]
+        self.redraw(self._resetting[:resets].tolist(), obs)
         return obs, rewards, terminated, truncated, {}
+
+    def redraw(self, envs: Iterable[int], obs: np.ndarray | None = None) -> None:
+        """New starting states for `envs` (indices), each from its env's own generator in
+        order (CartPole-v1's reset distribution), copied to the float32 rows of `obs` if given."""
+        for i in envs:
+            self.state[i] = self.rngs[i].uniform(-0.05, 0.05, size=(4,))
+            if obs is not None:
+                obs[i] = self.state[i]
 
     def get_state(self) -> dict[str, Any]:
         """Everything that decides future steps (for exact resume)."""

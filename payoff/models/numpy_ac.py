@@ -423,6 +423,7 @@ class NumpyRolloutSampler:
             self.normalize = (mean.numpy(), std.numpy(), normalizer.clip)
         # The native kernels (payoff/core/_kernels.c), where built, run a step's forward and
         # sampling in one call, and the critic's pass; None: the NumPy calls below.
+        self.activation_code = 1 if self.tanh else 2  # as the native kernels name it
         self.use_native = kernels() is not None
         if self.use_native:
             self._native_setup()
@@ -454,7 +455,7 @@ class NumpyRolloutSampler:
         activation, normalization, clip), or None without the kernels."""
         if not self.use_native:
             return None
-        return (*self._actor_net, 1 if self.tanh else 2, self._normalize, self._clip)
+        return (*self._actor_net, self.activation_code, self._normalize, self._clip)
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """The actions [N] sampled for the next step's observations [N, ...]."""
@@ -473,7 +474,7 @@ class NumpyRolloutSampler:
         ):
             kernels().act(
                 *self._actor_net,
-                1 if self.tanh else 2,
+                self.activation_code,
                 obs,
                 self._normalize,
                 self._clip,
@@ -507,13 +508,11 @@ class NumpyRolloutSampler:
     def values(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's V(s) for observations [B, ...]: [B]."""
         assert self.value_layers is not None, "made without a critic: see value_fn"
-        if self.use_native and self._value_net is not None:
-            x = self._inputs(obs.numpy())
-            x = _contiguous(x, _F32)
-            out = np.empty((len(x), 1), _F32)
-            kernels().forward(*self._value_net, 1 if self.tanh else 2, x, out)
-            return torch.from_numpy(out[:, 0])
         x = self._inputs(obs.numpy())
+        if self.use_native and self._value_net is not None:
+            out = np.empty((len(x), 1), _F32)
+            kernels().forward(*self._value_net, self.activation_code, _contiguous(x, _F32), out)
+            return torch.from_numpy(out[:, 0])
         activation = np.tanh if self.tanh else _relu
         for weight_t, bias in self.value_layers[:-1]:
             x = np.matmul(x, weight_t)

@@ -373,9 +373,7 @@ class VectorRunner:
                 finished,
                 self.check_finite,
             )
-            for i in resetting[:resets].tolist():
-                envs.state[i] = envs.rngs[i].uniform(-0.05, 0.05, size=(4,))
-                current[i] = envs.state[i]
+            envs.redraw(resetting[:resets].tolist(), current)
             self.env_steps += valid_steps
         # the books as the step loop leaves them, also when a step was not finite
         sampler.step = t

@@ -10,7 +10,8 @@ the schema or a tool that raises all come back as `<result>error: ...</result>`,
 sees its mistake and can try again (the episode's info counts a call the model got wrong as
 malformed, and a tool that raised or ran out of time as a tool error).
 
-A tool's result is text: a string as it is, a dict or list as JSON, anything else by str().
+A tool's result is text: a string as it is, bytes decoded, None as nothing, a dict, list or
+tuple as JSON, anything else by str().
 It is cut at the tool's `max_result_chars` (a 10 MB result grew a process to 4.2 GB of token
 ids), and a tool with a `timeout` that has not returned by then answers "error: ... timed
 out" (it runs in a thread, which Python cannot stop: it is left to finish in the background,
