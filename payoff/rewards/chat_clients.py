@@ -81,9 +81,15 @@ def reply_text(content: Any) -> str:
         )
     ):
         return "".join(part["text"] for part in content)
-    raise UnusableReply(
-        f"the judge's message.content is {type(content).__name__} ({str(content)[:80]!r}), not text"
-    )
+    raise UnusableReply(f"the judge's message.content is {_describe(content)}, not text")
+
+
+def _describe(value: Any) -> str:
+    """A short description of a decoded JSON value that never recurses into it (a reply can
+    nest lists deeper than repr() can print)."""
+    if isinstance(value, list | dict):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"{type(value).__name__} ({str(value)[:80]!r})"
 
 
 class OpenAIChatClient:
@@ -172,7 +178,7 @@ class OpenAIChatClient:
     def _cached(self, path: Path, key: dict[str, Any]) -> str | None:
         try:
             entry = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None  # unreadable or corrupt: ask again (and overwrite)
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
@@ -213,6 +219,10 @@ class OpenAIChatClient:
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise UnusableReply(
                 f"judge endpoint {self.url} answered without choices[0].message.content: {err!r}"
+            ) from None
+        except RecursionError:
+            raise UnusableReply(
+                f"judge endpoint {self.url} answered JSON nested deeper than Python can decode"
             ) from None
         return reply_text(content)
 
