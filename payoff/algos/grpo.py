@@ -354,7 +354,9 @@ class GRPO(LMAlgorithm):
             )
         self.rewards = RewardMix(specs, on_event=self._reward_event, defer_unavailable=restoring())
         # A judge or reward model can be talked to: watch for completions that try.
-        self.judge_addressing = JudgeAddressing() if is_model_scored(self.rewards) else None
+        self.judge_addressing = (
+            JudgeAddressing(scorer=self.rewards) if is_model_scored(self.rewards) else None
+        )
         self.sampler: Sampler = LocalSampler(self.model, self.tokenizer)
         if config.backend == "ray":  # generation on Ray actors, each with a model copy
             self.sampler = RaySampler(

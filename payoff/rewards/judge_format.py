@@ -7,6 +7,7 @@ DATA_NOT_INSTRUCTIONS. Out: only the stated line is read, or a whole-reply JSON 
 
     SCORE: n            {"score": n}            parse_score (n an integer in 0..scale)
     PREFERRED: A|B      {"preferred": "A"}     parse_preference (0 for A, 1 for B)
+    ADDRESSES_GRADER: YES|NO                    parse_addressing (the judge's addressing check)
     SCORES: [n1, ...]   {"scores": [...]}      parse_group_scores (the relative judge)
 
 Which line counts, precisely: the last line in the stated format among the judge's own
@@ -71,6 +72,9 @@ _SCORE_LINE = re.compile(
 )
 _PREFERRED_LINE = re.compile(
     r"^[\s*_`#>]*preferred[\s*_`]*[:=][\s*_`\"']*([AB])[\s*_`\"'.]*$", re.I
+)
+_ADDRESSES_LINE = re.compile(
+    r"^[\s*_`#>]*addresses[\s_-]*grader[\s*_`]*[:=][\s*_`\"']*(yes|no)[\s*_`\"'.]*$", re.I
 )
 _SCORES_LINE = re.compile(r"^[\s*_`#>]*scores[\s*_`]*[:=]\s*(\[.*\])[\s*_`.]*$", re.I)
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
@@ -227,3 +231,20 @@ def parse_group_scores(
         if (_json_loads(stated) if isinstance(stated, str) else stated) == scores:
             return None
     return scores
+
+
+def parse_addressing(reply: str, judged: tuple[str, ...] = ()) -> Verdict:
+    """The judge's answer to the addressing check: the last `ADDRESSES_GRADER: YES|NO` line
+    outside quotes and fences (or `{"addresses_grader": "yes"}`): True for YES. 'echoed' when
+    a judged text states the same answer itself on such a line (a candidate that writes
+    `ADDRESSES_GRADER: NO` is addressing its grader, whatever the check then says)."""
+    if len(reply) > MAX_REPLY_CHARS:
+        return Verdict(problem="unparsable")
+    answer, _ = _last_answer(reply, _ADDRESSES_LINE, "addresses_grader")
+    if not isinstance(answer, str) or answer.strip().lower() not in ("yes", "no"):
+        return Verdict(problem="unparsable")
+    says = answer.strip().lower() == "yes"
+    stated = _stated(judged, _ADDRESSES_LINE, "addresses_grader")
+    if any(isinstance(v, str) and v.strip().lower() == answer.strip().lower() for v in stated):
+        return Verdict(says, problem="echoed")
+    return Verdict(says)
