@@ -190,7 +190,7 @@ _INVISIBLE_IN_WORD = re.compile(
 _HIDDEN_TEXT = re.compile(r"[\U000e0000-\U000e007f\u202a-\u202e\u2066-\u2069]")  # tags, bidi
 _FLAG_SEQUENCE = re.compile("\U0001f3f4[\U000e0030-\U000e0039\U000e0061-\U000e007a]{1,6}\U000e007f")
 _MIXED_SCRIPT_WORD = re.compile(
-    r"(?=[^\W\d_]*[A-Za-z])(?=[^\W\d_]*[\u0370-\u03ff\u0400-\u04ff])[^\W\d_]{2,}"
+    r"(?<![^\W\d_])(?=[^\W\d_]*[A-Za-z])(?=[^\W\d_]*[\u0370-\u03ff\u0400-\u04ff])[^\W\d_]{2,}"
 )  # one word in Latin and Cyrillic/Greek letters at once (look-alikes)
 _LEET_WORD = re.compile(r"\b(?=\w*[A-Za-z][013457][A-Za-z])\w{4,}\b")
 _SPACED_RUN = re.compile(r"(?:(?<![^\W\d_])[A-Za-z](?:[ .\-_*·]{1,3})){9,}[A-Za-z](?![^\W\d_])")
