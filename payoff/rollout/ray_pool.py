@@ -30,6 +30,7 @@ import numpy as np
 from payoff.core.config import check_ranges
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.core.imports import refuse_untrusted
+from payoff.track.interrupt import stop_signals_kept
 
 
 @dataclass
@@ -93,10 +94,36 @@ def connect(config: RayConfig) -> Any:
     ray = import_ray()
     if not ray.is_initialized():
         if config.address:
-            ray.init(address=config.address, log_to_driver=False)
+            _init_leaving_stop_signals(ray, address=config.address, log_to_driver=False)
         else:
-            ray.init(num_cpus=config.num_cpus, include_dashboard=False, log_to_driver=False)
+            _init_leaving_stop_signals(
+                ray, num_cpus=config.num_cpus, include_dashboard=False, log_to_driver=False
+            )
     return ray
+
+
+def _init_leaving_stop_signals(ray: Any, **options: Any) -> None:
+    """`ray.init`, with SIGTERM left to payoff's training loop.
+
+    Ray's init takes SIGTERM for itself twice (the driver's handler exits at once with
+    status 15; the local node's kills Ray's processes and exits with status 1), and its C++
+    core worker adds a crash handler on top. Ray starts inside the loop (at the first
+    rollout), so either would end the run without its checkpoint. Ray's registration is
+    skipped while it starts (one private helper, `ray._private.utils.set_sigterm_handler`;
+    where a Ray lacks it, only a signal during the start itself is lost) and the handlers
+    that were there before are put back afterwards, which also removes the C++ one. Ray's
+    own processes are still stopped at exit (its atexit hook).
+    """
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    take_sigterm = getattr(utils, "set_sigterm_handler", None)
+    with stop_signals_kept():
+        if take_sigterm is not None:
+            utils.set_sigterm_handler = lambda handler: None  # type: ignore[union-attr]
+        try:
+            ray.init(**options)
+        finally:
+            if take_sigterm is not None:
+                utils.set_sigterm_handler = take_sigterm  # type: ignore[union-attr]
 
 
 def split_ranges(total: int, parts: int) -> list[tuple[int, int]]:

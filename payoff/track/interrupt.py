@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -32,6 +35,27 @@ def ignore_ctrl_c_in_worker() -> None:
     the main process finishes its iteration and stops the workers itself, so a worker must
     not die mid-task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def stop_signals_kept() -> Iterator[None]:
+    """Within this context a library may install its own handlers for the stop signals; on
+    leaving, the handlers that were there before are put back.
+
+    `ray.init` takes SIGTERM for itself (its handler exits at once with status 15, and the
+    C++ core worker it starts adds a crash handler that prints a stack trace), so a run that
+    starts Ray inside its training loop would otherwise lose its checkpoint to a `kill`.
+    Putting Python's handler back also replaces the C++ one (one sigaction per signal).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals, and only it may set them
+        return
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 class GracefulInterrupt:
