@@ -263,18 +263,40 @@ _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _FUNCTIONS = {"sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max}
 
 
+def _check_call(name: str, args: list[Any], max_bits: int) -> None:
+    """Refuse a call whose cost grows with an argument before it runs. Such a call in C
+    holds the GIL to its end: no timeout and no Ctrl-C reaches it (round(1, -10**7) ran
+    11 s in the tool's thread, past its 10 s timeout)."""
+    if name == "round" and len(args) == 2 and isinstance(args[1], int):
+        # round(int, -n) computes 10**n; past the digits of the largest integer allowed the
+        # answer is 0 anyway.
+        digits = math.ceil(max_bits * math.log10(2))
+        if abs(args[1]) > digits:
+            raise ValueError(
+                f"round's ndigits {args[1]} is outside [-{digits}, {digits}] (the digits of "
+                f"a {max_bits}-bit integer)"
+            )
+
+
 def safe_eval(
     expression: str, max_power: int = 100, max_length: int = 200, max_bits: int = 4096
 ) -> int | float:
     """Evaluate arithmetic by walking its AST: numbers, + - * / // % **, a few functions.
 
-    Names, attributes, calls other than the listed functions, exponents above `max_power`
-    and integers past `max_bits` (both could hang the process: ((9**99)**99)**99)**99 needs
-    gigabytes) raise ValueError; a power's size is checked before it is computed.
+    Names, attributes, calls other than the listed functions, exponents above `max_power`,
+    integers past `max_bits` (both could hang the process: ((9**99)**99)**99)**99 needs
+    gigabytes) and round's ndigits past the digits of a `max_bits` integer raise
+    ValueError, each checked before it is computed: nothing here runs longer than
+    milliseconds, so the tool's timeout and Ctrl-C are never needed to stop it.
     """
     if len(expression) > max_length:
         raise ValueError(f"expression longer than {max_length} characters")
     tree = parse_expression(expression)
+
+    def bounded(value: Any) -> Any:
+        if isinstance(value, int) and value.bit_length() > max_bits:
+            raise ValueError(f"an intermediate result has over {max_bits} bits")
+        return value
 
     def walk(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
@@ -288,10 +310,7 @@ def safe_eval(
             power = isinstance(node.op, ast.Pow) and isinstance(left, int) and right > 0
             if power and left.bit_length() * right > max_bits:
                 raise ValueError(f"the power would have over {max_bits} bits")
-            value = _BINARY[type(node.op)](left, right)
-            if isinstance(value, int) and value.bit_length() > max_bits:
-                raise ValueError(f"an intermediate result has over {max_bits} bits")
-            return value
+            return bounded(_BINARY[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             return _UNARY[type(node.op)](walk(node.operand))
         if (
@@ -300,7 +319,9 @@ def safe_eval(
             and node.func.id in _FUNCTIONS
             and not node.keywords
         ):
-            return _FUNCTIONS[node.func.id](*(walk(a) for a in node.args))
+            args = [walk(a) for a in node.args]
+            _check_call(node.func.id, args, max_bits)
+            return bounded(_FUNCTIONS[node.func.id](*args))
         raise ValueError(f"not allowed in an expression: {ast.dump(node)[:60]}")
 
     value = walk(tree)
