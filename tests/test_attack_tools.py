@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from payoff.core.errors import ConfigError
+from payoff.envs.text.env import ToolEnv
 from payoff.envs.text.tools import (
+    DocumentIndex,
     ToolCall,
     calculator,
+    memory_tool,
     run_tool_call,
     safe_eval,
 )
@@ -116,3 +120,69 @@ def test_ctrl_c_reaches_a_tool_call_in_progress():
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+# ---- 3. the memory tool: nothing outlives its episode ------------------------------------
+_SET = '<tool>{"name": "memory", "arguments": {"op": "set", "key": "k", "value": "secret"}}</tool>'
+_GET = '<tool>{"name": "memory", "arguments": {"op": "get", "key": "k"}}</tool>'
+
+
+def test_memory_starts_empty_at_every_reset():
+    env = ToolEnv([memory_tool()], max_turns=4)
+    env.reset({"question": "remember", "answer": "x"})
+    assert env.step(_SET).observation[0]["content"] == "ok"
+    assert env.step(_GET).observation[0]["content"] == "secret"
+    env.reset({"question": "recall", "answer": "x"})  # the next episode, same env
+    assert env.step(_GET).observation[0]["content"] == "not found"
+
+
+def test_memory_is_not_shared_by_the_envs_of_a_batch():
+    """A task that builds its tools once and gives them to every env (make_env) still gives
+    each episode its own memory."""
+    tools = [memory_tool()]
+    writer, reader = ToolEnv(tools), ToolEnv(tools)
+    writer.reset({"question": "q", "answer": "x"})
+    reader.reset({"question": "q", "answer": "x"})
+    writer.step(_SET)
+    assert reader.step(_GET).observation[0]["content"] == "not found"
+    assert writer.step(_GET).observation[0]["content"] == "secret"
+
+
+def test_memory_given_contents_start_every_episode_unchanged():
+    preset = {"k": "given"}
+    env = ToolEnv([memory_tool(preset)])
+    env.reset({"question": "q", "answer": "x"})
+    env.step(_SET)
+    env.reset({"question": "q", "answer": "x"})
+    assert env.step(_GET).observation[0]["content"] == "given"
+    assert preset == {"k": "given"}
+
+
+# ---- 4. the document folder: no symlink followed out of it -------------------------------
+def test_document_folder_skips_symlinks_and_says_so(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("password hunter2 lives here")
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "paris.txt").write_text("Paris is the capital of France.")
+    (docs / "sub" / "rome.md").write_text("Rome is the capital of Italy.")
+    (docs / "notes.txt").symlink_to(outside / "secret.txt")  # a file link out
+    (docs / "linked").symlink_to(outside, target_is_directory=True)  # a folder link out
+    (docs / "alias.txt").symlink_to(docs / "paris.txt")  # a link inside: skipped too
+    with pytest.warns(UserWarning, match=r"skipped 2 symbolic link\(s\)"):
+        index = DocumentIndex(docs)
+    assert sorted(index.names) == ["paris", "rome"]
+    assert not any("hunter2" in text for text in index.texts)
+    assert index.search("password hunter2") == "no results"
+    with pytest.raises(KeyError):
+        index.open("notes")
+
+
+def test_a_folder_of_only_symlinks_is_refused(tmp_path):
+    (tmp_path / "secret.txt").write_text("hunter2")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.warns(UserWarning), pytest.raises(ConfigError, match="holds no .txt or .md"):
+        DocumentIndex(docs)

@@ -79,7 +79,8 @@ class TextEnv:
 class ToolEnv(TextEnv):
     """A question, tools to call, and a final answer checked by `score(answer, task)`.
 
-    tools: what the model may call (by name).
+    tools: what the model may call (by name); a tool with state gets a fresh copy at every
+        reset (`Tool.per_episode`), so nothing carries from one episode to the next.
     max_turns: model turns before the episode is cut (reward 0 unless answered).
     max_tokens: total model tokens before the episode is cut; `count_tokens` measures a turn
         (default: characters, exact for payoff's character tokenizer).
@@ -109,6 +110,8 @@ class ToolEnv(TextEnv):
         if "question" not in task:
             raise EnvError(f"a task needs a 'question' key, got keys {sorted(task)}")
         self.task = task
+        # Tools with state (the memory) start each episode empty, and not shared by two envs.
+        self.tools = {name: tool.for_episode() for name, tool in self.tools.items()}
         self.turns = 0
         self.tokens = 0
         self.tool_calls: Counter[str] = Counter()

@@ -27,11 +27,13 @@ and a key-value `memory`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import operator
 import re
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +67,8 @@ class Tool:
         call counts as malformed, as the shipped calculator, open and memory tools raise);
         False: an exception is the tool's own failure (a tool error), except a
         ToolInputError, which a tool raises to say the arguments were wrong.
+    per_episode: for a tool with state (the memory): makes a fresh `fn` with empty state;
+        ToolEnv.reset calls it, so no state outlives its episode or is shared by two envs.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Tool:
     timeout: float | None = 10.0
     max_result_chars: int = 4000
     raises_on_bad_input: bool = False
+    per_episode: Callable[[], Callable[..., Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.timeout is not None and not self.timeout > 0:
@@ -84,6 +89,12 @@ class Tool:
             raise ConfigError(
                 f"tool {self.name!r}: max_result_chars must be >= 1, got {self.max_result_chars}"
             )
+
+    def for_episode(self) -> Tool:
+        """The tool as one episode uses it: itself, or a copy with fresh state."""
+        if self.per_episode is None:
+            return self
+        return dataclasses.replace(self, fn=self.per_episode())
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI/Hugging Face function spec (for chat templates that list tools)."""
@@ -414,13 +425,34 @@ class BM25:
 
 
 class DocumentIndex:
-    """Text files of a folder (*.txt, *.md), searchable with BM25 and readable by name."""
+    """Text files of a folder (*.txt, *.md), searchable with BM25 and readable by name.
+
+    Symbolic links are skipped, with one warning that counts them: a link named notes.txt
+    that points at ~/.ssh/id_rsa or /etc/passwd would hand that file to the model.
+    """
 
     def __init__(self, folder: str | Path):
         folder = Path(folder).expanduser()
         if not folder.is_dir():
             raise ConfigError(f"document folder {str(folder)!r} does not exist")
-        paths = sorted(p for p in folder.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
+        root = folder.resolve()
+        paths, links = [], []
+        for path in sorted(folder.rglob("*")):
+            if path.suffix not in (".txt", ".md"):
+                continue
+            # rglob does not descend into linked folders today; resolve() also catches a
+            # linked folder above the file should that change (Python 3.13's rglob options).
+            if path.is_symlink() or not path.resolve().is_relative_to(root):
+                links.append(path)
+            elif path.is_file():
+                paths.append(path)
+        if links:
+            warnings.warn(
+                f"document folder {str(folder)!r}: skipped {len(links)} symbolic link(s), "
+                f"e.g. {str(links[0].relative_to(folder))!r}: documents must be files in the "
+                f"folder itself",
+                stacklevel=2,
+            )
         if not paths:
             raise ConfigError(f"document folder {str(folder)!r} holds no .txt or .md files")
         self.names = [p.stem for p in paths]
@@ -458,16 +490,25 @@ def search_tools(index: DocumentIndex, k: int = 3) -> list[Tool]:
 
 # ---- memory ----------------------------------------------------------------------------------
 def memory_tool(store: dict[str, str] | None = None) -> Tool:
-    """A key-value memory: {"op": "set", "key", "value"} stores, {"op": "get", "key"} reads."""
-    store = {} if store is None else store
+    """A key-value memory: {"op": "set", "key", "value"} stores, {"op": "get", "key"} reads.
 
-    def memory(op: str, key: str, value: str = "") -> str:
-        if op == "set":
-            store[key] = value
-            return "ok"
-        if op == "get":
-            return store.get(key, "not found")
-        raise ValueError(f"op must be 'set' or 'get', got {op!r}")
+    Each episode starts from a copy of `store` (default: empty): ToolEnv.reset makes the
+    memory afresh, so nothing one episode stored is read by the next or by another env.
+    """
+    initial = dict(store or {})
+
+    def fresh() -> Callable[..., str]:
+        episode_store = dict(initial)
+
+        def memory(op: str, key: str, value: str = "") -> str:
+            if op == "set":
+                episode_store[key] = value
+                return "ok"
+            if op == "get":
+                return episode_store.get(key, "not found")
+            raise ValueError(f"op must be 'set' or 'get', got {op!r}")
+
+        return memory
 
     return Tool(
         "memory",
@@ -481,6 +522,7 @@ def memory_tool(store: dict[str, str] | None = None) -> Tool:
             },
             "required": ["op", "key"],
         },
-        memory,
+        fresh(),
         raises_on_bad_input=True,
+        per_episode=fresh,
     )
