@@ -86,7 +86,7 @@ def test_a_batch_keeps_the_weights_it_was_submitted_with(learner):
         again.result()
 
 
-def test_weight_versions_reuse_the_ring_and_its_folder_goes_at_close():
+def test_weight_versions_reuse_the_ring_and_it_is_freed_at_close():
     """Nine versions through the ring's 4 slots (reused), the last five submitted without
     waiting for a batch in between (the fifth reuses the slot of the first of them, which
     the learner overwrites only once the child has read it); every batch samples with the
@@ -105,12 +105,13 @@ def test_weight_versions_reuse_the_ring_and_its_folder_goes_at_close():
                 assert_same(pending[-1].result(), expected[-1])
         for batch, wanted in zip(pending[4:], expected[4:], strict=True):
             assert_same(batch.result(), wanted)
-        folder = sampler.start().weights_dir
+        (ring,) = sampler.start().rings  # one ring, its slots reused
         assert sampler.counters["weight_pushes"] == 9
-        assert [name.startswith("weights-ring-") for name in os.listdir(folder)] == [True]
+        assert os.path.exists(ring.path)
     finally:
         sampler.close()
-    assert not os.path.exists(folder)
+    assert ring.shared.fd is None  # a memfd: gone with its last holder
+    assert ring.shared.folder is None or not os.path.exists(ring.shared.folder)
 
 
 def test_seeded_batches_in_flight_together_are_reproducible(learner):
@@ -218,7 +219,7 @@ def test_the_ring_waits_for_a_slot_to_be_read_and_gives_up_clearly(tmp_path, mon
     from payoff.rollout.async_generation import _slot, _WeightRing
 
     weights = [torch.arange(6.0).view(2, 3), torch.ones(2)]
-    ring = _WeightRing(str(tmp_path), 8 * 4, version=1)
+    ring = _WeightRing(8 * 4, version=1)
     for version in range(1, 5):
         assert ring.write(version, [w * version for w in weights], lambda: None) == version % 4
     assert torch.equal(_slot(ring.memory, 2, 32, torch.float32)[:6], torch.arange(6.0) * 2)

@@ -147,3 +147,124 @@ def test_ray_start_leaves_sigterm_to_the_training_loop(tmp_path):
         "asked": True,
         "handler": str(signal.SIG_DFL),  # the handler from before the loop, put back
     }
+
+
+# ---- weight copies of asynchronous generation ------------------------------------------------
+
+ASYNC_GRPO = """
+import sys
+from payoff.algos.grpo import ALGORITHM as GRPO
+from payoff.models.lm import ModelConfig, load_lm, save_lm
+
+model, tokenizer = load_lm(ModelConfig(), seed=0)
+path = save_lm(model, tokenizer, sys.argv[1])
+GRPO(
+    model={"path": str(path)},
+    rewards=[{"name": "math"}],
+    steps=100_000,
+    prompts_per_step=4,
+    group_size=4,
+    max_new_tokens=4,
+    warmup_steps=0,
+    eval_every=0,
+    task={"eval_size": 8},
+    threads=1,
+    async_generation=True,
+).learn()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _maps_weights(pid: int) -> bool:
+    try:
+        return "weights-ring" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # imports torch and transformers twice, builds the tiny model: ~30-100 s
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes through /proc")
+def test_a_sigkilled_async_grpo_run_leaves_no_weight_copies(tmp_path):
+    pytest.importorskip("transformers", reason="the llm extra is not installed")
+    shm = Path("/dev/shm")
+    before = set(shm.glob("payoff-weights-*")) if shm.is_dir() else set()
+    process = subprocess.Popen(
+        [sys.executable, "-c", ASYNC_GRPO, str(tmp_path / "model")],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 300
+        sampler = None
+        while sampler is None:  # until the sampling process has mapped a weights version
+            assert process.poll() is None, process.stderr.read()
+            assert time.time() < deadline, "the weights were never shared"
+            sampler = next((c for c in _children(process.pid) if _maps_weights(c)), None)
+            time.sleep(0.05)
+        assert _maps_weights(process.pid)  # the learner maps the same memory
+    finally:
+        process.kill()
+        process.wait()
+    leftovers = (set(shm.glob("payoff-weights-*")) if shm.is_dir() else set()) - before
+    assert not leftovers, f"left in /dev/shm: {sorted(map(str, leftovers))}"
+    # The sampling process notices its parent is gone and exits: then nothing maps the
+    # weights any more and the kernel frees them.
+    deadline = time.time() + 30
+    while _alive(sampler) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(sampler)
+
+
+@pytest.mark.slow  # starts a sampling process (torch and transformers imported again)
+def test_weights_of_mixed_dtypes_travel_in_the_message_not_in_a_file():
+    """Weights of more than one dtype skip the shared ring: nothing is written anywhere,
+    and the child still samples with the learner's weights (it starts from other ones)."""
+    pytest.importorskip("transformers", reason="the llm extra is not installed")
+    import torch
+
+    from payoff.models.lm import ModelConfig, load_lm
+    from payoff.rollout.async_generation import ProcessSampler
+    from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+    prompts, sampling = ["1+2=", "30+4=", "5+67="], SamplingConfig(max_new_tokens=6, stop=["="])
+    model, tokenizer = load_lm(ModelConfig(), seed=0)
+    sampler = ProcessSampler(ModelConfig(), model, tokenizer.pad_token_id, seed=1, threads=1)
+    first = next(model.parameters())
+    try:
+        first.data = first.data.double()  # one float64 tensor among float32 ones
+        remote = sampler.generate(prompts, sampling, torch.Generator().manual_seed(3))
+        assert sampler.start().rings == [] and sampler.counters["weight_pushes"] == 1
+    finally:
+        sampler.close()
+    first.data = first.data.float()  # the same values (they came from float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        here = LocalSampler(model, tokenizer).generate(
+            prompts, sampling, torch.Generator().manual_seed(3)
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(remote.completion_ids, here.completion_ids)
+    assert torch.equal(remote.logprobs, here.logprobs)

@@ -17,16 +17,20 @@ Weights and staleness. The sampler holds the learner's model. `weights_updated()
 calls it after every optimizer step) marks its weights as changed, as does torch's
 per-tensor write counter; the next `submit` then first sends the trainable parameters
 (encoded there and then: a snapshot) as a new version, ahead of the request, down the one
-FIFO pipe to the child. The weights themselves travel through shared memory (`/dev/shm`
-where there is one) and the pipe carries where they are: 4 MB pushed through a 64 KB pipe
+FIFO pipe to the child. The weights themselves travel through shared memory and the pipe
+carries where they are: 4 MB pushed through a 64 KB pipe
 needed ~60 wake-ups of the child's reading thread, each waiting for the interpreter lock
 that the busy sampling thread holds, and cost the learner ~35 ms a step. Weights of one
 dtype are one flat buffer of raw values in a slot of a ring of a few reusable slots in one
 mapped file (`_WeightRing`), their names and shapes in the message; the child checks the
 size against the shapes, copies the slot into its model and marks it read. The learner's
 push went from 10.5 ms a step (an encoded checkpoint tree) to 3.2 ms (a file per version)
-to one copy into the slot, for the tiny model's 4 MB. Mixed dtypes still go as a checkpoint
-tree in a file of their own, deleted once read. The child handles messages in order, so a batch sampled with
+to one copy into the slot, for the tiny model's 4 MB. Mixed dtypes (rare) go as a
+checkpoint tree in the message itself. The shared memory has no name anyone must remove:
+on Linux it is a memfd (anonymous shared memory) that the child opens through the learner's
+/proc/<pid>/fd, so the kernel frees it when the last of the two processes holding it ends,
+SIGKILL included (nothing is left in /dev/shm); elsewhere it is a file in a private
+temporary folder, removed by `close()` and at exit. The child handles messages in order, so a batch sampled with
 `version` v is sampled with the weights as they were when it was submitted: a request
 submitted before an update uses the old weights even when the child reaches it after the
 update, one submitted after it uses the new ones. The staleness of a batch is therefore
@@ -328,9 +332,10 @@ class _Child:
         self.lost = False  # the reply pipe hit EOF: the child is gone
         self.failed: ErrorReport | None = None  # the model could not be built
         self.send_lock = threading.Lock()
-        # Weight versions go through files here (see the module docstring); private (0700).
-        self.weights_dir = tempfile.mkdtemp(prefix="payoff-weights-", dir=_shared_memory())
         self.ring: _WeightRing | None = None  # made by the first flat weights version
+        # Every ring made stays open until close(): a message naming an older one may still
+        # be on its way to the child.
+        self.rings: list[_WeightRing] = []
         self.sent: tuple[str, Any] | None = None  # (ring path, layout) of the last version sent
         threading.Thread(target=self._collect, name="payoff-sampler-replies", daemon=True).start()
 
@@ -382,15 +387,15 @@ class _Child:
 
         Weights of one dtype go as one flat buffer of raw values, their names and shapes in
         the message, into a slot of the weight ring (`_WeightRing`): one copy into memory
-        the child maps too. Mixed dtypes go as a checkpoint tree in a file of their own,
-        which the child deletes once loaded."""
+        the child maps too. Mixed dtypes go as a checkpoint tree in the message itself."""
         dtypes = {str(t.dtype) for t in weights.values()}
         dtype = dtypes.pop() if len(dtypes) == 1 else None
         if dtype in _FLAT_DTYPES:
             layout = [[name, list(t.shape)] for name, t in weights.items()]
             nbytes = sum(t.numel() * t.element_size() for t in weights.values())
             if self.ring is None or self.ring.nbytes != nbytes:
-                self.ring = _WeightRing(self.weights_dir, nbytes, version)
+                self.ring = _WeightRing(nbytes, version)
+                self.rings.append(self.ring)
             slot = self.ring.write(version, weights.values(), self.check_alive)
             # The layout goes with a ring's first version and whenever it changes; the
             # child keeps the last one per ring (None: the same as before).
@@ -401,10 +406,7 @@ class _Child:
             )
             self.sent = sent
             return
-        path = os.path.join(self.weights_dir, f"weights-{version}.bin")
-        with open(path, "wb") as file:
-            file.write(dumps_state(weights))
-        self.send(("weights", version, path, None, None, None))
+        self.send(("weights-tree", version, weights))
 
     def wait(self, request: int) -> Any:
         """The payload of reply `request`, once it arrives; raises the child's error."""
@@ -466,7 +468,9 @@ class _Child:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-        shutil.rmtree(self.weights_dir, ignore_errors=True)  # versions it never reached
+        for ring in self.rings:
+            ring.close()
+        self.rings.clear()
 
 
 _FLAT_DTYPES = {
@@ -493,11 +497,10 @@ class _WeightRing:
     HEADER = 64  # bytes: SLOTS int64 counters, padded so every slot stays aligned
     PATIENCE = 300.0  # seconds to wait for the child to read a slot before giving up
 
-    def __init__(self, directory: str, nbytes: int, version: int):
+    def __init__(self, nbytes: int, version: int):
         self.nbytes = nbytes
-        self.path = os.path.join(directory, f"weights-ring-{version}.bin")
-        with open(self.path, "wb") as file:  # private: the folder is the learner's (0700)
-            file.truncate(self.HEADER + self.SLOTS * nbytes)
+        self.shared = _SharedFile(f"weights-ring-{version}", self.HEADER + self.SLOTS * nbytes)
+        self.path = self.shared.path  # what the child opens
         self.memory = _map(self.path)
         self.loaded = self.memory[: self.HEADER].view(torch.int64)[: self.SLOTS]
         self.loaded.fill_(-1)
@@ -521,6 +524,50 @@ class _WeightRing:
         torch.cat([t.reshape(-1) for t in values], out=target)
         self.written[slot] = version
         return slot
+
+    def close(self) -> None:
+        """Give the memory back (a child that mapped it keeps it until it exits)."""
+        self.shared.close()
+
+
+class _SharedFile:
+    """A file of `size` zero bytes in memory that the sampling process, this process's child,
+    can open by `path`, and that nothing outlives.
+
+    Linux: a memfd (anonymous shared memory, counted like /dev/shm but with no name in
+    it); the child opens it as /proc/<this pid>/fd/<fd>. The kernel frees it once this
+    process has closed the fd (or ended, SIGKILL included) and every mapping is gone, so a
+    killed run leaves nothing behind. Elsewhere (no memfd or no /proc): a file in a private
+    temporary folder (0700), removed by close() or at the interpreter's exit.
+    """
+
+    def __init__(self, name: str, size: int):
+        self.fd: int | None = None
+        self.folder: str | None = None
+        if hasattr(os, "memfd_create"):
+            try:
+                fd = os.memfd_create(f"payoff-{name}")  # close-on-exec: no other child gets it
+            except OSError:  # kernel without memfd, or a seccomp filter that refuses it
+                fd = None
+            if fd is not None:
+                path = f"/proc/{os.getpid()}/fd/{fd}"
+                if os.path.exists(path):
+                    os.ftruncate(fd, size)
+                    self.fd, self.path = fd, path
+                    return
+                os.close(fd)
+        self.folder = tempfile.mkdtemp(prefix="payoff-weights-")
+        self.path = os.path.join(self.folder, f"{name}.bin")
+        with open(self.path, "wb") as file:
+            file.truncate(size)
+        self._remover = weakref.finalize(self, shutil.rmtree, self.folder, True)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.folder is not None:
+            self._remover()
 
 
 def _map(path: str) -> torch.Tensor:
@@ -557,11 +604,6 @@ def _split(flat: torch.Tensor, layout: Any, what: str) -> dict[str, torch.Tensor
         raise RunError(f"{what} holds {flat.numel()} values, but its layout names {sum(sizes)}")
     parts = flat.split(sizes)
     return {name: part.view(shape) for (name, shape), part in zip(layout, parts, strict=True)}
-
-
-def _shared_memory() -> str | None:
-    """A folder in memory for the weight files (/dev/shm on Linux), else the temp folder."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 class _ChildTraceback(Exception):
@@ -636,27 +678,29 @@ def _serve(
 
     while True:
         message = inbox.get()
+        if message[0] == "weights-tree":  # mixed dtypes: the tensors came in the message
+            _, version, tree = message
+            try:
+                load_weights(model, tree, whose(version))
+                bad_weights = None
+            except Exception as error:
+                bad_weights = _report(error)
+            continue
         if message[0] == "weights":
             _, version, path, layout, dtype, slot = message
             what = f"weights version {version} in {path}"
-            try:
-                if slot is not None:  # a slot of the weight ring: copied into the model
-                    if path not in rings:
-                        rings[path] = _map(path)
-                    memory = rings[path]
-                    layout = layouts[path] = layouts.get(path) if layout is None else layout
-                    flat_dtype = _flat_dtype(layout, dtype, what)
-                    size = sum(int(torch.Size(shape).numel()) for _, shape in layout)
-                    flat = _slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
-                    try:
-                        load_weights(model, _split(flat, layout, what), whose(version))
-                    finally:  # the learner may reuse the slot
-                        memory[: _WeightRing.HEADER].view(torch.int64)[slot] = version
-                else:
-                    with open(path, "rb") as file:
-                        data = file.read()
-                    os.unlink(path)
-                    load_weights(model, loads_state(data, what), whose(version))
+            try:  # a slot of the weight ring: copied into the model
+                if path not in rings:
+                    rings[path] = _map(path)
+                memory = rings[path]
+                layout = layouts[path] = layouts.get(path) if layout is None else layout
+                flat_dtype = _flat_dtype(layout, dtype, what)
+                size = sum(int(torch.Size(shape).numel()) for _, shape in layout)
+                flat = _slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
+                try:
+                    load_weights(model, _split(flat, layout, what), whose(version))
+                finally:  # the learner may reuse the slot
+                    memory[: _WeightRing.HEADER].view(torch.int64)[slot] = version
                 bad_weights = None
             except Exception as error:
                 bad_weights = _report(error)
