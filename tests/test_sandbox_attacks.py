@@ -279,7 +279,7 @@ def escapes(tmp_path: Path, port: int) -> dict[str, str]:
             pid = os.fork()
             if pid == 0:
                 os.setsid()
-                os.execv('/bin/sleep', ['sleep', '30', '{MARKER}'])
+                os.execv('/bin/sleep', ['{MARKER}', '30'])  # the marker as argv[0]
         """,
     }
 
@@ -511,3 +511,54 @@ def test_unsafe_process_is_an_opt_in_that_still_cannot_be_forged():
     verifier = CodeVerifier(sandbox="unsafe-process")
     verifier(["# answer\n"], [HONEST], tests=[TESTS])
     assert verifier.counts["unisolated"] == 1
+
+
+# ---- unsafe-process: still no forged verdict, no process left behind -------------------------
+MEMORY_READER = r"""
+import os, re
+def _scan(pid):
+    try:
+        maps = open(f'/proc/{pid}/maps').read().splitlines()
+        memory = open(f'/proc/{pid}/mem', 'rb')
+    except OSError:
+        return None
+    for line in maps:
+        fields = line.split()
+        if not fields[1].startswith('r') or len(fields) > 5 and fields[5].startswith('/'):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split('-'))
+        if end - start > 1 << 28:
+            continue
+        try:
+            memory.seek(start)
+            match = re.search(rb'answer\(1\) == (\d+)', memory.read(end - start))
+        except (OSError, ValueError, OverflowError):
+            continue
+        if match:
+            return int(match.group(1))
+    return None
+_found = None
+for _pid in [os.getppid()] + sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    if _pid != os.getpid():
+        _found = _found or _scan(_pid)
+def answer(x):
+    return (_found or 0) + x - 1
+"""
+
+
+def test_unsafe_process_keeps_the_trainers_memory_from_the_candidate():
+    """The candidate ran as the trainer's user and read the expected values out of
+    /proc/<trainer>/mem; the trainer and the tests' process are now not dumpable and the
+    candidate has no CAP_SYS_PTRACE (dropped, when the trainer is root)."""
+    result = run_tests(MEMORY_READER, TESTS, sandbox="unsafe-process", timeout=20)
+    assert_no_reward(result)
+
+
+@pytest.mark.parametrize("name", ["fork", "setsid_child_outlives"])
+def test_unsafe_process_leaves_no_process_behind(tmp_path, name):
+    """Running as root, RLIMIT_NPROC is not enforced: with the audit hook switched off, three
+    setsid() children outlived the verdict. The child now loads the seccomp filter itself."""
+    trick = textwrap.dedent(GUARD_OFF) + attack(escapes(tmp_path, 1)[name])
+    for _ in range(3):
+        assert_no_reward(run_tests(trick, TESTS, sandbox="unsafe-process", timeout=3))
+    assert leftover_processes() == []

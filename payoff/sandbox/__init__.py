@@ -13,7 +13,13 @@ from payoff.sandbox.isolation import (
     check_available,
     resolve_mode,
 )
-from payoff.sandbox.verdict import ProgramResult, SandboxResult, plan_tests, run_program, run_tests
+from payoff.sandbox.verdict import (
+    ProgramResult,
+    SandboxResult,
+    candidate_names,
+    run_program,
+    run_tests,
+)
 
 __all__ = [
     "MODES",
@@ -22,7 +28,7 @@ __all__ = [
     "SandboxResult",
     "SandboxUnavailableError",
     "check_available",
-    "plan_tests",
+    "candidate_names",
     "resolve_mode",
     "run_program",
     "run_tests",

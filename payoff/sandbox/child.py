@@ -1,24 +1,34 @@
 """The program that runs inside the sandbox. Standard library only; imports nothing of payoff.
 
-It reads one JSON request from stdin, lowers its own resource limits, and then either
+It reads one JSON request from stdin, lowers its own resource limits, and then runs as one of
 
-  - `record`: runs the candidate's program, then the test script with each candidate call
-    site wrapped in `__payoff_site__(k, lambda: <site>)`; every value a site produces is
-    written to the result pipe as plain data (or the name of the exception it raised).
-    Assert statements arrive stripped of their expected values: only the calls are here.
-  - `check`: runs a test script (no candidate code in this process) whose sites return the
-    values recorded by `record`, decoded back to plain data; writes whether it passed.
+  - `candidate`: runs the candidate's program, then answers the test process's requests on a
+    pair of pipes (look up a name, call, get an attribute, iterate, ...) until they close.
+  - `tests`: runs the test script as real Python, in a process that never holds the
+    candidate's code. Each name the tests take from the candidate is a `Remote`: using it is
+    a request to the candidate's process. Writes whether the script passed.
   - `program`: runs a program and nothing else (the agents' python tool).
 
-Nothing here is trusted by the parent beyond "these are the values the sites returned":
-the candidate shares this process in `record` and may rewrite any of it, but it can only
-ever report values, and the expected ones never enter this process.
+What crosses between the two processes is plain data (None, bool, int, float, complex, str,
+bytes, bytearray, and lists, tuples, sets, frozensets and dicts of those, aliasing and
+cycles kept), builtin classes and exceptions by name, and *handles*: an object of one side
+that the other side holds as a `Remote`. A call sends its arguments over and brings back
+the return value and the arguments' new contents, so a solution that sorts its argument in
+place is seen to do so. An exception comes back as its nearest builtin class (a class of
+the candidate's named `ValueError` that does not derive from it is not one), or as a class
+made here that derives from it, for `except TheirError:`.
+
+The candidate's process may rewrite anything in itself, including this file's functions: it
+can only ever answer requests with plain data, handles and builtin exceptions, which is what
+some honest solution could have answered too. A handle is never compared by its own `==`:
+a candidate's object equals only itself here, and its truth value is not its own to decide.
 """
 
 import base64
 import builtins
 import json
 import os
+import reprlib
 import resource
 import sys
 
@@ -40,6 +50,8 @@ BLOCKED_EVENTS = (
     "ctypes.dlsym",
 )
 MAX_DEPTH = 64
+MAX_MESSAGE_BYTES = 64 << 20  # one message between the two processes
+NAME_CHARS = 200  # of a name, a message or a type shown in a verdict's detail
 
 
 def write_result(fd, record):
@@ -66,40 +78,48 @@ def set_limits(limits):
             pass  # never raise a limit above what we were given
 
 
-def encode(value, depth=0):
-    """A value as typed JSON; only exact builtin types (no subclasses: they can redefine ==)."""
-    if depth > MAX_DEPTH:
-        raise ValueError("nested too deeply")
-    kind = type(value)
-    if value is None or kind is bool or kind is int or kind is float or kind is str:
-        if kind is int and abs(value) >= 1 << 63:
-            return {"int": str(value)}  # exact, whatever the parser's integer range
-        return value
-    if kind is list:
-        return {"list": [encode(v, depth + 1) for v in value]}
-    if kind is tuple:
-        return {"tuple": [encode(v, depth + 1) for v in value]}
-    if kind is set or kind is frozenset:
-        return {kind.__name__: [encode(v, depth + 1) for v in value]}
-    if kind is dict:
-        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    if kind is bytes:
-        return {"bytes": base64.b64encode(value).decode()}
-    if kind is complex:
-        return {"complex": [value.real, value.imag]}
-    raise TypeError(kind.__name__)
+# ---- unsafe-process mode: what the process can do to itself before untrusted code runs ----
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
+SECCOMP_MODE_FILTER = 2
 
 
-def site_value_record(site, produce):
-    try:
-        value = produce()
-    except BaseException as err:  # SystemExit too: leaving early is not a value
-        return None, {"site": site, "raised": type(err).__name__, "message": str(err)[:300]}
-    try:
-        return value, {"site": site, "value": encode(value)}
-    except (TypeError, ValueError, RecursionError) as err:
-        name = err.args[0] if isinstance(err, TypeError) and err.args else str(err)
-        return value, {"site": site, "unencodable": str(name)[:100]}
+def harden(seccomp_filter):
+    """Without bubblewrap: no core file or /proc/<pid>/mem of this process for others of its
+    user; no capabilities (a root trainer's CAP_SYS_PTRACE would read the trainer's memory);
+    the sandbox's seccomp filter (no new processes, so none outlives the verdict). Returns
+    what could not be done, for the record."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    missing = []
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        missing.append("dumpable")
+    for capability in range(64):
+        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # fails past the last one: fine
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: empty
+    if libc.capset(ctypes.byref(header), data) != 0:
+        missing.append("capabilities")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        missing.append("no_new_privs")
+    if seccomp_filter:
+        program = base64.b64decode(seccomp_filter)
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+        fprog = Program(len(program) // 8, program)
+        if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            missing.append("seccomp")
+    else:
+        missing.append("seccomp")
+    return missing
 
 
 def install_audit_hook(result_fd):
@@ -115,6 +135,7 @@ def install_audit_hook(result_fd):
     sys.addaudithook(hook)
 
 
+# ---- plain data ---------------------------------------------------------------------------------
 class NotPlainData(ValueError):
     """A value that is not typed plain data as `encode` writes it."""
 
@@ -142,95 +163,750 @@ def refuse_shared_hashes(keys):
     return keys
 
 
-def decode(node, depth=0):
+SCALARS = (type(None), bool, int, float, str)
+MUTABLE = (list, dict, set, bytearray)
+# Builtins that travel by name, both ways: classes and pure functions. Nothing that reaches
+# code, frames or files (exec, eval, open, getattr, globals, vars, __import__, ...).
+SHARED_BUILTINS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and not name.startswith("_")
+) | frozenset(
+    [
+        "abs",
+        "all",
+        "any",
+        "ascii",
+        "bin",
+        "callable",
+        "chr",
+        "divmod",
+        "enumerate",
+        "filter",
+        "format",
+        "hash",
+        "hex",
+        "id",
+        "isinstance",
+        "issubclass",
+        "iter",
+        "len",
+        "map",
+        "max",
+        "min",
+        "next",
+        "oct",
+        "ord",
+        "pow",
+        "print",
+        "range",
+        "repr",
+        "reversed",
+        "round",
+        "sorted",
+        "sum",
+        "zip",
+    ]
+)
+
+
+def builtin_name(value):
+    """The name under which `value` is a shared builtin, or None."""
+    try:
+        name = value.__name__
+    except Exception:
+        return None
+    if type(name) is str and name in SHARED_BUILTINS and vars(builtins).get(name) is value:
+        return name
+    return None
+
+
+def exception_base(cls):
+    """The nearest builtin exception class `cls` derives from (BaseException at worst)."""
+    for klass in type.mro(cls):
+        if vars(builtins).get(getattr(klass, "__name__", None)) is klass:
+            return klass
+    return BaseException
+
+
+def encode(value, peer=None, memo=None, depth=0):
+    """A value as typed JSON. Exact builtin types only (a subclass can redefine ==); with a
+    peer, shared builtins travel by name and anything else as a handle. Mutable containers
+    are numbered in the order they are first met, so a second mention is {"ref": k}:
+    aliasing and cycles are kept."""
+    memo = {} if memo is None else memo
+    kind = type(value)
+    if value is None or kind is bool or kind is float or kind is str:
+        return value
+    if kind is int:
+        return value if abs(value) < 1 << 63 else {"int": hex(value)}  # exact, any size
+    if depth > MAX_DEPTH:
+        if peer is None:
+            raise NotPlainData("nested too deeply")
+        return peer.handle_for(value)
+    if kind in MUTABLE:
+        if id(value) in memo:
+            return {"ref": memo[id(value)][0]}
+        memo[id(value)] = (len(memo), value)  # kept alive while encoding: ids stay unique
+    if kind is list or kind is tuple or kind is set or kind is frozenset:
+        return {kind.__name__: [encode(v, peer, memo, depth + 1) for v in value]}
+    if kind is dict:
+        return {
+            "dict": [
+                [encode(k, peer, memo, depth + 1), encode(v, peer, memo, depth + 1)]
+                for k, v in value.items()
+            ]
+        }
+    if kind is bytes or kind is bytearray:
+        return {kind.__name__: base64.b64encode(value).decode()}
+    if kind is complex:
+        return {"complex": [value.real, value.imag]}
+    if peer is None:
+        raise TypeError(kind.__name__)
+    if kind is Remote and object.__getattribute__(value, "_payoff_peer_") is peer:
+        return {"yours": object.__getattribute__(value, "_payoff_handle_")}
+    name = builtin_name(value)
+    return {"builtin": name} if name is not None else peer.handle_for(value)
+
+
+def decode(node, peer=None, table=None, depth=0):
     """Inverse of `encode`, strict: anything `encode` cannot have written is refused.
 
-    The parent decodes sandbox 1's values with this (they may have been forged), and so
-    does `check` for the values the parent forwards.
-    """
-    if depth > MAX_DEPTH:
-        raise NotPlainData("nested too deeply")
+    The parent decodes what a checkpoint holds with this; with a peer, handles become the
+    peer's objects (ours back, or `Remote`s of theirs)."""
+    table = [] if table is None else table
     if node is None or type(node) in (bool, int, float, str):
         return node
-    if type(node) is not dict or len(node) != 1:
+    if depth > MAX_DEPTH:
+        raise NotPlainData("nested too deeply")
+    if type(node) is not dict or not node:
         raise NotPlainData("unexpected " + type(node).__name__)
-    ((kind, body),) = node.items()
+    kind, body = next(iter(node.items()))
+    if len(node) != 1 and kind != "theirs":
+        raise NotPlainData("unexpected value record")
     if kind == "int" and type(body) is str:
-        return int(body)
-    if kind in ("list", "tuple", "set", "frozenset") and type(body) is list:
-        items = [decode(v, depth + 1) for v in body]
+        return int(body, 16) if "x" in body else int(body)  # hex as written, or decimal
+    if kind == "ref" and type(body) is int and 0 <= body < len(table):
+        return table[body]
+    if kind in ("list", "tuple") and type(body) is list:
+        if kind == "tuple":
+            return tuple(decode(v, peer, table, depth + 1) for v in body)
+        items: list = []
+        table.append(items)  # numbered before its items, as encode numbers it
+        items.extend(decode(v, peer, table, depth + 1) for v in body)
+        return items
+    if kind in ("set", "frozenset") and type(body) is list:
+        built = set()
+        if kind == "set":
+            table.append(built)
+        items = [decode(v, peer, table, depth + 1) for v in body]
         try:
-            if kind in ("set", "frozenset"):
-                refuse_shared_hashes(items)
-            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-        except TypeError as err:  # an unhashable item in a set
+            built.update(refuse_shared_hashes(items))
+        except TypeError as err:  # an unhashable item
             raise NotPlainData(str(err)) from None
+        return built if kind == "set" else frozenset(built)
     if kind == "dict" and type(body) is list:
-        pairs = [
-            (decode(pair[0], depth + 1), decode(pair[1], depth + 1))
-            for pair in body
-            if type(pair) is list and len(pair) == 2
-        ]
+        mapping: dict = {}
+        table.append(mapping)
+        pairs = []
+        for pair in body:
+            if type(pair) is not list or len(pair) != 2:
+                raise NotPlainData("a dict item that is not a pair")
+            key = decode(pair[0], peer, table, depth + 1)
+            pairs.append((key, decode(pair[1], peer, table, depth + 1)))
         try:
             refuse_shared_hashes([key for key, _ in pairs])
-            return dict(pairs)
+            mapping.update(pairs)
         except TypeError as err:
             raise NotPlainData(str(err)) from None
-    if kind == "bytes" and type(body) is str:
-        return base64.b64decode(body, validate=True)
+        return mapping
+    if kind in ("bytes", "bytearray") and type(body) is str:
+        data = base64.b64decode(body, validate=True)
+        if kind == "bytes":
+            return data
+        table.append(bytearray(data))
+        return table[-1]
     if kind == "complex" and type(body) is list and len(body) == 2:
         return complex(float(body[0]), float(body[1]))
-    raise NotPlainData("unknown value kind " + repr(kind))
+    if kind == "builtin" and type(body) is str and body in SHARED_BUILTINS:
+        return vars(builtins)[body]
+    if peer is not None and kind in ("yours", "theirs"):
+        return peer.object_for(kind, body, node)
+    raise NotPlainData("unknown value kind " + repr(kind)[:NAME_CHARS])
 
 
-def record(request, result_fd):
+def sync(old, new, pairs):
+    """Make `old` hold what `new` holds, in place, keeping the identity of the containers
+    within that are still there: what a call did to its arguments, done to the test's own
+    objects. `pairs` maps each new container's id to the old one that now stands for it."""
+    if type(old) is not type(new) or type(old) not in MUTABLE or id(new) in pairs:
+        return
+    pairs[id(new)] = old
+    if type(old) is list:
+        for i in range(min(len(old), len(new))):
+            if type(old[i]) in MUTABLE and type(old[i]) is type(new[i]) and old[i] is not old:
+                sync(old[i], new[i], pairs)
+            else:
+                old[i] = pairs.get(id(new[i]), new[i])
+        del old[len(new) :]
+        old.extend(pairs.get(id(item), item) for item in new[len(old) :])
+    elif type(old) is dict:
+        for key in [k for k in old if k not in new]:
+            del old[key]
+        for key, value in new.items():
+            if key in old and type(old[key]) in MUTABLE and type(old[key]) is type(value):
+                sync(old[key], value, pairs)
+            else:
+                old[key] = pairs.get(id(value), value)
+    elif type(old) is set:
+        old.intersection_update(new)
+        old.update(new)
+    else:
+        old[:] = new
+
+
+# ---- the two processes' conversation --------------------------------------------------------
+class CandidateGone(BaseException):
+    """The candidate broke the protocol (ended, answered nonsense, or raised what no correct
+    solution raises: StopIteration out of a call, SystemExit, ...). A BaseException, so a
+    test's `except Exception:` does not swallow it; and every such event is recorded, so a
+    bare `except:` does not either: the verdict fails."""
+
+
+# What an answer must be, for the requests that promise one type.
+RESULT_TYPES = {"len": int, "bool": bool, "str": str, "repr": str, "int": int, "index": int}
+RESULT_TYPES.update(float=float, isinstance=bool)
+
+
+class Peer:
+    """One end of the conversation: our objects the other side holds (handles), and theirs
+    that we hold (`Remote`s). Requests nest: while waiting for an answer we serve theirs."""
+
+    def __init__(self, read_fd, write_fd, serve_ops, on_violation=None):
+        self.reader = os.fdopen(read_fd, "rb", buffering=1 << 16)
+        self.write_fd = write_fd
+        self.serve_ops = serve_ops
+        self.on_violation = on_violation
+        self.ours = {}  # handle -> our object
+        self.our_handles = {}  # id(our object) -> handle (the object is kept alive in ours)
+        self.theirs = {}  # handle -> Remote, or the class made for an exception class of theirs
+        self.calls = []  # the last calls made through Remotes and what they returned
+        self.namespace = {}
+
+    # -- handles
+    def handle_for(self, value):
+        handle = self.our_handles.get(id(value))
+        if handle is None:
+            handle = len(self.ours)
+            self.ours[handle] = value
+            self.our_handles[id(value)] = handle
+        record = {"theirs": handle, "kind": describe(value)}
+        if isinstance(value, type) and issubclass(value, BaseException):
+            record["exception"] = exception_base(value).__name__
+        return record
+
+    def object_for(self, kind, handle, node):
+        if type(handle) is not int:
+            raise NotPlainData("a handle that is not a number")
+        if kind == "yours":
+            if handle not in self.ours:
+                raise NotPlainData("a handle to nothing")
+            return self.ours[handle]
+        if handle in self.theirs:
+            return self.theirs[handle]
+        label = node.get("kind")
+        label = label[:NAME_CHARS] if type(label) is str else "object"
+        base = node.get("exception")
+        if base is not None:  # a class of exceptions: made here, deriving from its builtin base
+            base_class = vars(builtins).get(base) if type(base) is str else None
+            if not (isinstance(base_class, type) and issubclass(base_class, BaseException)):
+                raise NotPlainData("an exception class with no builtin base")
+            name = label.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+            made = type(name if name.isidentifier() else "CandidateError", (base_class,), {})
+            made.__module__ = "candidate"
+            self.theirs[handle] = made
+            return made
+        self.theirs[handle] = Remote(self, handle, label)
+        return self.theirs[handle]
+
+    # -- messages
+    def violation(self, what):
+        """Record that the other side broke the rules, and stop the script where it is."""
+        if self.on_violation is not None:
+            self.on_violation(what)
+        raise CandidateGone(what)
+
+    def send(self, message):
+        data = memoryview((json.dumps(message, allow_nan=True) + "\n").encode())
+        while data:
+            data = data[os.write(self.write_fd, data) :]
+
+    def receive(self):
+        line = self.reader.readline(MAX_MESSAGE_BYTES + 1)
+        if not line:
+            self.violation("the candidate's process ended")
+        if len(line) > MAX_MESSAGE_BYTES or not line.endswith(b"\n"):
+            self.violation("an answer past its size limit")
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):
+            message = None
+        if type(message) is not dict:
+            self.violation("an answer that is not a JSON object")
+        return message
+
+    def request(self, message):
+        """Send a request; serve theirs until our answer comes."""
+        self.send(message)
+        while True:
+            reply = self.receive()
+            if "op" not in reply:
+                return reply
+            self.send(self.serve(reply))
+
+    def serve(self, message):
+        """Answer one request with the value (or the exception) and the arguments' contents
+        after it: what the call did to them."""
+        op = message.get("op")
+        handler = self.serve_ops.get(op) if type(op) is str else None
+        sent = []
+        try:
+            if handler is None:
+                raise TypeError("not a request: " + repr(op)[:50])
+            value, error = handler(self, message, sent), None
+        except CandidateGone:
+            raise
+        except BaseException as err:  # noqa: BLE001 - it goes back as what it is
+            value, error = None, err
+        memo = {}
+        try:
+            reply = {"after": [encode(a, self, memo) for a in sent]}
+            if error is None:
+                reply["value"] = encode(value, self, memo)
+        except (NotPlainData, RecursionError, MemoryError) as err:
+            reply, error = {}, err
+        if error is not None:
+            reply["error"] = self.describe_error(error)
+        return reply
+
+    def describe_error(self, err):
+        cls = type(err)
+        record = {"base": exception_base(cls).__name__}
+        try:
+            record["message"] = str(err)[:NAME_CHARS]
+        except Exception:
+            record["message"] = ""
+        if vars(builtins).get(cls.__name__) is not cls:
+            record["type"] = self.handle_for(cls)
+        return record
+
+    def settle(self, reply, sent, op, label):
+        """Take an answer: the arguments' new contents, then the value or the exception.
+        Anything malformed in it is a violation, never an exception the tests could catch."""
+        table, pairs = [], {}
+        error = reply.get("error")
+        try:
+            after = reply.get("after", [])
+            if type(after) is not list or len(after) != len(sent):
+                raise NotPlainData("arguments' contents that do not match what was sent")
+            for original, node in zip(sent, after, strict=True):
+                sync(original, decode(node, self, table), pairs)
+            # the answer's mentions of those containers are the test's own objects
+            table[:] = [pairs.get(id(item), item) for item in table]
+            if error is not None:
+                raised = self.exception_from(error, op, label)
+            else:
+                value = decode(reply.get("value"), self, table)
+        except (NotPlainData, ValueError, TypeError, OverflowError, RecursionError) as err:
+            self.violation("an answer that is not plain data: " + str(err)[:NAME_CHARS])
+        if error is not None:
+            raise raised
+        expected = RESULT_TYPES.get(op)
+        if expected is not None and type(value) is not expected:
+            if op == "bool":
+                raise TypeError(f"the truth value of {label} is not its own to decide here")
+            raise TypeError(f"{op}() of {label} gave a {type(value).__name__}")
+        return value
+
+    def exception_from(self, error, op, label):
+        """The exception an error record stands for: its builtin class, or a class made here
+        that derives from it (for `except TheirError:`)."""
+        base = vars(builtins).get(error.get("base")) if type(error) is dict else None
+        if not (isinstance(base, type) and issubclass(base, BaseException)):
+            raise NotPlainData("an exception that is not a builtin one")
+        message = error.get("message")
+        message = message[:NAME_CHARS] if type(message) is str else ""
+        if base is StopIteration and op == "next":
+            return StopIteration()
+        cls = base
+        if "type" in error:
+            made = decode(error["type"], self)
+            if isinstance(made, type) and issubclass(made, base):
+                cls = made
+        if not issubclass(base, Exception) or issubclass(base, StopIteration | StopAsyncIteration):
+            # no correct solution ends the tests (SystemExit), or an iteration it is not
+            # running (StopIteration out of a call ends all(map(...)) early, as passed)
+            self.violation(f"{label} raised {cls.__name__}: {message}".strip(": "))
+        return cls(message)
+
+
+def describe(value):
+    """A short label for a handle: a class, a function's name, or an object's class."""
+    try:
+        if isinstance(value, type):
+            return "class " + str(value.__qualname__)[:NAME_CHARS]
+        name = getattr(value, "__qualname__", None) if callable(value) else None
+        if type(name) is str:
+            return "function " + name[:NAME_CHARS]
+        return type(value).__qualname__[:NAME_CHARS] + " object"
+    except Exception:
+        return "object"
+
+
+class _Shown(reprlib.Repr):
+    """Short reprs for a verdict's detail; the candidate's objects by label, unasked."""
+
+    def repr_instance(self, obj, level):
+        if type(obj) is Remote:
+            label = object.__getattribute__(obj, "_payoff_label_")
+            if " object" in label:
+                return "<" + label + ">"
+            return label.removeprefix("function ").removeprefix("class ")
+        return super().repr_instance(obj, level)
+
+
+_shown = _Shown()
+_shown.maxstring = _shown.maxother = 80
+
+
+def label_of(value):
+    """How a value reads in a verdict's detail."""
+    try:
+        return _shown.repr(value)
+    except Exception:
+        return "?"
+
+
+class Remote:
+    """An object of the other process. Attribute access, calls, iteration, len, str are
+    requests; `==` is identity, `in` iterates here (the value looked for stays here), and
+    the truth value is asked only of objects that do not decide it themselves (__bool__):
+    no object of the candidate's decides a comparison."""
+
+    __slots__ = ("_payoff_peer_", "_payoff_handle_", "_payoff_label_", "__weakref__")
+
+    def __init__(self, peer, handle, label):
+        object.__setattr__(self, "_payoff_peer_", peer)
+        object.__setattr__(self, "_payoff_handle_", handle)
+        object.__setattr__(self, "_payoff_label_", label)
+
+    def _payoff_ask_(self, op, *args, name=None, kwargs=None):
+        peer = object.__getattribute__(self, "_payoff_peer_")
+        kwargs = kwargs or {}
+        memo = {}
+        message = {
+            "op": op,
+            "target": object.__getattribute__(self, "_payoff_handle_"),
+            "args": [encode(a, peer, memo) for a in args],
+            "kwargs": [[k, encode(v, peer, memo)] for k, v in kwargs.items()],
+            "name": name,
+        }
+        sent = [*args, *kwargs.values()]
+        label = label_of(self)
+        if op == "call":  # as the arguments were before the call
+            shown = [label_of(a) for a in args] + [f"{k}={label_of(v)}" for k, v in kwargs.items()]
+        value = peer.settle(peer.request(message), sent, op, label)
+        if op == "call":
+            peer.calls.append(f"{label}({', '.join(shown)}) returned {label_of(value)}")
+            del peer.calls[:-3]
+        return value
+
+    def __getattr__(self, name):
+        return self._payoff_ask_("getattr", name=name)
+
+    def __setattr__(self, name, value):
+        self._payoff_ask_("setattr", value, name=name)
+
+    def __delattr__(self, name):
+        self._payoff_ask_("delattr", name=name)
+
+    def __call__(self, *args, **kwargs):
+        return self._payoff_ask_("call", *args, kwargs=kwargs)
+
+    def __iter__(self):
+        return self._payoff_ask_("iter")
+
+    def __next__(self):
+        return self._payoff_ask_("next")
+
+    def __len__(self):
+        return self._payoff_ask_("len")
+
+    def __getitem__(self, key):
+        return self._payoff_ask_("getitem", key)
+
+    def __setitem__(self, key, value):
+        self._payoff_ask_("setitem", key, value)
+
+    def __delitem__(self, key):
+        self._payoff_ask_("delitem", key)
+
+    def __contains__(self, item):
+        return any(item is element or item == element for element in self)
+
+    def __bool__(self):
+        return self._payoff_ask_("bool")
+
+    def __str__(self):
+        return self._payoff_ask_("str")
+
+    def __repr__(self):
+        return self._payoff_ask_("repr")
+
+    def __int__(self):
+        return self._payoff_ask_("int")
+
+    def __index__(self):
+        return self._payoff_ask_("index")
+
+    def __float__(self):
+        return self._payoff_ask_("float")
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __hash__(self):
+        return object.__hash__(self)
+
+    def __instancecheck__(self, instance):
+        return isinstance(instance, Remote) and self._payoff_ask_("isinstance", instance)
+
+    def __enter__(self):
+        return self._payoff_ask_("enter")
+
+    def __exit__(self, *exc_info):
+        return self._payoff_ask_("exit") if exc_info[0] is None else None
+
+
+# ---- serving: what each side lets the other do ---------------------------------------------------
+def _target(peer, message):
+    handle = message.get("target")
+    if type(handle) is not int or handle not in peer.ours:
+        raise NotPlainData("a request for an unknown object")
+    return peer.ours[handle]
+
+
+def _arguments(peer, message, sent):
+    """The request's arguments, decoded; each also goes into `sent`, whose contents after
+    the call go back with the answer."""
+    args, kwargs = message.get("args", []), message.get("kwargs", [])
+    if type(args) is not list or type(kwargs) is not list:
+        raise NotPlainData("arguments that are not lists")
+    table = []
+    values = [decode(node, peer, table) for node in args]
+    named = {}
+    for pair in kwargs:
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+            raise NotPlainData("a keyword argument that is not a (name, value) pair")
+        named[pair[0]] = decode(pair[1], peer, table)
+    sent.extend(values)
+    sent.extend(named.values())
+    return values, named
+
+
+def _name(message):
+    name = message.get("name")
+    if type(name) is not str:
+        raise NotPlainData("an attribute name that is not a string")
+    return name
+
+
+def _call(peer, message, sent):
+    args, kwargs = _arguments(peer, message, sent)
+    return _target(peer, message)(*args, **kwargs)
+
+
+def _on_target(function):
+    """A request that applies `function` to its target and its arguments."""
+
+    def op(peer, message, sent):
+        args, _ = _arguments(peer, message, sent)
+        return function(_target(peer, message), *args)
+
+    return op
+
+
+def _truth(obj):
+    cls = type(obj)
+    if getattr(cls, "__bool__", None) is not None:
+        raise TypeError(f"the truth value of a {cls.__qualname__} object is its own to decide")
+    return len(obj) != 0 if getattr(cls, "__len__", None) is not None else True
+
+
+def _setitem(obj, key, value):
+    obj[key] = value
+
+
+def _delitem(obj, key):
+    del obj[key]
+
+
+def _instance(cls, obj):
+    """isinstance decided by the class's MRO alone, asking nothing of a metaclass."""
+    return isinstance(cls, type) and cls in type.mro(type(obj))
+
+
+def candidate_ops():
+    """What the test process may ask of the candidate's objects: what Python would."""
+
+    def resolve(peer, message, sent):
+        names = message.get("args")
+        return {n: peer.namespace[n] for n in names if type(n) is str and n in peer.namespace}
+
+    def setattr_op(peer, message, sent):
+        args, _ = _arguments(peer, message, sent)
+        setattr(_target(peer, message), _name(message), *args[:1])
+
+    return {
+        "resolve": resolve,
+        "call": _call,
+        "getattr": lambda peer, message, sent: getattr(_target(peer, message), _name(message)),
+        "setattr": setattr_op,
+        "delattr": lambda peer, message, sent: delattr(_target(peer, message), _name(message)),
+        "iter": _on_target(iter),
+        "next": _on_target(next),
+        "len": _on_target(len),
+        "getitem": _on_target(lambda obj, key: obj[key]),
+        "setitem": _on_target(_setitem),
+        "delitem": _on_target(_delitem),
+        "bool": _on_target(_truth),
+        "str": _on_target(str),
+        "repr": _on_target(repr),
+        "int": _on_target(int),
+        "index": _on_target(lambda obj: type(obj).__index__(obj)),
+        "float": _on_target(float),
+        "isinstance": _on_target(_instance),
+        "enter": _on_target(lambda obj: type(obj).__enter__(obj)),
+        "exit": _on_target(lambda obj: type(obj).__exit__(obj, None, None, None)),
+    }
+
+
+def tests_ops():
+    """What the candidate may ask of the test's objects: call them and iterate them (a key
+    function, a generator passed in), and read and set public attributes of instances of
+    the test's own classes (a linked list's nodes); nothing that reaches a frame, a
+    function's globals or a module, where the expected values are."""
+
+    def own_instance(obj, name):
+        cls = type(obj)
+        if getattr(cls, "__module__", None) != "__main__" or isinstance(obj, type):
+            raise AttributeError(f"a {describe(obj)} shows no attributes to the candidate")
+        if name.startswith("_"):
+            raise AttributeError(f"the test's attribute {name!r} is not the candidate's to see")
+        return obj
+
+    def getattr_op(peer, message, sent):
+        name = _name(message)
+        return getattr(own_instance(_target(peer, message), name), name)
+
+    def setattr_op(peer, message, sent):
+        args, _ = _arguments(peer, message, sent)
+        name = _name(message)
+        setattr(own_instance(_target(peer, message), name), name, *args[:1])
+
+    return {
+        "call": _call,
+        "iter": _on_target(iter),
+        "next": _on_target(next),
+        "len": _on_target(len),
+        "str": _on_target(str),
+        "repr": _on_target(repr),
+        "getattr": getattr_op,
+        "setattr": setattr_op,
+    }
+
+
+def serve_forever(peer):
+    """The candidate's side: answer requests until the test process closes the pipe."""
+    while True:
+        try:
+            message = peer.receive()
+        except CandidateGone:
+            return
+        if "op" in message:
+            peer.send(peer.serve(message))
+
+
+# ---- the modes ------------------------------------------------------------------------------------
+def candidate(request, result_fd):
+    """Run the candidate's program, then answer the tests' requests until they end."""
+    peer = Peer(request["from_tests"], request["to_tests"], candidate_ops())
+    peer.receive()  # the tests' go: their process no longer shows its memory to others
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    peer.namespace = namespace
     try:
         exec(compile(request["program"], "solution.py", "exec"), namespace)
     except BaseException as err:
         write_result(result_fd, {"program_raised": type(err).__name__, "message": str(err)[:300]})
-        return
+        return 0
+    while True:
+        try:
+            message = peer.receive()
+        except CandidateGone:  # the tests ended and closed their end
+            return 0
+        if "op" in message:
+            peer.send(peer.serve(message))
 
-    def site(k, produce):
-        value, entry = site_value_record(k, produce)
-        write_result(result_fd, entry)
-        return value
 
-    namespace["__payoff_site__"] = site
+def run_test_script(request, result_fd):
+    """Run the tests as Python, the candidate's names standing for its objects; write the
+    verdict: passed, or what was raised where, and the last calls made."""
+    violations = []
+
+    def note(what):
+        violations.append(what)
+        if len(violations) <= 5:
+            write_result(result_fd, {"violation": what[:300]})
+
+    peer = Peer(request["from_candidate"], request["to_candidate"], tests_ops(), note)
+    peer.send({"go": True})
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(compile(request["script"], "tests.py", "exec"), namespace)
-    except BaseException as err:
-        write_result(result_fd, {"script_raised": type(err).__name__, "message": str(err)[:300]})
-        return
-    write_result(result_fd, {"done": True})
-
-
-def check(request, result_fd):
-    recorded = {int(k): list(v) for k, v in request["values"].items()}
-
-    def site(k, produce):
-        values = recorded.get(k) or []
-        if not values:
-            raise RuntimeError(f"call site {k} produced no value in the candidate's run")
-        entry = values.pop(0)
-        if "raised" in entry:
-            kind = getattr(builtins, entry["raised"], None)
-            if isinstance(kind, type) and issubclass(kind, Exception):
-                raise kind(entry.get("message", ""))
-            raise RuntimeError(entry["raised"] + ": " + entry.get("message", ""))
-        if "unencodable" in entry:
-            raise TypeError(f"returned a {entry['unencodable']}, not plain data")
-        return decode(entry["value"])
-
-    namespace = {"__name__": "__main__", "__payoff_site__": site}
-    try:
-        exec(compile(request["script"], "tests.py", "exec"), namespace)
-    except BaseException as err:
-        write_result(
-            result_fd, {"passed": False, "raised": type(err).__name__, "message": str(err)[:300]}
+        found = peer.settle(
+            peer.request({"op": "resolve", "target": None, "args": request["names"]}),
+            [],
+            "resolve",
+            "the candidate's program",
         )
-        return
-    write_result(result_fd, {"passed": True})
+        if type(found) is not dict:
+            peer.violation("names answered with something else")
+        for name, value in found.items():
+            if name in request["names"]:
+                if isinstance(value, Remote) and " object" not in value._payoff_label_:
+                    object.__setattr__(value, "_payoff_label_", name)  # as the tests call it
+                namespace[name] = value
+        exec(compile(request["script"], "tests.py", "exec"), namespace)
+    except BaseException as err:
+        record = {"passed": False, "raised": type(err).__name__, "message": str(err)[:300]}
+        record.update(line=failing_line(err), calls=peer.calls, violations=violations)
+        write_result(result_fd, record)
+        return 0
+    write_result(result_fd, {"passed": not violations, "violations": violations[:5]})
+    return 0
+
+
+def failing_line(err):
+    """The line of tests.py the error left from (the innermost one)."""
+    line = None
+    trace = err.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename == "tests.py":
+            line = trace.tb_lineno
+        trace = trace.tb_next
+    return line
 
 
 def program(request, result_fd):
@@ -256,6 +932,10 @@ def main():
     request = json.loads(sys.stdin.readline())
     result_fd = int(request["result_fd"])
     os.set_inheritable(result_fd, False)
+    if request.get("harden"):
+        unhardened = harden(request.get("seccomp"))
+        if unhardened:
+            write_result(result_fd, {"unhardened": unhardened})
     os.environ.clear()
     os.environ.update({"HOME": request["workdir"], "TMPDIR": request["workdir"]})
     os.chdir(request["workdir"])
@@ -264,9 +944,8 @@ def main():
     if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit and quit
         builtins.exit = builtins.quit = sys.exit
     install_audit_hook(result_fd)
-    status = {"record": record, "check": check, "program": program}[request["mode"]](
-        request, result_fd
-    )
+    modes = {"candidate": candidate, "tests": run_test_script, "program": program}
+    status = modes[request["mode"]](request, result_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status or 0)

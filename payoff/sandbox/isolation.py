@@ -21,6 +21,7 @@ third pipe, also capped.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -29,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,11 +235,30 @@ def check_available(mode: str | None = None) -> str:
     return mode
 
 
-def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = None) -> ChildOutput:
+@functools.cache
+def _trainer_not_dumpable() -> None:
+    """Without bubblewrap the child shares the trainer's user: make the trainer's memory
+    (/proc/<pid>/mem, which holds the expected values) unreadable to a process of that user
+    without CAP_SYS_PTRACE, which the child drops. Also stops core files of the trainer."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def run_child(
+    request: dict,
+    limits: Limits,
+    mode: str,
+    workdir: Path | None = None,
+    extra_fds: tuple[int, ...] = (),
+    stop: threading.Event | None = None,
+) -> ChildOutput:
     """Start the child in `mode`, send it `request`, collect its records and output.
 
     workdir: a host folder to use as the work dir (read-write) instead of a private tmpfs,
     for callers that must look at what the code left there (the hack detector's proxy).
+    extra_fds: descriptors the child inherits (named in the request); closed here once it
+    started. stop: set by another thread to end the child before its deadline.
     """
     result_read, result_write = os.pipe()
     request = dict(request)
@@ -261,7 +282,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
             request["workdir"] = WORKDIR
             cwd = None
             env = {"PATH": "/usr/bin:/bin"}
-            pass_fds: tuple[int, ...] = (result_write, seccomp_fd)
+            pass_fds: tuple[int, ...] = (result_write, seccomp_fd, *extra_fds)
         else:
             import tempfile
 
@@ -273,7 +294,13 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
             request["workdir"] = cwd
             command = [sys.executable, "-I", "-S", "-B", str(CHILD)]
             env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
-            pass_fds = (result_write,)
+            pass_fds = (result_write, *extra_fds)
+            # no bubblewrap: the child drops its capabilities, stops others of its user
+            # from reading its memory and loads the seccomp filter itself (no processes)
+            _trainer_not_dumpable()
+            request["harden"] = True
+            if seccomp.supported():
+                request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
         started = time.monotonic()
         process = subprocess.Popen(
             command,
@@ -288,12 +315,16 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
     except BaseException:
         os.close(result_read)
         os.close(result_write)
+        for fd in extra_fds:
+            os.close(fd)
         if seccomp_fd is not None:
             os.close(seccomp_fd)
         if workdir_context is not None:
             workdir_context.cleanup()
         raise
     os.close(result_write)
+    for fd in extra_fds:
+        os.close(fd)
     if seccomp_fd is not None:
         os.close(seccomp_fd)
     try:
@@ -306,7 +337,7 @@ def run_child(request: dict, limits: Limits, mode: str, workdir: Path | None = N
         # a host folder as the work dir has no tmpfs cap: the parent keeps it
         host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
         streams, timed_out, discarded, over_workdir = _collect(
-            process, result_read, limits, started, host_dir
+            process, result_read, limits, started, host_dir, stop
         )
     finally:
         _kill(process)
@@ -358,6 +389,7 @@ def _collect(
     limits: Limits,
     started: float,
     watch: Path | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[dict[str, bytes], bool, int, bool]:
     """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
     watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
@@ -395,7 +427,12 @@ def _collect(
                 _kill(process)
                 over_workdir = True
                 break
-            wait = remaining if watch is None else min(remaining, 0.05)
+            if stop is not None and stop.is_set() and process.poll() is None:
+                try:  # then read on to the end: what it wrote before is kept
+                    os.killpg(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            wait = remaining if watch is None and stop is None else min(remaining, 0.05)
             for key, _ in selector.select(timeout=wait):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
