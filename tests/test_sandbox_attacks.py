@@ -562,3 +562,23 @@ def test_unsafe_process_leaves_no_process_behind(tmp_path, name):
     for _ in range(3):
         assert_no_reward(run_tests(trick, TESTS, sandbox="unsafe-process", timeout=3))
     assert leftover_processes() == []
+
+
+def test_a_flood_of_empty_files_is_stopped_at_the_file_cap():
+    """tmpfs bounds bytes, not files: empty files made for 4 s pinned 85-228 MiB of kernel
+    memory (86,000 files here). The files in the work dir and /dev/shm are counted from
+    outside and the code stopped past Limits.workdir_files."""
+    maker = """
+        import os, time
+        started, n = time.time(), 0
+        while time.time() - started < 4:
+            for folder in ('.', '/dev/shm'):
+                open(f'{folder}/f{n}', 'w').close()
+                n += 1
+        print(n)
+    """
+    result = run_program(textwrap.dedent(maker), timeout=6)
+    assert result.outcome == "error" and result.over_workdir
+    assert "10000 files" in result.stderr
+    assert result.stdout == ""  # stopped before its 4 s were up
+    assert_no_reward(run_tests(attack(maker), TESTS, timeout=6))

@@ -57,6 +57,7 @@ class Limits:
     memory_mb: int = 512  # address space
     file_mb: int = 1  # largest file it may write
     workdir_mb: int = 16  # the whole work dir (tmpfs)
+    workdir_files: int = 10_000  # files and folders in the work dir and /dev/shm together
     open_files: int = 64
     output_kb: int = 64  # of stdout and of stderr each, kept; the rest is discarded
     result_kb: int = 4096  # of the result channel
@@ -337,7 +338,16 @@ def run_child(
         # a host folder as the work dir has no tmpfs cap: the parent keeps it
         host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
         streams, timed_out, discarded, over_workdir = _collect(
-            process, result_read, limits, started, host_dir, stop
+            process,
+            result_read,
+            limits,
+            started,
+            host_dir,
+            stop,
+            # tmpfs mounts inside, whose files are counted (a host work dir is measured)
+            ((WORKDIR, "/dev/shm") if workdir is None else ("/dev/shm",))
+            if mode == "bwrap"
+            else (),
         )
     finally:
         _kill(process)
@@ -383,6 +393,33 @@ def _tree_bytes(folder: Path, limit: int) -> int:
     return total
 
 
+def _sandbox_files(bwrap_pid: int, found: list[int | None], mounts: tuple[str, ...]) -> int:
+    """Files and folders in a bubblewrap sandbox's work dir and /dev/shm, read from outside
+    through a process inside it (/proc/<pid>/root): tmpfs bounds bytes, not files, and each
+    empty file pins kernel memory (a program making them for 4 s pinned 228 MiB)."""
+    if found[0] is None:
+        try:  # bubblewrap's first child is the sandbox's init, inside every namespace
+            children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+        except OSError:
+            return 0
+        if not children:
+            return 0
+        try:  # once it stands in the sandbox's own root (not ours, as before it pivots)
+            if os.stat(f"/proc/{children[0]}/root").st_dev == os.stat("/").st_dev:
+                return 0
+        except OSError:
+            return 0
+        found[0] = int(children[0])
+    used = 0
+    for mount in mounts:
+        try:
+            stats = os.statvfs(f"/proc/{found[0]}/root{mount}")
+        except OSError:
+            continue
+        used += stats.f_files - stats.f_ffree
+    return used
+
+
 def _collect(
     process: subprocess.Popen,
     result_fd: int,
@@ -390,12 +427,15 @@ def _collect(
     started: float,
     watch: Path | None = None,
     stop: threading.Event | None = None,
+    count_files: tuple[str, ...] = (),
 ) -> tuple[dict[str, bytes], bool, int, bool]:
     """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
     watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
     once its files pass limits.workdir_mb; checked once more after the code ended (it may
-    write past the cap and exit between two checks). Returns the streams, whether the
-    deadline passed, the bytes discarded and whether the work dir passed its cap."""
+    write past the cap and exit between two checks). count_files: the sandbox's tmpfs
+    mounts whose files are counted the same way against limits.workdir_files. stop: see
+    run_child. Returns the streams, whether the deadline passed, the bytes discarded and
+    whether the work dir passed its cap."""
     assert process.stdout is not None and process.stderr is not None
     caps = {
         "stdout": limits.output_kb << 10,
@@ -414,7 +454,12 @@ def _collect(
     room_bytes = limits.workdir_mb << 20
     over_workdir = False
 
+    sandbox_pid: list[int | None] = [None]
+
     def past_room() -> bool:
+        files = _sandbox_files(process.pid, sandbox_pid, count_files) if count_files else 0
+        if files > limits.workdir_files:
+            return True
         return watch is not None and _tree_bytes(watch, room_bytes) > room_bytes
 
     try:
@@ -432,7 +477,8 @@ def _collect(
                     os.killpg(process.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            wait = remaining if watch is None and stop is None else min(remaining, 0.05)
+            polled = watch is not None or stop is not None or count_files
+            wait = min(remaining, 0.05) if polled else remaining
             for key, _ in selector.select(timeout=wait):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
@@ -452,7 +498,10 @@ def _collect(
             timed_out = True
     over_workdir = over_workdir or past_room()  # written past the cap between two checks
     if over_workdir:
-        kept["stderr"] += f"\n[payoff: the work dir passed {limits.workdir_mb} MiB]".encode()
+        kept["stderr"] += (
+            f"\n[payoff: the work dir passed {limits.workdir_mb} MiB "
+            f"or {limits.workdir_files} files]"
+        ).encode()
     return (
         {name: bytes(buffer) for name, buffer in kept.items()},
         timed_out,
