@@ -22,6 +22,14 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import yaml
 
 from payoff.core.errors import ConfigError, suggest
+from payoff.core.io import (  # noqa: F401 (MAX_YAML_VALUES, safe_yaml: imported from here too)
+    MAX_YAML_CHARS,
+    MAX_YAML_VALUES,
+    TooLarge,
+    YAMLTooLarge,
+    read_text_capped,
+    safe_yaml,
+)
 
 T = TypeVar("T")
 
@@ -314,78 +322,6 @@ def _numbers(data: Any) -> Any:
     return data
 
 
-# The most values a YAML document may stand for, counting each use of an alias in full.
-MAX_YAML_VALUES = 1_000_000
-
-
-class YAMLTooLarge(yaml.YAMLError):
-    """A YAML document whose aliases expand beyond MAX_YAML_VALUES (an alias bomb)."""
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def _refuse_repeated_keys(root: yaml.Node | None) -> None:
-    """A ConstructorError for a key given twice in one mapping of a composed document (YAML
-    keeps the last in silence: `steps: 2000` then `steps: 3000` trained 3000). Merge keys
-    (<<) may still be overridden, as YAML means them to be. Nodes an alias shares are
-    walked once."""
-    stack, walked = [root], set()
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in walked:
-            continue
-        walked.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        if not isinstance(node, yaml.MappingNode):
-            continue
-        lines: dict[tuple[str, str], int] = {}
-        for key, value in node.value:
-            stack += [key, value]
-            if key.tag == _MERGE_TAG or not isinstance(key, yaml.ScalarNode):
-                continue
-            line = key.start_mark.line + 1
-            first = lines.setdefault((key.tag, key.value), line)
-            if first != line:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key.value!r} is given twice (lines {first} and {line}); YAML "
-                    f"would keep the last in silence: keep one",
-                    key.start_mark,
-                )
-
-
-def safe_yaml(text: str) -> Any:
-    """yaml.safe_load (data only, never objects), refused (YAMLTooLarge) when its aliases
-    expand to more than MAX_YAML_VALUES values. Aliases share one object, so loading nine
-    levels of ten aliases each takes 578 bytes and no time, but anything that walks or
-    copies the result (the config checks, a report page) meets a billion values."""
-    loader = yaml.SafeLoader(text)  # data only: it constructs no Python objects
-    try:
-        root = loader.get_single_node()  # the document's nodes, parsed once
-        _refuse_repeated_keys(root)
-        data = None if root is None else loader.construct_document(root)
-    finally:
-        loader.dispose()
-    stack, count = [data], 0
-    while stack:  # each node as often as it is used: what a walk of the result would see
-        node = stack.pop()
-        count += 1
-        if count > MAX_YAML_VALUES:
-            raise YAMLTooLarge(
-                f"its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values: an "
-                f"alias repeated inside another alias's value, many levels deep"
-            )
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return data
-
-
 def read_yaml_text(text: str) -> Any:
     """`safe_yaml`, with `3e-4` read as a number."""
     return _numbers(safe_yaml(text))
@@ -396,8 +332,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    try:
-        data = read_yaml_text(path.read_text())
+    try:  # (a file above the cap is not read at all)
+        data = read_yaml_text(read_text_capped(path, MAX_YAML_CHARS, "config file"))
+    except TooLarge as err:
+        raise ConfigError(f"{err} (configs are a few KB)") from None
+    except YAMLTooLarge as err:
+        raise ConfigError(f"config file {str(path)!r} is too large to read: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({err})") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if data is None:

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from payoff.core.io import atomic_write_text
+from payoff.core.errors import RunError
+from payoff.core.io import atomic_write_text, read_prefix
 from payoff.report.figures import CURVES_IN_FIGURES
 from payoff.report.plots import (
     default_metrics,
@@ -53,6 +54,7 @@ NOTE_KEYS = ("headline", "final_line", "plateau_note")
 HIDDEN_KEYS = ("finished", "final_eval", *NOTE_KEYS)  # `finished` is always true here
 SHOWN_EXAMPLES = 5  # sample completions
 SHOWN_TRAJECTORIES = 3  # agent episodes from trajectories.md
+TRAJECTORY_BYTES = 2**20  # read of trajectories.md (three episodes are a few KB; 300 MB: 1 GB)
 
 
 def write_report(run: Run) -> Path:
@@ -60,7 +62,10 @@ def write_report(run: Run) -> Path:
     media = run.media
     media.mkdir(exist_ok=True)
     config = run.config
-    summary = run.summary()
+    try:
+        summary, unread = run.summary(), ""
+    except RunError as err:  # a copied run's summary.json, too large or not JSON: the rest
+        summary, unread = {}, f"<p class='note'>Its summary is not shown: {_esc(err)}.</p>"
     records = run.records()
     panels = curve_panels(run)
     curves = media / "curves.png"
@@ -74,6 +79,7 @@ def write_report(run: Run) -> Path:
         f"<h1>{_esc(run.name)}</h1>",
         *_what_ran(config),
         *(f"<p>{_esc(summary[key])}</p>" for key in NOTE_KEYS if summary.get(key)),
+        unread,
     ]
     trainer = run.trainer_pid()
     if trainer is not None:  # a report of a run still training: say what it shows
@@ -280,13 +286,20 @@ def _example_cell(column: str, value: Any) -> str:
 
 
 def _trajectories(path: Path) -> list[str]:
-    """The first few episodes of an agent's trajectories.md (its held-out episodes)."""
+    """The first few episodes of an agent's trajectories.md (its held-out episodes), read
+    from its first TRAJECTORY_BYTES only."""
     if not path.is_file():
         return []
-    title, *episodes = path.read_text().split("\n### ")
+    text, cut = read_prefix(path, TRAJECTORY_BYTES)
+    title, *episodes = text.split("\n### ")
     shown = "\n### ".join([title, *episodes[:SHOWN_TRAJECTORIES]]).strip()
-    more = len(episodes) - SHOWN_TRAJECTORIES
-    rest = f" ({more} more in it)" if more > 0 else ""
+    if cut and len(episodes) <= SHOWN_TRAJECTORIES:  # the last one shown goes on past the cut
+        shown += f"\n\n[… cut at {TRAJECTORY_BYTES:,} bytes]"
+    if cut:
+        rest = f" (more in it, past the first {TRAJECTORY_BYTES:,} bytes read here)"
+    else:
+        more = len(episodes) - SHOWN_TRAJECTORIES
+        rest = f" ({more} more in it)" if more > 0 else ""
     return [
         "<h2>Trajectories</h2>",
         f"<p class='note'>Held-out episodes as conversations, from "

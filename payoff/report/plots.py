@@ -78,7 +78,10 @@ def final_point(run: Run, metric: str, x: str = "step") -> tuple[float, float] |
         value = record.get(f"final/{name}")
         if is_number(value) and x in record:
             return float(record[x]), float(value)
-    summary = run.summary()
+    try:
+        summary = run.summary()
+    except RunError:  # (the page says why it is not shown)
+        return None
     final = summary.get("final_eval") or {}
     value = final.get(name, final.get(metric))  # agents keep the eval/ prefix there
     if is_number(value) and x == "step" and is_number(summary.get("finished_step")):

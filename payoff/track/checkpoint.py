@@ -31,14 +31,17 @@ import numpy as np
 import torch
 
 from payoff.core.errors import CheckpointError
-from payoff.core.io import atomic_write_bytes
+from payoff.core.io import TooLarge, atomic_write_bytes, check_json_shape
 from payoff.sandbox.child import NotPlainData, refuse_shared_hashes
 
 STATE_FORMAT = "payoff-state/1"
 FORMAT_KEY = "payoff.format"
 TREE_KEY = "payoff.tree"
-MAX_TREE_CHARS = 64 * 2**20  # the JSON part; tensors have no limit beyond the file's size
-MAX_DEPTH = 256
+# The JSON part is checked before it is parsed (json.loads spends ~90 bytes per `[]`: 60 MB of
+# them peaked at 3.2 GB). The tensors have no limit beyond the file's size.
+MAX_TREE_CHARS = 64 * 2**20
+MAX_TREE_VALUES = 4_000_000  # in the JSON part; the largest measured (pendulum-mbpo) has ~4,000
+MAX_DEPTH = 256  # of the tree; a tagged value (a tuple) is two JSON levels
 EXACT_JSON_INT = 2**53  # larger ints are written as decimal strings (exact in any reader)
 
 # dtypes safetensors stores natively (torch name -> safetensors name)
@@ -243,7 +246,12 @@ def loads_state(data: bytes, what: str = "message") -> Any:
 
     try:
         size = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + size], parse_constant=_no_constant)
+        text = data[8 : 8 + size].decode("utf-8")
+        try:  # (the tree is one string inside the header)
+            check_json_shape(text, 2 * MAX_TREE_CHARS, MAX_TREE_VALUES, 8)
+        except TooLarge as err:
+            raise CheckpointError(f"{what} is malformed: its header has {err}") from None
+        header = json.loads(text, parse_constant=_no_constant)
         metadata = (header.get("__metadata__") if isinstance(header, dict) else None) or {}
         tensors = load(data)
         return _read_tree(metadata, _Entries(tensors), set(tensors), "<bytes>", what)
@@ -274,11 +282,14 @@ def _read_tree(metadata: dict[str, str], handle: Any, keys: set[str], name: str,
             )
         )
     text = metadata[TREE_KEY]
-    if len(text) > MAX_TREE_CHARS:
+    try:
+        check_json_shape(text, MAX_TREE_CHARS, MAX_TREE_VALUES, 2 * MAX_DEPTH + 2)
+    except TooLarge as err:
         raise CheckpointError(
-            f"{what} {name!r} is malformed: its JSON part has {len(text):,} "
-            f"characters, more than the {MAX_TREE_CHARS:,} payoff reads"
-        )
+            f"{what} {name!r} is malformed: its JSON part ({TREE_KEY!r}) has {err}; "
+            f"payoff writes small ones (the tensors are outside it), so the file was made "
+            f"or changed by something else"
+        ) from None
     try:
         encoded = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as err:

@@ -16,6 +16,7 @@ A run directory is never overwritten; resuming continues the same directory.
 
 from __future__ import annotations
 
+import copy
 import errno
 import io
 import json
@@ -29,9 +30,17 @@ from typing import Any
 
 import yaml
 
-from payoff.core.config import safe_yaml
 from payoff.core.errors import CheckpointError, RunError
-from payoff.core.io import atomic_write_text, writing_to
+from payoff.core.io import (
+    MAX_YAML_CHARS,
+    TooLarge,
+    YAMLTooLarge,
+    atomic_write_text,
+    check_json_shape,
+    read_text_capped,
+    safe_yaml,
+    writing_to,
+)
 from payoff.track.checkpoint import load_state, save_state
 from payoff.track.loggers import Loggers, check_installed, choose_loggers
 
@@ -68,6 +77,7 @@ class Run:
         self._start = time.time()
         self._time_offset = 0.0
         self._lock: int | None = None  # the descriptor holding `.lock` while training
+        self._config: tuple[tuple[int, int, int], dict[str, Any]] | None = None  # (stat, data)
 
     # ---- creation and opening --------------------------------------------------------
     @classmethod
@@ -259,15 +269,30 @@ class Run:
 
     @property
     def config(self) -> dict[str, Any]:
+        """config.yaml as a dict, a fresh copy at each call, parsed once while the file is
+        unchanged (a report reads it a dozen times). RunError when it is larger than
+        MAX_YAML_CHARS bytes (not read), not YAML, past safe_yaml's bounds or not a mapping."""
+        path = self.path / "config.yaml"
+        stat = path.stat()
+        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._config is None or self._config[0] != key:
+            self._config = (key, self._read_config(path))
+        return copy.deepcopy(self._config[1])
+
+    @staticmethod
+    def _read_config(path: Path) -> dict[str, Any]:
         try:
-            data = safe_yaml((self.path / "config.yaml").read_text())
-        except (yaml.YAMLError, RecursionError) as err:
+            data = safe_yaml(read_text_capped(path, MAX_YAML_CHARS, "config"))
+        except TooLarge as err:
+            raise RunError(f"{err}: payoff writes a few KB there") from None
+        except YAMLTooLarge as err:
+            raise RunError(f"{str(path)!r} is too large to read: {err}") from None
+        except (yaml.YAMLError, RecursionError, UnicodeDecodeError) as err:
             raise RunError(
-                f"{str(self.path / 'config.yaml')!r} is not valid YAML ({type(err).__name__}: "
-                f"{str(err)[:200]})"
+                f"{str(path)!r} is not valid YAML ({type(err).__name__}: {str(err)[:200]})"
             ) from None
         if not isinstance(data, dict):
-            raise RunError(f"{str(self.path / 'config.yaml')!r} is not a mapping")
+            raise RunError(f"{str(path)!r} is not a mapping")
         return data
 
     # ---- metrics ----------------------------------------------------------------------
@@ -392,12 +417,24 @@ class Run:
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     def summary(self) -> dict[str, Any]:
-        """summary.json as a dict ({} before it exists); RunError when it is not a JSON object."""
+        """summary.json as a dict ({} before it exists); RunError when it is not a JSON object
+        or is past MAX_SUMMARY_BYTES or MAX_SUMMARY_VALUES (not parsed then)."""
         path = self.path / "summary.json"
         if not path.is_file():
             return {}
+        made_elsewhere = "payoff writes far smaller ones: it was made or changed elsewhere"
         try:
-            summary = json.loads(path.read_text())
+            text = read_text_capped(path, MAX_SUMMARY_BYTES, "summary")
+        except TooLarge as err:
+            raise RunError(f"{err}; {made_elsewhere}") from None
+        except UnicodeDecodeError as err:
+            raise RunError(f"{str(path)!r} is not valid JSON ({err})") from None
+        try:
+            check_json_shape(text, MAX_SUMMARY_BYTES, MAX_SUMMARY_VALUES, 1000)
+        except TooLarge as err:
+            raise RunError(f"{str(path)!r} has {err}; {made_elsewhere}") from None
+        try:
+            summary = json.loads(text)
         except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, deep, huge numbers
             raise RunError(f"{str(path)!r} is not valid JSON ({str(err)[:200]})") from None
         if not isinstance(summary, dict):
@@ -510,6 +547,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 records.append(record)
     return records
 
+
+MAX_SUMMARY_BYTES = 16 * 2**20
+"""summary.json above this is not read (payoff writes a few KB; an agent's or language
+model's, with its evaluation examples, tens of KB); a 300 MB one peaked at 1.6 GB."""
+MAX_SUMMARY_VALUES = 4_000_000  # values in it (see check_json_shape), checked before parsing
 
 MAX_RECORD_BYTES = 16 * 2**20
 """A line of a run's JSON-lines files longer than this is skipped unread: payoff writes

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from payoff.core.errors import ConfigError, DataError, PayoffError
+from payoff.core.io import TooLarge, read_text_capped
 
 Message = dict[str, str]
 Record = tuple[str, dict[str, Any]]  # ("file:line", the row as read)
@@ -105,10 +106,84 @@ def dataset_splits(path: Any) -> list[str]:
     """The split names of a DatasetDict (a save_to_disk folder or the object); [] otherwise."""
     if not isinstance(path, str | Path):
         return [str(k) for k in path] if _is_dataset_dict(path) else []
-    index = Path(path).expanduser() / "dataset_dict.json"
+    folder = Path(path).expanduser()
+    index = folder / "dataset_dict.json"
     if not index.is_file():
         return []
-    return list(json.loads(index.read_text(encoding="utf-8")).get("splits", []))
+    splits = _index_json(index).get("splits", [])
+    if not isinstance(splits, list):
+        raise DataError(f"{str(index)!r}: its 'splits' is not a list of split names")
+    for split in splits:
+        _inside(folder, split, index, "split")
+    return [str(split) for split in splits]
+
+
+MAX_INDEX_BYTES = 2**20  # state.json, dataset_dict.json: save_to_disk writes a few hundred bytes
+
+
+def _index_json(path: Path) -> dict[str, Any]:
+    """A datasets folder's state.json or dataset_dict.json, as a JSON object (DataError else)."""
+    try:
+        value = json.loads(read_text_capped(path, MAX_INDEX_BYTES, "datasets index"))
+    except TooLarge as err:
+        raise DataError(f"{err}: datasets writes a few hundred bytes there") from None
+    except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, deep, huge numbers
+        raise DataError(f"{str(path)!r} is not valid JSON ({str(err)[:200]})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{str(path)!r} holds a {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _inside(folder: Path, name: Any, index: Path, what: str) -> Path:
+    """`folder / name` for a file or split named in `index`, refused (DataError) when the
+    name is not a relative path that stays in `folder`: absolute, `..`, or a symbolic link
+    anywhere on the way that leads out. A folder from elsewhere may name any path there."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise DataError(f"{str(index)!r} names a {what} {name!r} that is not a file name")
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise DataError(
+            f"{str(index)!r} names the {what} {name!r}, outside its folder: a datasets "
+            f"folder holds its own files only (save_to_disk writes names like "
+            f"'data-00000-of-00001.arrow'); payoff reads nothing outside it"
+        )
+    path = folder / relative
+    try:
+        outside = not path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        outside = True
+    if outside:
+        raise DataError(
+            f"{str(index)!r} names the {what} {name!r}, a symbolic link that leads out of "
+            f"its folder; payoff reads nothing outside it"
+        )
+    return path
+
+
+def _shards(folder: Path) -> list[Path]:
+    """The data files a save_to_disk folder's state.json names, each checked by `_inside`."""
+    index = folder / "state.json"
+    files = _index_json(index).get("_data_files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise DataError(f"{str(index)!r}: its '_data_files' is not a list of {{'filename': ...}}")
+    shards = [_inside(folder, f.get("filename"), index, "data file") for f in files]
+    for shard in shards:
+        if not shard.is_file():
+            raise DataError(f"{str(index)!r} names the data file {str(shard)!r}, which is missing")
+    return shards
+
+
+def _bad_shard(shards: list[Path]) -> tuple[Path, Exception] | None:
+    """The first shard that pyarrow cannot read by itself, with its error; None if none."""
+    import pyarrow as pa
+
+    for shard in shards:
+        try:
+            with pa.memory_map(str(shard)) as source:
+                pa.ipc.open_stream(source).read_all()
+        except Exception as err:  # pyarrow's ArrowInvalid, OSError, ...
+            return shard, err
+    return None
 
 
 def _object(where: str, value: Any) -> dict[str, Any]:
@@ -236,7 +311,16 @@ def _folder_records(folder: Path, split: str) -> list[Record]:
         from datasets import load_from_disk
     except ImportError:
         raise ConfigError(f"reading a save_to_disk folder needs datasets: {_EXTRA}") from None
-    rows = load_from_disk(str(folder)).to_list()
+    shards = _shards(folder)  # before datasets opens anything state.json names
+    try:
+        rows = load_from_disk(str(folder)).to_list()
+    except Exception as err:  # a corrupt or cut shard (pyarrow's errors), a bad dataset_info
+        bad = _bad_shard(shards)
+        shard, cause = bad if bad is not None else (folder, err)
+        raise DataError(
+            f"{str(shard)!r} cannot be read as a datasets {'shard' if bad else 'folder'} "
+            f"({type(cause).__name__}: {str(cause)[:200]}); it is corrupt or cut short"
+        ) from None
     return [(f"{folder}:row {i}", row) for i, row in enumerate(rows)]
 
 
