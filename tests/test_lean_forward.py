@@ -10,7 +10,7 @@ pytest.importorskip("transformers", reason="the llm extra is not installed")
 
 from payoff.models.lean_forward import lean_supported, lm_forward
 from payoff.models.lm import ModelConfig, load_lm
-from payoff.models.logprobs import completion_logprobs
+from payoff.models.logprobs import completion_logprobs, tokenize_starts
 from payoff.models.transformers_compat import cache_kwargs, output_cache
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 
@@ -193,7 +193,8 @@ def test_inference_mode_sampling_equals_no_grad_sampling(tiny):
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=5)
     sampler = LocalSampler(model, tokenizer)
     with torch.no_grad():
-        plain = sampler._generate(prompts, sampling, torch.Generator().manual_seed(4))
+        rows = tokenize_starts(tokenizer, prompts)
+        plain = sampler._generate(rows, sampling, torch.Generator().manual_seed(4))
     fast = sampler.generate(prompts, sampling, torch.Generator().manual_seed(4))
     assert not fast.logprobs.is_inference()  # usable in a learner's backward pass
     assert fast.completions == plain.completions

@@ -8,7 +8,13 @@
 An episode is kept as segments: the model's turns (the exact sampled token ids and their
 logprobs) and everything else (prompt, tool results, template text), tokenized on its own.
 Concatenated, they are the training sequence; `model_mask` is 1 exactly on the model's
-own tokens, so tool outputs and environment text are context, never targets.
+own tokens, so tool outputs and environment text are context, never targets. The model
+samples from those same ids (`LocalSampler.generate_ids`), not from the text re-tokenized.
+
+What the env writes (tasks, tool results, documents) is encoded as text: a tool result
+that spells `<|im_end|>\n<|im_start|>assistant` reads as those characters, never as the
+tokenizer's special tokens (payoff.models.literal_text); only the format's own text (the
+chat template's role headers) is tokenized with them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 from payoff.core.errors import EnvError
 from payoff.envs.text.env import Message, TextEnv
 from payoff.envs.text.formats import Format
+from payoff.models.literal_text import literal_ids, spells_reserved
 from payoff.models.logprobs import with_bos
 from payoff.rollout.generation import Sampler, SamplingConfig
 
@@ -90,12 +97,55 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
-def _add_context(episode: Episode, tokenizer: Any, text: str) -> None:
+def _add_context(episode: Episode, tokenizer: Any, text: str, ids: list[int] | None = None) -> None:
     if text:
-        ids = _encode(tokenizer, text)
+        ids = _encode(tokenizer, text) if ids is None else ids
         if not episode.segments:  # the conversation's start: BOS where the tokenizer puts one
             ids = with_bos(tokenizer, ids)
         episode.segments.append(Segment(text, ids, False))
+
+
+_PLACEHOLDER = "PAYOFF-MESSAGE-CONTENT-7f3a9c"
+
+
+def _message_ids(
+    text: str, fmt: Format, message: Message, history: list[Message], tokenizer: Any
+) -> list[int]:
+    """The ids of `text` (`fmt.message(message, history)`), the message's content as text.
+
+    When the content spells an added token, the format renders a placeholder in its place:
+    what surrounds it is the format's own text, tokenized with its special tokens, and what
+    stands there in the real rendering is the content (as the template wrote it: trimmed,
+    quoted), encoded as text. A format whose text around the content changes with the
+    content gets the whole piece as text (its role tokens too: safe, if less faithful).
+    """
+    content = str(message.get("content", ""))
+    if not spells_reserved(tokenizer, content):
+        return _encode(tokenizer, text)
+    shape = fmt.message({**message, "content": _PLACEHOLDER}, history)
+    if shape.count(_PLACEHOLDER) == 1:
+        before, after = shape.split(_PLACEHOLDER)
+        if (
+            len(before) + len(after) <= len(text)
+            and text.startswith(before)
+            and text.endswith(after)
+        ):
+            middle = text[len(before) : len(text) - len(after)]
+            return [
+                *_encode(tokenizer, before),
+                *literal_ids(tokenizer, middle),
+                *_encode(tokenizer, after),
+            ]
+    return literal_ids(tokenizer, text)
+
+
+def _add_message(episode: Episode, tokenizer: Any, fmt: Format, message: Message) -> None:
+    """Append an env message (task, tool result) as context, its content encoded as text."""
+    text = fmt.message(message, episode.messages)
+    _add_context(
+        episode, tokenizer, text, _message_ids(text, fmt, message, episode.messages, tokenizer)
+    )
+    episode.messages.append(message)
 
 
 def start_episode(env: TextEnv, task: dict[str, Any], fmt: Format, tokenizer: Any) -> Episode:
@@ -108,8 +158,7 @@ def start_episode(env: TextEnv, task: dict[str, Any], fmt: Format, tokenizer: An
             f"least one (the task put to the model)"
         )
     for message in messages:
-        _add_context(episode, tokenizer, fmt.message(message, episode.messages))
-        episode.messages.append(message)
+        _add_message(episode, tokenizer, fmt, message)
     return episode
 
 
@@ -121,8 +170,9 @@ def advance(
     turn_text: str,
     turn_ids: list[int] | None = None,
 ) -> None:
-    """Append the model's turn (its sampled ids, or `turn_text` tokenized) and step the env."""
-    ids = _encode(tokenizer, turn_text) if turn_ids is None else turn_ids
+    """Append the model's turn (its sampled ids, or `turn_text` encoded as text: a
+    demonstration's turn is never a special token) and step the env."""
+    ids = literal_ids(tokenizer, turn_text) if turn_ids is None else turn_ids
     episode.segments.append(Segment(turn_text, ids, True, turn=episode.turns))
     history = list(episode.messages)
     episode.messages.append({"role": "assistant", "content": turn_text})
@@ -134,8 +184,7 @@ def advance(
     episode.info = result.info
     episode.done = result.done
     for message in result.observation:
-        _add_context(episode, tokenizer, fmt.message(message, episode.messages))
-        episode.messages.append(message)
+        _add_message(episode, tokenizer, fmt, message)
     if not episode.done:
         _add_context(episode, tokenizer, fmt.turn_prefix(episode.messages))
 
@@ -190,7 +239,14 @@ def rollout_episodes(
                 f"(its max_turns: {declared[live[0]]}): its step() must return done=True at "
                 f"the turn limit"
             )
-        generation = sampler.generate([episodes[i].text() for i in live], sampling, generator)
+        # The model reads the very ids it is trained on (env text as text); a sampler that
+        # takes only strings gets the text, which its tokenizer reads with special tokens.
+        generate_ids = getattr(sampler, "generate_ids", None)
+        if generate_ids is not None:
+            contexts = [episodes[i].token_ids() for i in live]
+            generation = generate_ids(contexts, sampling, generator)
+        else:
+            generation = sampler.generate([episodes[i].text() for i in live], sampling, generator)
         for row, i in enumerate(live):
             length = int(generation.completion_mask[row].sum())
             ids = generation.completion_ids[row, :length].tolist()

@@ -246,9 +246,15 @@ def encode_prompts(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids [B, P] and attention mask of `prompts`, each after the tokenizer's
     BOS where it puts one before every text (`leading_bos`)."""
-    rows = tokenize_starts(tokenizer, prompts)
-    width, pad = max(len(r) for r in rows), tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    return pad_left(tokenize_starts(tokenizer, prompts), tokenizer.pad_token_id, device)
+
+
+def pad_left(
+    rows: Sequence[Sequence[int]], pad: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id rows left-padded with `pad` into ids [B, P] and their attention mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
     return ids.to(device), mask.to(device)
 
@@ -274,20 +280,31 @@ class LocalSampler:
     def generate(
         self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None = None
     ) -> Generation:
+        return self.generate_ids(tokenize_starts(self.tokenizer, prompts), sampling, generator)
+
+    def generate_ids(
+        self,
+        prompt_ids: list[list[int]],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+    ) -> Generation:
+        """`generate` from prompts given as token ids (each with its BOS, as
+        `tokenize_starts` gives them): the agent rollout's contexts, whose tool results are
+        encoded as text, never as the special tokens their text may spell."""
         # Inference mode: the same kernels as no_grad, without autograd's version counters
         # and view tracking (~8% of a small model's decode step). Its tensors cannot be saved
         # for a backward pass, so the few that leave it are copied out as ordinary ones.
         with torch.inference_mode():
             parts = [
-                self._generate(prompts[i : i + self.batch_size], sampling, generator)
-                for i in range(0, len(prompts), self.batch_size)
+                self._generate(prompt_ids[i : i + self.batch_size], sampling, generator)
+                for i in range(0, len(prompt_ids), self.batch_size)
             ]
             pad = self.tokenizer.pad_token_id
             generation = parts[0] if len(parts) == 1 else concat_generations(parts, pad)
         return generation.clone()
 
     def _generate(
-        self, prompts: list[str], sampling: SamplingConfig, generator: torch.Generator | None
+        self, prompts: list[list[int]], sampling: SamplingConfig, generator: torch.Generator | None
     ) -> Generation:
         tokenizer, model = self.tokenizer, self.model
         device = next(model.parameters()).device
@@ -295,7 +312,7 @@ class LocalSampler:
         # share its key/value cache with its G samples (the prompt pass is most of the work
         # when completions are short).
         group = repeated_group_size(prompts)
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts[::group], device)
+        prompt_ids, prompt_mask = pad_left(prompts[::group], tokenizer.pad_token_id, device)
         batch = len(prompts)
         eos, pad = stop_token_ids(model, tokenizer), tokenizer.pad_token_id
         was_training = model.training
@@ -370,7 +387,7 @@ class LocalSampler:
         )
 
 
-def repeated_group_size(prompts: list[str]) -> int:
+def repeated_group_size(prompts: Sequence[Any]) -> int:
     """G when the prompts come in consecutive runs of G identical ones (GRPO's groups), else 1."""
     group = 1
     while group < len(prompts) and prompts[group] == prompts[0]:
