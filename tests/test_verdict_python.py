@@ -218,3 +218,69 @@ def test_the_detail_names_the_line_and_the_last_call():
     result = run_tests("def add(a, b):\n    return a - b\n", "assert add(1, 2) == 3\n")
     assert result.outcome == "fail"
     assert "line 1" in result.detail and "add(1, 2) returned -1" in result.detail
+
+
+def test_standard_containers_enums_and_namedtuples_compare_as_in_python():
+    """A defaultdict, a Counter, dict views, a deque, an IntEnum, a namedtuple, a Fraction:
+    honest return values that were 'not plain data' and crashed the verdict."""
+    solution = """
+        from collections import Counter, defaultdict, deque, namedtuple
+        from enum import IntEnum
+        from fractions import Fraction
+        class Color(IntEnum):
+            RED = 1
+        Point = namedtuple("Point", "x y")
+        def group(words):
+            groups = defaultdict(list)
+            for word in words:
+                groups[len(word)].append(word)
+            return groups
+        def count(text):
+            return Counter(text)
+        def window():
+            return deque([1, 2], maxlen=3)
+        def red():
+            return Color.RED
+        def point():
+            return Point(1, 2)
+        def add(a, b):
+            return Point(a.x + b.x, a.y + b.y)
+        def third():
+            return Fraction(1, 3)
+        def keys():
+            return {1: 2}.keys()
+    """
+    tests = """
+        from collections import deque
+        from fractions import Fraction
+        assert group(["a", "bb", "c"]) == {1: ["a", "c"], 2: ["bb"]}
+        assert sorted(group(["a", "bb"]).items()) == [(1, ["a"]), (2, ["bb"])]
+        assert count("aab") == {"a": 2, "b": 1} and count("aab").most_common(1) == [("a", 2)]
+        assert window() == deque([1, 2])
+        assert red() == 1 and red().name == "RED" and {red(): 5}[1] == 5
+        assert point() == (1, 2) and point().x == 1 and point()[1] == 2
+        assert add(point(), point()) == (2, 4)
+        assert third() == Fraction(1, 3) and keys() == {1}
+    """
+    assert verdict(solution, tests)
+
+
+def test_the_candidates_own_objects_compare_by_its_own_eq_only_with_each_other():
+    solution = """
+        class Vector:
+            def __init__(self, x, y):
+                self.x, self.y = x, y
+            def __add__(self, other):
+                return Vector(self.x + other.x, self.y + other.y)
+            def __eq__(self, other):
+                return (self.x, self.y) == (other.x, other.y)
+            def __abs__(self):
+                return (self.x ** 2 + self.y ** 2) ** 0.5
+    """
+    tests = """
+        assert Vector(1, 2) + Vector(3, 4) == Vector(4, 6)
+        assert abs(Vector(3, 4)) == 5
+    """
+    assert verdict(solution, tests)
+    wrong = solution.replace("self.x + other.x", "self.x - other.x")
+    assert not verdict(wrong, tests)

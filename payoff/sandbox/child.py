@@ -27,6 +27,7 @@ a candidate's object equals only itself here, and its truth value is not its own
 import base64
 import builtins
 import json
+import operator
 import os
 import reprlib
 import resource
@@ -163,8 +164,9 @@ def refuse_shared_hashes(keys):
     return keys
 
 
-SCALARS = (type(None), bool, int, float, str)
 MUTABLE = (list, dict, set, bytearray)
+MAPPINGS = ("OrderedDict", "Counter", "defaultdict")  # of collections, sent as themselves
+VIEWS = {"keys": {}.keys(), "values": {}.values(), "items": {}.items()}
 # Builtins that travel by name, both ways: classes and pure functions. Nothing that reaches
 # code, frames or files (exec, eval, open, getattr, globals, vars, __import__, ...).
 SHARED_BUILTINS = frozenset(
@@ -244,9 +246,9 @@ def encode(value, peer=None, memo=None, depth=0):
         if peer is None:
             raise NotPlainData("nested too deeply")
         return peer.handle_for(value)
+    if id(value) in memo:  # a container met before: mentioned by number
+        return {"ref": memo[id(value)][0]}
     if kind in MUTABLE:
-        if id(value) in memo:
-            return {"ref": memo[id(value)][0]}
         memo[id(value)] = (len(memo), value)  # kept alive while encoding: ids stay unique
     if kind is list or kind is tuple or kind is set or kind is frozenset:
         return {kind.__name__: [encode(v, peer, memo, depth + 1) for v in value]}
@@ -266,7 +268,68 @@ def encode(value, peer=None, memo=None, depth=0):
     if kind is Remote and object.__getattribute__(value, "_payoff_peer_") is peer:
         return {"yours": object.__getattribute__(value, "_payoff_handle_")}
     name = builtin_name(value)
-    return {"builtin": name} if name is not None else peer.handle_for(value)
+    if name is not None:
+        return {"builtin": name}
+    rich = encode_rich(value, kind, peer, memo, depth)
+    return rich if rich is not None else peer.handle_for(value)
+
+
+def _stdlib(module, name):
+    """A class of a standard module, if the module is loaded (never imported here)."""
+    return getattr(sys.modules.get(module), name, None)
+
+
+def encode_rich(value, kind, peer, memo, depth):
+    """Values that are plain data under another type: views of a dict, ranges, the
+    collections module's containers, Fraction and Decimal; and instances of subclasses of
+    the plain types (an IntEnum, a namedtuple, a dict subclass) as handles that carry their
+    plain value, taken without calling anything of the subclass: it is what they are
+    compared by, while their methods and attributes stay theirs. None when the value is
+    none of these."""
+
+    def items(values):
+        return [encode(v, peer, memo, depth + 1) for v in values]
+
+    if kind is range:
+        return {"range": [value.start, value.stop, value.step]}
+    for view, made in VIEWS.items():
+        if kind is type(made):
+            return {view: items(value)}
+    if kind is _stdlib("collections", "deque"):
+        memo[id(value)] = (len(memo), value)  # numbered before its items, as decode numbers it
+        return {"deque": [items(value), value.maxlen]}
+    if kind in [_stdlib("collections", name) for name in MAPPINGS]:
+        memo[id(value)] = (len(memo), value)
+        return {"mapping": [kind.__name__, [items(pair) for pair in dict.items(value)]]}
+    if kind is _stdlib("fractions", "Fraction"):
+        return {"fraction": [encode(value.numerator), encode(value.denominator)]}
+    if kind is _stdlib("decimal", "Decimal"):
+        return {"decimal": str(value)}
+    for base in (int, float, complex, str, bytes, tuple, list, dict, set, frozenset):
+        if isinstance(value, base):
+            record = peer.handle_for(value)
+            record["plain"] = encode(_plain_copy(value, base), peer, memo, depth + 1)
+            return record
+    return None
+
+
+def _plain_copy(value, base):
+    """An instance of a subclass of `base` as an exact `base`, through base's own methods."""
+    if base is int:
+        return int.__add__(value, 0)
+    if base is float:
+        return float.__float__(value)
+    if base is complex:
+        return complex.__add__(value, 0j)
+    if base is str:
+        return str.__str__(value)
+    if base is bytes:
+        return bytes.__getitem__(value, slice(None))
+    if base is tuple:
+        return tuple.__getitem__(value, slice(None))
+    if base in (list, dict, set, frozenset):
+        return base.copy(value) if base is not frozenset else frozenset(set.union(set(), value))
+    return base(value)
 
 
 def decode(node, peer=None, table=None, depth=0):
@@ -330,37 +393,120 @@ def decode(node, peer=None, table=None, depth=0):
         return complex(float(body[0]), float(body[1]))
     if kind == "builtin" and type(body) is str and body in SHARED_BUILTINS:
         return vars(builtins)[body]
+    rich = decode_rich(kind, body, peer, table, depth)
+    if rich is not NOTHING:
+        return rich
     if peer is not None and kind in ("yours", "theirs"):
         return peer.object_for(kind, body, node)
     raise NotPlainData("unknown value kind " + repr(kind)[:NAME_CHARS])
+
+
+NOTHING = object()
+
+
+def decode_rich(kind, body, peer, table, depth):
+    """The values `encode_rich` writes, rebuilt as the standard types they are; NOTHING
+    when `kind` is none of them."""
+    import collections
+
+    def items(values):
+        if type(values) is not list:
+            raise NotPlainData(f"a {kind} whose items are not a list")
+        return [decode(v, peer, table, depth + 1) for v in values]
+
+    if kind == "range" and type(body) is list and [type(v) for v in body] == [int] * 3:
+        return range(*body)
+    if kind in VIEWS:
+        values = items(body)
+        if kind == "values":
+            return dict(enumerate(values)).values()
+        if kind == "keys":
+            return dict.fromkeys(refuse_shared_hashes(values)).keys()
+        if not all(type(pair) is tuple and len(pair) == 2 for pair in values):
+            raise NotPlainData("dict items that are not pairs")
+        refuse_shared_hashes([key for key, _ in values])
+        return dict(values).items()
+    if kind == "deque" and type(body) is list and len(body) == 2:
+        maxlen = body[1]
+        if not (maxlen is None or (type(maxlen) is int and maxlen >= 0)):
+            raise NotPlainData("a deque's maxlen that is not a count")
+        made = collections.deque(maxlen=maxlen)
+        table.append(made)
+        made.extend(items(body[0]))
+        return made
+    if kind == "mapping" and type(body) is list and len(body) == 2 and body[0] in MAPPINGS:
+        made = getattr(collections, body[0])()
+        table.append(made)
+        if type(body[1]) is not list:
+            raise NotPlainData("a mapping whose items are not a list")
+        pairs = []
+        for pair in body[1]:
+            if type(pair) is not list or len(pair) != 2:
+                raise NotPlainData("a mapping's item that is not a pair")
+            pairs.append(tuple(items(pair)))  # key, then value: the order encode numbers them
+        refuse_shared_hashes([key for key, _ in pairs])
+        dict.update(made, pairs)
+        return made
+    if kind == "fraction" and type(body) is list and [type(v) for v in body] == [int, int]:
+        import fractions
+
+        return fractions.Fraction(*body)
+    if kind == "decimal" and type(body) is str:
+        import decimal
+
+        return decimal.Decimal(body)
+    return NOTHING
+
+
+def _container(value):
+    """How `sync` treats a value: 'list', 'dict', 'set', 'bytes' or 'deque'; or None."""
+    kind = type(value)
+    if kind is list or kind is dict or kind is set:
+        return kind.__name__
+    if kind is bytearray:
+        return "bytes"
+    module = sys.modules.get("collections")
+    if module is not None and kind is module.deque:
+        return "deque"
+    if module is not None and kind in [getattr(module, name) for name in MAPPINGS]:
+        return "dict"
+    return None
 
 
 def sync(old, new, pairs):
     """Make `old` hold what `new` holds, in place, keeping the identity of the containers
     within that are still there: what a call did to its arguments, done to the test's own
     objects. `pairs` maps each new container's id to the old one that now stands for it."""
-    if type(old) is not type(new) or type(old) not in MUTABLE or id(new) in pairs:
+    kind = _container(old)
+    if kind is None or type(old) is not type(new) or id(new) in pairs:
         return
     pairs[id(new)] = old
-    if type(old) is list:
+
+    def same(a, b):
+        return _container(a) is not None and type(a) is type(b) and a is not old
+
+    if kind == "list":
         for i in range(min(len(old), len(new))):
-            if type(old[i]) in MUTABLE and type(old[i]) is type(new[i]) and old[i] is not old:
+            if same(old[i], new[i]):
                 sync(old[i], new[i], pairs)
             else:
                 old[i] = pairs.get(id(new[i]), new[i])
         del old[len(new) :]
         old.extend(pairs.get(id(item), item) for item in new[len(old) :])
-    elif type(old) is dict:
+    elif kind == "dict":
         for key in [k for k in old if k not in new]:
             del old[key]
-        for key, value in new.items():
-            if key in old and type(old[key]) in MUTABLE and type(old[key]) is type(value):
-                sync(old[key], value, pairs)
+        for key, value in dict.items(new):
+            if key in old and same(dict.__getitem__(old, key), value):
+                sync(dict.__getitem__(old, key), value, pairs)
             else:
-                old[key] = pairs.get(id(value), value)
-    elif type(old) is set:
+                dict.__setitem__(old, key, pairs.get(id(value), value))
+    elif kind == "set":
         old.intersection_update(new)
         old.update(new)
+    elif kind == "deque":
+        old.clear()
+        old.extend(pairs.get(id(item), item) for item in new)
     else:
         old[:] = new
 
@@ -426,8 +572,10 @@ class Peer:
             made.__module__ = "candidate"
             self.theirs[handle] = made
             return made
-        self.theirs[handle] = Remote(self, handle, label)
-        return self.theirs[handle]
+        remote = self.theirs[handle] = Remote(self, handle, label)
+        if "plain" in node:  # what a subclass of a plain type holds, as plain data
+            object.__setattr__(remote, "_payoff_plain_", decode(node["plain"], self))
+        return remote
 
     # -- messages
     def violation(self, what):
@@ -579,6 +727,38 @@ _shown = _Shown()
 _shown.maxstring = _shown.maxother = 80
 
 
+ARITHMETIC = [
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and_",
+    "or_",
+    "xor",
+    "lshift",
+    "rshift",
+]
+
+
+def _arithmetic_method(name, reflected):
+    def method(self, other):
+        return self._payoff_arithmetic_(name, other, reflected)
+
+    return method
+
+
+def _add_arithmetic(cls):
+    for name in ARITHMETIC:
+        dunder = name.rstrip("_")
+        setattr(cls, f"__{dunder}__", _arithmetic_method(name, False))
+        setattr(cls, f"__r{dunder}__", _arithmetic_method(name, True))
+    return cls
+
+
 def label_of(value):
     """How a value reads in a verdict's detail."""
     try:
@@ -593,12 +773,19 @@ class Remote:
     the truth value is asked only of objects that do not decide it themselves (__bool__):
     no object of the candidate's decides a comparison."""
 
-    __slots__ = ("_payoff_peer_", "_payoff_handle_", "_payoff_label_", "__weakref__")
+    __slots__ = (
+        "_payoff_peer_",
+        "_payoff_handle_",
+        "_payoff_label_",
+        "_payoff_plain_",
+        "__weakref__",
+    )
 
     def __init__(self, peer, handle, label):
         object.__setattr__(self, "_payoff_peer_", peer)
         object.__setattr__(self, "_payoff_handle_", handle)
         object.__setattr__(self, "_payoff_label_", label)
+        object.__setattr__(self, "_payoff_plain_", NOTHING)
 
     def _payoff_ask_(self, op, *args, name=None, kwargs=None):
         peer = object.__getattribute__(self, "_payoff_peer_")
@@ -634,15 +821,21 @@ class Remote:
         return self._payoff_ask_("call", *args, kwargs=kwargs)
 
     def __iter__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return iter(self._payoff_plain_)
         return self._payoff_ask_("iter")
 
     def __next__(self):
         return self._payoff_ask_("next")
 
     def __len__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return len(self._payoff_plain_)
         return self._payoff_ask_("len")
 
     def __getitem__(self, key):
+        if self._payoff_plain_ is not NOTHING:
+            return self._payoff_plain_[key]
         return self._payoff_ask_("getitem", key)
 
     def __setitem__(self, key, value):
@@ -655,6 +848,8 @@ class Remote:
         return any(item is element or item == element for element in self)
 
     def __bool__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return bool(self._payoff_plain_)
         return self._payoff_ask_("bool")
 
     def __str__(self):
@@ -664,22 +859,72 @@ class Remote:
         return self._payoff_ask_("repr")
 
     def __int__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return int(self._payoff_plain_)
         return self._payoff_ask_("int")
 
     def __index__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return operator.index(self._payoff_plain_)
         return self._payoff_ask_("index")
 
     def __float__(self):
+        if self._payoff_plain_ is not NOTHING:
+            return float(self._payoff_plain_)
         return self._payoff_ask_("float")
 
+    # Comparisons are the candidate's only between two of its own objects (a Vector's `==`
+    # against another Vector, as the tests built it with the candidate's class). Against the
+    # tests' values, an object that holds plain data (an IntEnum, a namedtuple) compares by
+    # that data; any other is Python's default: identity, and no ordering.
+    def _payoff_compare_(self, other, op):
+        mine = type(other) is Remote and other._payoff_peer_ is self._payoff_peer_
+        if mine:
+            return self._payoff_ask_("compare", other, name=op)
+        if self._payoff_plain_ is not NOTHING:
+            return getattr(operator, op)(self._payoff_plain_, other)
+        return NotImplemented
+
     def __eq__(self, other):
-        return self is other
+        return True if self is other else self._payoff_compare_(other, "eq")
 
     def __ne__(self, other):
-        return self is not other
+        return False if self is other else self._payoff_compare_(other, "ne")
+
+    def __lt__(self, other):
+        return self._payoff_compare_(other, "lt")
+
+    def __le__(self, other):
+        return self._payoff_compare_(other, "le")
+
+    def __gt__(self, other):
+        return self._payoff_compare_(other, "gt")
+
+    def __ge__(self, other):
+        return self._payoff_compare_(other, "ge")
 
     def __hash__(self):
-        return object.__hash__(self)
+        try:
+            return hash(self._payoff_plain_) if self._payoff_plain_ is not NOTHING else id(self)
+        except TypeError:  # a list's or a dict's subclass
+            return id(self)
+
+    # Arithmetic is the candidate's, as in Python: it makes values, and values are compared
+    # here. (`__add__` and its kin are set below, one per operator.)
+    def _payoff_arithmetic_(self, name, other, reflected):
+        return self._payoff_ask_("arithmetic", other, name=name + ("_r" if reflected else ""))
+
+    def __neg__(self):
+        return self._payoff_ask_("unary", name="neg")
+
+    def __pos__(self):
+        return self._payoff_ask_("unary", name="pos")
+
+    def __abs__(self):
+        return self._payoff_ask_("unary", name="abs")
+
+    def __invert__(self):
+        return self._payoff_ask_("unary", name="invert")
 
     def __instancecheck__(self, instance):
         return isinstance(instance, Remote) and self._payoff_ask_("isinstance", instance)
@@ -689,6 +934,9 @@ class Remote:
 
     def __exit__(self, *exc_info):
         return self._payoff_ask_("exit") if exc_info[0] is None else None
+
+
+_add_arithmetic(Remote)
 
 
 # ---- serving: what each side lets the other do ---------------------------------------------------
@@ -770,6 +1018,28 @@ def candidate_ops():
         args, _ = _arguments(peer, message, sent)
         setattr(_target(peer, message), _name(message), *args[:1])
 
+    def compare(peer, message, sent):
+        args, _ = _arguments(peer, message, sent)
+        op = _name(message)
+        if op not in ("eq", "ne", "lt", "le", "gt", "ge") or len(args) != 1:
+            raise TypeError("not a comparison: " + op[:20])
+        return bool(getattr(operator, op)(_target(peer, message), args[0]))
+
+    def arithmetic(peer, message, sent):
+        args, _ = _arguments(peer, message, sent)
+        name = _name(message)
+        if name.removesuffix("_r") not in ARITHMETIC or len(args) != 1:
+            raise TypeError("not an operator: " + name[:20])
+        target = _target(peer, message)
+        function = getattr(operator, name.removesuffix("_r"))
+        return function(args[0], target) if name.endswith("_r") else function(target, args[0])
+
+    def unary(peer, message, sent):
+        name = _name(message)
+        if name not in ("neg", "pos", "abs", "invert"):
+            raise TypeError("not an operator: " + name[:20])
+        return getattr(operator, name)(_target(peer, message))
+
     return {
         "resolve": resolve,
         "call": _call,
@@ -789,6 +1059,9 @@ def candidate_ops():
         "index": _on_target(lambda obj: type(obj).__index__(obj)),
         "float": _on_target(float),
         "isinstance": _on_target(_instance),
+        "compare": compare,
+        "arithmetic": arithmetic,
+        "unary": unary,
         "enter": _on_target(lambda obj: type(obj).__enter__(obj)),
         "exit": _on_target(lambda obj: type(obj).__exit__(obj, None, None, None)),
     }
