@@ -665,7 +665,7 @@ class Peer:
                 raised = self.exception_from(error, op, label)
             else:
                 value = decode(reply.get("value"), self, table)
-        except (NotPlainData, ValueError, TypeError, OverflowError, RecursionError) as err:
+        except (NotPlainData, ValueError, TypeError, ArithmeticError, RecursionError) as err:
             self.violation("an answer that is not plain data: " + str(err)[:NAME_CHARS])
         if error is not None:
             raise raised
@@ -1162,6 +1162,10 @@ def run_test_script(request, result_fd):
                     object.__setattr__(value, "_payoff_label_", name)  # as the tests call it
                 namespace[name] = value
         exec(compile(request["script"], "tests.py", "exec"), namespace)
+    except SystemExit as err:  # the tests' own: the candidate's would be a violation
+        if err.code not in (None, 0):
+            write_result(result_fd, {"passed": False, "raised": "SystemExit", "message": str(err)})
+            return 0
     except BaseException as err:
         record = {"passed": False, "raised": type(err).__name__, "message": str(err)[:300]}
         record.update(line=failing_line(err), calls=peer.calls, violations=violations)
