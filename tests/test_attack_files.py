@@ -291,3 +291,119 @@ def test_a_corrupt_shard_is_named_in_the_error(saved_dataset):
     shard.write_bytes(bytes(data[:-30]))
     with pytest.raises(DataError, match=rf"{shard.name}' cannot be read as a datasets shard"):
         read_records(saved_dataset)
+
+
+# ---- chat templates from a model folder ------------------------------------------------------
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+LLAMA3 = (
+    "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}"
+    "{%- set system_message = messages[0]['content']|trim %}{%- set messages = messages[1:] %}"
+    '{%- else %}{%- set system_message = "" %}{%- endif %}'
+    '{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}'
+    '{%- if tools is not none %}{{- "Environment: ipython\\n" }}{%- endif %}'
+    '{{- system_message }}{{- "<|eot_id|>" }}'
+    "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+    "{%- if tools is not none %}{%- for t in tools %}{{- t | tojson(indent=4) }}{%- endfor %}"
+    "{%- endif %}{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+ALTERNATING = (  # Mistral-style: raise_exception, loop.index0, {% generation %}, namespace, ~
+    "{{- bos_token }}{%- for message in messages %}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{- raise_exception('Conversation roles must alternate user/assistant') }}{%- endif %}"
+    "{%- if message['role'] == 'user' %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}"
+    "{%- else %}{% generation %}{{- ' ' + message['content'] + eos_token }}{% endgeneration %}"
+    "{%- endif %}{%- endfor %}{% set ns = namespace(n=0) %}"
+    "{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ' ' ~ ns.n ~ '/' ~ 2 ** 3 }}"
+)
+TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def char_tokenizer():
+    from payoff.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.mark.parametrize(
+    "template", [CHATML, LLAMA3, ALTERNATING], ids=["chatml", "llama3", "alternating"]
+)
+def test_payoffs_bounded_rendering_equals_transformers(char_tokenizer, template):
+    from payoff.models.chat import render_chat
+
+    char_tokenizer.chat_template = template
+    turns = [
+        {"role": "user", "content": " 1+1= "},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "2+2="},
+    ]
+    for messages in ([{"role": "system", "content": "Be brief."}, *turns], turns):
+        if template is ALTERNATING and messages[0]["role"] == "system":
+            continue
+        for generation_prompt in (True, False):
+            for tools in (None, TOOLS):
+                ours = render_chat(char_tokenizer, messages, generation_prompt, tools)
+                theirs = char_tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=generation_prompt, tools=tools, tokenize=False
+                )
+                assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{{ 7 ** 2000000000 }}", r"'\*\*' would make a number of more than 4096 bits"),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "its loops took more than 1,000,000 steps",
+        ),
+        ("{{ 'a' * 1000000000 }}", r"'\*' would make more than 4,000,000"),
+        ("{{ 'a' | center(1000000000) }}", "the filter 'center' was given 1000000000"),
+        ("{{ 'a'.ljust(1000000000) }}", r"ljust\(\) was given 1000000000"),
+        (
+            "{% set s = namespace(v='ab') %}{% for i in range(60) %}{% set s.v = s.v ~ s.v %}"
+            "{% endfor %}",
+            "'~' would make more than 4,000,000",
+        ),
+        (
+            "{% set x = 2 ** 4000 %}{% for i in range(40) %}{% set x = x * x %}{% endfor %}",
+            r"'\*' made a number of more than 4096 bits",
+        ),
+        ("{{ ('a' * 3000000) | replace('a', 'aa') }}", "replace would make more than"),
+        ("{{ '%0999999999d' % 1 }}", "a format with a width of a million or more"),
+        ("{{ '{:>999999999}'.format(1) }}", "a format with a width of a million or more"),
+        ("{% for i in range(100000) %}{{ 'x' * 50 }}{% endfor %}", "output is longer than"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+        ("{{ raise_exception('no system turns') }}", "TemplateError: no system turns"),
+    ],
+)
+def test_a_hostile_chat_template_is_one_error_naming_the_model_folder(
+    char_tokenizer, template, problem
+):
+    from payoff.models.chat import prompt_text
+
+    char_tokenizer.chat_template = template
+    char_tokenizer.name_or_path = "/models/downloaded-7b"
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=problem) as info:
+        prompt_text(char_tokenizer, {"prompt": "1+1="}, template=True)
+    assert "'/models/downloaded-7b'" in str(info.value)
+    assert "model.chat_template=none" in str(info.value)
+    assert time.perf_counter() - start < 5  # (each stops in well under a second)
+
+
+def test_a_template_cannot_reach_past_the_sandbox(char_tokenizer):
+    from payoff.models.chat import render_chat
+
+    char_tokenizer.chat_template = "{{ messages.__class__.__mro__ }}"
+    with pytest.raises(ConfigError, match="SecurityError|UndefinedError"):
+        render_chat(char_tokenizer, [{"role": "user", "content": "hi"}])
+    char_tokenizer.chat_template = "{% set ns = namespace(_x=1) %}"
+    with pytest.raises(ConfigError, match="may not start with '_'"):
+        render_chat(char_tokenizer, [{"role": "user", "content": "hi"}])

@@ -59,9 +59,9 @@ class ChatTemplateFormat:
     def _render(self, messages: list[Message], generation_prompt: bool = False) -> str:
         if not messages:
             return ""
-        return self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        from payoff.models.chat import render_chat  # (within bounds: see payoff.models.chat)
+
+        return render_chat(self.tokenizer, messages, generation_prompt, self.tools)
 
     def _diff(self, longer: str, shorter: str) -> str:
         # Templates that rewrite earlier text (rare) fall back to the whole new rendering.
