@@ -3296,8 +3296,11 @@ def checked_sqrt(x):
 # The tests hand the candidate a function of theirs: through it, its globals (the expected
 # values, the tests' builtins) are within reach where both share one process.
 THROUGH_CALLBACK = """
+import sys
+
+
 def apply_twice(f, x):
-    names = f.__globals__
+    names = getattr(f, "__globals__", None) or sys._getframe(1).f_globals
     builtins = names["__builtins__"]
     builtins = builtins if isinstance(builtins, dict) else vars(builtins)
     builtins["all"] = builtins["any"] = lambda iterable: True
