@@ -284,3 +284,116 @@ def test_the_candidates_own_objects_compare_by_its_own_eq_only_with_each_other()
     assert verdict(solution, tests)
     wrong = solution.replace("self.x + other.x", "self.x - other.x")
     assert not verdict(wrong, tests)
+
+
+def test_containers_keep_their_identity_and_changes_across_calls():
+    """Each call used to carry its own arguments' contents back, no more: a solution that
+    kept an argument and changed it in a later call passed a test that it must not, and an
+    object returned twice was two copies."""
+    keeps_and_sorts_later = """
+        _kept = []
+        def sorted_copy(xs):
+            for earlier in _kept:
+                earlier.sort()
+            _kept.append(xs)
+            return sorted(xs)
+    """
+    tests = """
+        first, second = [3, 1, 2], [9, 8]
+        assert sorted_copy(first) == [1, 2, 3]
+        assert sorted_copy(second) == [8, 9]
+        assert first == [3, 1, 2]
+    """
+    assert not verdict(keeps_and_sorts_later, tests)
+    assert verdict("def sorted_copy(xs):\n    return sorted(xs)", tests)
+    settings = """
+        _config = {"debug": False}
+        def get_config():
+            return _config
+        def debug_on():
+            return _config["debug"]
+    """
+    shared = """
+        assert get_config() is get_config()
+        get_config()["debug"] = True
+        assert debug_on() is True
+        cycle = [1]
+        cycle.append(cycle)
+        assert get_config() is not cycle and cycle[1] is cycle
+    """
+    assert verdict(settings, shared)
+
+
+def test_what_the_solution_prints_reaches_the_tests_stdout():
+    tests = """
+        import contextlib, io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            greet("Ada")
+        assert out.getvalue() == "Hello, Ada!\\n"
+    """
+    assert verdict("def greet(name):\n    print(f'Hello, {name}!')", tests)
+    assert not verdict("def greet(name):\n    print('Hello!')", tests)
+
+
+def test_the_solutions_own_exception_keeps_its_arguments_and_attributes():
+    solution = """
+        class InsufficientFunds(ValueError):
+            def __init__(self, shortfall):
+                super().__init__(f"short by {shortfall}")
+                self.shortfall = shortfall
+        def withdraw(balance, amount):
+            if amount > balance:
+                raise InsufficientFunds(amount - balance)
+            return balance - amount
+    """
+    tests = """
+        try:
+            withdraw(10, 15)
+        except InsufficientFunds as err:
+            assert err.shortfall == 5 and str(err) == "short by 5"
+        else:
+            raise AssertionError("no error")
+        try:
+            {}["missing"]
+        except KeyError as err:
+            assert err.args == ("missing",)
+    """
+    assert verdict(solution, tests)
+    assert not verdict(solution.replace("amount - balance", "amount"), tests)
+
+
+def test_the_candidates_classes_are_classes_in_the_tests():
+    """`type(s) is Stack` was False and `class PairStack(Stack)` in the tests crashed: the
+    candidate's classes are mirrored as classes, their objects made in its process."""
+    solution = """
+        class Stack:
+            LIMIT = 10
+            def __init__(self, *items):
+                self.items = list(items)
+            def push(self, item):
+                self.items.append(item)
+            def pop(self):
+                return self.items.pop()
+            def __len__(self):
+                return len(self.items)
+        class LimitedStack(Stack):
+            pass
+    """
+    tests = """
+        s = Stack(1)
+        assert type(s) is Stack and type(s).__name__ == "Stack" and Stack.LIMIT == 10
+        assert isinstance(LimitedStack(), Stack) and not isinstance(s, LimitedStack)
+        class PairStack(Stack):
+            def __init__(self):
+                super().__init__(0)
+                self.pairs = 0
+            def push_pair(self, a, b):
+                self.push(a)
+                self.push(b)
+                self.pairs += 1
+        p = PairStack()
+        p.push_pair(1, 2)
+        assert p.pop() == 2 and len(p) == 2 and p.pairs == 1 and isinstance(p, Stack)
+    """
+    assert verdict(solution, tests)

@@ -26,6 +26,8 @@ a candidate's object equals only itself here, and its truth value is not its own
 
 import base64
 import builtins
+import contextlib
+import io
 import json
 import operator
 import os
@@ -232,10 +234,14 @@ def exception_base(cls):
 
 
 def encode(value, peer=None, memo=None, depth=0):
-    """A value as typed JSON. Exact builtin types only (a subclass can redefine ==); with a
-    peer, shared builtins travel by name and anything else as a handle. Mutable containers
-    are numbered in the order they are first met, so a second mention is {"ref": k}:
-    aliasing and cycles are kept."""
+    """A value as typed JSON. Exact builtin types only (a subclass can redefine ==).
+
+    With a peer, a mutable container (list, dict, set, bytearray, deque, and the
+    collections module's dicts) is *linked*: sent whole the first time with the number it
+    goes by ({"list": [...], "as": 7}), as {"link": 7} after, and its changes on either side
+    travel with every message (`Peer.changes`), so identity, aliasing, cycles and mutation at
+    any time are Python's. Shared builtins travel by name and anything else as a handle.
+    Without a peer (plain data at rest), a container met twice is {"ref": k}."""
     memo = {} if memo is None else memo
     kind = type(value)
     if value is None or kind is bool or kind is float or kind is str:
@@ -246,32 +252,96 @@ def encode(value, peer=None, memo=None, depth=0):
         if peer is None:
             raise NotPlainData("nested too deeply")
         return peer.handle_for(value)
+    if peer is not None and id(value) in peer.link_of:
+        return {"link": peer.link_of[id(value)]}
     if id(value) in memo:  # a container met before: mentioned by number
         return {"ref": memo[id(value)][0]}
-    if kind in MUTABLE:
-        memo[id(value)] = (len(memo), value)  # kept alive while encoding: ids stay unique
-    if kind is list or kind is tuple or kind is set or kind is frozenset:
+    if _linkable(value):
+        if peer is None:
+            memo[id(value)] = (len(memo), value)  # kept alive while encoding: ids stay unique
+            return _content(value, peer, memo, depth)
+        link = peer.link(value)
+        node = _content(value, peer, memo, depth)
+        node["as"] = link
+        return node
+    if kind is tuple or kind is frozenset:
         return {kind.__name__: [encode(v, peer, memo, depth + 1) for v in value]}
-    if kind is dict:
-        return {
-            "dict": [
-                [encode(k, peer, memo, depth + 1), encode(v, peer, memo, depth + 1)]
-                for k, v in value.items()
-            ]
-        }
-    if kind is bytes or kind is bytearray:
-        return {kind.__name__: base64.b64encode(value).decode()}
+    if kind is bytes:
+        return {"bytes": base64.b64encode(value).decode()}
     if kind is complex:
         return {"complex": [value.real, value.imag]}
     if peer is None:
         raise TypeError(kind.__name__)
-    if kind is Remote and object.__getattribute__(value, "_payoff_peer_") is peer:
+    if isinstance(value, Remote) and object.__getattribute__(value, "_payoff_peer_") is peer:
         return {"yours": object.__getattribute__(value, "_payoff_handle_")}
+    if type(value) is RemoteClass and value.__dict__.get("_payoff_class_peer_") is peer:
+        return {"yours": value.__dict__["_payoff_class_handle_"]}
     name = builtin_name(value)
     if name is not None:
         return {"builtin": name}
     rich = encode_rich(value, kind, peer, memo, depth)
     return rich if rich is not None else peer.handle_for(value)
+
+
+def _linkable(value):
+    """'list', 'dict', 'set', 'bytearray', 'deque' or 'mapping' for a mutable container
+    that keeps its identity across the two processes; None for anything else."""
+    kind = type(value)
+    if kind is list or kind is dict or kind is set or kind is bytearray:
+        return kind.__name__
+    module = sys.modules.get("collections")
+    if module is not None:
+        if kind is module.deque:
+            return "deque"
+        if kind in [getattr(module, name) for name in MAPPINGS]:
+            return "mapping"
+    return None
+
+
+class _Same:
+    """One item of a snapshot: equal to another only if it is the very same object (so no
+    item's own `==` runs, and a Remote's asks nothing), keeping the object alive meanwhile."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item):
+        self.item = item
+
+    def __eq__(self, other):
+        return self.item is other.item
+
+    def __hash__(self):
+        return id(self.item)
+
+
+def _snapshot(container):
+    """What a linked container holds, compared by identity: a change is any item replaced,
+    added, removed or moved (a bytearray by its bytes)."""
+    if type(container) is bytearray:
+        return bytes(container)
+    if isinstance(container, dict):
+        return [(_Same(k), _Same(v)) for k, v in dict.items(container)]
+    if type(container) is set:
+        return {_Same(item) for item in container}
+    return [_Same(item) for item in container]
+
+
+def _content(value, peer, memo, depth):
+    """A mutable container's contents as a node, its items encoded (linked ones by link)."""
+
+    def items(values):
+        return [encode(v, peer, memo, depth + 1) for v in values]
+
+    kind = _linkable(value)
+    if kind == "bytearray":
+        return {"bytearray": base64.b64encode(value).decode()}
+    if kind == "dict":
+        return {"dict": [items(pair) for pair in value.items()]}
+    if kind == "deque":
+        return {"deque": [items(value), value.maxlen]}
+    if kind == "mapping":
+        return {"mapping": [type(value).__name__, [items(pair) for pair in dict.items(value)]]}
+    return {kind: items(value)}
 
 
 def _stdlib(module, name):
@@ -295,12 +365,6 @@ def encode_rich(value, kind, peer, memo, depth):
     for view, made in VIEWS.items():
         if kind is type(made):
             return {view: items(value)}
-    if kind is _stdlib("collections", "deque"):
-        memo[id(value)] = (len(memo), value)  # numbered before its items, as decode numbers it
-        return {"deque": [items(value), value.maxlen]}
-    if kind in [_stdlib("collections", name) for name in MAPPINGS]:
-        memo[id(value)] = (len(memo), value)
-        return {"mapping": [kind.__name__, [items(pair) for pair in dict.items(value)]]}
     if kind is _stdlib("fractions", "Fraction"):
         return {"fraction": [encode(value.numerator), encode(value.denominator)]}
     if kind is _stdlib("decimal", "Decimal"):
@@ -335,8 +399,8 @@ def _plain_copy(value, base):
 def decode(node, peer=None, table=None, depth=0):
     """Inverse of `encode`, strict: anything `encode` cannot have written is refused.
 
-    The parent decodes what a checkpoint holds with this; with a peer, handles become the
-    peer's objects (ours back, or `Remote`s of theirs)."""
+    The parent decodes what a checkpoint holds with this; with a peer, links and handles
+    become the peer's objects (ours back, or `Remote`s of theirs)."""
     table = [] if table is None else table
     if node is None or type(node) in (bool, int, float, str):
         return node
@@ -345,50 +409,34 @@ def decode(node, peer=None, table=None, depth=0):
     if type(node) is not dict or not node:
         raise NotPlainData("unexpected " + type(node).__name__)
     kind, body = next(iter(node.items()))
-    if len(node) != 1 and kind != "theirs":
+    link = node.get("as")
+    extra = len(node) - 1 - (link is not None)
+    if extra and kind != "theirs" or link is not None and (peer is None or kind not in CONTAINERS):
         raise NotPlainData("unexpected value record")
     if kind == "int" and type(body) is str:
         return int(body, 16) if "x" in body else int(body)  # hex as written, or decimal
     if kind == "ref" and type(body) is int and 0 <= body < len(table):
         return table[body]
-    if kind in ("list", "tuple") and type(body) is list:
-        if kind == "tuple":
-            return tuple(decode(v, peer, table, depth + 1) for v in body)
-        items: list = []
-        table.append(items)  # numbered before its items, as encode numbers it
-        items.extend(decode(v, peer, table, depth + 1) for v in body)
-        return items
-    if kind in ("set", "frozenset") and type(body) is list:
-        built = set()
-        if kind == "set":
-            table.append(built)
+    if kind == "link" and peer is not None:
+        return peer.linked(body)
+    if kind in CONTAINERS:
+        made = _empty(kind, body)
+        if link is not None:
+            peer.adopt(link, made)
+        else:
+            table.append(made)  # numbered before its items, as encode numbers it
+        fill(made, kind, body, peer, table, depth)
+        return made
+    if kind in ("tuple", "frozenset") and type(body) is list:
         items = [decode(v, peer, table, depth + 1) for v in body]
+        if kind == "tuple":
+            return tuple(items)
         try:
-            built.update(refuse_shared_hashes(items))
+            return frozenset(refuse_shared_hashes(items))
         except TypeError as err:  # an unhashable item
             raise NotPlainData(str(err)) from None
-        return built if kind == "set" else frozenset(built)
-    if kind == "dict" and type(body) is list:
-        mapping: dict = {}
-        table.append(mapping)
-        pairs = []
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise NotPlainData("a dict item that is not a pair")
-            key = decode(pair[0], peer, table, depth + 1)
-            pairs.append((key, decode(pair[1], peer, table, depth + 1)))
-        try:
-            refuse_shared_hashes([key for key, _ in pairs])
-            mapping.update(pairs)
-        except TypeError as err:
-            raise NotPlainData(str(err)) from None
-        return mapping
-    if kind in ("bytes", "bytearray") and type(body) is str:
-        data = base64.b64decode(body, validate=True)
-        if kind == "bytes":
-            return data
-        table.append(bytearray(data))
-        return table[-1]
+    if kind == "bytes" and type(body) is str:
+        return base64.b64decode(body, validate=True)
     if kind == "complex" and type(body) is list and len(body) == 2:
         return complex(float(body[0]), float(body[1]))
     if kind == "builtin" and type(body) is str and body in SHARED_BUILTINS:
@@ -401,13 +449,71 @@ def decode(node, peer=None, table=None, depth=0):
     raise NotPlainData("unknown value kind " + repr(kind)[:NAME_CHARS])
 
 
+CONTAINERS = ("list", "dict", "set", "bytearray", "deque", "mapping")
+
+
+def _empty(kind, body):
+    """An empty container of the kind a node describes (a deque with its maxlen)."""
+    import collections
+
+    if kind == "deque":
+        maxlen = body[1] if type(body) is list and len(body) == 2 else -1
+        if not (maxlen is None or (type(maxlen) is int and maxlen >= 0)):
+            raise NotPlainData("a deque that is not [items, maxlen]")
+        return collections.deque(maxlen=maxlen)
+    if kind == "mapping":
+        if not (type(body) is list and len(body) == 2 and body[0] in MAPPINGS):
+            raise NotPlainData("a mapping that is not [type, items]")
+        return getattr(collections, body[0])()
+    return {"list": list, "dict": dict, "set": set, "bytearray": bytearray}[kind]()
+
+
+def fill(container, kind, body, peer, table, depth):
+    """Give `container` (empty, or one of ours a change is for) the contents a node holds."""
+
+    def items(values):
+        if type(values) is not list:
+            raise NotPlainData(f"a {kind} whose items are not a list")
+        return [decode(v, peer, table, depth + 1) for v in values]
+
+    def pairs(values):
+        found = []
+        for pair in values if type(values) is list else [None]:
+            if type(pair) is not list or len(pair) != 2:
+                raise NotPlainData(f"a {kind} item that is not a pair")
+            found.append(tuple(items(pair)))  # key, then value: the order encode wrote them
+        refuse_shared_hashes([key for key, _ in found])
+        return found
+
+    try:
+        if kind == "list":
+            container[:] = items(body)
+        elif kind == "set":
+            new = refuse_shared_hashes(items(body))
+            container.clear()
+            container.update(new)
+        elif kind == "bytearray":
+            if type(body) is not str:
+                raise NotPlainData("a bytearray that is not base64")
+            container[:] = base64.b64decode(body, validate=True)
+        elif kind == "deque":
+            new = items(body[0])
+            container.clear()
+            container.extend(new)
+        else:
+            new = pairs(body if kind == "dict" else body[1])
+            dict.clear(container)
+            dict.update(container, new)
+    except TypeError as err:  # an unhashable key or item
+        raise NotPlainData(str(err)) from None
+
+
 NOTHING = object()
 
 
 def decode_rich(kind, body, peer, table, depth):
     """The values `encode_rich` writes, rebuilt as the standard types they are; NOTHING
     when `kind` is none of them."""
-    import collections
 
     def items(values):
         if type(values) is not list:
@@ -426,27 +532,6 @@ def decode_rich(kind, body, peer, table, depth):
             raise NotPlainData("dict items that are not pairs")
         refuse_shared_hashes([key for key, _ in values])
         return dict(values).items()
-    if kind == "deque" and type(body) is list and len(body) == 2:
-        maxlen = body[1]
-        if not (maxlen is None or (type(maxlen) is int and maxlen >= 0)):
-            raise NotPlainData("a deque's maxlen that is not a count")
-        made = collections.deque(maxlen=maxlen)
-        table.append(made)
-        made.extend(items(body[0]))
-        return made
-    if kind == "mapping" and type(body) is list and len(body) == 2 and body[0] in MAPPINGS:
-        made = getattr(collections, body[0])()
-        table.append(made)
-        if type(body[1]) is not list:
-            raise NotPlainData("a mapping whose items are not a list")
-        pairs = []
-        for pair in body[1]:
-            if type(pair) is not list or len(pair) != 2:
-                raise NotPlainData("a mapping's item that is not a pair")
-            pairs.append(tuple(items(pair)))  # key, then value: the order encode numbers them
-        refuse_shared_hashes([key for key, _ in pairs])
-        dict.update(made, pairs)
-        return made
     if kind == "fraction" and type(body) is list and [type(v) for v in body] == [int, int]:
         import fractions
 
@@ -456,59 +541,6 @@ def decode_rich(kind, body, peer, table, depth):
 
         return decimal.Decimal(body)
     return NOTHING
-
-
-def _container(value):
-    """How `sync` treats a value: 'list', 'dict', 'set', 'bytes' or 'deque'; or None."""
-    kind = type(value)
-    if kind is list or kind is dict or kind is set:
-        return kind.__name__
-    if kind is bytearray:
-        return "bytes"
-    module = sys.modules.get("collections")
-    if module is not None and kind is module.deque:
-        return "deque"
-    if module is not None and kind in [getattr(module, name) for name in MAPPINGS]:
-        return "dict"
-    return None
-
-
-def sync(old, new, pairs):
-    """Make `old` hold what `new` holds, in place, keeping the identity of the containers
-    within that are still there: what a call did to its arguments, done to the test's own
-    objects. `pairs` maps each new container's id to the old one that now stands for it."""
-    kind = _container(old)
-    if kind is None or type(old) is not type(new) or id(new) in pairs:
-        return
-    pairs[id(new)] = old
-
-    def same(a, b):
-        return _container(a) is not None and type(a) is type(b) and a is not old
-
-    if kind == "list":
-        for i in range(min(len(old), len(new))):
-            if same(old[i], new[i]):
-                sync(old[i], new[i], pairs)
-            else:
-                old[i] = pairs.get(id(new[i]), new[i])
-        del old[len(new) :]
-        old.extend(pairs.get(id(item), item) for item in new[len(old) :])
-    elif kind == "dict":
-        for key in [k for k in old if k not in new]:
-            del old[key]
-        for key, value in dict.items(new):
-            if key in old and same(dict.__getitem__(old, key), value):
-                sync(dict.__getitem__(old, key), value, pairs)
-            else:
-                dict.__setitem__(old, key, pairs.get(id(value), value))
-    elif kind == "set":
-        old.intersection_update(new)
-        old.update(new)
-    elif kind == "deque":
-        old.clear()
-        old.extend(pairs.get(id(item), item) for item in new)
-    else:
-        old[:] = new
 
 
 # ---- the two processes' conversation --------------------------------------------------------
@@ -525,10 +557,11 @@ RESULT_TYPES.update(float=float, isinstance=bool)
 
 
 class Peer:
-    """One end of the conversation: our objects the other side holds (handles), and theirs
-    that we hold (`Remote`s). Requests nest: while waiting for an answer we serve theirs."""
+    """One end of the conversation: our objects the other side holds (handles), theirs that
+    we hold (`Remote`s), and the containers both hold a copy of (links). Requests nest:
+    while waiting for an answer we serve theirs."""
 
-    def __init__(self, read_fd, write_fd, serve_ops, on_violation=None):
+    def __init__(self, read_fd, write_fd, serve_ops, first_link, on_violation=None):
         self.reader = os.fdopen(read_fd, "rb", buffering=1 << 16)
         self.write_fd = write_fd
         self.serve_ops = serve_ops
@@ -536,6 +569,10 @@ class Peer:
         self.ours = {}  # handle -> our object
         self.our_handles = {}  # id(our object) -> handle (the object is kept alive in ours)
         self.theirs = {}  # handle -> Remote, or the class made for an exception class of theirs
+        self.links = {}  # link -> [our copy, its contents as last sent or taken]
+        self.link_of = {}  # id(our copy) -> link
+        self.next_link = first_link  # ours are even on one side, odd on the other
+        self.unsettled = []  # links made or changed by the message being read or written
         self.calls = []  # the last calls made through Remotes and what they returned
         self.namespace = {}
 
@@ -549,6 +586,10 @@ class Peer:
         record = {"theirs": handle, "kind": describe(value)}
         if isinstance(value, type) and issubclass(value, BaseException):
             record["exception"] = exception_base(value).__name__
+        elif _mirrored(value):  # a class: mirrored there, with the bases it mirrors too
+            record["bases"] = [encode(base, self) for base in value.__bases__ if _mirrored(base)]
+        elif _mirrored(type(value)):  # an instance: of the mirror of its class
+            record["of"] = encode(type(value), self)
         return record
 
     def object_for(self, kind, handle, node):
@@ -568,14 +609,88 @@ class Peer:
             if not (isinstance(base_class, type) and issubclass(base_class, BaseException)):
                 raise NotPlainData("an exception class with no builtin base")
             name = label.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
-            made = type(name if name.isidentifier() else "CandidateError", (base_class,), {})
-            made.__module__ = "candidate"
+            made = type(
+                name if name.isidentifier() else "CandidateError",
+                (base_class,),
+                {"__getattr__": _their_attribute, "__module__": "candidate"},
+            )
             self.theirs[handle] = made
             return made
-        remote = self.theirs[handle] = Remote(self, handle, label)
+        if "bases" in node:
+            self.theirs[handle] = _mirror(self, handle, label, node["bases"])
+            return self.theirs[handle]
+        cls = decode(node["of"], self) if "of" in node else Remote
+        cls = cls if type(cls) is RemoteClass else Remote
+        remote = self.theirs[handle] = Remote.__new__(cls)
+        Remote.__init__(remote, self, handle, label)
         if "plain" in node:  # what a subclass of a plain type holds, as plain data
             object.__setattr__(remote, "_payoff_plain_", decode(node["plain"], self))
         return remote
+
+    # -- links: containers both sides hold, kept equal message by message
+    def link(self, container):
+        link = self.next_link
+        self.next_link += 2
+        self.links[link] = [container, None]
+        self.link_of[id(container)] = link
+        self.unsettled.append(link)
+        return link
+
+    def adopt(self, link, container):
+        if type(link) is not int or link in self.links or link % 2 == self.next_link % 2:
+            raise NotPlainData("a link that is not new, or not theirs to make")
+        self.links[link] = [container, None]
+        self.link_of[id(container)] = link
+        self.unsettled.append(link)
+
+    def linked(self, link):
+        if type(link) is not int or link not in self.links:
+            raise NotPlainData("a link to nothing")
+        return self.links[link][0]
+
+    def settle(self):
+        """Note what the containers made or changed by the last message now hold, so that
+        the next message sends only what changes after."""
+        for link in self.unsettled:
+            if link in self.links:
+                entry = self.links[link]
+                entry[1] = _snapshot(entry[0])
+        self.unsettled.clear()
+
+    def changes(self):
+        """(changes, drops) for the next message: each linked container whose contents
+        differ from what the other side last had, and the links to containers nothing else
+        here holds any more (the other side forgets them too)."""
+        changed, dropped = [], []
+        for link, entry in list(self.links.items()):
+            alone = sys.getrefcount(entry[0]) <= 2  # held by this entry alone (and the call)
+            if _snapshot(entry[0]) != entry[1]:
+                # sent even when let go: the other side may hold it still
+                changed.append([link, _content(entry[0], self, {}, 0)])
+                self.unsettled.append(link)
+            if alone:
+                del self.link_of[id(entry[0])]
+                del self.links[link]
+                dropped.append(link)
+        return changed, dropped
+
+    def take_changes(self, message):
+        """Apply what a message says changed in the containers we share, before its values."""
+        drops, changes = message.get("drops", []), message.get("changes", [])
+        if type(drops) is not list or type(changes) is not list:
+            raise NotPlainData("changes that are not lists")
+        for change in changes:
+            if type(change) is not list or len(change) != 2 or type(change[1]) is not dict:
+                raise NotPlainData("a change that is not [link, contents]")
+            container = self.linked(change[0])
+            ((kind, body),) = change[1].items() if len(change[1]) == 1 else [(None, None)]
+            if kind != _linkable(container):
+                raise NotPlainData("a change of a container into another kind")
+            fill(container, kind, body, self, [], 0)
+            self.unsettled.append(change[0])
+        for link in drops:  # after the changes: a container may change as it is let go
+            if type(link) is int and link in self.links:
+                del self.link_of[id(self.links.pop(link)[0])]
 
     # -- messages
     def violation(self, what):
@@ -583,6 +698,19 @@ class Peer:
         if self.on_violation is not None:
             self.on_violation(what)
         raise CandidateGone(what)
+
+    def message(self, fields, values=(), named=None, value=NOTHING):
+        """A message: `fields` as they are, then the containers' changes, then the values
+        encoded (in that order, the order the other side reads them in)."""
+        message = dict(fields)
+        message["changes"], message["drops"] = self.changes()
+        memo = {}
+        message["args"] = [encode(v, self, memo) for v in values]
+        message["kwargs"] = [[k, encode(v, self, memo)] for k, v in (named or {}).items()]
+        if value is not NOTHING:
+            message["value"] = encode(value, self, memo)
+        self.settle()
+        return message
 
     def send(self, message):
         data = memoryview((json.dumps(message, allow_nan=True) + "\n").encode())
@@ -613,29 +741,30 @@ class Peer:
             self.send(self.serve(reply))
 
     def serve(self, message):
-        """Answer one request with the value (or the exception) and the arguments' contents
-        after it: what the call did to them."""
+        """Answer one request: the value, or the exception, with what the call changed."""
         op = message.get("op")
         handler = self.serve_ops.get(op) if type(op) is str else None
-        sent = []
+        printed = io.StringIO()
         try:
             if handler is None:
                 raise TypeError("not a request: " + repr(op)[:50])
-            value, error = handler(self, message, sent), None
+            self.take_changes(message)
+            args, kwargs = _arguments(self, message)
+            self.settle()
+            with contextlib.redirect_stdout(printed):
+                value, error = handler(self, message, args, kwargs), None
         except CandidateGone:
             raise
         except BaseException as err:  # noqa: BLE001 - it goes back as what it is
             value, error = None, err
-        memo = {}
+        fields = {"printed": printed.getvalue()[-(64 << 10) :]}
         try:
-            reply = {"after": [encode(a, self, memo) for a in sent]}
             if error is None:
-                reply["value"] = encode(value, self, memo)
+                return self.message(fields, value=value)
+            fields["error"] = self.describe_error(error)
+            return self.message(fields, values=_exception_args(error), value=error)
         except (NotPlainData, RecursionError, MemoryError) as err:
-            reply, error = {}, err
-        if error is not None:
-            reply["error"] = self.describe_error(error)
-        return reply
+            return {"error": {"base": "TypeError", "message": str(err)[:NAME_CHARS]}}
 
     def describe_error(self, err):
         cls = type(err)
@@ -648,25 +777,22 @@ class Peer:
             record["type"] = self.handle_for(cls)
         return record
 
-    def settle(self, reply, sent, op, label):
-        """Take an answer: the arguments' new contents, then the value or the exception.
+    def answer(self, reply, op, label):
+        """Take an answer: what changed in shared containers, then the value or exception.
         Anything malformed in it is a violation, never an exception the tests could catch."""
-        table, pairs = [], {}
         error = reply.get("error")
         try:
-            after = reply.get("after", [])
-            if type(after) is not list or len(after) != len(sent):
-                raise NotPlainData("arguments' contents that do not match what was sent")
-            for original, node in zip(sent, after, strict=True):
-                sync(original, decode(node, self, table), pairs)
-            # the answer's mentions of those containers are the test's own objects
-            table[:] = [pairs.get(id(item), item) for item in table]
+            self.take_changes(reply)
             if error is not None:
-                raised = self.exception_from(error, op, label)
+                raised = self.exception_from(reply, op, label)
             else:
-                value = decode(reply.get("value"), self, table)
+                value = decode(reply.get("value"), self)
+            self.settle()
         except (NotPlainData, ValueError, TypeError, ArithmeticError, RecursionError) as err:
             self.violation("an answer that is not plain data: " + str(err)[:NAME_CHARS])
+        printed = reply.get("printed")
+        if type(printed) is str and printed:
+            sys.stdout.write(printed)  # where the tests' print would go: redirect_stdout too
         if error is not None:
             raise raised
         expected = RESULT_TYPES.get(op)
@@ -676,9 +802,10 @@ class Peer:
             raise TypeError(f"{op}() of {label} gave a {type(value).__name__}")
         return value
 
-    def exception_from(self, error, op, label):
-        """The exception an error record stands for: its builtin class, or a class made here
-        that derives from it (for `except TheirError:`)."""
+    def exception_from(self, reply, op, label):
+        """The exception an answer stands for: its builtin class, or a class made here that
+        derives from it (for `except TheirError:`), with its arguments and attributes."""
+        error = reply["error"]
         base = vars(builtins).get(error.get("base")) if type(error) is dict else None
         if not (isinstance(base, type) and issubclass(base, BaseException)):
             raise NotPlainData("an exception that is not a builtin one")
@@ -695,7 +822,92 @@ class Peer:
             # no correct solution ends the tests (SystemExit), or an iteration it is not
             # running (StopIteration out of a call ends all(map(...)) early, as passed)
             self.violation(f"{label} raised {cls.__name__}: {message}".strip(": "))
-        return cls(message)
+        args = reply.get("args")
+        args = [decode(node, self) for node in args] if type(args) is list else [message]
+        try:
+            raised = cls(*args)
+        except Exception:  # a builtin that wants other arguments (UnicodeDecodeError)
+            raised = cls(message)
+        instance = decode(reply.get("value"), self)
+        if cls is not base and isinstance(instance, Remote):
+            raised.__dict__["_payoff_remote_"] = instance  # its attributes, asked of it
+        return raised
+
+
+def _exception_args(error):
+    """An exception's arguments, when they are a tuple (what `raise X(a, b)` gave)."""
+    args = getattr(error, "args", ())
+    return args if type(args) is tuple else ()
+
+
+def _their_attribute(self, name):
+    """An attribute of an exception of the candidate's (`err.shortfall`), asked of it."""
+    remote = self.__dict__.get("_payoff_remote_")
+    if remote is None or name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(remote, name)
+
+
+def _mirrored(cls):
+    """Whether a class of the candidate's is mirrored on the tests' side as a class: any
+    class but exceptions (made there otherwise) and the interpreter's own types."""
+    return (
+        isinstance(cls, type)
+        and not issubclass(cls, BaseException)
+        and cls.__dict__.get("__module__", "builtins") != "builtins"
+        and cls is not object
+    )
+
+
+class RemoteClass(type):
+    """The class of a mirror: a class on the tests' side standing for one of the
+    candidate's, so that `type(s) is Stack`, `isinstance(s, Stack)` and `class
+    PairStack(Stack):` in the tests mean what they mean in Python. Calling it makes the
+    object in the candidate's process; its attributes are the candidate's class's."""
+
+    def __call__(cls, *args, **kwargs):
+        mirror = next(k for k in cls.__mro__ if "_payoff_class_handle_" in k.__dict__)
+        if cls is mirror:
+            return mirror.__dict__["_payoff_class_remote_"](*args, **kwargs)
+        # a class of the tests' own deriving from the candidate's: made there without
+        # __init__, then initialised here, where the tests' __init__ (if any) runs
+        instance = mirror.__dict__["_payoff_class_remote_"]._payoff_ask_("new")
+        object.__setattr__(instance, "__class__", cls)
+        cls.__init__(instance, *args, **kwargs)
+        return instance
+
+    def __getattr__(cls, name):
+        if name.startswith("_payoff"):
+            raise AttributeError(name)
+        mirror = next(k for k in cls.__mro__ if "_payoff_class_handle_" in k.__dict__)
+        return getattr(mirror.__dict__["_payoff_class_remote_"], name)
+
+
+def _mirror_init(self, *args, **kwargs):
+    """A mirror's __init__ (reached through super().__init__ in the tests' subclass)."""
+    Remote.__getattr__(self, "__init__")(*args, **kwargs)
+
+
+def _mirror(peer, handle, label, bases):
+    """The class standing for the candidate's class `handle`."""
+    name = label.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+    mirrored = tuple(
+        base
+        for base in (decode(node, peer) for node in (bases if type(bases) is list else []))
+        if type(base) is RemoteClass
+    )
+    namespace = {
+        "__module__": "candidate",
+        "__init__": _mirror_init,
+        "_payoff_class_handle_": handle,
+        "_payoff_class_peer_": peer,
+        "_payoff_class_remote_": Remote(peer, handle, label),
+    }
+    name = name if name.isidentifier() else "CandidateClass"
+    try:
+        return RemoteClass(name, mirrored or (Remote,), namespace)
+    except TypeError:  # bases that cannot be combined (an MRO the other side made up)
+        return RemoteClass(name, (Remote,), namespace)
 
 
 def describe(value):
@@ -715,7 +927,7 @@ class _Shown(reprlib.Repr):
     """Short reprs for a verdict's detail; the candidate's objects by label, unasked."""
 
     def repr_instance(self, obj, level):
-        if type(obj) is Remote:
+        if isinstance(obj, Remote):
             label = object.__getattribute__(obj, "_payoff_label_")
             if " object" in label:
                 return "<" + label + ">"
@@ -789,20 +1001,13 @@ class Remote:
 
     def _payoff_ask_(self, op, *args, name=None, kwargs=None):
         peer = object.__getattribute__(self, "_payoff_peer_")
-        kwargs = kwargs or {}
-        memo = {}
-        message = {
-            "op": op,
-            "target": object.__getattribute__(self, "_payoff_handle_"),
-            "args": [encode(a, peer, memo) for a in args],
-            "kwargs": [[k, encode(v, peer, memo)] for k, v in kwargs.items()],
-            "name": name,
-        }
-        sent = [*args, *kwargs.values()]
         label = label_of(self)
-        if op == "call":  # as the arguments were before the call
-            shown = [label_of(a) for a in args] + [f"{k}={label_of(v)}" for k, v in kwargs.items()]
-        value = peer.settle(peer.request(message), sent, op, label)
+        if op == "call":  # as the arguments are before the call
+            shown = [label_of(a) for a in args]
+            shown += [f"{k}={label_of(v)}" for k, v in (kwargs or {}).items()]
+        fields = {"op": op, "target": object.__getattribute__(self, "_payoff_handle_")}
+        fields["name"] = name
+        value = peer.answer(peer.request(peer.message(fields, args, kwargs)), op, label)
         if op == "call":
             peer.calls.append(f"{label}({', '.join(shown)}) returned {label_of(value)}")
             del peer.calls[:-3]
@@ -878,7 +1083,7 @@ class Remote:
     # tests' values, an object that holds plain data (an IntEnum, a namedtuple) compares by
     # that data; any other is Python's default: identity, and no ordering.
     def _payoff_compare_(self, other, op):
-        mine = type(other) is Remote and other._payoff_peer_ is self._payoff_peer_
+        mine = isinstance(other, Remote) and other._payoff_peer_ is self._payoff_peer_
         if mine:
             return self._payoff_ask_("compare", other, name=op)
         if self._payoff_plain_ is not NOTHING:
@@ -947,21 +1152,17 @@ def _target(peer, message):
     return peer.ours[handle]
 
 
-def _arguments(peer, message, sent):
-    """The request's arguments, decoded; each also goes into `sent`, whose contents after
-    the call go back with the answer."""
+def _arguments(peer, message):
+    """The request's arguments, decoded."""
     args, kwargs = message.get("args", []), message.get("kwargs", [])
     if type(args) is not list or type(kwargs) is not list:
         raise NotPlainData("arguments that are not lists")
-    table = []
-    values = [decode(node, peer, table) for node in args]
+    values = [decode(node, peer) for node in args]
     named = {}
     for pair in kwargs:
         if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
             raise NotPlainData("a keyword argument that is not a (name, value) pair")
-        named[pair[0]] = decode(pair[1], peer, table)
-    sent.extend(values)
-    sent.extend(named.values())
+        named[pair[0]] = decode(pair[1], peer)
     return values, named
 
 
@@ -972,16 +1173,14 @@ def _name(message):
     return name
 
 
-def _call(peer, message, sent):
-    args, kwargs = _arguments(peer, message, sent)
+def _call(peer, message, args, kwargs):
     return _target(peer, message)(*args, **kwargs)
 
 
 def _on_target(function):
     """A request that applies `function` to its target and its arguments."""
 
-    def op(peer, message, sent):
-        args, _ = _arguments(peer, message, sent)
+    def op(peer, message, args, kwargs):
         return function(_target(peer, message), *args)
 
     return op
@@ -1007,34 +1206,33 @@ def _instance(cls, obj):
     return isinstance(cls, type) and cls in type.mro(type(obj))
 
 
+def _one(args):
+    if len(args) != 1:
+        raise TypeError("expected one operand")
+    return args[0]
+
+
 def candidate_ops():
     """What the test process may ask of the candidate's objects: what Python would."""
 
-    def resolve(peer, message, sent):
-        names = message.get("args")
-        return {n: peer.namespace[n] for n in names if type(n) is str and n in peer.namespace}
+    def resolve(peer, message, args, kwargs):
+        return {n: peer.namespace[n] for n in args if type(n) is str and n in peer.namespace}
 
-    def setattr_op(peer, message, sent):
-        args, _ = _arguments(peer, message, sent)
-        setattr(_target(peer, message), _name(message), *args[:1])
-
-    def compare(peer, message, sent):
-        args, _ = _arguments(peer, message, sent)
+    def compare(peer, message, args, kwargs):
         op = _name(message)
-        if op not in ("eq", "ne", "lt", "le", "gt", "ge") or len(args) != 1:
+        if op not in ("eq", "ne", "lt", "le", "gt", "ge"):
             raise TypeError("not a comparison: " + op[:20])
-        return bool(getattr(operator, op)(_target(peer, message), args[0]))
+        return bool(getattr(operator, op)(_target(peer, message), _one(args)))
 
-    def arithmetic(peer, message, sent):
-        args, _ = _arguments(peer, message, sent)
+    def arithmetic(peer, message, args, kwargs):
         name = _name(message)
-        if name.removesuffix("_r") not in ARITHMETIC or len(args) != 1:
+        if name.removesuffix("_r") not in ARITHMETIC:
             raise TypeError("not an operator: " + name[:20])
-        target = _target(peer, message)
+        target, other = _target(peer, message), _one(args)
         function = getattr(operator, name.removesuffix("_r"))
-        return function(args[0], target) if name.endswith("_r") else function(target, args[0])
+        return function(other, target) if name.endswith("_r") else function(target, other)
 
-    def unary(peer, message, sent):
+    def unary(peer, message, args, kwargs):
         name = _name(message)
         if name not in ("neg", "pos", "abs", "invert"):
             raise TypeError("not an operator: " + name[:20])
@@ -1043,9 +1241,9 @@ def candidate_ops():
     return {
         "resolve": resolve,
         "call": _call,
-        "getattr": lambda peer, message, sent: getattr(_target(peer, message), _name(message)),
-        "setattr": setattr_op,
-        "delattr": lambda peer, message, sent: delattr(_target(peer, message), _name(message)),
+        "getattr": lambda peer, m, a, k: getattr(_target(peer, m), _name(m)),
+        "setattr": lambda peer, m, a, k: setattr(_target(peer, m), _name(m), _one(a)),
+        "delattr": lambda peer, m, a, k: delattr(_target(peer, m), _name(m)),
         "iter": _on_target(iter),
         "next": _on_target(next),
         "len": _on_target(len),
@@ -1062,6 +1260,7 @@ def candidate_ops():
         "compare": compare,
         "arithmetic": arithmetic,
         "unary": unary,
+        "new": _on_target(lambda cls: cls.__new__(cls)),
         "enter": _on_target(lambda obj: type(obj).__enter__(obj)),
         "exit": _on_target(lambda obj: type(obj).__exit__(obj, None, None, None)),
     }
@@ -1081,14 +1280,13 @@ def tests_ops():
             raise AttributeError(f"the test's attribute {name!r} is not the candidate's to see")
         return obj
 
-    def getattr_op(peer, message, sent):
+    def getattr_op(peer, message, args, kwargs):
         name = _name(message)
         return getattr(own_instance(_target(peer, message), name), name)
 
-    def setattr_op(peer, message, sent):
-        args, _ = _arguments(peer, message, sent)
+    def setattr_op(peer, message, args, kwargs):
         name = _name(message)
-        setattr(own_instance(_target(peer, message), name), name, *args[:1])
+        setattr(own_instance(_target(peer, message), name), name, _one(args))
 
     return {
         "call": _call,
@@ -1116,7 +1314,7 @@ def serve_forever(peer):
 # ---- the modes ------------------------------------------------------------------------------------
 def candidate(request, result_fd):
     """Run the candidate's program, then answer the tests' requests until they end."""
-    peer = Peer(request["from_tests"], request["to_tests"], candidate_ops())
+    peer = Peer(request["from_tests"], request["to_tests"], candidate_ops(), first_link=1)
     peer.receive()  # the tests' go: their process no longer shows its memory to others
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     peer.namespace = namespace
@@ -1144,16 +1342,12 @@ def run_test_script(request, result_fd):
         if len(violations) <= 5:
             write_result(result_fd, {"violation": what[:300]})
 
-    peer = Peer(request["from_candidate"], request["to_candidate"], tests_ops(), note)
+    peer = Peer(request["from_candidate"], request["to_candidate"], tests_ops(), 0, note)
     peer.send({"go": True})
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        found = peer.settle(
-            peer.request({"op": "resolve", "target": None, "args": request["names"]}),
-            [],
-            "resolve",
-            "the candidate's program",
-        )
+        resolve = peer.message({"op": "resolve", "target": None}, request["names"])
+        found = peer.answer(peer.request(resolve), "resolve", "the candidate's program")
         if type(found) is not dict:
             peer.violation("names answered with something else")
         for name, value in found.items():
