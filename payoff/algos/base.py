@@ -37,7 +37,14 @@ import yaml
 from payoff.algos.loop import LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
-from payoff.core.config import annotated_class, fields_of, from_dict, key_hint, to_dict
+from payoff.core.config import (
+    annotated_class,
+    check_ranges,
+    fields_of,
+    from_dict,
+    key_hint,
+    to_dict,
+)
 from payoff.core.device import available_devices, check_device_name, resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError, TrainingError
 from payoff.core.imports import names_from, weights_from
@@ -301,6 +308,8 @@ class Algorithm:
             config = from_dict(self.config_class, data)
         elif env is not None or kwargs:
             raise ConfigError("pass either config=... or env/keyword settings, not both")
+        elif dataclasses.is_dataclass(config):  # made in Python (PPOConfig(...)): the
+            check_ranges(config)  # same ranges and bounds as a recipe's
         self.config = config
         # Whether the training length was chosen (a recipe, a saved config or the keyword);
         # when it was not, learn(n) plans n steps instead of the default length.

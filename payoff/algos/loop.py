@@ -18,7 +18,8 @@ Per iteration, in this order:
 iteration that advances by 2,048 env steps still logs, evaluates and checkpoints on time.
 The loop stops at `total`, when the algorithm says it is solved, when an alarm halted it
 (`on_alarm: halt`, payoff.algos.response), or on Ctrl-C / SIGTERM /
-SIGHUP (GracefulInterrupt: the iteration finishes first). Then, unless interrupted, a last
+SIGHUP (GracefulInterrupt: the iteration finishes first; a periodic evaluation stops at its
+next step, and is not recorded). Then, unless interrupted, a last
 `log_training()` when the run has ended (its planned length, solved or halted) on a step
 that was not a multiple of log_every (a run shorter than log_every still has its record),
 the final evaluation and summary (`algorithm.finish()`);
@@ -34,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from payoff.rollout.evaluate import EvaluationStopped, stopped_when
 from payoff.track.interrupt import GracefulInterrupt
 from payoff.track.progress import Progress
 
@@ -146,7 +148,7 @@ class TrainLoop:
             algorithm.between_iterations()
             checkpointed = -1  # the step of this loop's last checkpoint
             logged = state.step  # the step of this loop's last record (none: where it began)
-            with GracefulInterrupt() as interrupt:
+            with GracefulInterrupt() as interrupt, stopped_when(lambda: interrupt.requested):
                 while (
                     state.step < self.total
                     and state.solved_at is None
@@ -166,7 +168,10 @@ class TrainLoop:
                     if crossed(before, state.step, self.eval_every) or (
                         self.eval_at_end and state.step >= self.total and self.eval_every > 0
                     ):
-                        algorithm.evaluate_now()
+                        try:
+                            algorithm.evaluate_now()
+                        except EvaluationStopped:  # a signal came: the loop ends below,
+                            pass  # without this evaluation's record; the checkpoint follows
                     if crossed(before, state.step, self.checkpoint_every):
                         algorithm.checkpoint()
                         checkpointed = state.step

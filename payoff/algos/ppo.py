@@ -32,7 +32,7 @@ from payoff.algos.shared.policy_loss import (
     value_loss,
 )
 from payoff.core.errors import ConfigError
-from payoff.core.native import native_status
+from payoff.core.native import MAX_LAYERS, kernels, kernels_for, native_status
 from payoff.core.schedules import Schedule
 from payoff.models.mlp import CategoricalActor, Critic
 from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
@@ -128,7 +128,7 @@ class PPO(OnPolicyAlgorithm):
             assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
             current = NumpyActorCritic(self.actor, self.critic, self.flat, self.optimizer)
             self._numpy_ac = current
-            _say_path_once()
+            _say_path_once(len(self.config.hidden) + 1)
         return current
 
     def rollout_sampler(self) -> Any:
@@ -329,11 +329,18 @@ class PPO(OnPolicyAlgorithm):
 _said: list[bool] = []
 
 
-def _say_path_once() -> None:
-    """Name, once per process, what runs numpy_fast_path: the native kernels, or NumPy and why."""
+def _say_path_once(layers: int) -> None:
+    """Name, once per process, what runs numpy_fast_path: the native kernels, or NumPy and why
+    (`layers`: the networks' Linear layers, which the kernels take up to MAX_LAYERS of)."""
     if not _said:
         _said.append(True)
-        say(f"payoff: numpy_fast_path runs in {native_status()}")
+        where = native_status()
+        if kernels() is not None and kernels_for(layers) is None:
+            where = (
+                f"NumPy (the networks have {layers} layers; the native kernels take at most "
+                f"{MAX_LAYERS})"
+            )
+        say(f"payoff: numpy_fast_path runs in {where}")
 
 
 def _normalize_blocks(values: np.ndarray, size: int) -> np.ndarray:

@@ -289,15 +289,12 @@ class RecurrentPPO(OnPolicyAlgorithm):
         zero hidden state. deterministic: its most likely action (False: sampled ones)."""
         sampled_by = None if deterministic else torch.Generator().manual_seed(seed)
         self.actor.eval()
-        result = evaluate_batched(
-            env,
-            self._greedy_player(episodes, sampled_by),
-            episodes,
-            seed,
-            device=self.device,
-        )
-        self.actor.train()
-        return result
+        try:  # (an evaluation stopped by a signal raises: the actor trains on after it)
+            return evaluate_batched(
+                env, self._greedy_player(episodes, sampled_by), episodes, seed, device=self.device
+            )
+        finally:
+            self.actor.train()
 
     @torch.no_grad()
     def record_gif(

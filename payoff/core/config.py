@@ -5,6 +5,12 @@ the key, the value and the type it should have, and a number outside its range n
 the value and the range. Ranges are declared once, here, by field name (`RANGES`: every
 `learning_rate` anywhere must be > 0, every `gamma` in [0, 1], ...); a field whose meaning is
 its own declares its range in its metadata instead: `field(default=0.5, metadata=in_range(0, 1))`.
+
+Every count has an upper bound and every float is finite, whatever its range says: an integer
+key without an upper bound of its own is held to MAX_COUNT, a float key refuses inf and NaN,
+and keys whose product is allocated at once (`PRODUCTS`: num_steps x num_envs, prompts x
+group_size) are held to a bound on the product. A config file from elsewhere asking for
+`eval_episodes: 1e30` is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -92,6 +98,67 @@ def in_range(
     """Field metadata declaring a range: `field(default=..., metadata=in_range(0, 1))`."""
     return {"range": Range(low, high, low_open, high_open)}
 
+
+# Upper bounds on counts, generous for real use: every integer key is held to one, whatever
+# its range (below) says. A count without a bound of its own (steps, iterations, intervals,
+# ...) is held to MAX_COUNT: a billion steps is months of training, and `1e30` in a file is
+# refused here rather than allocated, looped over or overflowed later.
+MAX_COUNT = 10**9
+MAX_ENV_COPIES = (
+    100_000  # envs or episodes held at once: a batched evaluation makes one env per episode
+)
+MAX_WIDTH = 65_536  # a layer's width: a 65,536 x 65,536 layer is already 17 GB of float32
+MAX_DEPTH = 1_024  # layers, heads, blocks, ensemble members
+MAX_TOKENS = 1_000_000  # tokens of one sequence: the longest contexts of today's models
+MAX_BATCH = 10_000_000  # examples in one batch
+MAX_REPLAY = 100_000_000  # transitions in one replay buffer
+MAX_PROMPTS = 100_000  # prompts (tasks) in one rollout batch
+MAX_GROUP = 1_024  # completions (episodes) of one prompt
+MAX_SIMULATIONS = 1_000_000  # tree-search simulations per move
+
+# Each count's upper bound by name, where it is tighter than MAX_COUNT (a field may declare
+# its own high in its metadata instead).
+UPPER_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(
+        ("num_envs", "eval_episodes", "final_eval_episodes", "games_per_iteration"),
+        MAX_ENV_COPIES,
+    ),
+    **dict.fromkeys(
+        ("eval_games", "final_eval_games", "gate_games", "eval_size", "final_eval_openings"),
+        MAX_ENV_COPIES,
+    ),
+    **dict.fromkeys(("prompts", "prompts_per_step", "tasks_per_step"), MAX_PROMPTS),
+    "group_size": MAX_GROUP,
+    **dict.fromkeys(
+        ("batch_size", "minibatch_size", "microbatch_size", "rollout_batch"), MAX_BATCH
+    ),
+    "replay_size": MAX_REPLAY,
+    **dict.fromkeys(
+        ("hidden", "hidden_size", "intermediate_size", "channels", "rnn_hidden", "lora_rank"),
+        MAX_WIDTH,
+    ),
+    **dict.fromkeys(("layers", "heads", "blocks", "ensemble"), MAX_DEPTH),
+    **dict.fromkeys(
+        ("max_new_tokens", "max_tokens", "max_length", "sequence_length", "kl_horizon"),
+        MAX_TOKENS,
+    ),
+    "overlong_buffer": MAX_TOKENS,
+    "max_turns": 10_000,
+    **dict.fromkeys(
+        ("simulations", "eval_simulations", "gate_simulations", "league_simulations"),
+        MAX_SIMULATIONS,
+    ),
+}
+
+# Keys whose product is allocated at once (rollout storage [num_steps, num_envs], a batch of
+# prompts x group_size completions): (keys, the most the product may be, what it counts).
+PRODUCTS: tuple[tuple[tuple[str, str], int, str], ...] = (
+    (("num_steps", "num_envs"), 100_000_000, "env steps in one rollout"),
+    # (arithmetic-grpo's tiny model holds ~90 KB per completion: 6 GB at 65,536; 262,144
+    # of them took 23 GB and the OOM killer)
+    (("prompts_per_step", "group_size"), 65_536, "completions in one rollout batch"),
+    (("tasks_per_step", "group_size"), 65_536, "episodes in one rollout batch"),
+)
 
 # The range of every config key with a well-known name, in every config class. A value of None
 # (an optional key left unset) is not checked; a list is checked item by item; a Schedule
@@ -266,10 +333,27 @@ def field_range(field: dataclasses.Field[Any]) -> Range | None:
     return RANGES.get(field.name)
 
 
+def count_range(field: dataclasses.Field[Any]) -> Range:
+    """The range an integer value of `field` must lie in: `field_range` with an upper bound
+    always (its own, else UPPER_BOUNDS by name, else MAX_COUNT) and, where it declares no
+    lower bound, -MAX_COUNT."""
+    valid = field_range(field) or Range()
+    if valid.high is not None:
+        return valid if valid.low is not None else dataclasses.replace(valid, low=-MAX_COUNT)
+    high = UPPER_BOUNDS.get(field.name, MAX_COUNT)
+    if valid.low is None:
+        return Range(-MAX_COUNT, high)
+    if valid.low_open and float(valid.low).is_integer():  # > 0 reads [1, ...] for a count
+        return Range(int(valid.low) + 1, high)
+    return Range(valid.low, high, valid.low_open)
+
+
 def check_ranges(config: Any, prefix: str = "") -> None:
     """Raise a ConfigError naming the first numeric key of `config` outside its range.
 
-    Nested config dataclasses are checked too, with their dotted keys.
+    Every integer is held to `count_range` (an upper bound always), every float must be
+    finite, and keys in `PRODUCTS` are held to a bound on their product. Nested config
+    dataclasses are checked too, with their dotted keys.
     """
     from payoff.core.schedules import Schedule
 
@@ -282,28 +366,59 @@ def check_ranges(config: Any, prefix: str = "") -> None:
         valid = field_range(field)
         if isinstance(value, Schedule):
             if valid is not None:
-                _check_value(f"{key}.start", value.start, valid)
+                _check_value(f"{key}.start", value.start, valid, field)
                 # a linear schedule may decay to exactly 0 (a learning rate annealed to zero)
                 end_valid = valid
                 if value.kind == "linear" and valid.low == 0 and valid.low_open:
                     end_valid = dataclasses.replace(valid, low_open=False)
-                _check_value(f"{key}.end", value.end, end_valid)
+                _check_value(f"{key}.end", value.end, end_valid, field)
             check_ranges(value, key + ".")
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             check_ranges(value, key + ".")
-        elif valid is not None:
-            if isinstance(value, list | tuple):
-                for i, item in enumerate(value):
-                    _check_value(f"{key}[{i}]", item, valid)
-            else:
-                _check_value(key, value, valid)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                _check_value(f"{key}[{i}]", item, valid, field)
+        else:
+            _check_value(key, value, valid, field)
+    _check_products(config, prefix)
 
 
-def _check_value(key: str, value: Any, valid: Range) -> None:
+def _check_value(key: str, value: Any, valid: Range | None, field: dataclasses.Field[Any]) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return  # None (unset) or not a number: the type check speaks for those
-    if value not in valid:
+    if valid is not None and value not in valid:
         raise ConfigError(f"config key {key!r} must be {valid}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # a range open above takes inf
+        raise ConfigError(
+            f"config key {key!r} must be a finite number{f' {valid}' if valid else ''}, "
+            f"got {value!r}"
+        )
+    if isinstance(value, int) and value not in (bounded := count_range(field)):
+        if valid is None or valid.low is None:  # no range of its own: name the side it broke
+            bounded = Range(high=bounded.high) if value > 0 else Range(low=bounded.low)
+        raise ConfigError(f"config key {key!r} must be {bounded}, got {value!r}")
+
+
+class _WholeFloat(int):
+    """An int read from a whole float too large to be a count (`1e30`): it is refused by its
+    key's upper bound, and the message shows it as it was written."""
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+
+def _check_products(config: Any, prefix: str) -> None:
+    """A ConfigError where keys allocated together (`PRODUCTS`) ask for too much at once."""
+    names = {field.name for field in dataclasses.fields(config)}
+    for (first, second), most, what in PRODUCTS:
+        if first not in names or second not in names:
+            continue
+        a, b = getattr(config, first), getattr(config, second)
+        if isinstance(a, int) and isinstance(b, int) and a * b > most:
+            raise ConfigError(
+                f"config keys {prefix + first!r} x {prefix + second!r} must be at most "
+                f"{most:,} ({what}), got {a:,} x {b:,} = {a * b:,}"
+            )
 
 
 # What YAML 1.1 (PyYAML) reads as a string but users, YAML 1.2 and the command line read as a
@@ -362,15 +477,20 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key:
         raise ConfigError(f"override {text!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _numbers(yaml.safe_load(raw)) if raw.strip() else ""  # [64, 1e3] too
     except yaml.YAMLError:
         value = raw
     if isinstance(value, str):  # YAML 1.1 reads '1e-3' as a string; users mean a number
         try:
-            value = float(value) if any(c in value for c in ".eE") else int(value)
+            # (inf and nan too: the ranges refuse them by name, not a type error later)
+            numeric = any(c in value for c in ".eE") or value.strip().lower() in _NOT_FINITE
+            value = float(value) if numeric else int(value)
         except ValueError:
             pass
     return key.split("."), value
+
+
+_NOT_FINITE = {f"{sign}{word}" for sign in ("", "+", "-") for word in ("inf", "infinity", "nan")}
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -474,7 +594,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            # 1e30 too: every count has an upper bound (check_ranges), which refuses it
+            return int(value) if abs(value) <= MAX_COUNT else _WholeFloat(value)
         raise bad
     if tp is float:
         if isinstance(value, bool):

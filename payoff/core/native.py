@@ -9,6 +9,8 @@ process loaded, or the one NumPy bundles), at np.dot's speed.
 `kernels()` gives the module ready to use, or None where it cannot be used: not built, a CPU
 without AVX-512 and no BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to compare
 with the NumPy path, or to rule the kernels out). `native_status()` says which, in words.
+`kernels_for(layers)` is None also for a network deeper than the kernels take (MAX_LAYERS):
+`hidden=[8] * 17` runs on the NumPy path.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ _SGEMM_SYMBOLS = (
 )
 
 _loaded: tuple[ModuleType | None, str] | None = None
+
+#: The most Linear layers a network the kernels run may have (_kernels.c's MAX_LAYERS: they
+#: keep each layer's size and addresses in fixed arrays); hidden widths + 1.
+MAX_LAYERS = 16
 
 
 def _blas_libraries() -> list[Path]:
@@ -100,3 +106,9 @@ def native_status() -> str:
     kernels()
     assert _loaded is not None
     return _loaded[1]
+
+
+def kernels_for(layers: int) -> ModuleType | None:
+    """`kernels()` for a network of `layers` Linear layers, or None where it has more than
+    MAX_LAYERS (the NumPy twin runs it, as where the kernels were not built)."""
+    return kernels() if 1 <= layers <= MAX_LAYERS else None

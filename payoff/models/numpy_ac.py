@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.core.native import kernels
+from payoff.core.native import kernels, kernels_for
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic, _gumbel
 
@@ -124,7 +124,7 @@ class NumpyActorCritic:
         self._row_offsets: np.ndarray | None = None  # [B]: row * num_actions
         # The native kernel (payoff/core/_kernels.c) runs the whole step in one call where it
         # was built; None runs it as the NumPy calls below (tests set it to compare them).
-        self.use_native = kernels() is not None
+        self.use_native = kernels_for(len(actor_linears)) is not None
         self.dims = np.array(
             [actor_linears[0].in_features, *(layer.out_features for layer in actor_linears)],
             np.int64,
@@ -424,7 +424,8 @@ class NumpyRolloutSampler:
         # The native kernels (payoff/core/_kernels.c), where built, run a step's forward and
         # sampling in one call, and the critic's pass; None: the NumPy calls below.
         self.activation_code = 1 if self.tanh else 2  # as the native kernels name it
-        self.use_native = kernels() is not None
+        deepest = max(len(self.layers), len(self.value_layers or ()))
+        self.use_native = kernels_for(deepest) is not None
         if self.use_native:
             self._native_setup()
 

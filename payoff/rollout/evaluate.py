@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from payoff.core.errors import ConfigError, EnvError, TrainingError
+from payoff.core.errors import ConfigError, EnvError, PayoffError, TrainingError
 from payoff.envs.make import EnvConfig, is_success, make_env
 from payoff.track.progress import LateProgress
 
@@ -53,6 +54,35 @@ def note_long_episodes(env_id: str, steps: int, limit: int = EPISODE_STEP_LIMIT)
         f"time limit)",
         file=sys.stderr,
     )
+
+
+class EvaluationStopped(PayoffError):
+    """An evaluation ended early by a pending stop signal (`stopped_when`); its episodes
+    count for nothing."""
+
+
+# What evaluations ask, between two steps, whether a stop signal is pending (the training
+# loop's GracefulInterrupt.requested, see `stopped_when`).
+_stop_requested: list[Callable[[], bool]] = []
+
+
+@contextmanager
+def stopped_when(requested: Callable[[], bool]) -> Iterator[None]:
+    """Within this context an evaluation (`evaluate_policy`, `evaluate_batched`) ends with
+    EvaluationStopped at its next step once `requested()` is true. The training loop passes
+    its GracefulInterrupt's flag, so that one Ctrl-C, SIGTERM or SIGHUP stops a periodic
+    evaluation of 100,000 episodes as it stops an iteration, instead of after it."""
+    _stop_requested.append(requested)
+    try:
+        yield
+    finally:
+        _stop_requested.remove(requested)
+
+
+def check_stop(env_id: str) -> None:
+    """EvaluationStopped where a stop signal is pending (see `stopped_when`)."""
+    if any(requested() for requested in _stop_requested):
+        raise EvaluationStopped(f"the evaluation on env {env_id!r} was stopped by a signal")
 
 
 def check_actions(actions: Any, env_id: str, step: int) -> None:
@@ -153,6 +183,7 @@ def evaluate_policy(
             reward: float = 0.0
             info: dict[str, Any] = {}
             while not done:
+                check_stop(env.id)  # between steps: one episode may run 100,000 of them
                 action = policy(obs)
                 check_actions(action, env.id, length)
                 obs, step_reward, terminated, truncated, info = environment.step(action)

@@ -36,6 +36,7 @@ from payoff.rollout.evaluate import (
     EvalResult,
     check_actions,
     check_episodes,
+    check_stop,
     note_long_episodes,
     warn_unended,
 )
@@ -615,6 +616,7 @@ def evaluate_batched(
         running = np.ones(episodes, dtype=bool)
         successes: list[bool | None] = [None] * episodes
         while running.any():
+            check_stop(env.id)  # a pending stop signal ends it here (EvaluationStopped)
             obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
             actions = act(obs_t if to_device is None else obs_t.to(to_device))
             check_actions(actions, env.id, int(lengths.max()))

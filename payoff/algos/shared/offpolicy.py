@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
+from payoff.core.config import MAX_REPLAY, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
@@ -40,7 +41,7 @@ class ReplayConfig:
     latest `batch_size` transitions only. size: capacity in transitions."""
 
     enabled: bool = True
-    size: int = 100_000
+    size: int = field(default=100_000, metadata=in_range(1, MAX_REPLAY))
 
 
 @dataclass

@@ -299,10 +299,11 @@ class OnPolicyAlgorithm(Agent):
             )
 
         self.actor.eval()
-        with self.predict_streams(exploring=not deterministic):
-            result = evaluate_batched(env, act, episodes, seed, vectorization, device=self.device)
-        self.actor.train()
-        return result
+        try:  # (an evaluation stopped by a signal raises: the actor trains on after it)
+            with self.predict_streams(exploring=not deterministic):
+                return evaluate_batched(env, act, episodes, seed, vectorization, device=self.device)
+        finally:
+            self.actor.train()
 
     # ---- learning ---------------------------------------------------------------------
     def advantage_batch(self, storage: RolloutStorage, gae_lambda: float) -> FlatRollout:
