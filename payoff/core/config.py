@@ -104,9 +104,8 @@ def in_range(
 # ...) is held to MAX_COUNT: a billion steps is months of training, and `1e30` in a file is
 # refused here rather than allocated, looped over or overflowed later.
 MAX_COUNT = 10**9
-MAX_ENV_COPIES = (
-    100_000  # envs or episodes held at once: a batched evaluation makes one env per episode
-)
+# envs or episodes held at once: a batched evaluation makes one env per episode
+MAX_ENV_COPIES = 100_000
 MAX_WIDTH = 65_536  # a layer's width: a 65,536 x 65,536 layer is already 17 GB of float32
 MAX_DEPTH = 1_024  # layers, heads, blocks, ensemble members
 MAX_TOKENS = 1_000_000  # tokens of one sequence: the longest contexts of today's models
@@ -154,8 +153,8 @@ UPPER_BOUNDS: dict[str, int] = {
 # prompts x group_size completions): (keys, the most the product may be, what it counts).
 PRODUCTS: tuple[tuple[tuple[str, str], int, str], ...] = (
     (("num_steps", "num_envs"), 100_000_000, "env steps in one rollout"),
-    # (arithmetic-grpo's tiny model holds ~90 KB per completion: 6 GB at 65,536; 262,144
-    # of them took 23 GB and the OOM killer)
+    # (262,144 completions of arithmetic-grpo's tiny model passed 23 GB and were OOM-killed:
+    # more than 90 KB each, so memory grows with this product; mind it on a large model)
     (("prompts_per_step", "group_size"), 65_536, "completions in one rollout batch"),
     (("tasks_per_step", "group_size"), 65_536, "episodes in one rollout batch"),
 )
