@@ -59,7 +59,7 @@ class ChatTemplateFormat:
     def _render(self, messages: list[Message], generation_prompt: bool = False) -> str:
         if not messages:
             return ""
-        from payoff.models.chat import render_chat  # (within bounds: see payoff.models.chat)
+        from payoff.core.chat_template import render_chat  # within bounds
 
         return render_chat(self.tokenizer, messages, generation_prompt, self.tools)
 
