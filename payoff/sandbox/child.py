@@ -81,19 +81,33 @@ def set_limits(limits):
             pass  # never raise a limit above what we were given
 
 
-# ---- unsafe-process mode: what the process can do to itself before untrusted code runs ----
+# ---- what a process does to itself before untrusted code runs ------------------------------
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
 SECCOMP_MODE_FILTER = 2
 
 
+_LIBC = []
+
+
+def _libc():
+    """The C library, through ctypes (loaded once per process tree, before any audit hook)."""
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
 def harden(seccomp_filter):
-    """Without bubblewrap: no core file or /proc/<pid>/mem of this process for others of its
-    user; no capabilities (a root trainer's CAP_SYS_PTRACE would read the trainer's memory);
-    the sandbox's seccomp filter (no new processes, so none outlives the verdict). Returns
-    what could not be done, for the record."""
+    """What a process does to itself before untrusted code runs (each of a verdict's two
+    processes after its fork; a program's without bubblewrap): no core file or
+    /proc/<pid>/mem of it for others of its user; no capabilities (a root trainer's
+    CAP_SYS_PTRACE would read the trainer's memory); no process of its own; the sandbox's
+    seccomp filter (no new processes, no ptrace, so none outlives the verdict or reads
+    another). Returns what could not be done, for the record."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     missing = []
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         missing.append("dumpable")
@@ -111,6 +125,10 @@ def harden(seccomp_filter):
         missing.append("capabilities")
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         missing.append("no_new_privs")
+    try:  # no process of its own (root's user is exempt: the seccomp filter holds there)
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+    except (ValueError, OSError):
+        pass
     if seccomp_filter:
         program = base64.b64decode(seccomp_filter)
 
@@ -1369,6 +1387,60 @@ def run_test_script(request, result_fd):
     return 0
 
 
+def pair(request, result_fd):
+    """A verdict's two processes in one sandbox, forked from this one: the tests' first,
+    which makes itself undumpable before it reads the tests (from a pipe only it holds);
+    then, once it has, the candidate's, which never holds the tests, their pipe or the
+    verdict's channel (it reports on a channel of its own, read as untrusted). Each loads
+    the seccomp filter itself after the fork (bubblewrap loads none in this mode), so
+    neither can make a process, trace the other or read its memory."""
+    tests_fd, candidate_fd = request.pop("tests_fd"), request.pop("candidate_fd")
+    _libc()  # loaded once, before the forks: each process hardens itself in microseconds
+    to_candidate_read, to_candidate_write = os.pipe()
+    to_tests_read, to_tests_write = os.pipe()
+    ready_read, ready_write = os.pipe()
+    tests_pid = os.fork()
+    if tests_pid == 0:
+        for fd in (to_candidate_read, to_tests_write, candidate_fd, ready_read):
+            os.close(fd)
+        unhardened = harden(request.get("seccomp"))
+        if unhardened:
+            write_result(result_fd, {"unhardened": unhardened})
+        install_audit_hook(result_fd)
+        os.write(ready_write, b"1")
+        os.close(ready_write)
+        with os.fdopen(tests_fd, "rb") as pipe:
+            request["script"] = pipe.read().decode()
+        request.update(from_candidate=to_tests_read, to_candidate=to_candidate_write)
+        _finish(run_test_script(request, result_fd))
+    os.close(ready_write)
+    os.read(ready_read, 1)  # the tests' process is undumpable before the candidate exists
+    os.close(ready_read)
+    os.close(tests_fd)
+    candidate_pid = os.fork()
+    if candidate_pid == 0:
+        for fd in (to_tests_read, to_candidate_write, result_fd):
+            os.close(fd)
+        harden(request.get("seccomp"))
+        install_audit_hook(candidate_fd)
+        request.update(from_tests=to_candidate_read, to_tests=to_tests_write)
+        _finish(candidate(request, candidate_fd))
+    for fd in (to_candidate_read, to_candidate_write, to_tests_read, to_tests_write):
+        os.close(fd)
+    os.close(candidate_fd)
+    harden(request.get("seccomp"))
+    os.waitpid(tests_pid, 0)
+    os.kill(candidate_pid, 9)  # the verdict is in: whatever the candidate still does ends
+    os.waitpid(candidate_pid, 0)
+    return 0
+
+
+def _finish(status):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status or 0)
+
+
 def failing_line(err):
     """The line of tests.py the error left from (the innermost one)."""
     line = None
@@ -1410,12 +1482,13 @@ def main():
     os.environ.clear()
     os.environ.update({"HOME": request["workdir"], "TMPDIR": request["workdir"]})
     os.chdir(request["workdir"])
-    set_limits(request["limits"])
+    set_limits(request["limits"])  # (a pair forks its two processes first: see harden)
     sys.setrecursionlimit(2000)
     if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit and quit
         builtins.exit = builtins.quit = sys.exit
-    install_audit_hook(result_fd)
-    modes = {"candidate": candidate, "tests": run_test_script, "program": program}
+    if request["mode"] == "program":
+        install_audit_hook(result_fd)
+    modes = {"pair": pair, "program": program}  # a pair's processes install their own
     status = modes[request["mode"]](request, result_fd)
     sys.stdout.flush()
     sys.stderr.flush()

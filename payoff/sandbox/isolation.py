@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +67,7 @@ class ChildOutput:
     """What came back from one run: raw records, captured output, how it ended."""
 
     records: list[dict]
+    side_records: list[dict]
     stdout: str
     stderr: str
     returncode: int | None
@@ -86,6 +86,31 @@ def resolve_mode(mode: str | None) -> str:
             f"unknown sandbox mode {chosen!r}; valid modes: {', '.join(MODES)}"
         )
     return chosen
+
+
+@functools.cache
+def child_program() -> Path:
+    """child.py compiled once per trainer process, for the sandbox's interpreter to run as
+    it is: compiling its source took each run ~15 ms. child.py itself where it cannot be."""
+    import atexit
+    import py_compile
+    import tempfile
+
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="payoff-child-"))
+        folder.chmod(0o755)
+        compiled = folder / "child.pyc"
+        py_compile.compile(
+            str(CHILD),
+            cfile=str(compiled),
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+        compiled.chmod(0o644)
+    except (OSError, py_compile.PyCompileError):
+        return CHILD
+    atexit.register(shutil.rmtree, folder, True)
+    return compiled
 
 
 @functools.cache
@@ -120,7 +145,7 @@ def _system_mounts() -> list[str]:
 
 
 def bwrap_command(
-    bwrap: str, limits: Limits, seccomp_fd: int, workdir: Path | None = None
+    bwrap: str, limits: Limits, seccomp_fd: int | None, workdir: Path | None = None
 ) -> list[str]:
     executable, prefixes = _python()
     command = [
@@ -150,10 +175,12 @@ def bwrap_command(
     for prefix in prefixes:
         if not prefix.startswith("/usr/"):
             command += ["--ro-bind", prefix, prefix]
+    child = child_program()
+    inside = f"/sandbox/{child.name}"
     command += [
         "--ro-bind",
-        str(CHILD),
-        "/sandbox/child.py",
+        str(child),
+        inside,
         "--proc",
         "/proc",
         "--dev",
@@ -176,13 +203,12 @@ def bwrap_command(
         "/",
         "--chdir",
         WORKDIR,
-        "--seccomp",
-        str(seccomp_fd),
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         executable,
         "-I",
         "-S",
         "-B",
-        "/sandbox/child.py",
+        inside,
     ]
     return command
 
@@ -252,15 +278,19 @@ def run_child(
     mode: str,
     workdir: Path | None = None,
     extra_fds: tuple[int, ...] = (),
-    stop: threading.Event | None = None,
+    side_channel: int | None = None,
 ) -> ChildOutput:
     """Start the child in `mode`, send it `request`, collect its records and output.
 
     workdir: a host folder to use as the work dir (read-write) instead of a private tmpfs,
     for callers that must look at what the code left there (the hack detector's proxy).
     extra_fds: descriptors the child inherits (named in the request); closed here once it
-    started. stop: set by another thread to end the child before its deadline.
+    started. side_channel: the read end of a second result channel (a verdict's candidate
+    reports on it), collected into ChildOutput.side_records.
+    A pair (request mode 'pair') forks its two processes inside the sandbox, each loading
+    the seccomp filter itself after the fork.
     """
+    forks = request.get("mode") == "pair"
     result_read, result_write = os.pipe()
     request = dict(request)
     request["result_fd"] = result_write
@@ -269,8 +299,10 @@ def run_child(
         "cpu_seconds": max(1, int(limits.timeout) + 1),
         "file_bytes": limits.file_mb << 20,
         "open_files": limits.open_files,
-        "processes": 1 if mode == "unsafe-process" else 64,
+        "processes": 1 if mode == "unsafe-process" and not forks else 64,
     }
+    if forks and seccomp.supported():
+        request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
     seccomp_fd = None
     workdir_context = None
     try:
@@ -278,12 +310,13 @@ def run_child(
             bwrap = bwrap_binary()
             if bwrap is None:
                 raise SandboxUnavailableError("no bwrap binary")
-            seccomp_fd = _seccomp_fd()
+            seccomp_fd = None if forks else _seccomp_fd()
             command = bwrap_command(bwrap, limits, seccomp_fd, workdir)
             request["workdir"] = WORKDIR
             cwd = None
             env = {"PATH": "/usr/bin:/bin"}
-            pass_fds: tuple[int, ...] = (result_write, seccomp_fd, *extra_fds)
+            pass_fds: tuple[int, ...] = (result_write, *extra_fds)
+            pass_fds += () if seccomp_fd is None else (seccomp_fd,)
         else:
             import tempfile
 
@@ -293,13 +326,13 @@ def run_child(
             else:
                 cwd = str(workdir)
             request["workdir"] = cwd
-            command = [sys.executable, "-I", "-S", "-B", str(CHILD)]
+            command = [sys.executable, "-I", "-S", "-B", str(child_program())]
             env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
             pass_fds = (result_write, *extra_fds)
             # no bubblewrap: the child drops its capabilities, stops others of its user
             # from reading its memory and loads the seccomp filter itself (no processes)
             _trainer_not_dumpable()
-            request["harden"] = True
+            request["harden"] = not forks  # (a pair's processes harden after their fork)
             if seccomp.supported():
                 request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
         started = time.monotonic()
@@ -343,7 +376,7 @@ def run_child(
             limits,
             started,
             host_dir,
-            stop,
+            side_channel,
             # tmpfs mounts inside, whose files are counted (a host work dir is measured)
             ((WORKDIR, "/dev/shm") if workdir is None else ("/dev/shm",))
             if mode == "bwrap"
@@ -354,16 +387,9 @@ def run_child(
         os.close(result_read)
         if workdir_context is not None:
             workdir_context.cleanup()
-    records = []
-    for line in streams["result"].splitlines():
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, or an int of over 4,300 digits
-            continue
-        if isinstance(record, dict):
-            records.append(record)
     return ChildOutput(
-        records=records,
+        records=_records(streams["result"]),
+        side_records=_records(streams["side"]),
         stdout=streams["stdout"].decode(errors="replace"),
         stderr=streams["stderr"].decode(errors="replace"),
         returncode=process.returncode,
@@ -372,6 +398,19 @@ def run_child(
         isolated=mode == "bwrap",
         over_workdir=over_workdir,
     )
+
+
+def _records(stream: bytes) -> list[dict]:
+    """The JSON objects of a result channel, one a line; what is not one is passed over."""
+    records = []
+    for line in stream.splitlines():
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, or an int of over 4,300 digits
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def _tree_bytes(folder: Path, limit: int) -> int:
@@ -426,21 +465,22 @@ def _collect(
     limits: Limits,
     started: float,
     watch: Path | None = None,
-    stop: threading.Event | None = None,
+    side_channel: int | None = None,
     count_files: tuple[str, ...] = (),
 ) -> tuple[dict[str, bytes], bool, int, bool]:
     """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
     watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
     once its files pass limits.workdir_mb; checked once more after the code ended (it may
     write past the cap and exit between two checks). count_files: the sandbox's tmpfs
-    mounts whose files are counted the same way against limits.workdir_files. stop: see
-    run_child. Returns the streams, whether the deadline passed, the bytes discarded and
+    mounts whose files are counted the same way against limits.workdir_files. side_channel:
+    a second result channel, read as the stream 'side'. Returns the streams, whether the deadline passed, the bytes discarded and
     whether the work dir passed its cap."""
     assert process.stdout is not None and process.stderr is not None
     caps = {
         "stdout": limits.output_kb << 10,
         "stderr": limits.output_kb << 10,
         "result": limits.result_kb << 10,
+        "side": limits.result_kb << 10,
     }
     kept = {name: bytearray() for name in caps}
     discarded = 0
@@ -449,6 +489,9 @@ def _collect(
     selector.register(process.stderr.fileno(), selectors.EVENT_READ, "stderr")
     selector.register(result_fd, selectors.EVENT_READ, "result")
     open_streams = 3
+    if side_channel is not None:
+        selector.register(side_channel, selectors.EVENT_READ, "side")
+        open_streams += 1
     timed_out = False
     deadline = started + limits.timeout
     room_bytes = limits.workdir_mb << 20
@@ -472,12 +515,7 @@ def _collect(
                 _kill(process)
                 over_workdir = True
                 break
-            if stop is not None and stop.is_set() and process.poll() is None:
-                try:  # then read on to the end: what it wrote before is kept
-                    os.killpg(process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            polled = watch is not None or stop is not None or count_files
+            polled = watch is not None or count_files
             wait = min(remaining, 0.05) if polled else remaining
             for key, _ in selector.select(timeout=wait):
                 chunk = os.read(key.fd, 1 << 16)

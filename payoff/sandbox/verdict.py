@@ -86,53 +86,40 @@ def candidate_names(tests: str) -> list[str]:
 # ---- running ----------------------------------------------------------------------------------
 def _run_pair(
     solution: str, tests: str, names: list[str], limits: Limits, mode: str
-) -> tuple[ChildOutput, ChildOutput]:
-    """The tests' sandbox and the candidate's, at once, joined by two pipes; the candidate's
-    ends when the tests' does."""
-    to_candidate_read, to_candidate_write = os.pipe()
-    to_tests_read, to_tests_write = os.pipe()
-    stop = threading.Event()
-    outputs: dict[str, ChildOutput | BaseException] = {}
+) -> tuple[ChildOutput, list[dict]]:
+    """The verdict's two processes in one sandbox (child.py's `pair`): the tests travel on a
+    pipe only the tests' process reads, the candidate reports on a channel of its own.
+    Returns the sandbox's output (the tests' records) and the candidate's records."""
+    tests_read, tests_write = os.pipe()
+    side_read, side_write = os.pipe()
 
-    def candidate() -> None:
+    def feed() -> None:  # the tests may be longer than a pipe holds: written meanwhile
         try:
-            outputs["candidate"] = run_child(
-                {
-                    "mode": "candidate",
-                    "program": solution,
-                    "from_tests": to_candidate_read,
-                    "to_tests": to_tests_write,
-                },
-                limits,
-                mode,
-                extra_fds=(to_candidate_read, to_tests_write),
-                stop=stop,
-            )
-        except BaseException as err:  # handed to the caller's thread
-            outputs["candidate"] = err
+            with os.fdopen(tests_write, "wb") as pipe:
+                pipe.write(tests.encode())
+        except OSError:  # the sandbox ended without reading them
+            pass
 
-    thread = threading.Thread(target=candidate, name="payoff-candidate", daemon=True)
-    thread.start()
+    writer = threading.Thread(target=feed, name="payoff-tests", daemon=True)
+    writer.start()
     try:
-        tests_output = run_child(
+        output = run_child(
             {
-                "mode": "tests",
-                "script": tests,
+                "mode": "pair",
+                "program": solution,
                 "names": names,
-                "from_candidate": to_tests_read,
-                "to_candidate": to_candidate_write,
+                "tests_fd": tests_read,
+                "candidate_fd": side_write,
             },
             limits,
             mode,
-            extra_fds=(to_tests_read, to_candidate_write),
+            extra_fds=(tests_read, side_write),
+            side_channel=side_read,
         )
     finally:
-        stop.set()
-        thread.join()
-    candidate_output = outputs["candidate"]
-    if isinstance(candidate_output, BaseException):
-        raise candidate_output
-    return tests_output, candidate_output
+        os.close(side_read)
+        writer.join(timeout=1)
+    return output, output.side_records
 
 
 def _failure_detail(record: dict, tests: str) -> str:
@@ -169,34 +156,33 @@ def run_tests(
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return SandboxResult(False, "invalid_tests", f"the tests do not parse: {err}")
     limits = Limits(timeout=timeout, memory_mb=memory_mb)
-    tests_output, candidate_output = _run_pair(solution, tests, names, limits, mode)
+    output, candidate_records = _run_pair(solution, tests, names, limits, mode)
     blocked = [
         r["blocked"]
-        for output in (candidate_output, tests_output)
-        for r in output.records
+        for r in candidate_records + output.records
         if isinstance(r.get("blocked"), str)
     ]
     meta = {
         "blocked": blocked,
-        "discarded_bytes": candidate_output.discarded_bytes + tests_output.discarded_bytes,
-        "isolated": candidate_output.isolated,
+        "discarded_bytes": output.discarded_bytes,
+        "isolated": output.isolated,
     }
 
     def failed(outcome: str, detail: str) -> SandboxResult:
         """A failure; one that followed a refused operation is reported as 'blocked'."""
         return SandboxResult(False, "blocked" if blocked else outcome, detail, **meta)
 
-    for record in candidate_output.records:
+    for record in candidate_records:  # (the candidate's own word: it can only fail itself)
         if "program_raised" in record:
             message = str(record.get("message", ""))[:300]
             return failed("crash", f"the solution raised {record['program_raised']}: {message}")
-    verdicts = [r for r in tests_output.records if "passed" in r]
+    verdicts = [r for r in output.records if "passed" in r]
     if not verdicts:
-        if tests_output.timed_out or candidate_output.timed_out:
+        if output.timed_out:
             return SandboxResult(False, "timeout", "ran past its time limit", **meta)
         return failed("crash", "the tests did not finish")
     verdict = verdicts[-1]
-    violations = [r for r in tests_output.records if "violation" in r]
+    violations = [r for r in output.records if "violation" in r]
     if verdict["passed"] is True and not violations:
         return SandboxResult(True, "pass", **meta)
     detail = _failure_detail(verdict, tests)
