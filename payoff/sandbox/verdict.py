@@ -1,18 +1,18 @@
 """Unit tests for untrusted code, with a verdict that means what Python means and that
 nothing of the candidate's can forge.
 
-Two sandboxes run at once, joined by a pair of pipes:
+Two processes in one sandbox, joined by a pair of pipes (child.py's `pair`):
 
   - the candidate's: runs the solution, then answers requests about its objects;
   - the tests': runs the test script as real Python (asserts, loops, comprehensions,
     `try`/`except`, helpers: everything as CPython runs it), in a process that never holds
     the candidate's code. Each name the tests take from the candidate (used, not bound by
     the tests, not a builtin) stands for the candidate's object: calling it sends the
-    arguments over and brings back the return value and the arguments' new contents
-    (mutation included); an exception comes back as a builtin class, or a class made on
-    this side deriving from its builtin base.
+    arguments over and brings back the return value; containers that cross are linked, so
+    what either side changes in them is seen by the other; an exception comes back as a
+    builtin class, or a class made on this side deriving from its builtin base.
 
-Only plain data, builtins by name and handles cross (payoff/sandbox/child.py). A handle (an
+Only data, links, builtins by name and handles cross (payoff/sandbox/child.py). A handle (an
 object of the candidate's) is equal only to itself and decides no truth value of its own, so
 an `__eq__` that is always true, a patched `AssertionError`, an early exit, a printed token:
 none of it reaches the verdict, which is the test script's own outcome in the tests' process.
@@ -148,7 +148,7 @@ def run_tests(
     memory_mb: int = 512,
     sandbox: str | None = None,
 ) -> SandboxResult:
-    """Run `solution`, then `tests` against it, each in its own sandbox; the verdict is the
+    """Run `solution`, then `tests` against it, each in its own process; the verdict is the
     test script's outcome in the process that never held the solution."""
     mode = check_available(sandbox)
     try:
