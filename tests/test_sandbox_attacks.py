@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -582,3 +583,26 @@ def test_a_flood_of_empty_files_is_stopped_at_the_file_cap():
     assert "10000 files" in result.stderr
     assert result.stdout == ""  # stopped before its 4 s were up
     assert_no_reward(run_tests(attack(maker), TESTS, timeout=6))
+
+
+def test_unsafe_process_a_candidate_that_kills_its_launcher_and_leaves_the_group_is_stopped():
+    """Without bubblewrap the verdict's processes share the trainer's machine: a candidate
+    that kills the process that forked it and calls setsid() would outlive the verdict
+    (the trainer kills the sandbox by its process group). setsid and setpgid are refused."""
+    trick = textwrap.dedent(GUARD_OFF) + textwrap.dedent(
+        f"""
+        import os, signal
+        os.kill(os.getppid(), signal.SIGKILL)
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        os.execv('/bin/sleep', ['{MARKER}', '30'])
+        """
+    )
+    assert_no_reward(run_tests(trick + WRONG, TESTS, sandbox="unsafe-process", timeout=3))
+    for _ in range(20):  # the SIGKILL to its process group lands asynchronously
+        if not leftover_processes():
+            break
+        time.sleep(0.05)
+    assert leftover_processes() == []

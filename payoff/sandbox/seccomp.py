@@ -1,7 +1,8 @@
 """A seccomp filter (classic BPF, the format bubblewrap's `--seccomp FD` loads) for sandboxed code.
 
 It refuses new processes (fork, vfork, clone without CLONE_THREAD; clone3 answers ENOSYS so
-the C library falls back to clone for threads) and a few kernel interfaces that code under
+the C library falls back to clone for threads), leaving the process group or session the
+sandbox's processes are killed by (setsid, setpgid) and a few kernel interfaces that code under
 test has no use for and that widen the kernel's attack surface (ptrace, namespaces, mount,
 bpf, perf, keyrings, io_uring, userfaultfd). Everything else is allowed: the namespaces
 and the read-only mounts do the rest.
@@ -43,6 +44,8 @@ _TABLES = {
         {
             "fork": 57,
             "vfork": 58,
+            "setpgid": 109,
+            "setsid": 112,
             "ptrace": 101,
             "mount": 165,
             "umount2": 166,
@@ -67,6 +70,8 @@ _TABLES = {
         220,
         435,
         {
+            "setpgid": 154,
+            "setsid": 157,
             "ptrace": 117,
             "mount": 40,
             "umount2": 39,
