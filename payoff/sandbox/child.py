@@ -1,27 +1,30 @@
 """The program that runs inside the sandbox. Standard library only; imports nothing of payoff.
 
-It reads one JSON request from stdin, lowers its own resource limits, and then runs as one of
+It reads one JSON request from stdin, lowers its own resource limits, and then runs as
 
-  - `candidate`: runs the candidate's program, then answers the test process's requests on a
-    pair of pipes (look up a name, call, get an attribute, iterate, ...) until they close.
-  - `tests`: runs the test script as real Python, in a process that never holds the
-    candidate's code. Each name the tests take from the candidate is a `Remote`: using it is
-    a request to the candidate's process. Writes whether the script passed.
+  - `pair`: a code verdict. It forks the tests' process, which runs the test script as real
+    Python and never holds the candidate's code (each name the tests take from the candidate
+    is a `Remote`: using it is a request to the candidate's process), then the candidate's,
+    which runs the solution and answers those requests on a pair of pipes (look up a name,
+    call, get an attribute, iterate, compare two of its objects, ...). The tests' process
+    writes whether the script passed.
   - `program`: runs a program and nothing else (the agents' python tool).
 
 What crosses between the two processes is plain data (None, bool, int, float, complex, str,
-bytes, bytearray, and lists, tuples, sets, frozensets and dicts of those, aliasing and
-cycles kept), builtin classes and exceptions by name, and *handles*: an object of one side
-that the other side holds as a `Remote`. A call sends its arguments over and brings back
-the return value and the arguments' new contents, so a solution that sorts its argument in
-place is seen to do so. An exception comes back as its nearest builtin class (a class of
-the candidate's named `ValueError` that does not derive from it is not one), or as a class
-made here that derives from it, for `except TheirError:`.
+bytes, tuples and frozensets of data; range, dict views, Fraction, Decimal), builtin
+classes and exceptions by name, *links*: mutable containers (list, dict, set, bytearray,
+deque, OrderedDict, Counter, defaultdict) both sides hold a copy of, kept equal message by
+message, so identity, aliasing and mutation are Python's; and *handles*: an object of one
+side that the other holds as a `Remote` (a class of the candidate's as a mirror class). An
+exception comes back as its nearest builtin class (a class of the candidate's named
+`ValueError` that does not derive from it is not one), or as a class made here that derives
+from it, for `except TheirError:`.
 
 The candidate's process may rewrite anything in itself, including this file's functions: it
-can only ever answer requests with plain data, handles and builtin exceptions, which is what
-some honest solution could have answered too. A handle is never compared by its own `==`:
-a candidate's object equals only itself here, and its truth value is not its own to decide.
+can only ever answer requests with data, links, handles and builtin exceptions, which is what
+some honest solution could have answered too. A handle is never compared by its own `==`
+with the tests' values: a candidate's object equals only itself there, and its truth value
+is not its own to decide.
 """
 
 import base64
@@ -1316,17 +1319,6 @@ def tests_ops():
         "getattr": getattr_op,
         "setattr": setattr_op,
     }
-
-
-def serve_forever(peer):
-    """The candidate's side: answer requests until the test process closes the pipe."""
-    while True:
-        try:
-            message = peer.receive()
-        except CandidateGone:
-            return
-        if "op" in message:
-            peer.send(peer.serve(message))
 
 
 # ---- the modes ------------------------------------------------------------------------------------
