@@ -32,7 +32,7 @@ from payoff.algos.shared.policy_loss import (
     value_loss,
 )
 from payoff.core.errors import ConfigError
-from payoff.core.native import MAX_LAYERS, kernels, kernels_for, native_status
+from payoff.core.native import MAX_LAYERS, kernels, native_status
 from payoff.core.schedules import Schedule
 from payoff.models.mlp import CategoricalActor, Critic
 from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
@@ -128,7 +128,7 @@ class PPO(OnPolicyAlgorithm):
             assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
             current = NumpyActorCritic(self.actor, self.critic, self.flat, self.optimizer)
             self._numpy_ac = current
-            _say_path_once(len(self.config.hidden) + 1)
+            _say_path_once(current)
         return current
 
     def rollout_sampler(self) -> Any:
@@ -329,13 +329,14 @@ class PPO(OnPolicyAlgorithm):
 _said: list[bool] = []
 
 
-def _say_path_once(layers: int) -> None:
+def _say_path_once(numpy_ac: NumpyActorCritic) -> None:
     """Name, once per process, what runs numpy_fast_path: the native kernels, or NumPy and why
-    (`layers`: the networks' Linear layers, which the kernels take up to MAX_LAYERS of)."""
+    (`numpy_ac.use_native` is False for networks deeper than the kernels take, MAX_LAYERS)."""
     if not _said:
         _said.append(True)
         where = native_status()
-        if kernels() is not None and kernels_for(layers) is None:
+        if kernels() is not None and not numpy_ac.use_native:
+            layers = len(numpy_ac.dims) - 1  # its Linear layers
             where = (
                 f"NumPy (the networks have {layers} layers; the native kernels take at most "
                 f"{MAX_LAYERS})"
