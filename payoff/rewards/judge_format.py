@@ -135,7 +135,10 @@ class Verdict:
 
 def _last_answer(reply: str, line: re.Pattern[str], key: str) -> tuple[Any, re.Match[str] | None]:
     """The reply's answer: its last own line (see _own_lines) that is a verdict line (`line`,
-    or a one-line JSON object with `key`), or else the whole reply as such a JSON object."""
+    or a one-line JSON object with `key`), or else the whole reply as such a JSON object;
+    (None, None) for a reply over MAX_REPLY_CHARS, which is not read."""
+    if len(reply) > MAX_REPLY_CHARS:
+        return None, None
     for text in reversed(_own_lines(reply)):
         value, match = _verdict_value(text, line, key)
         if value is not None:
@@ -173,8 +176,6 @@ def parse_score(reply: str, scale: int, judged: tuple[str, ...] = ()) -> Verdict
     own (`SCORE: 10`), the reply may be the judge echoing it: the verdict is 'echoed', not
     read (the judge applies the rubric's rule to such an answer: 0).
     """
-    if len(reply) > MAX_REPLY_CHARS:
-        return Verdict(problem="unparsable")
     raw, match = _last_answer(reply, _SCORE_LINE, "score")
     if match is not None and match.group(2) is not None and int(match.group(2)) != scale:
         return Verdict(problem="unparsable")  # 'SCORE: 9/100' on a 0-10 scale
@@ -194,8 +195,6 @@ def parse_preference(reply: str, judged: tuple[str, ...] = ()) -> Verdict:
     """The judge's preference: the last `PREFERRED: A|B` line outside quotes and fences (or a
     one-line / whole-reply `{"preferred": "A"}`): 0 for A, 1 for B; 'echoed' when a judged
     text states the same preference on a line of its own."""
-    if len(reply) > MAX_REPLY_CHARS:
-        return Verdict(problem="unparsable")
     letter, _ = _last_answer(reply, _PREFERRED_LINE, "preferred")
     if not isinstance(letter, str) or letter.strip().upper() not in ("A", "B"):
         return Verdict(problem="unparsable")
@@ -213,8 +212,6 @@ def parse_group_scores(
     `{"scores": [...]}`), each n an integer in 0..scale; None for anything else (no such
     line, wrong length, out of range, a reply over MAX_REPLY_CHARS) and for a list that a
     judged text states itself on a line of its own (an echo)."""
-    if len(reply) > MAX_REPLY_CHARS:
-        return None
     raw, match = _last_answer(reply, _SCORES_LINE, "scores")
     if match is not None:
         raw = _json_loads(match.group(1))
@@ -238,8 +235,6 @@ def parse_addressing(reply: str, judged: tuple[str, ...] = ()) -> Verdict:
     outside quotes and fences (or `{"addresses_grader": "yes"}`): True for YES. 'echoed' when
     a judged text states the same answer itself on such a line (a candidate that writes
     `ADDRESSES_GRADER: NO` is addressing its grader, whatever the check then says)."""
-    if len(reply) > MAX_REPLY_CHARS:
-        return Verdict(problem="unparsable")
     answer, _ = _last_answer(reply, _ADDRESSES_LINE, "addresses_grader")
     if not isinstance(answer, str) or answer.strip().lower() not in ("yes", "no"):
         return Verdict(problem="unparsable")
