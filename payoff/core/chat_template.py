@@ -44,7 +44,7 @@ def render_chat(
         variables = {
             **tokenizer.special_tokens_map,
             "messages": [{k: v for k, v in m.items() if v is not None} for m in messages],
-            "tools": _plain(tools),
+            "tools": tools,
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
