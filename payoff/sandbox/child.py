@@ -254,7 +254,7 @@ def exception_base(cls):
     return BaseException
 
 
-def encode(value, peer=None, memo=None, depth=0):
+def encode(value, peer=None, depth=0):
     """A value as typed JSON. Exact builtin types only (a subclass can redefine ==).
 
     With a peer, a mutable container (list, dict, set, bytearray, deque, and the
@@ -262,8 +262,7 @@ def encode(value, peer=None, memo=None, depth=0):
     goes by ({"list": [...], "as": 7}), as {"link": 7} after, and its changes on either side
     travel with every message (`Peer.changes`), so identity, aliasing, cycles and mutation at
     any time are Python's. Shared builtins travel by name and anything else as a handle.
-    Without a peer (plain data at rest), a container met twice is {"ref": k}."""
-    memo = {} if memo is None else memo
+    Without a peer (plain data at rest), containers are written out whole."""
     kind = type(value)
     if value is None or kind is bool or kind is float or kind is str:
         return value
@@ -275,18 +274,15 @@ def encode(value, peer=None, memo=None, depth=0):
         return peer.handle_for(value)
     if peer is not None and id(value) in peer.link_of:
         return {"link": peer.link_of[id(value)]}
-    if id(value) in memo:  # a container met before: mentioned by number
-        return {"ref": memo[id(value)][0]}
     if _linkable(value):
         if peer is None:
-            memo[id(value)] = (len(memo), value)  # kept alive while encoding: ids stay unique
-            return _content(value, peer, memo, depth)
+            return _content(value, peer, depth)
         link = peer.link(value)
-        node = _content(value, peer, memo, depth)
+        node = _content(value, peer, depth)
         node["as"] = link
         return node
     if kind is tuple or kind is frozenset:
-        return {kind.__name__: [encode(v, peer, memo, depth + 1) for v in value]}
+        return {kind.__name__: [encode(v, peer, depth + 1) for v in value]}
     if kind is bytes:
         return {"bytes": base64.b64encode(value).decode()}
     if kind is complex:
@@ -300,7 +296,7 @@ def encode(value, peer=None, memo=None, depth=0):
     name = builtin_name(value)
     if name is not None:
         return {"builtin": name}
-    rich = encode_rich(value, kind, peer, memo, depth)
+    rich = encode_rich(value, kind, peer, depth)
     return rich if rich is not None else peer.handle_for(value)
 
 
@@ -347,11 +343,11 @@ def _snapshot(container):
     return [_Same(item) for item in container]
 
 
-def _content(value, peer, memo, depth):
+def _content(value, peer, depth):
     """A mutable container's contents as a node, its items encoded (linked ones by link)."""
 
     def items(values):
-        return [encode(v, peer, memo, depth + 1) for v in values]
+        return [encode(v, peer, depth + 1) for v in values]
 
     kind = _linkable(value)
     if kind == "bytearray":
@@ -370,7 +366,7 @@ def _stdlib(module, name):
     return getattr(sys.modules.get(module), name, None)
 
 
-def encode_rich(value, kind, peer, memo, depth):
+def encode_rich(value, kind, peer, depth):
     """Values that are plain data under another type: views of a dict, ranges, the
     collections module's containers, Fraction and Decimal; and instances of subclasses of
     the plain types (an IntEnum, a namedtuple, a dict subclass) as handles that carry their
@@ -379,7 +375,7 @@ def encode_rich(value, kind, peer, memo, depth):
     none of these."""
 
     def items(values):
-        return [encode(v, peer, memo, depth + 1) for v in values]
+        return [encode(v, peer, depth + 1) for v in values]
 
     if kind is range:
         return {"range": [value.start, value.stop, value.step]}
@@ -393,7 +389,7 @@ def encode_rich(value, kind, peer, memo, depth):
     for base in (int, float, complex, str, bytes, tuple, list, dict, set, frozenset):
         if isinstance(value, base):
             record = peer.handle_for(value)
-            record["plain"] = encode(_plain_copy(value, base), peer, memo, depth + 1)
+            record["plain"] = encode(_plain_copy(value, base), peer, depth + 1)
             return record
     return None
 
@@ -417,12 +413,11 @@ def _plain_copy(value, base):
     return base(value)
 
 
-def decode(node, peer=None, table=None, depth=0):
+def decode(node, peer=None, depth=0):
     """Inverse of `encode`, strict: anything `encode` cannot have written is refused.
 
     The parent decodes what a checkpoint holds with this; with a peer, links and handles
     become the peer's objects (ours back, or `Remote`s of theirs)."""
-    table = [] if table is None else table
     if node is None or type(node) in (bool, int, float, str):
         return node
     if depth > MAX_DEPTH:
@@ -436,20 +431,16 @@ def decode(node, peer=None, table=None, depth=0):
         raise NotPlainData("unexpected value record")
     if kind == "int" and type(body) is str:
         return int(body, 16) if "x" in body else int(body)  # hex as written, or decimal
-    if kind == "ref" and type(body) is int and 0 <= body < len(table):
-        return table[body]
     if kind == "link" and peer is not None:
         return peer.linked(body)
     if kind in CONTAINERS:
         made = _empty(kind, body)
         if link is not None:
-            peer.adopt(link, made)
-        else:
-            table.append(made)  # numbered before its items, as encode numbers it
-        fill(made, kind, body, peer, table, depth)
+            peer.adopt(link, made)  # before its items: they may mention it
+        fill(made, kind, body, peer, depth)
         return made
     if kind in ("tuple", "frozenset") and type(body) is list:
-        items = [decode(v, peer, table, depth + 1) for v in body]
+        items = [decode(v, peer, depth + 1) for v in body]
         if kind == "tuple":
             return tuple(items)
         try:
@@ -462,7 +453,7 @@ def decode(node, peer=None, table=None, depth=0):
         return complex(float(body[0]), float(body[1]))
     if kind == "builtin" and type(body) is str and body in SHARED_BUILTINS:
         return vars(builtins)[body]
-    rich = decode_rich(kind, body, peer, table, depth)
+    rich = decode_rich(kind, body, peer, depth)
     if rich is not NOTHING:
         return rich
     if peer is not None and kind in ("yours", "theirs"):
@@ -489,13 +480,13 @@ def _empty(kind, body):
     return {"list": list, "dict": dict, "set": set, "bytearray": bytearray}[kind]()
 
 
-def fill(container, kind, body, peer, table, depth):
+def fill(container, kind, body, peer, depth):
     """Give `container` (empty, or one of ours a change is for) the contents a node holds."""
 
     def items(values):
         if type(values) is not list:
             raise NotPlainData(f"a {kind} whose items are not a list")
-        return [decode(v, peer, table, depth + 1) for v in values]
+        return [decode(v, peer, depth + 1) for v in values]
 
     def pairs(values):
         found = []
@@ -532,14 +523,14 @@ def fill(container, kind, body, peer, table, depth):
 NOTHING = object()
 
 
-def decode_rich(kind, body, peer, table, depth):
+def decode_rich(kind, body, peer, depth):
     """The values `encode_rich` writes, rebuilt as the standard types they are; NOTHING
     when `kind` is none of them."""
 
     def items(values):
         if type(values) is not list:
             raise NotPlainData(f"a {kind} whose items are not a list")
-        return [decode(v, peer, table, depth + 1) for v in values]
+        return [decode(v, peer, depth + 1) for v in values]
 
     if kind == "range" and type(body) is list and [type(v) for v in body] == [int] * 3:
         return range(*body)
@@ -687,7 +678,7 @@ class Peer:
             alone = sys.getrefcount(entry[0]) <= 2  # held by this entry alone (and the call)
             if _snapshot(entry[0]) != entry[1]:
                 # sent even when let go: the other side may hold it still
-                changed.append([link, _content(entry[0], self, {}, 0)])
+                changed.append([link, _content(entry[0], self, 0)])
                 self.unsettled.append(link)
             if alone:
                 del self.link_of[id(entry[0])]
@@ -707,7 +698,7 @@ class Peer:
             ((kind, body),) = change[1].items() if len(change[1]) == 1 else [(None, None)]
             if kind != _linkable(container):
                 raise NotPlainData("a change of a container into another kind")
-            fill(container, kind, body, self, [], 0)
+            fill(container, kind, body, self, 0)
             self.unsettled.append(change[0])
         for link in drops:  # after the changes: a container may change as it is let go
             if type(link) is int and link in self.links:
@@ -725,11 +716,10 @@ class Peer:
         encoded (in that order, the order the other side reads them in)."""
         message = dict(fields)
         message["changes"], message["drops"] = self.changes()
-        memo = {}
-        message["args"] = [encode(v, self, memo) for v in values]
-        message["kwargs"] = [[k, encode(v, self, memo)] for k, v in (named or {}).items()]
+        message["args"] = [encode(v, self) for v in values]
+        message["kwargs"] = [[k, encode(v, self)] for k, v in (named or {}).items()]
         if value is not NOTHING:
-            message["value"] = encode(value, self, memo)
+            message["value"] = encode(value, self)
         self.settle()
         return message
 

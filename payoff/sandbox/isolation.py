@@ -267,9 +267,9 @@ def _trainer_not_dumpable() -> None:
     """Without bubblewrap the child shares the trainer's user: make the trainer's memory
     (/proc/<pid>/mem, which holds the expected values) unreadable to a process of that user
     without CAP_SYS_PTRACE, which the child drops. Also stops core files of the trainer."""
-    import ctypes
+    from payoff.sandbox import child
 
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    child._libc().prctl(child.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def run_child(

@@ -86,10 +86,10 @@ def candidate_names(tests: str) -> list[str]:
 # ---- running ----------------------------------------------------------------------------------
 def _run_pair(
     solution: str, tests: str, names: list[str], limits: Limits, mode: str
-) -> tuple[ChildOutput, list[dict]]:
+) -> ChildOutput:
     """The verdict's two processes in one sandbox (child.py's `pair`): the tests travel on a
-    pipe only the tests' process reads, the candidate reports on a channel of its own.
-    Returns the sandbox's output (the tests' records) and the candidate's records."""
+    pipe only the tests' process reads, the candidate reports on a channel of its own
+    (ChildOutput.side_records; the tests' records are ChildOutput.records)."""
     tests_read, tests_write = os.pipe()
     side_read, side_write = os.pipe()
 
@@ -119,7 +119,7 @@ def _run_pair(
     finally:
         os.close(side_read)
         writer.join(timeout=1)
-    return output, output.side_records
+    return output
 
 
 def _failure_detail(record: dict, tests: str) -> str:
@@ -156,7 +156,8 @@ def run_tests(
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return SandboxResult(False, "invalid_tests", f"the tests do not parse: {err}")
     limits = Limits(timeout=timeout, memory_mb=memory_mb)
-    output, candidate_records = _run_pair(solution, tests, names, limits, mode)
+    output = _run_pair(solution, tests, names, limits, mode)
+    candidate_records = output.side_records
     blocked = [
         r["blocked"]
         for r in candidate_records + output.records
