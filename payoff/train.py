@@ -123,6 +123,7 @@ def _monitor_overrides(
 _PATH_KEYS = frozenset(
     {
         "path",
+        "test_path",
         "data",
         "test_data",
         "ood_data",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
+from payoff.core.config import absolute_path
 from payoff.core.errors import DataError
 from payoff.rollout import demonstrations
 
@@ -39,6 +40,10 @@ class BCConfig(ImitationConfig):
     demonstrations: str | None = None
     eval_every: int = 50
     checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.demonstrations = absolute_path(self.demonstrations)  # saved absolute
 
 
 class BC(ImitationAlgorithm):

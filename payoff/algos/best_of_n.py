@@ -34,6 +34,7 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of, correctness_spec
+from payoff.core.config import absolute_path
 from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
@@ -118,6 +119,9 @@ class BestOfNConfig(MonitorKeys):
     max_new_tokens: int = 24
     threads: int = 1
     device: str = field(default="auto", metadata={"check": check_device_name})
+
+    def __post_init__(self) -> None:
+        self.reward_model = absolute_path(self.reward_model)  # saved absolute: found anywhere
 
     def validate(self) -> None:
         if not self.ns or min(self.ns) < 1:

@@ -37,6 +37,7 @@ from payoff.algos.reward_model import (
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, LMKeys, columns_of
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
+from payoff.core.config import absolute_path
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
@@ -110,6 +111,9 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
     log_every: int = 1
     eval_every: int = 10
     checkpoint_every: int = 20
+
+    def __post_init__(self) -> None:
+        self.reward_model = absolute_path(self.reward_model)  # saved absolute: found anywhere
 
     def validate(self) -> None:
         if self.reward_model and self.rewards:

@@ -80,6 +80,19 @@ def _bound(value: float | None) -> str:
 # or key=value, never written to config.yaml.
 PYTHON_ONLY = {"python_only": True}
 
+
+def absolute_path(value: Any) -> Any:
+    """A relative path that exists from the working folder, made absolute; any other value as
+    given (an absolute path, a name that is no file here: a shipped expert, a Hub id).
+
+    Config keys that name files pass their value through it as they are set (a dataclass's
+    __post_init__), so that config.yaml and checkpoints hold paths that still lead to the
+    files from another folder: `payoff eval RUN` run elsewhere rebuilds the run from them."""
+    if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+        return value
+    path = Path(value)
+    return str(path.resolve()) if path.exists() else value
+
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from payoff.core.config import absolute_path
 from payoff.core.errors import ConfigError
 from payoff.core.imports import refuse_untrusted
 from payoff.core.state import cpu_state
@@ -103,6 +104,9 @@ class ModelConfig:
     # them (Llama's q_proj ... down_proj, GPT-2's c_attn, c_proj and c_fc, ...)
     lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])
     disable_dropout: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.path = absolute_path(self.path)  # saved absolute: found from any folder
 
     def validate(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import Agent, AgentKeys, check_deterministic, restoring
+from payoff.core.config import absolute_path
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
@@ -34,6 +35,7 @@ from payoff.models.mlp import Actor, Critic, actor_for
 from payoff.models.policy_file import save_policy
 from payoff.rollout.evaluate import EvalResult
 from payoff.rollout.experts import (
+    EXPERTS,
     Expert,
     FunctionExpert,
     PolicyExpert,
@@ -100,6 +102,11 @@ class ImitationConfig(AgentKeys):
     export_policy: str | None = None
     value_prefit_steps: int = 0
     value_gamma: float = 0.99
+
+    def __post_init__(self) -> None:
+        if isinstance(self.expert, str) and self.expert not in (*EXPERTS, "keyboard"):
+            # (a shipped expert's name is no path) saved absolute: found from any folder
+            self.expert = absolute_path(self.expert)
 
     def validate(self) -> None:
         # Ranges of single keys (counts > 0, learning_rate > 0, ...) are checked by core.config.

@@ -23,6 +23,7 @@ import torch
 from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.reward_scaling import RewardScaler
+from payoff.core.config import absolute_path
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
@@ -83,6 +84,9 @@ class OnPolicyConfig(VectorAgentKeys):
     episode_info: list[str] = field(default_factory=list)
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
+
+    def __post_init__(self) -> None:
+        self.init_from = absolute_path(self.init_from)  # saved absolute: found from any folder
 
     def validate(self) -> None:
         # Ranges of single keys (counts > 0, gamma in [0, 1], ...) are checked by core.config.

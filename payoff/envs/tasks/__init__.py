@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from payoff.core.config import PYTHON_ONLY
+from payoff.core.config import PYTHON_ONLY, absolute_path
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.tasks import (  # noqa: F401  (registers)
     arithmetic,
@@ -41,9 +41,10 @@ class TaskConfig:
         reaches the reward functions. Without test_data, 10% of data is held out; without
         ood_data there is no ood split.
     eval_size: problems in the test and ood splits used for evaluation during training.
-    dataset / test_dataset: set from Python only: rows as a list of dicts, a datasets.Dataset
-        or a DatasetDict, e.g. `GRPO(task=my_rows)` or `SFT(task=hf_dataset)` (a task given as
-        rows is task 'jsonl' on them). Not written to config.yaml.
+    dataset / test_dataset: set from Python only: rows as a list of dicts, a pandas
+        DataFrame, a datasets.Dataset or a DatasetDict, e.g. `GRPO(task=my_rows)` or
+        `SFT(task=hf_dataset)` (a task given as rows is task 'jsonl' on them). Not written
+        to config.yaml.
     """
 
     name: str = "addition"
@@ -54,6 +55,12 @@ class TaskConfig:
     eval_size: int = 200
     dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
     test_dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
+
+    def __post_init__(self) -> None:
+        # saved absolute: a run evaluated or resumed from another folder finds its files
+        self.data = absolute_path(self.data)
+        self.test_data = absolute_path(self.test_data)
+        self.ood_data = absolute_path(self.ood_data)
 
     @classmethod
     def from_value(cls, value: object) -> TaskConfig | None:

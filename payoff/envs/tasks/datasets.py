@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from payoff.core.errors import ConfigError, DataError, PayoffError
 from payoff.core.io import TooLarge, read_text_capped
 
@@ -37,8 +39,8 @@ _EXTRA = "pip install 'payoff[llm]'"
 # ---- files and in-memory datasets ---------------------------------------------------------------
 def read_records(path: Any, split: str = "train", kind: str = "dataset") -> list[Record]:
     """(`where`, row) for every row of a dataset file or folder, or of a dataset passed from
-    Python: a list of dicts, a Hugging Face `Dataset`, or a `DatasetDict` (rows are named
-    'rows[3]' in errors).
+    Python: a list of dicts, a pandas DataFrame, a Hugging Face `Dataset`, or a `DatasetDict`
+    (rows are named 'rows[3]' in errors; NumPy arrays in them read as lists, see `plain`).
 
     split: which split of a DatasetDict (folder or object) to read (a plain dataset or a
         file has just one, and `split` is ignored).
@@ -275,7 +277,7 @@ def _is_dataset_dict(value: Any) -> bool:
 
 
 def _object_records(data: Any, split: str, kind: str) -> list[Record]:
-    """Rows of a list of dicts, a datasets.Dataset or a DatasetDict passed from Python."""
+    """Rows of a list of dicts, a DataFrame, a datasets.Dataset or a DatasetDict from Python."""
     if _is_dataset_dict(data):
         if split not in data:
             raise DataError(
@@ -285,12 +287,39 @@ def _object_records(data: Any, split: str, kind: str) -> list[Record]:
         data = data[split]
     if hasattr(data, "to_list") and hasattr(data, "column_names"):  # a datasets.Dataset
         data = data.to_list()
+    if (frame_rows := rows_of_frame(data)) is not None:  # a pandas DataFrame
+        data = frame_rows
     if isinstance(data, dict) or not isinstance(data, list | tuple):
         raise DataError(
-            f"a {kind} passed from Python must be a list of dicts, a datasets.Dataset or a "
-            f"DatasetDict, or a path ({SUPPORTED}); got {type(data).__name__}"
+            f"a {kind} passed from Python must be a list of dicts, a pandas DataFrame, a "
+            f"datasets.Dataset or a DatasetDict, or a path ({SUPPORTED}); got "
+            f"{type(data).__name__}"
         )
-    return [(f"rows[{i}]", _object(f"rows[{i}]", row)) for i, row in enumerate(data)]
+    return [(f"rows[{i}]", plain(_object(f"rows[{i}]", row))) for i, row in enumerate(data)]
+
+
+MAX_PLAIN_DEPTH = 32  # chat data nests 3 deep (column, message, field); a cycle stops here
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` with NumPy arrays as lists and NumPy scalars as Python's, at every level.
+
+    A DataFrame read from Parquet (or built from such rows) holds a column of chat messages
+    as an object array of dicts, and the dicts' lists as arrays, where JSON and
+    `datasets` give lists; rows are checked and rendered as the lists they stand for.
+    Past MAX_PLAIN_DEPTH levels values are left as they are (the row checks name them).
+    """
+    if depth > MAX_PLAIN_DEPTH:
+        return value
+    if isinstance(value, np.ndarray):
+        value = value.tolist()  # an object array's items stay as they are: converted below
+    elif isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item, depth + 1) for item in value]
+    return value
 
 
 def _folder_records(folder: Path, split: str) -> list[Record]:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from payoff.core.config import PYTHON_ONLY
+from payoff.core.config import PYTHON_ONLY, absolute_path
 from payoff.core.errors import ConfigError, DataError
 from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
@@ -284,6 +284,11 @@ class PreferenceDataConfig:
     test_pairs: int = 400
     from_python: bool = False  # the pairs were Python rows: a saved config cannot hold them
     dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
+
+    def __post_init__(self) -> None:
+        # saved absolute: `payoff eval RUN` from another folder finds the held-out pairs
+        self.path = absolute_path(self.path)
+        self.test_path = absolute_path(self.test_path)
 
     @classmethod
     def from_value(cls, value: object) -> PreferenceDataConfig | None:
