@@ -4,11 +4,23 @@ figure), and an agent's held-out success and tool calls per task kind."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from payoff.core.errors import RunError
+from payoff.envs.tasks import TASKS
 from payoff.report.plots import plt, save_figure, series
 from payoff.track.run import Run
+
+# What train/accuracy counts, by the verifier that decides it (the task's first default
+# reward): (what passing reads as, what failing reads as).
+VERIFIER_WORDS = {
+    "code": ("hidden tests pass", "hidden tests fail"),
+    "math": ("answer right (math verifier)", "answer wrong"),
+    "exact": ("answer right (exact-match verifier)", "answer wrong"),
+    "countdown": ("countdown solved (verifier)", "not solved"),
+}
 
 
 def _smooth(values: np.ndarray, window: int = 10) -> np.ndarray:
@@ -96,24 +108,68 @@ def has_integrity_story(run: Run) -> bool:
     )
 
 
+def verifier_name(run: Run) -> str | None:
+    """The verifier that decided a run's train/accuracy: as the run recorded it in its
+    summary, else the built-in task's first default reward; None when unknown (own data from
+    a run that did not record it: its rows decide between answers and tests)."""
+    try:
+        recorded = run.summary().get("verifier")
+    except RunError:  # (the page says why it is not shown)
+        recorded = None
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    task = run.config.get("task")
+    name = task.get("name") if isinstance(task, dict) else None
+    rewards = getattr(TASKS.get(str(name)), "default_rewards", ())
+    return str(rewards[0]) if rewards else None
+
+
+def truth_words(runs: list[Run]) -> tuple[str, str]:
+    """(pass, fail) phrases for what the runs' train/accuracy counts: 'hidden tests pass'
+    for code, 'answer right (math verifier)' for arithmetic; one verifier's words only when
+    every run has it."""
+    names = {verifier_name(run) for run in runs}
+    name = names.pop() if len(names) == 1 else None
+    if name is None:
+        return "the task's verifier passes", "the verifier fails"
+    return VERIFIER_WORDS.get(name, (f"verifier {name!r} passes", f"{name!r} fails"))
+
+
+def _outside_unit(values: list[np.ndarray]) -> bool:
+    """Whether any value lies outside [0, 1] (a reward that a share's axis would cut off)."""
+    return any(len(v) and (float(np.min(v)) < 0.0 or float(np.max(v)) > 1.0) for v in values)
+
+
 def plot_integrity(runs: list[Run], labels: list[str], path: str | Path, title: str = "") -> Path:
     """Left: the paid reward and the task's verifier on the same samples (smoothed), per
     run; right: the share paid but failing the verifier, and canary pass rates. Alarms are
-    vertical lines in each run's colour (canary dash-dot, others dashed, rollbacks dotted)."""
+    vertical lines in each run's colour (canary dash-dot, others dashed, rollbacks dotted).
+
+    The verifier's share is named by what it checks (hidden tests, the answer: `truth_words`).
+    A reward outside 0..1 (weights, penalties) gets an axis of its own on the left panel's
+    right side, scaled to it, instead of running off the share's 0..1."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    passes, fails = truth_words(runs)
+    rewards = [series(run, "train/reward") for run in runs]
+    paid_axis: Any = left
+    if _outside_unit([ys for _, ys in rewards]):
+        paid_axis = left.twinx()
+        paid_axis.set_ylabel("reward paid (proxy, smoothed)")
+        fig.subplots_adjust(wspace=0.35)  # room for the twin axis's label
     for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
         color = f"C{i % 10}"
-        xs, ys = series(run, "train/reward")
+        xs, ys = rewards[i]
         if len(xs):
-            left.plot(xs, _smooth(ys), color=color, label=f"{label}: reward paid (proxy)")
+            where = "" if paid_axis is left else ", right axis"
+            paid_axis.plot(
+                xs, _smooth(ys), color=color, label=f"{label}: reward paid (proxy{where})"
+            )
         xs, ys = series(run, "train/accuracy")
         if len(xs):
-            left.plot(
-                xs, _smooth(ys), color=color, linestyle="--", label=f"{label}: hidden tests pass"
-            )
+            left.plot(xs, _smooth(ys), color=color, linestyle="--", label=f"{label}: {passes}")
         xs, ys = series(run, "integrity/proxy_only")
         if len(xs):
-            right.plot(xs, _smooth(ys), color=color, label=f"{label}: paid, hidden tests fail")
+            right.plot(xs, _smooth(ys), color=color, label=f"{label}: paid, {fails}")
         xs, ys = series(run, "integrity/canary_pass_rate")
         if len(xs):
             right.scatter(xs, ys, color=color, marker="x", s=18, label=f"{label}: canary pass rate")
@@ -135,11 +191,27 @@ def plot_integrity(runs: list[Run], labels: list[str], path: str | Path, title: 
                     label=name if ax is right and name not in marked else None,
                 )
             marked.add(name)
-    for ax, ylabel in ((left, "share of completions (smoothed)"), (right, "share")):
+    shared = paid_axis is left
+    for ax, ylabel in (
+        (left, "reward and share (smoothed)" if shared else "share of completions (smoothed)"),
+        (right, "share"),
+    ):
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title or "Proxy reward vs the true objective on the same samples")
+        handles, names = ax.get_legend_handles_labels()
+        if ax is left and not shared:  # the reward's lines live on the twin axis: one
+            # legend for both, under the panel, where neither axis's lines run over it
+            more, more_names = paid_axis.get_legend_handles_labels()
+            handles, names = more + handles, more_names + names
+            ax.legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+        else:
+            ax.legend(handles, names, fontsize=7)
+    if not shared:
+        low, high = paid_axis.get_ylim()
+        paid_axis.set_ylim(min(low, 0.0), max(high, 1.0))  # 0 and 1 stay in view on both
+    fig.suptitle(
+        title or f"Reward paid (proxy) vs the true objective, {passes}, on the same samples"
+    )
     return save_figure(fig, path)

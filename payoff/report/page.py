@@ -15,6 +15,7 @@ from payoff.core.errors import RunError
 from payoff.core.io import atomic_write_text, read_prefix
 from payoff.report.figures import CURVES_IN_FIGURES
 from payoff.report.plots import (
+    TRUE_OBJECTIVE,
     default_metrics,
     final_point,
     is_number,
@@ -51,8 +52,10 @@ CURVE_METRICS = (
 MAX_PANELS = 2
 # summary.json keys shown as sentences above the tables, not as rows
 NOTE_KEYS = ("headline", "final_line", "plateau_note")
-HIDDEN_KEYS = ("finished", "final_eval", *NOTE_KEYS)  # `finished` is always true here
+# `finished` is always true here; prompt_format has a section of its own
+HIDDEN_KEYS = ("finished", "final_eval", "prompt_format", *NOTE_KEYS)
 SHOWN_EXAMPLES = 5  # sample completions
+SHOWN_LINES = 20  # of a summary value that is a list of lines (an experiment's member results)
 SHOWN_TRAJECTORIES = 3  # agent episodes from trajectories.md
 TRAJECTORY_BYTES = 2**20  # read of trajectories.md (three episodes are a few KB; 300 MB: 1 GB)
 
@@ -99,6 +102,7 @@ def write_report(run: Run) -> Path:
                 "(more episodes than the periodic ones).</p>"
             )
         parts.extend(_image(p) for p in pictures)
+    parts += _prompt_format(summary)
     parts += _examples(summary)
     parts += _training_samples(run.path / "samples.jsonl")
     parts += _trajectories(run.path / "trajectories.md")
@@ -134,6 +138,11 @@ def curve_panels(run: Run) -> list[str]:
             continue
         panels.append(metric)
         shown.append(metric)
+    # A hackable env's true objective (BoatRace's laps) beside the reward paid: the page is
+    # where a reader sees the proxy rise while the truth stays flat.
+    truth = TRUE_OBJECTIVE in logged and TRUE_OBJECTIVE not in shown
+    if truth and point_count(run, TRUE_OBJECTIVE) >= 2:
+        panels = [*panels[: MAX_PANELS - 1], TRUE_OBJECTIVE]
     return panels
 
 
@@ -232,6 +241,34 @@ def _logged_once(records: list[dict[str, Any]]) -> list[tuple[str, Any, int]]:
     return [(key, *points[0]) for key, points in seen.items() if len(points) == 1]
 
 
+def _prompt_format(summary: dict[str, Any]) -> list[str]:
+    """How prompts reached a language model (summary.json's prompt_format, written by the
+    LM trainers): whose chat template rendered them, or that none did, and one prompt as the
+    model was given it, special tokens written out (bounded where it was written)."""
+    shown = summary.get("prompt_format")
+    if not isinstance(shown, dict) or not isinstance(shown.get("chat_template"), str):
+        return []
+    parts = ["<h2>Prompts as the model reads them</h2>", f"<p>{_esc(shown['chat_template'])}</p>"]
+    example = shown.get("example")
+    if isinstance(example, str):
+        split = _esc(shown.get("example_split") or "")
+        tokens = shown.get("example_tokens")
+        count = f"the {_fmt(tokens)} token ids" if is_number(tokens) else "the token ids"
+        parts += [
+            f"<p class='note'>A {split} prompt, decoded from {count} the model is given "
+            f"(special tokens written out):</p>",
+            f"<pre>{_esc(example)}</pre>",
+        ]
+        row_prompt = shown.get("row_prompt")
+        if isinstance(row_prompt, str) and row_prompt != example:
+            parts += [
+                "<p class='note'>The row's own prompt, which the reward functions read (and "
+                "the tables below show):</p>",
+                f"<pre>{_esc(row_prompt)}</pre>",
+            ]
+    return parts
+
+
 def _examples(summary: dict[str, Any]) -> list[str]:
     """A few of the final evaluation's completions (language-model runs keep them there)."""
     final = summary.get("final_eval")
@@ -239,9 +276,16 @@ def _examples(summary: dict[str, Any]) -> list[str]:
     if not isinstance(examples, list) or not examples:
         return []
     examples = [e for e in examples if isinstance(e, dict)][:SHOWN_EXAMPLES]
+    templated = any("model_input" in e for e in examples)
+    read = (
+        " <code>model_input</code> is the prompt as the model read it (through the chat "
+        "template); <code>prompt</code>, the row's own, as the verifier read it."
+        if templated
+        else ""
+    )
     return [
         "<h2>Sample completions</h2>",
-        "<p class='note'>From the final evaluation (greedy decoding).</p>",
+        f"<p class='note'>From the final evaluation (greedy decoding).{read}</p>",
         _rows_table(examples),
     ]
 
@@ -351,8 +395,14 @@ def _cell(value: Any) -> str:
             for row in value
         )
         return f"<table><tr>{head}</tr>{body}</table>"
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        # lines of text (an experiment's member results): one a line, as written (± not \u00b1)
+        shown = [_esc(v if len(v) <= 300 else v[:300] + " …") for v in value[:SHOWN_LINES]]
+        if len(value) > SHOWN_LINES:
+            shown.append(f"<span class='note'>… {len(value) - SHOWN_LINES} more</span>")
+        return "<br>".join(shown)
     if isinstance(value, list):
-        text = json.dumps(value)
+        text = json.dumps(value, ensure_ascii=False)
         return f"<code>{_esc(text if len(text) <= 300 else text[:300] + ' …')}</code>"
     return _fmt(value)  # escaped
 

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 
 from payoff.core.errors import RunError  # noqa: E402
 from payoff.core.io import atomic_write_bytes  # noqa: E402
+from payoff.envs.hacking import info_label  # noqa: E402
 from payoff.track.run import Run  # noqa: E402
 
 PREFERRED_METRICS = (
@@ -110,6 +111,30 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
     if preferred:
         return [max(preferred, key=lambda m: counts[m])]  # max keeps the first among equals
     return [max(sorted(counts), key=lambda m: counts[m])] if counts else []
+
+
+TRUE_OBJECTIVE = "train/episode_true_reward"  # a hackable env's truth (episode_info)
+
+
+def metric_label(runs: Sequence[Run], metric: str) -> str:
+    """The axis label of `metric`: its name, and what an env's info key summed per episode
+    counts where the runs' env says (`train/episode_true_reward` of BoatRace: laps finished
+    per episode, the true objective); beside a true objective, the return is the reward paid."""
+    if metric == "train/return" and any(TRUE_OBJECTIVE in r for run in runs for r in run.records()):
+        return f"{metric} (the reward paid)"
+    key = metric.removeprefix("train/episode_")
+    if key == metric:
+        return metric
+    envs = {
+        str(env.get("id"))
+        for env in (run.config.get("env") for run in runs)
+        if isinstance(env, dict)
+    }
+    counts = {info_label(env, key) for env in envs}
+    if len(counts) != 1 or None in counts:  # unknown, or the runs' envs count different things
+        return metric
+    role = {"true_reward": ", the true objective", "proxy_reward": ", the proxy"}.get(key, "")
+    return f"{counts.pop()} per episode{role}\n({metric})"
 
 
 def _group_label(run: Run) -> str:
@@ -203,8 +228,11 @@ def plot_curves(
             final_labelled = final_labelled or bool(curves)
         if mark_alarms:
             _mark_alarms(ax, runs, x)
+        if metric == TRUE_OBJECTIVE:  # 0 and 1 in view: laps stuck at 0 with one early
+            low, high = ax.get_ylim()  # lap would otherwise fill the axis as a spike
+            ax.set_ylim(min(low, -0.05), max(high, 1.05))
         ax.set_xlabel(x)
-        ax.set_ylabel(metric)
+        ax.set_ylabel(metric_label(runs, metric))
         ax.grid(alpha=0.3)
         # long labels (a recipe and its overrides) wrapped: wider than the axes, the legend
         # was placed over the axis label

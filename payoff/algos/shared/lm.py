@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +23,7 @@ from payoff.envs.tasks.datasets import messages, render_chat
 from payoff.models.base_model import start_lm
 from payoff.models.chat import completion_text, prompt_text, uses_chat_template
 from payoff.models.lm import ModelConfig, context_limit, save_lm
+from payoff.models.logprobs import tokenize_starts
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
 
@@ -123,6 +125,28 @@ def columns_of(rows: Sequence[Row]) -> dict[str, list[Any]]:
     return {k: [row.get(k) for row in rows] for k in keys}
 
 
+SHOWN_PROMPT_CHARS = 1_500  # of the example prompt in summary.json and the report
+SHOWN_EXAMPLE_PROMPT_CHARS = 500  # of each evaluation example's model_input
+CONSOLE_PROMPT_CHARS = 240  # of the example prompt in the console line
+
+
+def shown_text(text: str, limit: int) -> str:
+    """`text` within `limit` characters: its start and its end (where a chat template puts
+    the last turn and the assistant's header), with a marker saying how much is left out."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    tail = limit - head
+    return f"{text[:head]}[… {len(text) - limit:,} characters left out …]{text[-tail:]}"
+
+
+def model_input(tokenizer: Any, text: str) -> tuple[str, int]:
+    """A prompt as the model is given it: decoded from the token ids it is fed (the BOS the
+    tokenizer puts first and the template's special tokens written out), and their count."""
+    ids = tokenize_starts(tokenizer, [text])[0]
+    return tokenizer.decode(ids, skip_special_tokens=False), len(ids)
+
+
 @torch.no_grad()
 def evaluate_lm(
     model: Any,
@@ -141,7 +165,8 @@ def evaluate_lm(
     """Greedy accuracy, and pass@k for each k from max(k) samples per problem.
 
     chat_template: the model reads each row's prompt through the tokenizer's chat template
-    (payoff.models.chat); the verifier always gets the row's own prompt.
+    (payoff.models.chat); the verifier always gets the row's own prompt. The examples then
+    carry `model_input` too: the prompt as the model read it (bounded).
     accuracy: False for prompt-only rows: `verifier` is then the run's rewards, whose mean
     on the greedy completions is the result (no accuracy, and no pass@k: nothing is right).
     """
@@ -163,6 +188,13 @@ def evaluate_lm(
             zip(prompts, greedy.completions, rows, correct, scores, strict=True)
         )[:examples]
     ]
+    if chat_template:  # the row's prompt is what the verifier read; this, what the model did
+        for i, row in enumerate(rows[: len(shown)]):
+            text, _ = model_input(tokenizer, prompt_text(tokenizer, row, True))
+            first, *rest = shown[i].items()  # model_input next to the prompt
+            shown[i] = dict(
+                [first, ("model_input", shown_text(text, SHOWN_EXAMPLE_PROMPT_CHARS)), *rest]
+            )
     result = LMEvalResult(
         split="",
         problems=len(rows),
@@ -365,6 +397,80 @@ class LMAlgorithm(Algorithm):
     def completion_text(self, row: Row, completion: str) -> str:
         """The text after `prompt_text(row)` when the model answers `completion` (its turn)."""
         return completion_text(self.tokenizer, row, completion, self.chat_template)
+
+    def prompt_format(self, limit: int = SHOWN_PROMPT_CHARS) -> dict[str, Any]:
+        """How prompts reach the model, for people: `chat_template` says whose template
+        renders them, or that none does and why; `example` is one prompt as the model is
+        given it (`model_input`: special tokens written out, within `limit` characters),
+        with its token count, the split it is from and the row's own prompt (`row_prompt`,
+        what the rewards read)."""
+        config, tokenizer = self.config, self.tokenizer
+        folder = str(getattr(tokenizer, "name_or_path", "") or "")
+        if self.chat_template:
+            template = tokenizer.get_chat_template(None, None)
+            digest = hashlib.sha1(template.encode()).hexdigest()[:12]
+            where = Path(folder, "chat_template.jinja")
+            source = where.name if where.is_file() else "tokenizer_config.json"
+            described = (
+                f"the chat template of the tokenizer in {folder or '(a tokenizer made in Python)'}"
+                f" ({source}, sha1 {digest}): prompts are rendered with it, ready for the "
+                f"assistant's turn"
+            )
+        else:
+            why = (
+                "model.chat_template=none"
+                if config.model.chat_template == "none"
+                else "payoff's tiny model has none"
+                if not config.model.path
+                else f"the tokenizer in {folder} has none"
+            )
+            described = (
+                f"no chat template ({why}): the model reads each row's prompt as it is, "
+                f"conversations as plain role lines ('user: ...' then 'assistant: ')"
+            )
+        shown: dict[str, Any] = {"chat_template": described}
+        example = self._example_row()
+        if example is not None:
+            split, row = example
+            text, tokens = model_input(tokenizer, self.prompt_text(row))
+            shown["example"] = shown_text(text, limit)
+            shown["example_tokens"] = tokens
+            shown["example_split"] = split
+            shown["row_prompt"] = shown_text(str(row["prompt"]), limit)
+        return shown
+
+    def _example_row(self) -> tuple[str, Row] | None:
+        """(split, row): the first held-out row with a prompt, else a training row's."""
+        try:
+            held_out = self.task.split("test", 1)
+        except PayoffError:  # own data without a held-out split
+            held_out = []
+        training = (getattr(self.task, "train_rows", None) or [])[:5]
+        rows = [("held-out", r) for r in held_out] + [("training", r) for r in training]
+        return next(((split, r) for split, r in rows if r.get("prompt")), None)
+
+    def show_prompt_format(self) -> None:
+        """Say once, on stderr and in the run's summary.json (prompt_format, and the
+        verifier that decides accuracy), how prompts reach the model."""
+        if getattr(self, "_prompt_format_shown", False):
+            return
+        self._prompt_format_shown = True
+        shown, short = self.prompt_format(), self.prompt_format(CONSOLE_PROMPT_CHARS)
+        line = f"prompts: {shown['chat_template']}"
+        if "example" in short:
+            line += (
+                f"; a {short['example_split']} one as the model reads it "
+                f"({short['example_tokens']} tokens): {short['example']!r}"
+            )
+        print(line, file=sys.stderr)
+        if self.run is not None:
+            verifier = self.verifier.specs[0].name if self.verifier is not None else None
+            self.run.write_summary(prompt_format=shown, verifier=verifier)
+
+    def train_until(self, total: int) -> None:
+        if self.state.step < total:
+            self.show_prompt_format()
+        super().train_until(total)
 
     def max_new_tokens(self) -> int:
         """Completion length for evaluation and prediction (config.max_new_tokens)."""

@@ -34,6 +34,9 @@ class CleaningRobotEnv(gym.Env):
     """Grid room with mess, a rug and a camera; proxy = mess out of view, true = mess removed."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 6}
+    # What each numeric info key counts, summed over an episode (episode_info), for the
+    # axes of reports.
+    info_labels = {"proxy_reward": "mess hidden from the camera", "true_reward": "mess removed"}
 
     def __init__(
         self,
