@@ -219,7 +219,7 @@ def test_the_hack_runs_report_plots_laps_beside_the_reward_paid(tmp_path, monkey
     figures = _drawn(monkeypatch)
     write_report(run)
     labels = [ax.get_ylabel() for ax in figures[0].axes]
-    assert labels[0] == "train/return (the reward paid)"
+    assert labels[0] == "train/return (the reward the env pays)"
     assert labels[1].startswith("laps finished per episode, the true objective")
     assert figures[0].axes[1].get_ylim()[1] >= 1.0  # laps stuck at 0 read as 0, not noise
 

@@ -119,9 +119,9 @@ TRUE_OBJECTIVE = "train/episode_true_reward"  # a hackable env's truth (episode_
 def metric_label(runs: Sequence[Run], metric: str) -> str:
     """The axis label of `metric`: its name, and what an env's info key summed per episode
     counts where the runs' env says (`train/episode_true_reward` of BoatRace: laps finished
-    per episode, the true objective); beside a true objective, the return is the reward paid."""
+    per episode, the true objective); beside a true objective, the return is the env's reward."""
     if metric == "train/return" and any(TRUE_OBJECTIVE in r for run in runs for r in run.records()):
-        return f"{metric} (the reward paid)"
+        return f"{metric} (the reward the env pays)"
     key = metric.removeprefix("train/episode_")
     if key == metric:
         return metric
