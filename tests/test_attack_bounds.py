@@ -231,7 +231,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
             "replay.size=1e30",
             "'replay.size' must be in [1, 100,000,000], got 1e+30",
         ),
-        ("cartpole-dqn", "learning_rate=-inf", "'learning_rate' must be > 0, got -inf"),
+        ("cartpole-dqn", "learning_rate=-inf", "'learning_rate.start' must be > 0, got -inf"),
     ],
 )
 def test_a_named_key_is_refused_with_its_range(

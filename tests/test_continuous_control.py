@@ -97,7 +97,7 @@ def test_sac_gradient_step_matches_the_paper_written_out():
     actor, critics = copy.deepcopy(agent.actor), copy.deepcopy(agent.critics.online)
     target = copy.deepcopy(agent.critics.target)
     log_alpha = agent.temperature.log_alpha.detach().clone().requires_grad_(True)
-    lr, gamma, tau = agent.config.learning_rate, agent.config.gamma, agent.config.tau
+    lr, gamma, tau = agent.config.learning_rate(0.0), agent.config.gamma, agent.config.tau
     state = torch.get_rng_state()
     agent.gradient_step(batch)
 
@@ -156,8 +156,8 @@ def test_td3_gradient_steps_match_the_paper_written_out():
         assert torch.equal(a, b)
 
     torch.set_rng_state(state)
-    critic_opt = torch.optim.Adam(critics.parameters(), lr=config.learning_rate)
-    actor_opt = torch.optim.Adam(actor.parameters(), lr=config.learning_rate)
+    critic_opt = torch.optim.Adam(critics.parameters(), lr=config.learning_rate(0.0))
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=config.learning_rate(0.0))
 
     def critic_step():
         with torch.no_grad():

@@ -161,3 +161,50 @@ def test_payoff_train_finds_a_test_path_beside_its_recipe(tmp_path, monkeypatch)
     _, config, resolved = resolve(str(recipe))
     assert config.preferences.test_path == str(tmp_path / "exp" / "held.jsonl")
     assert resolved["preferences"]["test_path"] == str(tmp_path / "exp" / "held.jsonl")
+
+
+# ---- item 10: the off-policy family takes a learning-rate schedule ------------------------------
+TINY_OFF_POLICY = {
+    "total_steps": 400,
+    "learning_starts": 100,
+    "batch_size": 32,
+    "hidden": [16],
+    "log_every": 100,
+    "num_envs": 1,
+}
+
+
+@pytest.mark.parametrize("name", ["SAC", "TD3"])
+def test_sac_and_td3_anneal_their_learning_rate_and_log_it(name, tmp_path):
+    import payoff
+
+    cls = getattr(payoff, name)
+    agent = cls("Pendulum-v1", learning_rate={"start": 1e-3, "end": 1e-4}, **TINY_OFF_POLICY)
+    agent.learn()
+    logged = [r["train/learning_rate"] for r in agent.history if "train/learning_rate" in r]
+    assert len(logged) >= 3 and all(a > b for a, b in zip(logged, logged[1:], strict=False))
+    assert logged[0] <= 1e-3 and logged[-1] == pytest.approx(1e-4)
+    # every optimizer (actor, critics, SAC's temperature) at the schedule's value for the end
+    end = agent.config.learning_rate(agent.step / agent.config.total_steps)
+    assert end == pytest.approx(1e-4)
+    assert {optimizer.lr for optimizer in agent.optimizers()} == {end}
+    assert len(agent.optimizers()) == (3 if name == "SAC" else 2)
+    # a checkpoint keeps the step size, and a resumed run recomputes it from its step
+    again = cls.load(agent.save(tmp_path / "agent.safetensors"))
+    assert {optimizer.lr for optimizer in again.optimizers()} == {end}
+    plain = cls("Pendulum-v1", learning_rate=5e-4, **{**TINY_OFF_POLICY, "total_steps": 200})
+    plain.learn()
+    assert {optimizer.lr for optimizer in plain.optimizers()} == {5e-4}
+    assert {r["train/learning_rate"] for r in plain.history if "train/learning_rate" in r} == {5e-4}
+
+
+def test_dqn_takes_the_same_learning_rate_schedule():
+    from payoff import DQN
+
+    agent = DQN(
+        "CartPole-v1", learning_rate={"start": 1e-3, "end": 0.0, "fraction": 0.5}, **TINY_OFF_POLICY
+    )
+    agent.learn()
+    assert agent.optimizer.lr == 0.0  # annealed to its end by half of training
+    logged = [r["train/learning_rate"] for r in agent.history if "train/learning_rate" in r]
+    assert logged[0] > logged[-1] == 0.0

@@ -325,7 +325,10 @@ def test_a_kind_of_run_that_cannot_be_trained_further_says_why(run_copy, monkeyp
             ["frozenlake-q", "learning_rate.start=-1"],
             "config key 'learning_rate.start' must be > 0, got -1.0",
         ),
-        (["cartpole-dqn", "learning_rate=-1"], "config key 'learning_rate' must be > 0, got -1.0"),
+        (
+            ["cartpole-dqn", "learning_rate=-1"],
+            "config key 'learning_rate.start' must be > 0, got -1.0",
+        ),
         (["cartpole-dqn", "gamma=2"], "config key 'gamma' must be in [0, 1], got 2.0"),
         (["cartpole-ppo", "gae_lambda=1.5"], "config key 'gae_lambda' must be in [0, 1], got 1.5"),
         (["cartpole-ppo", "clip.start=0"], "config key 'clip.start' must be > 0, got 0.0"),

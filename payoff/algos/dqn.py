@@ -139,13 +139,16 @@ class DQN(OffPolicyAlgorithm):
         # All weights in one tensor and all gradients in another: zeroing, clipping and
         # the Adam step are one op each instead of one per layer.
         self.flat = FlatParameters(list(self.q_net.parameters()))
-        self.optimizer = FlatAdam(self.flat, lr=config.learning_rate)
+        self.optimizer = FlatAdam(self.flat, lr=config.learning_rate(0.0))
         # The same gradients as autograd's, computed by hand (see MLP.backward_into).
         self.by_hand = config.fast_backward and self.q_net.fast_td_backward and self.on_cpu
         self._epsilon = config.epsilon(0.0)
         # Each gradient step's Q(s, a) and TD errors, kept until the next log.
         self._q_values: list[torch.Tensor] = []
         self._td_errors: list[torch.Tensor] = []
+
+    def optimizers(self) -> list[FlatAdam]:
+        return [self.optimizer]
 
     # ---- acting -----------------------------------------------------------------------
     @torch.no_grad()

@@ -105,11 +105,14 @@ class SAC(ContinuousActorCritic):
         config = self.config
         self.temperature = Temperature(config.alpha).to(self.device)
         self.alpha_flat = FlatParameters([self.temperature.log_alpha])
-        self.alpha_optimizer = FlatAdam(self.alpha_flat, lr=config.learning_rate)
+        self.alpha_optimizer = FlatAdam(self.alpha_flat, lr=config.learning_rate(0.0))
         self.target_entropy = (
             -float(self.scaler.dim) if config.target_entropy is None else config.target_entropy
         )
         self._stats: list[torch.Tensor] = []  # per gradient step: losses, alpha, entropy, Q
+
+    def optimizers(self) -> list[FlatAdam]:
+        return [*super().optimizers(), self.alpha_optimizer]  # the temperature's too, as SB3's
 
     def policy_actions(self, obs: np.ndarray) -> np.ndarray:
         """Samples of the squashed Gaussian policy."""

@@ -24,6 +24,7 @@ from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
 from payoff.core.config import MAX_REPLAY, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
+from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.core.state import cpu_state
 from payoff.envs.make import EnvConfig
@@ -48,7 +49,10 @@ class ReplayConfig:
 class OffPolicyKeys(VectorAgentKeys):
     """VectorAgentKeys plus what the replay-buffer agents share.
 
-    learning_rate: Adam step size.
+    learning_rate: Adam step size of every optimizer (DQN's Q-network; the actor, the
+        critics and SAC's temperature): a number, or a schedule over training ({start, end,
+        fraction, kind}, as PPO's), applied before each round of updates and logged as
+        train/learning_rate.
     batch_size: transitions per gradient step.
     learning_starts: env steps played before the first update (their transitions fill the
         buffer; SAC and TD3 play uniformly random actions until then).
@@ -58,7 +62,7 @@ class OffPolicyKeys(VectorAgentKeys):
     log_every: write train/... metrics every this many env steps.
     """
 
-    learning_rate: float = 1e-3
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(start=1e-3, end=1e-3))
     batch_size: int = 256
     learning_starts: int = 1_000
     train_every: int = 1
@@ -147,7 +151,19 @@ class OffPolicyAlgorithm(Agent):
         """The algorithm's train/... metrics since the last log."""
         return {}
 
+    def optimizers(self) -> list[FlatAdam]:
+        """The optimizers whose step size `learning_rate` sets."""
+        raise NotImplementedError
+
     # ---- learning ------------------------------------------------------------------------
+    def schedule_learning_rate(self) -> None:
+        """Every optimizer's step size at this point of training, from `learning_rate`'s
+        schedule (a function of the step: a resumed run goes on where it was, and the
+        optimizers' saved step size is the same value)."""
+        rate = self.config.learning_rate(self.step / self.config.total_steps)
+        for optimizer in self.optimizers():
+            optimizer.lr = rate
+
     def minibatches(self, steps: int) -> tuple[TransitionBatch, int]:
         """The minibatches of `steps` gradient steps, drawn in one go (the buffer does not
         change in between) and moved to the device in one copy, and the rows per step:
@@ -219,6 +235,7 @@ class OffPolicyAlgorithm(Agent):
         # per env step that gradient_steps / train_every promises).
         passed = self.step // config.train_every - before // config.train_every
         if self.step >= config.learning_starts and passed:
+            self.schedule_learning_rate()
             self.train(passed * config.gradient_steps)
 
     def log_training(self) -> None:
@@ -227,6 +244,7 @@ class OffPolicyAlgorithm(Agent):
         record: dict[str, Any] = {
             **self.train_metrics(),
             "train/gradient_updates": self.gradient_updates,
+            "train/learning_rate": self.optimizers()[0].lr,  # the latest updates' step size
             "perf/sps": self.step / max(self.train_seconds, 1e-9),
         }
         if self.recent_returns:
@@ -267,16 +285,19 @@ class ContinuousActorCritic(OffPolicyAlgorithm):
             self.observation_space, self.scaler.dim, config.hidden, config.activation
         ).to(self.device)
         self.actor_flat = FlatParameters(list(self.actor.parameters()))
-        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate)
+        self.actor_optimizer = FlatAdam(self.actor_flat, lr=config.learning_rate(0.0))
         self.critics = TwinCritics(
             self.observation_space,
             self.scaler.dim,
             config.hidden,
             config.activation,
-            config.learning_rate,
+            config.learning_rate(0.0),
             config.max_grad_norm,
             self.device,
         )
+
+    def optimizers(self) -> list[FlatAdam]:
+        return [self.actor_optimizer, self.critics.optimizer]
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """Uniform random actions until learning_starts, then the policy's exploration."""
