@@ -2,7 +2,7 @@
 
     from payoff import PPO
     agent = PPO("CartPole-v1").learn(50_000)
-    agent.predict(observation)
+    action, _ = agent.predict(observation)   # as in Stable-Baselines3; agent.act(observation)
 
 Every algorithm is importable from here (loaded on first use, so `import payoff` stays
 light); `payoff.train.train(recipe, overrides)` runs a recipe as `payoff train` does. Importing

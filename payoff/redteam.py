@@ -171,7 +171,7 @@ def redteam(
     )
     attacked = play(
         spec,
-        lambda obs: optimizer.predict(obs, deterministic=True),
+        lambda obs: optimizer.act(obs, deterministic=True),
         spec.episodes,
         spec.seed + 900,
         render=True,

@@ -98,7 +98,8 @@ def test_predict_takes_pettingzoo_observations() -> None:
         env.step(move)
     observation, *_ = env.last()
     agent.config.eval_simulations = 200
-    assert agent.predict(observation) == 2
+    move, state = agent.predict(observation)
+    assert move == 2 and state is None and agent.act(observation) == 2
     with pytest.raises(EnvError, match="action_mask"):
         agent.predict({"observation": observation["observation"]})
     with pytest.raises(EnvError, match="action_mask"):
@@ -397,7 +398,7 @@ def test_eval_symmetries_reaches_the_play_time_players_but_not_the_gate(monkeypa
     assert made == [False, False]
     agent.player()
     assert made[-1] is True
-    assert agent.predict(agent.game.initial_state()) in range(agent.game.num_actions)
+    assert agent.act(agent.game.initial_state()) in range(agent.game.num_actions)
 
 
 def test_evaluate_says_who_it_played() -> None:

@@ -60,6 +60,6 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
     }
     found = {name for name in available_algorithms() if issubclass(get_algorithm(name), Agent)}
     assert found == agents
-    for method in ("predict", "evaluate", "record_gif"):
+    for method in ("predict", "act", "evaluate", "record_gif"):
         assert not hasattr(Algorithm, method), method
     assert not hasattr(LMAlgorithm, "record_gif")

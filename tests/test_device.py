@@ -171,10 +171,11 @@ def test_saved_on_cpu_loads_with_device_cpu_and_predicts_numpy(tmp_path, algo, s
     loaded = algo.load(path, device="cpu")
     assert loaded.device == torch.device("cpu")
     batch = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    actions = loaded.predict(batch)
+    actions, _ = loaded.predict(batch)
     assert isinstance(actions, np.ndarray)
-    np.testing.assert_array_equal(actions, agent.predict(batch))
-    assert isinstance(loaded.predict(batch[0]), int)
+    np.testing.assert_array_equal(actions, agent.act(batch))
+    action, _ = loaded.predict(batch[0])
+    assert isinstance(action, int)
 
 
 @pytest.mark.skipif(CUDA, reason="this machine has a GPU")
@@ -189,7 +190,7 @@ def test_a_checkpoint_from_a_gpu_run_loads_on_a_cpu_only_machine(tmp_path):
     assert loaded.device == torch.device("cpu")
     assert loaded.config.device == "cpu"
     obs = np.zeros((3, 4), dtype=np.float32)
-    np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
+    np.testing.assert_array_equal(loaded.act(obs), agent.act(obs))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # naming the device: no warning
         assert PPO.load(path, device="cpu").device == torch.device("cpu")
@@ -219,9 +220,8 @@ def test_ppo_and_dqn_train_on_cuda_save_and_load_on_cpu(tmp_path):
     assert all(np.isfinite(r["train/value_loss"]) for r in ppo.history if "train/value_loss" in r)
     on_cpu = PPO.load(ppo.save(tmp_path / "ppo.safetensors"), device="cpu")
     obs = np.zeros((3, 4), dtype=np.float32)
-    np.testing.assert_array_equal(on_cpu.predict(obs), ppo.predict(obs))
+    np.testing.assert_array_equal(on_cpu.act(obs), ppo.act(obs))
     dqn = DQN(**DQN_TINY, device="cuda").learn()
     assert not dqn.by_hand and any("train/loss" in r for r in dqn.history)
-    assert isinstance(
-        DQN.load(dqn.save(tmp_path / "dqn.safetensors"), device="cpu").predict(obs[0]), int
-    )
+    action, _ = DQN.load(dqn.save(tmp_path / "dqn.safetensors"), device="cpu").predict(obs[0])
+    assert isinstance(action, int)

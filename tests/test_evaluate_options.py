@@ -222,7 +222,8 @@ def test_sb3_num_timesteps_and_get_env(agent):
     obs, _ = env.reset(seed=0)
     before = agent.step
     for _ in range(3):
-        obs, *_ = env.step(agent.predict(obs))
+        actions, _ = agent.predict(obs)
+        obs, *_ = env.step(actions)
     assert obs.shape == (agent.config.num_envs, 4) and agent.step == before
     q = QLearning("FrozenLake-v1", seed=0).learn(30)
     assert q.step == 30 and q.num_timesteps == q.env_steps > 30  # episodes vs env steps

@@ -94,7 +94,7 @@ def test_alphazero_plays_pettingzoo_aec_game() -> None:
     env = make_pettingzoo("classic/connect_four-v3", api="aec")
     rng = np.random.default_rng(0)
     policies = {
-        "player_0": agent.predict,
+        "player_0": agent.act,
         "player_1": lambda obs: int(rng.choice(np.flatnonzero(obs["action_mask"]))),
     }
     totals = play_aec(env, policies, seed=0)
@@ -145,13 +145,13 @@ def test_ippo_gif_shows_the_whole_team_playing_the_shared_policy(tmp_path, monke
 
     agent = IPPO(num_envs=3, num_steps=8, minibatch_size=24, total_steps=24, eval_every=0)
     seen: list[int] = []
-    predict = agent.predict
+    act = agent.act
 
     def recorded(obs, deterministic=True):
         seen.append(len(obs))
-        return predict(obs, deterministic)
+        return act(obs, deterministic)
 
-    monkeypatch.setattr(agent, "predict", recorded)
+    monkeypatch.setattr(agent, "act", recorded)
     path = agent.record_gif(tmp_path / "team.gif")
     with Image.open(path) as gif:
         assert gif.n_frames >= 20  # the reset and max_cycles=25 steps (repeats may merge)

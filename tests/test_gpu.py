@@ -165,7 +165,8 @@ def test_continuous_agents_train_on_cuda_and_load_on_cpu(algo, tmp_path):
     assert any(math.isfinite(r.get("train/critic_loss", math.nan)) for r in agent.history)
     on_cpu = algo.load(agent.save(tmp_path / "agent.safetensors"), device="cpu")
     obs = np.zeros(3, dtype=np.float32)
-    np.testing.assert_allclose(on_cpu.predict(obs), agent.predict(obs), rtol=1e-5, atol=1e-6)
+    action, _ = agent.predict(obs)
+    np.testing.assert_allclose(on_cpu.act(obs), action, rtol=1e-5, atol=1e-6)
 
 
 IMITATION = {
@@ -231,7 +232,8 @@ def test_alphazero_trains_on_cuda_and_loads_on_cpu(workers, tmp_path):
     loaded = AlphaZero.load(agent.save(tmp_path / "alphazero.safetensors"), device="cpu")
     assert next(loaded.net.parameters()).device.type == "cpu"
     start = agent.game.initial_state()
-    assert loaded.predict(start) == agent.predict(start)
+    move, _ = loaded.predict(start)
+    assert move == agent.act(start)
 
 
 class _TwoChoices(gym.Env):
@@ -259,7 +261,7 @@ def test_multidiscrete_ppo_on_cuda_acts_in_the_env_values_and_loads_on_cpu(tmp_p
     ).learn()
     assert next(agent.actor.parameters()).is_cuda
     obs = np.zeros((3, 2), np.float32)
-    actions = agent.predict(obs)
+    actions, _ = agent.predict(obs)
     assert all(agent.action_space.contains(a) for a in actions)
     on_cpu = PPO.load(agent.save(tmp_path / "ppo.safetensors"), env=_TwoChoices(), device="cpu")
-    np.testing.assert_array_equal(on_cpu.predict(obs), actions)
+    np.testing.assert_array_equal(on_cpu.act(obs), actions)

@@ -494,10 +494,10 @@ def test_policy_search_runs_on_cartpole_and_scores_every_kth_step():
     assert np.isnan(planned).any() and (~np.isnan(planned)).sum() >= 10
     assert any("train/planned_return" in r for r in agent.history)
     # predict acts with the latest search, also after more learning
-    first = agent.predict(np.zeros(4, dtype=np.float32))
+    first, _ = agent.predict(np.zeros(4, dtype=np.float32))
     assert first in (0, 1)
     agent.learn(20)
-    agent.predict(np.zeros(4, dtype=np.float32))
+    agent.act(np.zeros(4, dtype=np.float32))
     assert agent._predict_planner.policy is agent.planner.policy
 
 

@@ -86,14 +86,16 @@ def test_on_policy_agents_learn_several_choices_at_once(algo, env, steps, floor,
     assert agent.evaluate(20).mean_return >= floor
     obs = np.array([0.5, -0.5], np.float32)
     expected = [1, 0]  # the sign of 0.5; -0.5 is not > 0
-    np.testing.assert_array_equal(agent.predict(obs), expected)
+    action, _ = agent.predict(obs)
+    np.testing.assert_array_equal(action, expected)
     loaded = algo.load(agent.save(tmp_path / "agent.safetensors"), env=env())
     batch = np.array([[0.5, -0.5], [-0.5, 0.5]], np.float32)
-    np.testing.assert_array_equal(loaded.predict(batch), agent.predict(batch))
+    actions, _ = loaded.predict(batch)
+    np.testing.assert_array_equal(actions, agent.act(batch))
     save_policy(tmp_path / "policy.safetensors", agent.actor)
     actor, _ = load_policy(tmp_path / "policy.safetensors")
     assert actor.action_space == env.action_space
-    np.testing.assert_array_equal(actor.predict(batch), agent.predict(batch))
+    np.testing.assert_array_equal(actor.predict(batch), agent.act(batch))
 
 
 def test_policy_files_refuse_a_malformed_multidiscrete_space():
@@ -138,7 +140,8 @@ def test_a_discrete_space_with_a_start_gets_its_own_values():
 
     agent = PPO(env=Shifted(), total_steps=10_000, eval_every=0, final_eval_episodes=1, seed=0)
     assert agent.learn().evaluate(20).mean_return >= 18.0  # of 20; random scores 6.7
-    assert agent.predict(np.array([0.5, 0.0], np.float32)) == 3
+    action, _ = agent.predict(np.array([0.5, 0.0], np.float32))
+    assert action == 3
     with pytest.raises(EnvError, match=r"DQN stores and acts with action indices.*start 1"):
         DQN(env=Shifted())
     with pytest.raises(EnvError, match=r"Discrete \(starting at 0\) or Box actions"):

@@ -105,13 +105,14 @@ def test_saved_files_load_here_and_copies_need_trust_or_an_env(own_env, tmp_path
     agent = PPO(env={"entry_point": own_env}, total_steps=256, num_envs=2, num_steps=64)
     agent.config.eval_every = 0
     saved = agent.save(tmp_path / "line.safetensors")
-    assert PPO.load(saved).predict([0.0]) in (0, 1)  # written here
+    action, _ = PPO.load(saved).predict([0.0])
+    assert action in (0, 1)  # written here
     copy = tmp_path / "line-copy.safetensors"
     shutil.copy(saved, copy)
     with pytest.raises(ConfigError, match=REFUSED):
         PPO.load(copy)
-    assert PPO.load(copy, trust_code=True).predict([0.0]) in (0, 1)
-    assert PPO.load(copy, env={"entry_point": own_env}).predict([0.0]) in (0, 1)
+    assert PPO.load(copy, trust_code=True).act([0.0]) in (0, 1)
+    assert PPO.load(copy, env={"entry_point": own_env}).act([0.0]) in (0, 1)
 
 
 def test_trust_follows_the_config_payoff_wrote_not_the_path(tmp_path, capsys):

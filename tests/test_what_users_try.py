@@ -57,7 +57,7 @@ class _Box0(_Blank):
 def test_box_actions_of_any_shape_train_and_act_in_bounds(env_class, algo):
     settings = TINY if algo is payoff.PPO else {"num_envs": 2, "eval_every": 0}
     agent = algo(env_class(), **settings).learn(128)  # the env asserts every action's shape
-    action = agent.predict(np.zeros(3, np.float32))
+    action, _ = agent.predict(np.zeros(3, np.float32))
     assert np.shape(action) == env_class.action_space.shape
     assert env_class.action_space.contains(np.asarray(action, np.float32))
     assert np.isfinite(agent.evaluate(2).mean_return)
@@ -85,7 +85,8 @@ def test_predict_names_the_shape_or_state_it_expected():
         EnvError, match=r"shape \(3,\) or a batch of shape \(N, 3\).*got shape \(2,\)"
     ):
         sac.predict([1.0, 0.0])  # once read as a batch of two scalars
-    assert sac.predict(np.zeros((4, 3))).shape == (4, 1)
+    actions, _ = sac.predict(np.zeros((4, 3)))
+    assert actions.shape == (4, 1)
     ppo = payoff.PPO("CartPole-v1", **TINY)
     with pytest.raises(EnvError, match=r"got shape \(2, 2, 4\)"):
         ppo.predict(np.zeros((2, 2, 4)))
@@ -98,8 +99,10 @@ def test_predict_names_the_shape_or_state_it_expected():
             agent.predict(16)
         with pytest.raises(EnvError, match="state -1 is outside"):
             agent.predict(-1)
-        assert agent.predict(np.array([0, 5])).shape == (2,)  # a batch of states
-        assert isinstance(agent.predict(3), int)
+        actions, _ = agent.predict(np.array([0, 5]))
+        assert actions.shape == (2,)  # a batch of states
+        action, _ = agent.predict(3)
+        assert isinstance(action, int)
 
 
 def test_bad_settings_are_named():
@@ -407,7 +410,8 @@ def test_load_takes_config_keys_like_the_constructor(tmp_path):
     agent.save(tmp_path / "a.safetensors")
     again = payoff.PPO.load(tmp_path / "a.safetensors", eval_every=128)
     assert again.config.eval_every == 128 and again.step == agent.step
-    assert again.predict(np.zeros(4, np.float32)) == agent.predict(np.zeros(4, np.float32))
+    action, _ = again.predict(np.zeros(4, np.float32))
+    assert action == agent.act(np.zeros(4, np.float32))
     with pytest.raises(
         ConfigError,
         match=r"PPO.load\(\) got unknown config key\(s\) \[.learning_rat.\].*learning_rate",
@@ -792,7 +796,8 @@ def test_an_agent_trained_on_a_python_env_asks_for_it_again_on_load(tmp_path):
     with pytest.raises(EnvError, match=r"trained on a Python env \(.*_Pixels.*env=\.\.\."):
         payoff.PPO.load(path)  # 'module:_Pixels' is not a registered id to rebuild it from
     loaded = payoff.PPO.load(path, env=_Pixels())
-    assert loaded.predict(_Pixels().observation_space.sample()) in (0, 1)
+    action, _ = loaded.predict(_Pixels().observation_space.sample())
+    assert action in (0, 1)
     assert payoff.PPO.load(path, env=lambda: _Pixels()).config.env.python_env
 
 
@@ -1198,7 +1203,8 @@ def test_discrete_observations_numbered_from_an_offset():
     """Discrete(5, start=100) states crashed every network algorithm (one-hot of 100) and
     Q-learning (row 101 of 5); a state outside the space is named."""
     agent = payoff.PPO(_NumberedFrom100, num_envs=2, num_steps=32, eval_every=0).learn(128)
-    assert agent.predict(102) in (0, 1)
+    action, _ = agent.predict(102)
+    assert action in (0, 1)
     with pytest.raises(EnvError, match=r"state 107 is outside .*100\.\.104"):
         agent.predict(107)
     with pytest.raises(EnvError, match="Q-learning numbers states and actions from 0"):
@@ -1230,7 +1236,8 @@ def test_actions_numbered_from_an_offset_reach_the_env_as_such():
     from payoff.algos.mbrl import MBRL
 
     es = ES(_ActionsFrom1, pairs=2, total_steps=200, eval_every=0, final_eval_episodes=1).learn()
-    assert es.predict(np.zeros(2, np.float32)) in (1, 2, 3)
+    action, _ = es.predict(np.zeros(2, np.float32))
+    assert action in (1, 2, 3)
     with pytest.raises(EnvError, match=r"mbrl plans with action indices 0\.\.n-1"):
         MBRL(_ActionsFrom1)
 
@@ -1310,7 +1317,8 @@ def test_imitation_of_box_actions_of_any_shape(algo, loss):
         final_eval_episodes=1,
         **options,
     ).learn()
-    assert np.shape(agent.predict(np.zeros(2, np.float32))) == (2, 2)
+    action, _ = agent.predict(np.zeros(2, np.float32))
+    assert np.shape(action) == (2, 2)
 
 
 class _TorqueFrom10(_NeverEnds):
@@ -1568,7 +1576,8 @@ def test_predict_refuses_nan_observations():
     agent = payoff.PPO("CartPole-v1")
     with pytest.raises(EnvError, match=r"holds NaN \(element 2\)"):
         agent.predict(np.array([0.0, 0.0, np.nan, 0.0]))
-    assert agent.predict(np.zeros(4)) in (0, 1)
+    action, _ = agent.predict(np.zeros(4))
+    assert action in (0, 1)
 
 
 def test_a_recipe_with_a_key_given_twice_is_refused(tmp_path, capsys):

@@ -30,8 +30,9 @@ Python on the CPU whatever the device.
 
 Python API:
     agent = AlphaZero(game="tictactoe", iterations=10).learn()
-    agent.predict(pettingzoo_observation)        # {'observation', 'action_mask'} -> move
-    payoff.play.play_human(agent)                # play it in the terminal
+    move, _ = agent.predict(pettingzoo_observation)  # {'observation', 'action_mask'} -> move
+    agent.act(pettingzoo_observation)                # the move alone
+    payoff.play.play_human(agent)                    # play it in the terminal
 """
 
 from __future__ import annotations
@@ -299,13 +300,13 @@ class AlphaZero(Agent):
             self.config.eval_symmetries if symmetries is None else symmetries,
         )
 
-    def predict(self, observation: Any, deterministic: bool = True) -> int:
+    def act(self, observation: Any, deterministic: bool = True) -> int:
         """A move for a PettingZoo-style observation ({'observation': planes, 'action_mask'}).
 
         Also accepts a GameState. The search uses eval_simulations; deterministic=False
         samples the move from the visit counts instead of taking the most visited.
         """
-        check_deterministic(deterministic, "predict")
+        check_deterministic(deterministic, "act")
         if isinstance(observation, GameState):
             state = observation
         else:

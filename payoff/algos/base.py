@@ -4,7 +4,8 @@ the interface of agents.
 An algorithm module defines a config dataclass and a subclass of `Algorithm` that implements
 `learn`, `state_dict` and `load_state_dict`. Two kinds of trainable thing build on it:
 
-- `Agent`: acts in an environment. `predict(observation)` gives an action; `evaluate`
+- `Agent`: acts in an environment. `predict(observation)` gives (action, state) as
+  Stable-Baselines3's does, `act(observation)` the action alone; `evaluate`
   plays fresh episodes and returns their statistics (`EvalResult`); `record_gif` renders
   some. Q-learning, DQN, the on-policy family, imitation, AlphaZero and IPPO are agents.
 - `LMAlgorithm` (`payoff.algos.shared.lm`): a language model. It generates completions;
@@ -762,8 +763,9 @@ class Algorithm:
 
 
 class Agent(Algorithm):
-    """An algorithm whose product acts in an environment: `predict` an action for an
-    observation, `evaluate` on fresh episodes (episode statistics), `record_gif`."""
+    """An algorithm whose product acts in an environment: `act` (the action for an
+    observation) and `predict` (SB3's (action, state) pair around it), `evaluate` on fresh
+    episodes (episode statistics), `record_gif`."""
 
     def progress_postfix(self) -> dict[str, Any]:
         """The bar's `ret`: the mean return of the recent training episodes, a dash until
@@ -836,9 +838,43 @@ class Agent(Algorithm):
             if kept is not None:
                 self._predict_state = kept
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        """The action for one observation (or actions for a batch of them)."""
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """The action for one observation (or actions for a batch of them), alone: payoff's
+        single-value form of `predict`. Each agent implements it.
+
+        deterministic: its most likely action (False: one sampled, as in training).
+        """
         raise NotImplementedError
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+    ) -> tuple[Any, Any]:
+        """(action, state) as Stable-Baselines3's predict returns, in its argument order:
+        `action, _ = agent.predict(obs)`. The action is `act`'s, for one observation or a
+        batch; state is None, since this policy keeps none (RecurrentPPO returns its hidden
+        state here).
+
+        state: None (what the previous call returned, passed back in SB3 loops); anything
+            else is refused: a feed-forward policy has no state to carry.
+        episode_start: accepted and unused, as SB3 passes it for every policy.
+        deterministic: True by default (SB3's default is False): the most likely action;
+            False samples one, from random streams of predict's own.
+        """
+        check_deterministic(deterministic, "predict")
+        if state is not None:
+            array = isinstance(state, np.ndarray | torch.Tensor)
+            given = f"an array of shape {tuple(state.shape)}" if array else repr(state)[:60]
+            raise ConfigError(
+                f"predict(state=...): {type(self).__name__}'s policy is feed-forward and keeps "
+                f"no state, got state={given}; pass None (what predict returned) or "
+                f"nothing. The second positional argument is SB3's state: give deterministic "
+                f"by name, predict(obs, deterministic=False)"
+            )
+        return self.act(observation, deterministic=deterministic), None
 
     @property
     def num_timesteps(self) -> int:
@@ -913,10 +949,10 @@ class Agent(Algorithm):
     def evaluate_on(
         self, env: EnvConfig, episodes: int, seed: int, deterministic: bool
     ) -> EvalResult:
-        """`evaluate`'s episodes, played one at a time through `predict` (an agent with a
+        """`evaluate`'s episodes, played one at a time through `act` (an agent with a
         batched policy plays them all at once instead)."""
         return evaluate_policy(
-            env, lambda obs: self.predict(obs, deterministic=deterministic), episodes, seed
+            env, lambda obs: self.act(obs, deterministic=deterministic), episodes, seed
         )
 
     def evaluation_env(self, env: Any) -> EnvConfig:
@@ -946,9 +982,7 @@ class Agent(Algorithm):
     ) -> Path:
         """Render episodes of the deterministic policy to a GIF."""
         seed = self.config.seed + 2_000_000 if seed is None else seed
-        frames = self.render_frames(
-            lambda obs: self.predict(obs, deterministic=True), episodes, seed
-        )
+        frames = self.render_frames(lambda obs: self.act(obs, deterministic=True), episodes, seed)
         return write_gif(frames, path, fps=fps)
 
     def render_frames(self, policy: Any, episodes: int, seed: int) -> list[Any]:

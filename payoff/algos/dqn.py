@@ -168,10 +168,11 @@ class DQN(OffPolicyAlgorithm):
             actions[explore] = self.rng.integers(0, self.num_actions, size=int(explore.sum()))
         return actions
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        check_deterministic(deterministic, "predict")
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """Greedy action(s); deterministic=False: epsilon-greedy at the schedule's end."""
+        check_deterministic(deterministic, "act")
         if deterministic:
-            return super().predict(observation, deterministic=True)
+            return super().act(observation, deterministic=True)
         # Exploration as at the end of training, not at the schedule's current point.
         batch, single = observation_batch(observation, self.observation_space)
         with self.predict_streams():

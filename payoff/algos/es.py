@@ -26,13 +26,15 @@ Per generation (one `iterate`):
   6. Normalize. Merge the generation's observation sums into the running mean/std (the
      paper's virtual-batch-free normalization); the next generation's policies use them.
 
-The unperturbed policy theta is what `predict`, the periodic evaluation (`eval/mean_return`)
-and the saved model use. Its network is payoff.models.population.FlatPolicy: a deterministic
-MLP; argmax for Discrete actions, tanh scaled to the bounds for Box actions.
+The unperturbed policy theta is what `act` and `predict`, the periodic evaluation
+(`eval/mean_return`) and the saved model use. Its network is
+payoff.models.population.FlatPolicy: a deterministic MLP; argmax for Discrete actions, tanh
+scaled to the bounds for Box actions.
 
 Python API:
     es = ES("CartPole-v1", pairs=32, sigma=0.1, total_steps=300_000).learn()
-    es.predict(obs); es.evaluate(20); es.save("es.safetensors"); ES.load("es.safetensors")
+    action, _ = es.predict(obs); es.evaluate(20)
+    es.save("es.safetensors"); ES.load("es.safetensors")
     ES("LunarLander-v3", backend="ray", ray={"num_workers": 8})       # pairs on 8 Ray actors
 """
 
@@ -218,10 +220,10 @@ class ES(Agent):
         """The normalizer's (mean, std), or (None, None) with normalize_obs off."""
         return self.normalizer.mean_std() if self.config.normalize_obs else (None, None)
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (an int for Discrete actions), or for a batch.
         The policy is deterministic whatever `deterministic` says."""
-        check_deterministic(deterministic, "predict")
+        check_deterministic(deterministic, "act")
         batch, single = observation_batch(observation, self.observation_space)
         actions = self.policy.act(self.theta[None], batch, *self.obs_stats())
         if not single:

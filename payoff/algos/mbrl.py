@@ -825,14 +825,14 @@ class MBRL(Agent):
     def _act_space(self, actions: np.ndarray) -> np.ndarray:
         return actions.astype(np.int64) if self.planner.discrete else actions.astype(np.float32)
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
         """The planner's action for one observation or a batch [B, o] (a planner of its own,
         warm-started from the previous call's plan when the batch size is the same, with a
         random stream of its own: predicting changes nothing in training).
 
         The planner is a random search whichever `deterministic` says: the same observation
         twice can get two actions (the second search starts from the first's plan)."""
-        check_deterministic(deterministic, "predict")
+        check_deterministic(deterministic, "act")
         batch, single = observation_batch(observation, self.observation_space)
         if not hasattr(self, "_predict_planner"):
             self._predict_planner = self._planner()

@@ -9,7 +9,8 @@ Per update:
 
 Python API:
     agent = PPO(env="CartPole-v1", total_steps=100_000).learn()
-    agent.save("ppo.safetensors"); agent = PPO.load("ppo.safetensors"); agent.predict(obs)
+    agent.save("ppo.safetensors"); agent = PPO.load("ppo.safetensors")
+    action, _ = agent.predict(obs)                  # SB3's (action, state); agent.act(obs)
     PPO(env=..., init_from="bc_policy.safetensors")          # start from a saved actor (+critic)
     PPO(env=...).init_policy(actor, critic).learn()  # ... or from modules in memory
 """

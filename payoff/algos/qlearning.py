@@ -139,9 +139,9 @@ class QLearning(Agent):
         best = np.flatnonzero(row == row.max())
         return int(best[0] if len(best) == 1 else self.rng.choice(best))
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
         """The action (an int) for one state, or an array of actions for a batch of states."""
-        check_deterministic(deterministic, "predict")
+        check_deterministic(deterministic, "act")
         states, single = observation_batch(observation, self.env.observation_space, np.int64)
         if deterministic:
             actions = [int(np.argmax(self.q[s])) for s in states]

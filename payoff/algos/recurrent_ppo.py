@@ -248,7 +248,7 @@ class RecurrentPPO(OnPolicyAlgorithm):
         self._t = 0
         super().iterate()
 
-    def predict(  # type: ignore[override]
+    def predict(
         self,
         observation: Any,
         state: np.ndarray | None = None,
@@ -260,10 +260,23 @@ class RecurrentPPO(OnPolicyAlgorithm):
         state: what the previous call returned ([batch, rnn_hidden]); None = a fresh
             episode (zeros). episode_start: bool or [batch] bools, True where this
             observation is the first of an episode (its state resets to zeros first).
+        deterministic: True by default (sb3-contrib's default is False). There is no act():
+            the action alone would drop the state the next call needs.
         """
         check_deterministic(deterministic, "predict")
         with self.predict_streams(exploring=not deterministic):
             return self.actor.predict_step(observation, state, episode_start, deterministic)
+
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """Refused: the action depends on the hidden state, which act() has no way to take
+        or give back (an action from a fresh state at every call would be a memoryless
+        policy, not this one). Use predict(obs, state, episode_start)."""
+        raise ConfigError(
+            "RecurrentPPO has no act(): its action depends on a hidden state that act() "
+            "cannot carry between calls. Use action, state = agent.predict(obs, state=state, "
+            "episode_start=start), passing back the state it returned (None and "
+            "episode_start=True at an episode's first step)"
+        )
 
     def _greedy_player(self, batch: int, sampled_by: torch.Generator | None = None) -> Any:
         """act(obs [batch, ...]) -> NumPy actions of the deterministic policy (or, given a

@@ -386,7 +386,7 @@ class Actor(nn.Module):
 
     def act(self, observation: Any, deterministic: bool = True) -> Any:
         """The action for one observation (an int for a Discrete space), or the actions for a
-        batch of them: what an agent's `predict` answers."""
+        batch of them: what an agent's `act` answers."""
         batch, single = observation_batch(observation, self.observation_space)
         actions = self.predict(batch, deterministic)
         if not single:

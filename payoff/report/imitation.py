@@ -182,7 +182,7 @@ def _race_gifs(learners: dict[str, ImitationAlgorithm], media: Path) -> list[Pat
     chosen = 8_000_000
     for seed in range(8_000_000, 8_000_040):
         outcomes = {
-            evaluate_policy(envs[label], learner.predict, 1, seed).success_rate
+            evaluate_policy(envs[label], learner.act, 1, seed).success_rate
             for label, learner in learners.items()
         }
         if len(outcomes) > 1:
@@ -190,7 +190,7 @@ def _race_gifs(learners: dict[str, ImitationAlgorithm], media: Path) -> list[Pat
             break
     paths = []
     for label, learner in learners.items():
-        frames = record_frames(envs[label], learner.predict, 1, chosen, max_frames=400)
+        frames = record_frames(envs[label], learner.act, 1, chosen, max_frames=400)
         safe = "".join(c if c.isalnum() else "-" for c in label)
         paths.append(
             write_gif(frames[::2] + [frames[-1]] * 6, media / f"{safe}-heldout.gif", fps=10)

@@ -194,7 +194,7 @@ def _agent_as_expert(algorithm: Agent, path: str | Path) -> Expert:
     if isinstance(actor, Actor):  # network policies answer a whole batch at once
         return PolicyExpert(lambda obs: actor.predict(obs, deterministic=True), str(path))
     return PolicyExpert(
-        lambda obs: np.stack([np.asarray(algorithm.predict(o)) for o in obs]), str(path)
+        lambda obs: np.stack([np.asarray(algorithm.act(o)) for o in obs]), str(path)
     )
 
 
@@ -319,18 +319,16 @@ class ImitationAlgorithm(Agent):
         }
 
     # ---- acting -----------------------------------------------------------------------
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic learner actions for a batch of observations."""
-        return self.actor.predict(np.asarray(observations, dtype=np.float32), deterministic=True)
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """Learner action(s) for one observation or a batch of them (so a trained learner
+        serves as another's expert, `act(observations)`)."""
+        check_deterministic(deterministic, "act")
+        with self.predict_streams(exploring=not deterministic):
+            return self.actor.act(observation, deterministic)
 
     def sample_actions(self, observations: np.ndarray) -> np.ndarray:
         """Sampled learner actions for a batch of observations (from predict's stream)."""
-        return np.asarray(self.predict(np.asarray(observations, np.float32), deterministic=False))
-
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        check_deterministic(deterministic, "predict")
-        with self.predict_streams(exploring=not deterministic):
-            return self.actor.act(observation, deterministic)
+        return np.asarray(self.act(np.asarray(observations, np.float32), deterministic=False))
 
     # ---- learning ---------------------------------------------------------------------
     def add_data(self, observations: np.ndarray, actions: np.ndarray) -> None:

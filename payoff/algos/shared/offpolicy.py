@@ -186,8 +186,9 @@ class OffPolicyAlgorithm(Agent):
         tensor = torch.from_numpy(np.asarray(obs, dtype=np.float32))
         return tensor if self.on_cpu else tensor.to(self.device)
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
-        check_deterministic(deterministic, "predict")
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
+        """Action(s) for one observation (an int for Discrete actions) or a batch of them."""
+        check_deterministic(deterministic, "act")
         batch, single = observation_batch(observation, self.observation_space)
         if deterministic:
             actions = self.greedy(self.tensor(batch))

@@ -283,9 +283,9 @@ class OnPolicyAlgorithm(Agent):
         assert self.critic is not None
         return self.critic(obs)
 
-    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+    def act(self, observation: Any, deterministic: bool = True) -> Any:
         """Action(s) for one observation or a batch of them."""
-        check_deterministic(deterministic, "predict")
+        check_deterministic(deterministic, "act")
         with self.predict_streams(exploring=not deterministic):
             return self.actor.act(observation, deterministic)
 
