@@ -62,12 +62,18 @@ def _positive(option: str, value: int) -> None:
 
 
 def _cmd_recipes(args: argparse.Namespace) -> int:
+    from payoff.algos import available_algorithms
     from payoff.recipes import list_recipes
 
     recipes = list_recipes()
     width = max(len(name) for name, _ in recipes)
     for name, description in recipes:
         print(f"{name:<{width}}  {description}")
+    print(
+        f"\nAn algorithm's name works too: its defaults, with your keys "
+        f"(payoff train ppo env.id=Acrobot-v1, payoff train sft task.data=rows.jsonl). "
+        f"Algorithms: {', '.join(available_algorithms())}"
+    )
     return 0
 
 
@@ -127,7 +133,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.recipe:
             raise PayoffError(
-                "name a recipe (see `payoff recipes`) or a YAML file, or pass --resume RUN"
+                "name a recipe (see `payoff recipes`), an algorithm (payoff train ppo "
+                "env.id=Acrobot-v1) or a YAML file, or pass --resume RUN"
             )
         run = train(
             args.recipe,
@@ -153,7 +160,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     summary = run.summary()  # (a resumed run's summary came with its folder: anyone's)
     final = summary.get("final_eval")
     if summary.get("final_line"):  # algorithms with their own evaluation (language models)
-        print(f"final evaluation: {_printable(summary['final_line'])}")
+        line = _printable(summary["final_line"])  # ("no final evaluation (...)" as it is)
+        print(line if line.startswith("no final evaluation") else f"final evaluation: {line}")
     elif final:
         from payoff.rollout.evaluate import EvalResult
 
@@ -407,28 +415,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "recipes",
-        help="list shipped recipes",
-        description="List shipped recipes with a one-line description.",
+        help="list shipped recipes (and the algorithms `payoff train` also takes)",
+        description="List shipped recipes with a one-line description, then the algorithms: "
+        "`payoff train ALGO key=value ...` trains an algorithm from its defaults.",
     )
     p.set_defaults(func=_cmd_recipes)
 
     p = sub.add_parser(
         "train",
-        help="train a recipe (or resume a run)",
-        description="Train a shipped recipe or a YAML file into a new run directory.",
+        help="train a recipe or an algorithm (or resume a run)",
+        description="Train a shipped recipe, an algorithm from its defaults, or a YAML file "
+        "into a new run directory. A name is looked up as a file first, then as a recipe, "
+        "then as an algorithm (ppo, dqn, sac, sft, dpo, grpo, ...: `payoff recipes` lists "
+        "them); an algorithm's run is titled by it and its env or task ('ppo on Acrobot-v1').",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "examples:\n"
             "  payoff train cartpole-ppo                        a shipped recipe\n"
             "  payoff train cartpole-ppo total_steps=2e5 --seed 3\n"
             "  payoff train my-recipe.yaml                      a YAML file (a run's config.yaml too)\n"
+            "  payoff train ppo env.id=Acrobot-v1               an algorithm, from its defaults\n"
+            "  payoff train sft task.data=rows.jsonl            its defaults on your data\n"
             "  payoff train dqn-ablation                        an experiment: several runs, compared\n"
             "  payoff train --resume runs/RUN                   continue a stopped run\n"
             "  payoff train --resume runs/RUN total_steps=1e6   train a finished run further"
         ),
     )
     p.add_argument(
-        "recipe", nargs="?", help="recipe name (see `payoff recipes`) or path to a YAML file"
+        "recipe",
+        nargs="?",
+        help="recipe name (see `payoff recipes`), algorithm name (its defaults: ppo, sft, "
+        "...) or path to a YAML file",
     )
     p.add_argument(
         "overrides",

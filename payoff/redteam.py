@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Agent
+from payoff.algos.base import Agent, run_defaults
 from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
 from payoff.core.errors import ConfigError, EnvError, suggest
 from payoff.envs.make import EnvConfig, make_env
@@ -143,9 +143,15 @@ def redteam(
             f"the red-team optimizer must act in the env, so it must be an agent algorithm "
             f"(ppo, dqn, ...); {algo!r} is not"
         )
-    config: Any = from_dict(
+    config: Any = from_dict(  # evaluated as a `payoff train` run is (run_defaults)
         cls.config_class,
-        {**options, "env": to_dict(spec.env), "total_steps": spec.budget, "seed": spec.seed},
+        {
+            **run_defaults(cls.config_class),
+            **options,
+            "env": to_dict(spec.env),
+            "total_steps": spec.budget,
+            "seed": spec.seed,
+        },
     )
     optimizer = cls(config=config)
     run = Run.create(

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Agent, Algorithm, config_from_run
+from payoff.algos.base import Agent, Algorithm, config_from_run, run_defaults
+from payoff.algos.loop import LearnInterrupted
 from payoff.core.config import apply_overrides, from_dict, parse_override, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.envs.tasks import TASKS
 from payoff.monitor.detectors import build_monitors
-from payoff.recipes import load_recipe, recipe_file
+from payoff.recipes import FROM_DEFAULTS, load_recipe, recipe_file
 from payoff.report.figures import draw_comparisons, draw_figures
 from payoff.report.page import write_report
 from payoff.report.plots import plot_curves
@@ -28,7 +29,10 @@ from payoff.track.run import Run
 def resolve(
     recipe: str, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None
 ) -> tuple[type[Algorithm], Any, dict[str, Any]]:
-    """Recipe + overrides + defaults -> (algorithm class, config, resolved mapping for config.yaml)."""
+    """Recipe + overrides + defaults -> (algorithm class, config, resolved mapping for config.yaml).
+
+    recipe: a YAML file, a shipped recipe's name, or an algorithm's name: that algorithm's
+    config defaults, titled by the algorithm and what it trains on ("ppo on Acrobot-v1")."""
     name, data = load_recipe(recipe)
     if data.get("kind") == "experiment":
         raise ConfigError(
@@ -42,11 +46,15 @@ def resolve(
         )
     description = data.pop("description", "")
     label = data.pop("label", None)
+    from_defaults = bool(data.pop(FROM_DEFAULTS, False))
     # A run's config.yaml trains again as a recipe: what it records about how it was made
     # (the recipe's name, the overrides already applied, a note) is not config
     for bookkeeping in ("recipe", "overrides", "recipe_note"):
         data.pop(bookkeeping, None)
     written = list(overrides)  # all of them, monitors' too, for the record
+    if from_defaults:
+        overrides = _own_data_task(overrides)
+    chosen_by = {*data, *(parse_override(o)[0][0] for o in overrides)}  # set, not by defaults
     monitors, overrides = _monitor_overrides(data.pop("monitors", None), overrides)
     given = [value for keys, value in map(parse_override, overrides) if keys == ["seed"]]
     if seed is not None and any(value != seed for value in given):
@@ -61,8 +69,12 @@ def resolve(
         data = _absolute_paths(data, folder=path.expanduser().resolve().parent)
     data = _absolute_paths(apply_overrides(data, all_overrides))
     cls = get_algorithm(str(algo))
-    config: Any = from_dict(cls.config_class, data)
+    config: Any = from_dict(cls.config_class, with_run_defaults(cls, data))
     resolved: dict[str, Any] = {"recipe": name, "description": description, "algo": algo}
+    if from_defaults:  # no recipe: titled by what it trains on
+        description, chosen = _defaults_title(cls, to_dict(config), chosen_by)
+        resolved = {"description": description, "algo": cls.name, FROM_DEFAULTS: True}
+        note = note or chosen
     # what the run changed from the recipe (reports, plot labels)
     resolved["overrides"] = written + ([f"seed={seed}"] if seed is not None else [])
     if note:
@@ -74,6 +86,74 @@ def resolve(
         resolved["monitors"] = monitors
     resolved.update(to_dict(config))
     return cls, config, resolved
+
+
+def with_run_defaults(cls: type[Algorithm], data: dict[str, Any]) -> dict[str, Any]:
+    """A run's config keys with the evaluations a `payoff train` run makes wherever the
+    recipe and overrides leave them unset (the config class's `run_defaults`: a final
+    evaluation of 50 episodes, SAC's every 5,000 steps, ...). In Python the same keys
+    default to off, so that learn(n) only trains; every run built from keys goes through
+    here, so a run's curves, summary and report keep their evaluations."""
+    return {**run_defaults(cls.config_class), **data}
+
+
+def trained_on(config: dict[str, Any]) -> tuple[str, str]:
+    """(what a config trains on, the key that names it): ('Acrobot-v1', 'env.id'),
+    ('pairs.jsonl', 'preferences.path'), ('addition', 'task.name'), ('tictactoe', 'game');
+    ('', '') where it names none of them."""
+    prefs = config.get("preferences")
+    if isinstance(prefs, dict) and prefs.get("path"):
+        return Path(str(prefs["path"])).name, "preferences.path"
+    task = config.get("task")
+    if isinstance(task, dict) and task.get("name"):
+        if task["name"] == "jsonl" and task.get("data"):
+            return Path(str(task["data"])).name, "task.data"
+        return str(task["name"]), "task.name"
+    env = config.get("env")
+    if isinstance(env, dict):
+        if env.get("entry_point"):
+            return str(env["entry_point"]), "env.entry_point"
+        kwargs = env.get("kwargs")
+        if isinstance(kwargs, dict) and isinstance(kwargs.get("env_id"), str):
+            return kwargs["env_id"], "env.kwargs.env_id"  # a PettingZoo env through its adapter
+        if env.get("id"):
+            return str(env["id"]), "env.id"
+    if isinstance(config.get("game"), str):
+        return config["game"], "game"
+    return "", ""
+
+
+def _defaults_title(
+    cls: type[Algorithm], config: dict[str, Any], named: set[str]
+) -> tuple[str, str | None]:
+    """A run of an algorithm's defaults: its title ('ppo on Acrobot-v1'), and a note saying
+    which env or task the defaults chose when no key (`named`: the top-level keys given)
+    named one (None when one did)."""
+    target, key = trained_on(config)
+    title = f"{cls.name} on {target}" if target else cls.name
+    if not key or named & {"env", "task", "game", "preferences"}:
+        return title, None
+    if "preferences" in config:
+        other = "preferences=PAIRS.jsonl trains on your pairs"
+    elif key.startswith("task"):
+        other = "task=NAME or task.data=ROWS.jsonl trains on another"
+    else:
+        other = f"{key}=... trains on another"
+    where = key.split(".")[0]
+    return title, (
+        f"{title}: no {where} was given, so the one {cls.config_class.__name__}'s defaults "
+        f"name ({other})"
+    )
+
+
+def _own_data_task(overrides: list[str]) -> list[str]:
+    """An algorithm's defaults given `task.data=FILE` alone train on that file: task.name
+    'jsonl' is added (a recipe names its task, where task.data for another task is an
+    error that says to add it)."""
+    keys = [parse_override(o)[0] for o in overrides]
+    if ["task", "data"] in keys and ["task", "name"] not in keys and ["task"] not in keys:
+        return ["task.name=jsonl", *overrides]
+    return overrides
 
 
 def _monitor_overrides(
@@ -243,8 +323,13 @@ def train(
         resolved["label"] = label
     algorithm = cls(config=config)  # built first, so a bad env leaves no run directory behind
     # An experiment's members are named by their label and seed: a dozen folders of one
-    # recipe's name could not be told apart
-    name = f"{label}-seed{resolved.get('seed')}" if label else resolved["recipe"]
+    # recipe's name could not be told apart. A run of an algorithm's defaults: ppo-Acrobot-v1
+    if label:
+        name = f"{label}-seed{resolved.get('seed')}"
+    elif resolved.get(FROM_DEFAULTS):
+        name = "-".join(filter(None, (resolved["algo"], trained_on(resolved)[0])))
+    else:
+        name = resolved["recipe"]
     run = Run.create(out, name, resolved, loggers=loggers)
     if "recipe_note" in resolved:  # said once the config has proved buildable
         print(f"note: {resolved['recipe_note']}", file=sys.stderr)
@@ -396,11 +481,15 @@ def _last_step(run: Run) -> int:
 
 def _learn_and_finish(algorithm: Algorithm, run: Run, media: bool) -> Run:
     """Train, then mark the run finished and draw its media; the run's lock (`Run.hold`)
-    is taken first when the caller has not taken it, and given back at the end."""
+    is taken first when the caller has not taken it, and given back at the end. A stop
+    signal is no error here: learn() raises LearnInterrupted (for scripts), and the run
+    returns unfinished (`finished_step` None), for the CLI to say how to resume it."""
     run.hold()
     try:
         try:
             algorithm.learn()
+        except LearnInterrupted:  # the checkpoint is written; the caller says how to resume
+            pass
         finally:
             run.close()
         if algorithm.interrupted and finished_step(run) is None:

@@ -332,7 +332,7 @@ def test_predicting_between_learn_calls_changes_nothing_in_training():
         env = keys.pop("env")
         agents = []
         for predicts in (0, 3):
-            agent = cls(env, seed=0, eval_every=0, **keys)
+            agent = cls(env, seed=0, eval_every=0, final_eval_episodes=5, **keys)
             agent.learn(256)
             for _ in range(predicts):
                 agent.predict(np.zeros(4, np.float32), deterministic=False)

@@ -193,7 +193,7 @@ def test_eval_cli_reports_pass_at_k(tmp_path, fresh_model_dir, capsys):
 
     run = Run.create(tmp_path, "cli", {"algo": "grpo"})
     settings = _grpo_settings(fresh_model_dir)
-    algorithm = GRPO(run=run, steps=1, **settings)
+    algorithm = GRPO(run=run, steps=1, final_eval=True, **settings)
     algorithm.learn()
     run.close()
     summary = run.summary()
@@ -252,7 +252,7 @@ def test_grpo_canaries_catch_a_reward_that_pays_anything_and_halt_the_run(
         canaries={"share": 0.5},
         on_alarm="halt",
     )
-    grpo = GRPO(run=run, steps=4, **settings)
+    grpo = GRPO(run=run, steps=4, final_eval=True, **settings)
     grpo.learn()
     assert grpo.halted is not None and grpo.halted.kind == "threshold:integrity/canary_passes"
     assert grpo.step == grpo.halted.step < 4  # halted after the step that raised it

@@ -287,6 +287,7 @@ def test_rlhf_ppo_with_eval_every_0_scores_the_start_and_the_end(base_model, tmp
         prompts_per_step=8,
         minibatch_size=8,
         eval_every=0,
+        final_eval=True,  # (made in Python: off unless asked for)
         task={"name": "styled_addition", "eval_size": 8},
     ).learn()
     run.close()

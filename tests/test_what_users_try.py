@@ -73,10 +73,9 @@ def test_sb3_calling_habits_are_answered():
     agent = payoff.PPO("CartPole-v1", **TINY)
     agent.learn(total_timesteps=64)  # SB3's keyword
     assert agent.step >= 64
-    with pytest.raises(ConfigError, match="progress_bar"):
-        agent.learn(64, progress_bar=True)
-    with pytest.raises(ConfigError, match="callback.*goes between calls: learn\\(n\\) again"):
-        agent.learn(64, callback=print)
+    agent.learn(64, progress_bar=False, reset_num_timesteps=False)  # what they mean here
+    with pytest.raises(ConfigError, match="log_interval.*config keys.*learn\\(n\\) again"):
+        agent.learn(64, log_interval=10)  # (callbacks: tests/test_learn_habits.py)
 
 
 def test_predict_names_the_shape_or_state_it_expected():

@@ -24,12 +24,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm, RunKeys
+from payoff.algos.base import NO_FINAL_EVALUATION, Algorithm, RunKeys
 from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import Aggregation, flat_groups, group_advantages, grpo_loss
 from payoff.core.cache import build_lock, cache_folder
@@ -125,7 +125,11 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
         group that all succeeded, are always skippable).
     temperature / max_new_tokens: sampling per model turn (max_new_tokens caps one turn).
     eval_every / log_every / checkpoint_every: in steps; eval is greedy on task.eval_size
-        held-out tasks (eval_every 0: only before the first step and at the end).
+        held-out tasks (eval_every 0: only before the first step and at the end, with
+        final_eval).
+    final_eval: evaluate at the end (summary.json's final_eval). eval_every and final_eval
+        are off for a trainer made in Python (learn(n) only trains); `payoff train` runs
+        default to eval_every 10 and final_eval true (run_defaults).
     chat_template: render episodes with the tokenizer's chat template (Hugging Face models,
         tools listed in it) instead of the tiny model's plain format. null (default) follows
         model.chat_template (auto: the template when the tokenizer has one; the tiny model
@@ -162,10 +166,13 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
     temperature: float = 1.0
     max_new_tokens: int = 72
     log_every: int = 1
-    eval_every: int = 10
+    eval_every: int = 0
     checkpoint_every: int = 20
     chat_template: bool | None = None
     device: str = field(default="auto", metadata={"check": check_device_name})
+    final_eval: bool = False
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 10, "final_eval": True}
 
     def validate(self) -> None:
         self.task.validate()
@@ -176,7 +183,7 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
                 raise ConfigError(f"config key {name!r} must be > 0, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ConfigError(
-                f"config key 'eval_every' must be >= 0 (0: only at the start and the end), "
+                f"config key 'eval_every' must be >= 0 (0: none during training), "
                 f"got {self.eval_every}"
             )
         if self.credit not in ("trajectory", "turn"):
@@ -290,7 +297,12 @@ class AgentGRPO(Algorithm):
 
     config: AgentGRPOConfig
     saved = ("model", "optimizer", "scheduler", "episodes_seen", "rng", "generator")
-    eval_at_end = eval_at_start = True
+    eval_at_end = True
+
+    @property
+    def eval_at_start(self) -> bool:  # type: ignore[override]
+        """The start of the curve, where anything evaluates (a payoff train run always)."""
+        return self.config.eval_every > 0 or self.config.final_eval
 
     def setup(self) -> None:
         config = self.config
@@ -602,6 +614,14 @@ class AgentGRPO(Algorithm):
     def finish(self) -> None:
         """Export the model and write the summary (first and last held-out success)."""
         if self.run is None:
+            return
+        if not self.config.final_eval:
+            save_lm(self.model, self.tokenizer, self.run.path / "model")
+            self.run.write_summary(
+                final_line=NO_FINAL_EVALUATION.format("final_eval=false"),
+                steps=self.step,
+                episodes=self.episodes_seen,
+            )
             return
         final = next((r for r in reversed(self.history) if "eval/success" in r), None)
         if final is None or final["step"] != self.step:  # learn(0), or eval_every 0 or off-beat

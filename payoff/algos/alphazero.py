@@ -41,13 +41,13 @@ import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from payoff.algos.base import Agent, RunKeys, check_deterministic
+from payoff.algos.base import NO_FINAL_EVALUATION, Agent, RunKeys, check_deterministic
 from payoff.algos.loop import TrainLoop
 from payoff.core.config import in_range
 from payoff.core.device import resolve_device
@@ -128,10 +128,13 @@ class AlphaZeroConfig(RunKeys):
         play time on Connect Four; self-play and the gate are unchanged.
     eval_every / eval_games / league_simulations: baseline matches for the Elo curve, every
         that many iterations (and at the end), searched with league_simulations per move
-        (null = eval_simulations; fewer keeps the periodic league cheap).
+        (null = eval_simulations; fewer keeps the periodic league cheap). eval_games 0: no
+        league at all. In Python all three match counts (eval_every, eval_games,
+        final_eval_games) are 0, so learn() only trains (self-play and its gate games);
+        `payoff train` runs default to 5, 20 and 100 (run_defaults).
     baselines: fixed opponents ('random', 'greedy', 'minimax', 'alphabeta-<depth>'); the
         last one is the "target" used by `payoff eval`.
-    final_eval_games: games against each baseline at the end (alternating colours).
+    final_eval_games: games against each baseline at the end (alternating colours); 0: none.
     final_eval_openings: random legal plies that start each pair of final games, one game
         with each colour (0: every game from the empty board). Deterministic players
         replay the same few lines from the empty board; openings make the games distinct
@@ -173,17 +176,24 @@ class AlphaZeroConfig(RunKeys):
     gate_threshold: float = 0.55
     gate_simulations: int = 25
     gate_random_moves: int = 2
-    eval_every: int = 5
-    eval_games: int = 20
+    eval_every: int = 0
+    eval_games: int = 0
     eval_simulations: int = 50
     eval_symmetries: bool = False
     league_simulations: int | None = None
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
-    final_eval_games: int = 100
+    final_eval_games: int = 0
     final_eval_openings: int = field(default=0, metadata=in_range(0))
     checkpoint_every: int = 1
     workers: int = 1
     train_threads: int = 0
+
+    # payoff train runs (in Python no matches beyond self-play and the gate)
+    run_defaults: ClassVar[dict[str, Any]] = {
+        "eval_every": 5,
+        "eval_games": 20,
+        "final_eval_games": 100,
+    }
 
     def validate(self) -> None:
         # Ranges of single keys (counts >= 1, weights in [0, 1], ...) are checked by core.config.
@@ -616,7 +626,7 @@ class AlphaZero(Agent):
                 final_eval=eval_result(last, config.baselines[-1]).to_dict()
                 if last is not None
                 else None,
-                final_line=line or None,
+                final_line=line or NO_FINAL_EVALUATION.format("final_eval_games=0"),
                 final_opponent=config.baselines[-1],
                 final_matches=finals,
                 self_play_games=self.games_played,

@@ -19,6 +19,7 @@ around it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 import warnings
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 import yaml
 
-from payoff.algos.loop import LoopState, TrainLoop
+from payoff.algos.loop import LearnInterrupted, LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
 from payoff.core.config import (
@@ -69,6 +70,7 @@ RUN_KEYS = (
     "monitors",
     "overrides",
     "recipe_note",
+    "from_defaults",  # made by `payoff train ALGO`: the algorithm's defaults, no recipe
 )  # keys of config.yaml that are not algorithm config
 
 
@@ -84,6 +86,9 @@ class RunKeys:
         threads fight over the cores); algorithms without torch (Q-learning) ignore it.
     log_every / eval_every / checkpoint_every: the loop's intervals, in the algorithm's own
         unit (env steps, episodes, optimizer steps, iterations); eval_every 0 = never.
+        Evaluation is off (0) for an algorithm made in Python, so learn(n) trains n steps
+        and nothing else; `payoff train` runs evaluate as the config class's `run_defaults`
+        say (see `run_defaults`), unless the recipe or an override sets the key.
     device: where networks train: auto | cpu | cuda | cuda:N | mps (payoff.core.device;
         auto = a GPU when torch sees one). Agents default to cpu: their small networks
         train faster there than on a GPU; the language-model trainers default to auto.
@@ -103,6 +108,21 @@ class RunKeys:
     on_alarm: Literal["warn", "halt", "rollback"] = "warn"
     rollback: RollbackConfig = field(default_factory=RollbackConfig)
 
+    # What a `payoff train` run sets where its recipe and overrides do not: the evaluations
+    # a run's curves, summary and report are made of (payoff.train.resolve). A class lists
+    # its own; those of the classes it inherits from apply too (see `run_defaults`).
+    run_defaults: ClassVar[dict[str, Any]] = {}
+
+
+def run_defaults(config_class: type) -> dict[str, Any]:
+    """The keys a `payoff train` run of `config_class` sets where its recipe does not: each
+    class's own `run_defaults` over those of the classes it inherits from. An algorithm
+    made in Python keeps the dataclass defaults (evaluation off)."""
+    merged: dict[str, Any] = {}
+    for klass in reversed(config_class.__mro__):
+        merged.update(klass.__dict__.get("run_defaults", {}))
+    return merged
+
 
 @dataclass
 class AgentKeys(RunKeys):
@@ -110,12 +130,17 @@ class AgentKeys(RunKeys):
 
     env: the environment (env.id, env.kwargs; see payoff.envs.make.EnvConfig).
     eval_episodes: episodes of each periodic evaluation (deterministic policy).
-    final_eval_episodes: episodes of the final evaluation (summary.json).
+    final_eval_episodes: episodes of the final evaluation at the end of training (logged as
+        final/..., summary.json's final_eval); 0 = none, the default in Python (learn(n)
+        evaluates only when asked; agent.evaluate(100) measures it yourself). `payoff
+        train` runs default to 50.
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
     eval_episodes: int = 20
-    final_eval_episodes: int = 50
+    final_eval_episodes: int = 0
+
+    run_defaults: ClassVar[dict[str, Any]] = {"final_eval_episodes": 50}
 
 
 @dataclass
@@ -214,24 +239,100 @@ def check_deterministic(value: Any, where: str) -> None:
 
 _SB3_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
 
+#: summary.json's final_line of a run whose final evaluation was off (the key that says so)
+NO_FINAL_EVALUATION = "no final evaluation ({})"
 
-def _sb3_learn_arguments(algo: str, total: Any, sb3: dict[str, Any]) -> Any:
-    """learn(total_timesteps=N), as Stable-Baselines3 spells it, is learn(N); its other
-    arguments (callback, log_interval, progress_bar, ...) have no meaning here: refused."""
+
+def _sb3_learn_arguments(algo: str, total: Any, sb3: dict[str, Any]) -> tuple[Any, bool]:
+    """learn(total_timesteps=N), as Stable-Baselines3 spells it, is learn(N);
+    progress_bar=False hides the bar and reset_num_timesteps=False is what payoff does
+    anyway. SB3's other arguments (log_interval, tb_log_name, reset_num_timesteps=True)
+    have no meaning here: refused. Returns (total, whether to show the bar)."""
     if "total_timesteps" in sb3:
         if total is not None:
             raise ConfigError("learn() got both a step count and total_timesteps; pass one")
         total = sb3.pop("total_timesteps")
+    progress_bar = sb3.pop("progress_bar", True)
+    if not isinstance(progress_bar, bool | np.bool_):
+        raise ConfigError(f"learn(progress_bar=...) takes True or False, got {progress_bar!r}")
+    if "reset_num_timesteps" in sb3:
+        reset = sb3.pop("reset_num_timesteps")
+        if reset is not False:
+            raise ConfigError(
+                f"learn(reset_num_timesteps={reset!r}): payoff's counters always go on, as "
+                f"SB3's reset_num_timesteps=False (a second learn(10_000) ends at step "
+                f"20,000); for a fresh count make a new {algo}(...)"
+            )
     if sb3:
         raise ConfigError(
-            f"{algo}.learn() takes only the number of steps (learn(10_000)); got "
-            f"{', '.join(sorted(sb3))}. Progress bars, logging and evaluation are config keys "
-            f"(eval_every, log_every, stop_at_return, ...; PAYOFF_PROGRESS=0 hides the bar). "
-            f"What a callback would do goes between calls: learn(n) again continues where the "
-            f"last call stopped (SB3's reset_num_timesteps=False), so `for _ in range(10): "
-            f"agent.learn(10_000); agent.save(...)` saves every 10,000 steps"
+            f"{algo}.learn() takes the number of steps, callback= and progress_bar= "
+            f"(learn(10_000, callback=fn)); got {', '.join(sorted(sb3))}. Logging and "
+            f"evaluation are config keys (log_every, eval_every, final_eval_episodes, "
+            f"stop_at_return, ...), and where metrics go is the run's loggers (tensorboard, "
+            f"wandb, mlflow; docs/tracking.md). learn(n) again continues where the last call "
+            f"stopped, so `for _ in range(10): agent.learn(10_000); agent.save(...)` saves "
+            f"every 10,000 steps"
         )
-    return total
+    return total, bool(progress_bar)
+
+
+def _check_stop_is_evaluated(config: Any, given: dict[str, Any]) -> None:
+    """ConfigError when a stop condition is set (stop_at_return, stop_at_accuracy) but
+    eval_every is 0 by default: the condition is checked at each periodic evaluation, which
+    is off unless asked for, so the run would never stop early, in silence. (eval_every=0
+    given with it is a choice, as in a recipe with evaluation turned off.)"""
+    if "eval_every" in given:
+        return
+    for key in ("stop_at_return", "stop_at_accuracy"):
+        if getattr(config, key, None) is not None and getattr(config, "eval_every", 1) == 0:
+            raise ConfigError(
+                f"{key}={getattr(config, key)} is checked at each periodic evaluation, and "
+                f"eval_every is 0 (evaluation is off unless asked for): give eval_every too "
+                f"(e.g. 10_000 env steps; {key} then stops at the first evaluation that "
+                f"reaches it)"
+            )
+
+
+def _callbacks(algo: str, callback: Any) -> list[Any]:
+    """learn(callback=...)'s functions as a list: one callable, or a list or tuple of them;
+    anything else is refused, Stable-Baselines3's callback objects with a word on how
+    payoff's differ."""
+    if callback is None:
+        return []
+    given = list(callback) if isinstance(callback, list | tuple) else [callback]
+    for fn in given:
+        # SB3's objects (BaseCallback, EvalCallback, CallbackList) are driven through their
+        # on_step and hooks of their own, callable or not: said, not called wrongly
+        sb3 = any(hasattr(fn, name) for name in ("_on_step", "on_step"))
+        if callable(fn) and not sb3:
+            try:
+                inspect.signature(fn).bind(None, None)
+            except TypeError:
+                raise ConfigError(
+                    f"{algo}.learn(callback=...): {getattr(fn, '__name__', fn)!r} cannot be "
+                    f"called with two arguments; a callback is fn(algorithm, metrics), called "
+                    f"at every log with the metrics just logged"
+                ) from None
+            except ValueError:  # a builtin without a signature: called as it is
+                pass
+            continue
+        raise ConfigError(
+            f"{algo}.learn(callback=...) takes a function fn(algorithm, metrics) or a list of "
+            f"them, got "
+            + (
+                f"a Stable-Baselines3 callback object ({type(fn).__name__}), which payoff "
+                f"cannot drive: its callbacks are plain functions, called at every log "
+                f"(log_every steps) with the algorithm and the metrics just logged (a dict "
+                f"with 'step'); returning False stops training. E.g. `def stop(agent, "
+                f"metrics): return metrics.get('train/return', 0) < 400`. Evaluation "
+                f"(EvalCallback) is a config key: eval_every=10_000; saving "
+                f"(CheckpointCallback) is learn(n) then save(path) in a loop, or a run's "
+                f"checkpoint_every"
+                if sb3
+                else f"{type(fn).__name__} {fn!r}"[:200]
+            )
+        )
+    return given
 
 
 class Algorithm:
@@ -311,6 +412,8 @@ class Algorithm:
             raise ConfigError("pass either config=... or env/keyword settings, not both")
         elif dataclasses.is_dataclass(config):  # made in Python (PPOConfig(...)): the
             check_ranges(config)  # same ranges and bounds as a recipe's
+        if data_given:  # made in Python: a stop set there must meet an evaluation
+            _check_stop_is_evaluated(config, kwargs)
         self.config = config
         # Whether the training length was chosen (a recipe, a saved config or the keyword);
         # when it was not, learn(n) plans n steps instead of the default length.
@@ -318,6 +421,8 @@ class Algorithm:
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.interrupted = False  # set by learn() when Ctrl-C stopped it early
+        # learn()'s options for the loop while it runs (callbacks, progress_bar): TrainLoop
+        self.loop_options: dict[str, Any] = {}
         self.state = LoopState()  # step, updates, evals, ...: the loop's counters (algos/loop.py)
         self._record: dict[str, Any] = {}  # metrics of the last iteration, until they are logged
         self.monitors: list[Monitor] = []  # reward-hacking / safety detectors fed by log()
@@ -346,7 +451,7 @@ class Algorithm:
     train_seconds = _LoopCounter()
 
     # ---- training ---------------------------------------------------------------------
-    def learn(self, total: int | None = None, **sb3: Any) -> Self:
+    def learn(self, total: int | None = None, callback: Any = None, **sb3: Any) -> Self:
         """Train `total` more steps (env steps, episodes, optimizer steps: the unit of the
         config key named by `total_key`), or, with no argument, until that key's value (a
         resumed run finishes its planned length). Returns the algorithm.
@@ -356,8 +461,25 @@ class Algorithm:
         (learning rate, epsilon, clip) span the planned length: the config key when you set
         it, else the steps this call trains to, so `PPO("CartPole-v1").learn(10_000)`
         anneals over those 10,000 steps rather than over the default length.
+
+        It trains and evaluates only when asked: eval_every and final_eval_episodes (LM
+        trainers: final_eval) are off for an algorithm made in Python; `payoff train` runs
+        turn them on (`run_defaults`).
+
+        callback: fn(algorithm, metrics), or a list of them, called at every log (log_every
+            steps, and the run's last record) with what was just logged (a dict with
+            'step'); one that returns False (None and True go on) stops training after that
+            step. The run then ends as a stop_at_return stop does: its final evaluation (if
+            asked for) and summary. One that raises: the checkpoint is written, then the
+            error goes on.
+        progress_bar: False hides the progress bar. reset_num_timesteps=False (SB3's) is
+            accepted: it is what payoff does.
+
+        A stop signal (Ctrl-C, SIGTERM, SIGHUP) ends the current iteration, writes the
+        checkpoint, then raises `LearnInterrupted` (a KeyboardInterrupt) saying the step
+        reached: the algorithm holds that training, so learn(n) trains on from there.
         """
-        total = _sb3_learn_arguments(type(self).__name__, total, sb3)
+        total, options = self.learn_arguments(total, callback, sb3)
         if self.halted is not None:  # the loop would stop at once, without a word
             warnings.warn(
                 f"{type(self).__name__} was halted by the {self.halted.kind} alarm at step "
@@ -418,8 +540,47 @@ class Algorithm:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-        self.train_until(target)
+        self.interrupted = False
+        self.loop_options = options
+        try:
+            self.train_until(target)
+        finally:
+            self.loop_options = {}
+        if self.interrupted:
+            raise self._interruption(target)
         return self
+
+    def learn_arguments(
+        self, total: Any, callback: Any, sb3: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """learn()'s arguments, Stable-Baselines3's names included, checked: (the step
+        count, the loop's options: callbacks and progress_bar)."""
+        algo = type(self).__name__
+        total, progress_bar = _sb3_learn_arguments(algo, total, sb3)
+        return total, {"callbacks": _callbacks(algo, callback), "progress_bar": progress_bar}
+
+    def _interruption(self, target: int) -> LearnInterrupted:
+        """What learn() raises once a stop signal ended its loop: where it stopped, and how
+        to go on."""
+        step, unit = self.state.step, self.total_key.removeprefix("total_")
+        where = (
+            f"during the final evaluation, at step {step:,} (its training was complete)"
+            if step >= target
+            else f"at step {step:,} of {target:,} ({unit})"
+        )
+        if self.run is not None:
+            resume = (
+                f"its checkpoint is in {self.run.path}: `payoff train --resume {self.run.path}` "
+                f"finishes the run"
+            )
+        else:
+            resume = (
+                f"this {type(self).__name__} holds its training so far: learn(n) trains on "
+                f"from there, save(path) keeps it"
+            )
+        return LearnInterrupted(
+            f"{type(self).__name__}.learn() was stopped {where}; {resume}", step, resume
+        )
 
     def first_logged(self, key: str) -> dict[str, Any] | None:
         """The first record that holds `key` (a run's starting evaluation): from the run's
@@ -1005,12 +1166,17 @@ class Agent(Algorithm):
             self.solved_at = self.step
 
     def finish_returns(self, **summary: Any) -> None:
-        """Final evaluation (config.final_eval_episodes), logged and written to summary.json."""
-        result = self.evaluate(self.config.final_eval_episodes)
-        self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+        """Final evaluation (config.final_eval_episodes), logged and written to summary.json;
+        with final_eval_episodes 0 the summary says there was none."""
+        episodes = self.config.final_eval_episodes
+        final: dict[str, Any] = {"final_line": NO_FINAL_EVALUATION.format("final_eval_episodes=0")}
+        if episodes > 0:
+            result = self.evaluate(episodes)
+            self.log(self.step, **{f"final/{k}": v for k, v in result.to_dict().items()})
+            final = {"final_eval": result.to_dict()}
         if self.run is not None:
             self.run.write_summary(
-                final_eval=result.to_dict(),
+                **final,
                 steps=self.step,
                 train_seconds=round(self.train_seconds, 2),
                 solved_at_step=self.solved_at,

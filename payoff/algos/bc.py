@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -32,14 +32,17 @@ class BCConfig(ImitationConfig):
     demonstrations: a Minari dataset directory to learn from instead of recording the
         expert (its env id and spaces must match env; label_budget caps how many
         transitions are used).
-    eval_every: evaluate every this many epochs (0: only at the end).
+    eval_every: evaluate every this many epochs (0: none during training; the default in
+        Python, 50 for `payoff train` runs).
     checkpoint_every: write checkpoints/latest.safetensors every this many epochs.
     """
 
     epochs: int = 200
     demonstrations: str | None = None
-    eval_every: int = 50
+    eval_every: int = 0
     checkpoint_every: int = 50
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 50}  # payoff train runs
 
     def __post_init__(self) -> None:
         super().__post_init__()

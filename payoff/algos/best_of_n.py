@@ -164,16 +164,27 @@ class BestOfN(LMAlgorithm):
                 self.proxy_eval = result.to_dict()
         return self.scorer
 
-    def learn(self, total: int | None = None) -> BestOfN:
+    def learn(self, total: int | None = None, callback: Any = None, **sb3: Any) -> BestOfN:
         """Sample max(ns) completions per prompt once, then log best-of-N for every N.
 
         The sweep is the loop: one N per iteration, in increasing order; `total` caps how
-        many Ns (default: all of them).
+        many Ns (default: all of them). callback, progress_bar and a stop signal: as
+        Algorithm.learn's.
         """
         config = self.config
+        total, options = self.learn_arguments(total, callback, sb3)
         total = len(config.ns) if total is None else min(total, len(config.ns))
+        self.interrupted = False
         self.sample()
-        TrainLoop(self, total, desc="best-of-N sweep", unit="N").run()
+        TrainLoop(
+            self,
+            total,
+            desc="best-of-N sweep",
+            unit="N",
+            **options,
+        ).run()
+        if self.interrupted:
+            raise self._interruption(total)
         return self
 
     def sample(self) -> None:

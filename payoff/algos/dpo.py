@@ -20,13 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from payoff.algos.reward_model import preference_base, small_base, styled_task
-from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
+from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.preference import dpo_loss
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, TaskConfig
@@ -81,8 +81,10 @@ class DPOConfig(LMKeys):
     batch_size: int = 32
     max_new_tokens: int = 24
     log_every: int = 5
-    eval_every: int = 25
+    eval_every: int = 0
     checkpoint_every: int = 50
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 25}  # payoff train runs
 
     def validate(self) -> None:
         # beta >= 0 is core.config's range; here it divides (IPO's margin 1 / (2 beta)).
@@ -357,11 +359,14 @@ class DPO(LMAlgorithm):
 
     def finish(self) -> None:
         if self.run is not None:
-            result = self.evaluate_pairs()
+            result = self.evaluate_pairs() if self.config.final_eval else None
             self.export_model()
             self.run.write_summary(
-                final_eval=result.to_dict(),
-                final_line=result.line(),
+                **(
+                    {"final_eval": result.to_dict(), "final_line": result.line()}
+                    if result is not None
+                    else {"final_line": NO_FINAL_LM_EVALUATION}
+                ),
                 steps=self.step,
                 model_dir=str(self.run.path / "model"),
                 base_model=self.base_model_path,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -94,7 +94,8 @@ class ESConfig(AgentKeys):
     obs_clip: normalized observations are clipped to +-obs_clip.
     stop_at_return: stop once a periodic evaluation of theta averages at least this;
         null trains for total_steps.
-    eval_every: evaluate the unperturbed policy every this many env steps (0 = never).
+    eval_every: evaluate the unperturbed policy every this many env steps (0 = never: the
+        default in Python; `payoff train` runs evaluate every 20,000).
     check_finite: stop with an error when an env returns NaN or inf.
     backend: 'local' (every pair in this process) or 'ray' (Ray actors own the envs and
         rebuild the noise from seeds; needs payoff[distributed]). Same result for the same
@@ -116,11 +117,13 @@ class ESConfig(AgentKeys):
     normalize_obs: bool = True
     obs_clip: float = field(default=5.0, metadata=in_range(0, low_open=True))
     stop_at_return: float | None = None
-    eval_every: int = 20_000
+    eval_every: int = 0
     checkpoint_every: int = 100_000
     check_finite: bool = True
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 20_000}  # payoff train runs
 
     def validate(self) -> None:
         # Ranges of single keys are checked by core.config; here what spans keys.

@@ -29,7 +29,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from payoff.algos.shared.group import (
     grpo_loss,
     overlong_penalty,
 )
-from payoff.algos.shared.lm import LMAlgorithm, LMKeys, columns_of
+from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
 from payoff.core.errors import ConfigError
 from payoff.models.base_model import BaseModelConfig
@@ -155,8 +155,10 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
         logits / temperature, the same distribution the samples came from.
     eval_every / eval_size: greedy held-out accuracy during training (test split); 0: none
-        during training (the final evaluation still runs), as for the RL algorithms.
-    final_eval_k: pass@k measured at the end (e.g. [1, 8]); sampled at temperature 1.
+        during training (the final evaluation still runs, with final_eval), as for the RL
+        algorithms. 0 in Python, 25 for `payoff train` runs (run_defaults).
+    final_eval_k: pass@k measured at the end (e.g. [1, 8]), with final_eval; sampled at
+        temperature 1.
     backend: where completions are sampled: 'local' (this process, the default) or 'ray'
         (Ray actors with a copy of the model each; needs payoff[distributed]). Workers load
         the starting model from its folder, which every node must be able to read.
@@ -196,11 +198,13 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     max_new_tokens: int = 8
     stop: list[str] = field(default_factory=list)
     log_every: int = 1
-    eval_every: int = 25
+    eval_every: int = 0
     checkpoint_every: int = 50
     final_eval_k: list[int] = field(default_factory=lambda: [1, 8])
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 25}  # payoff train runs
 
     def validate(self) -> None:
         # Ranges of single keys (group_size >= 2, beta >= 0, clip_eps > 0, ...) are checked
@@ -334,7 +338,8 @@ class GRPO(LMAlgorithm):
 
     @property
     def eval_at_start(self) -> bool:  # type: ignore[override]
-        return self.run is not None  # where RL starts from, on the run's curve
+        """Where RL starts from, on a run's curve (where anything evaluates)."""
+        return self.run is not None and (self.config.eval_every > 0 or self.config.final_eval)
 
     def setup(self) -> None:
         config = self.config
@@ -914,6 +919,18 @@ class GRPO(LMAlgorithm):
         self.drop_pending(wait=False)
         self.sampler.close()
         config = self.config
+        if not config.final_eval:
+            self.export_model()
+            if self.run is not None:
+                self.run.write_summary(
+                    final_line=NO_FINAL_LM_EVALUATION,
+                    steps=self.step,
+                    samples=self.samples_seen,
+                    seconds=round(self.run.elapsed(), 1),
+                    model_dir=str(self.run.path / "model"),
+                    base_model=getattr(self, "base_model_path", config.model.path),
+                )
+            return
         result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
         ood = (  # own data may come without an out-of-distribution split
             self.evaluate(config.task.eval_size, split="ood", k=())

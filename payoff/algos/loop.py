@@ -11,19 +11,24 @@ Per iteration, in this order:
     every eval_every steps (and at the   algorithm.evaluate_now(); it may set
       last step with eval_at_end):       state.solved_at, which stops the loop
     every checkpoint_every steps:        algorithm.checkpoint()
+    after a log:                         each callback(algorithm, metrics) of learn(n,
+                                         callback=...), with what the iteration logged;
+                                         one that returns False stops the loop
     then                                 algorithm.between_iterations() (rollback snapshots;
                                          also once before the first)
 
 "every N steps" means the step counter crossed a multiple of N during the iteration, so an
 iteration that advances by 2,048 env steps still logs, evaluates and checkpoints on time.
 The loop stops at `total`, when the algorithm says it is solved, when an alarm halted it
-(`on_alarm: halt`, payoff.algos.response), or on Ctrl-C / SIGTERM /
-SIGHUP (GracefulInterrupt: the iteration finishes first; a periodic evaluation stops at its
-next step, and is not recorded). Then, unless interrupted, a last
-`log_training()` when the run has ended (its planned length, solved or halted) on a step
-that was not a multiple of log_every (a run shorter than log_every still has its record),
-the final evaluation and summary (`algorithm.finish()`);
-a checkpoint always, so a stopped run resumes exactly where it stopped.
+(`on_alarm: halt`, payoff.algos.response), when a callback returned False, or on Ctrl-C /
+SIGTERM / SIGHUP (GracefulInterrupt: the iteration finishes first; a periodic evaluation
+stops at its next step, and is not recorded). Then, unless interrupted, a last
+`log_training()` when the run has ended (its planned length, solved, halted or stopped by a
+callback) on a step that was not a multiple of log_every (a run shorter than log_every still
+has its record), the final evaluation and summary (`algorithm.finish()`: a callback's stop
+ends the run as stop_at_return does); a checkpoint always, so a stopped run resumes exactly
+where it stopped. A callback that raises: the checkpoint is written, then the error goes on.
+An interrupted loop returns False; `Algorithm.learn` then raises `LearnInterrupted`.
 
 The counters every run shares live in `LoopState`, which serializes itself; an algorithm's
 checkpoint is the loop state plus its modules, optimizers and RNGs.
@@ -32,6 +37,7 @@ checkpoint is the loop state plus its modules, optimizers and RNGs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +87,23 @@ class LoopState:
         self.recent_returns = (self.recent_returns + list(returns))[-keep:]
 
 
+#: learn(n, callback=...)'s callables: fn(algorithm, metrics); False stops training.
+Callback = Callable[[Any, dict[str, Any]], Any]
+
+
+class LearnInterrupted(KeyboardInterrupt):
+    """What `learn()` raises after a stop signal (Ctrl-C, SIGTERM, SIGHUP) ended its loop:
+    the checkpoint is written first. A KeyboardInterrupt, so a script that does not catch
+    it stops instead of saving a half-trained model as if it were done.
+
+    step: where training stood. resume: how to train on (a sentence)."""
+
+    def __init__(self, message: str, step: int, resume: str = ""):
+        super().__init__(message)
+        self.step = step
+        self.resume = resume
+
+
 class Loopable(Protocol):
     """What an algorithm supplies to the loop."""
 
@@ -115,6 +138,10 @@ class TrainLoop:
     planned: the run's planned length, when `total` is a stop short of it (learn(n) on a
         longer run): the last record between two logs is written only at the run's end, so
         learning in several calls logs what one call would.
+    callbacks: learn(n, callback=...)'s functions, each called as fn(algorithm, metrics)
+        after every iteration that logged (metrics: what it logged, merged, with "step");
+        one returning False (not None) stops the loop after that step.
+    progress_bar: False hides the bar (as PAYOFF_PROGRESS=0 does).
     """
 
     algorithm: Loopable
@@ -127,21 +154,30 @@ class TrainLoop:
     eval_at_end: bool = False
     eval_at_start: bool = False
     planned: int | None = None
+    callbacks: Sequence[Callback] = ()
+    progress_bar: bool = True
+    stopped_by_callback: bool = field(default=False, init=False)
 
     @classmethod
     def from_config(cls, algorithm: Any, total: int, desc: str, **options: Any) -> TrainLoop:
         """The loop on the intervals the algorithm's config declares under the shared names
-        (log_every, eval_every, checkpoint_every; one it lacks keeps the default)."""
+        (log_every, eval_every, checkpoint_every; one it lacks keeps the default), and
+        learn()'s callbacks and progress_bar (the algorithm's loop_options)."""
         config = algorithm.config
         for key in ("log_every", "eval_every", "checkpoint_every"):
             if hasattr(config, key):
                 options.setdefault(key, getattr(config, key))
+        # learn()'s callbacks and progress_bar, while it runs (Algorithm.loop_options)
+        for key, value in getattr(algorithm, "loop_options", {}).items():
+            options.setdefault(key, value)
         return cls(algorithm, total, desc, **options)
 
     def run(self) -> bool:
         """Train; True when it ran to the end (or was solved), False when a signal stopped it."""
         algorithm, state = self.algorithm, self.algorithm.state
-        progress = Progress(self.total, initial=state.step, desc=self.desc, unit=self.unit)
+        progress = Progress(
+            self.total, initial=state.step, desc=self.desc, unit=self.unit, show=self.progress_bar
+        )
         try:
             if self.eval_at_start and state.step == 0 and state.updates == 0 and self.total > 0:
                 algorithm.evaluate_now()
@@ -153,16 +189,19 @@ class TrainLoop:
                     state.step < self.total
                     and state.solved_at is None
                     and algorithm.halted is None
+                    and not self.stopped_by_callback
                     and not interrupt.requested
                 ):
                     before, started = state.step, time.perf_counter()
+                    records = len(getattr(algorithm, "history", ()))
                     algorithm.iterate()
                     state.updates += 1
                     state.train_seconds += time.perf_counter() - started
                     progress.update(state.step - before)
                     if progress.postfix_due():
                         progress.set_postfix(algorithm.progress_postfix())
-                    if crossed(before, state.step, self.log_every):
+                    logs = crossed(before, state.step, self.log_every)
+                    if logs:
                         algorithm.log_training()
                         logged = state.step
                     if crossed(before, state.step, self.eval_every) or (
@@ -175,6 +214,8 @@ class TrainLoop:
                     if crossed(before, state.step, self.checkpoint_every):
                         algorithm.checkpoint()
                         checkpointed = state.step
+                    if logs and self.callbacks:
+                        self.stopped_by_callback = self._call_back(records)
                     algorithm.between_iterations()
         except BaseException:  # the bar's line ends before the error is printed below it
             progress.close()
@@ -188,9 +229,13 @@ class TrainLoop:
                 state.step >= max(self.total, self.planned or 0)
                 or state.solved_at is not None
                 or algorithm.halted is not None
+                or self.stopped_by_callback
             )
             if ended and self.log_every > 0 and logged != state.step:  # since the last record
+                records = len(getattr(algorithm, "history", ()))
                 algorithm.log_training()
+                if self.callbacks:  # (the loop has ended: a False changes nothing)
+                    self._call_back(records)
             # The final evaluation can be long, and Ctrl-C stops it at once: the training
             # is in a checkpoint first, and a resume runs the evaluation again.
             if checkpointed != state.step:
@@ -203,3 +248,21 @@ class TrainLoop:
             algorithm.say_unfed_monitors()  # (a stopped run may yet log what a monitor reads)
         algorithm.checkpoint()
         return not algorithm.interrupted
+
+    def _call_back(self, records: int) -> bool:
+        """Call each callback with what this iteration logged (history's records from
+        `records` on, merged); True when one returned False. One that raises: the
+        checkpoint is written, then the error goes on."""
+        algorithm = self.algorithm
+        metrics: dict[str, Any] = {"step": algorithm.state.step}
+        for record in getattr(algorithm, "history", [])[records:]:
+            metrics.update(record)
+        stop = False
+        try:
+            for callback in self.callbacks:
+                if callback(algorithm, dict(metrics)) is False:
+                    stop = True
+        except BaseException:
+            algorithm.checkpoint()
+            raise
+        return stop

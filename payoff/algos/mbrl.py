@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -427,8 +427,10 @@ class MBRLConfig(AgentKeys):
     check_finite: bool = True
     log_every: int = 200
     eval_episodes: int = 3
-    final_eval_episodes: int = 5
+    final_eval_episodes: int = 0
     checkpoint_every: int = 1_000
+
+    run_defaults: ClassVar[dict[str, Any]] = {"final_eval_episodes": 5}  # payoff train runs
 
     def validate(self) -> None:
         planner = self.planner

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 
-from payoff.algos.base import Agent, AgentKeys, check_deterministic
+from payoff.algos.base import NO_FINAL_EVALUATION, Agent, AgentKeys, check_deterministic
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
@@ -63,11 +63,14 @@ class QLearningConfig(AgentKeys):
     epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.01, fraction=0.8))
     initial_q: float = 0.0
     log_every: int = 100
-    eval_every: int = 1000
+    eval_every: int = 0
     eval_episodes: int = 200
-    final_eval_episodes: int = 1000
+    final_eval_episodes: int = 0
     checkpoint_every: int = 2000
     plateau_tolerance: float = 0.05
+
+    # payoff train runs (in Python both are off: learn(n) only trains)
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 1000, "final_eval_episodes": 1000}
 
     def validate(self) -> None:
         if self.device not in ("cpu", "auto"):
@@ -262,22 +265,27 @@ class QLearning(Agent):
 
     def finish(self) -> None:
         config = self.config
-        result = self.evaluate(config.final_eval_episodes)
+        result = self.evaluate(config.final_eval_episodes) if config.final_eval_episodes else None
         plateau = self.episodes_to_plateau()
-        self.log(
-            self.env_steps,
-            episode=self.episode,
-            **{f"final/{k}": v for k, v in result.to_dict().items()},
-        )
+        if result is not None:
+            self.log(
+                self.env_steps,
+                episode=self.episode,
+                **{f"final/{k}": v for k, v in result.to_dict().items()},
+            )
         if self.run is not None:
             self.run.write_summary(
-                final_eval=result.to_dict(),
+                **(
+                    {"final_eval": result.to_dict()}
+                    if result is not None
+                    else {"final_line": NO_FINAL_EVALUATION.format("final_eval_episodes=0")}
+                ),
                 episodes=self.episode,
                 steps=self.env_steps,
                 episodes_to_plateau=plateau,
                 plateau_note=(
                     f"greedy-policy evaluation came within {config.plateau_tolerance:g} of its "
-                    f"best {'success rate' if result.success_rate is not None else 'return (as a fraction of its range)'} "
+                    f"best {'success rate' if self.evals[-1][2] is not None else 'return (as a fraction of its range)'} "
                     f"after {plateau} episodes ({len(self.evals)} evaluations)"
                     if plateau is not None
                     else None

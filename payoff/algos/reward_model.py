@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from payoff.algos.base import Algorithm
 from payoff.algos.sft import build_base_model
-from payoff.algos.shared.lm import LMKeys
+from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
 from payoff.core.device import resolve_device
 from payoff.core.seeding import seed_everything
@@ -97,8 +97,10 @@ class RewardModelConfig(LMKeys):
     batch_size: int = 64
     learning_rate: float = 1e-3
     log_every: int = 10
-    eval_every: int = 50
+    eval_every: int = 0
     checkpoint_every: int = 100
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 50}  # payoff train runs
 
 
 Group = tuple[list[int], list[list[int]]]  # (prompt ids, [ids of each completion + EOS])
@@ -351,11 +353,14 @@ class RewardModel(Algorithm):
 
     def finish(self) -> None:
         if self.run is not None:
-            result = self.evaluate()
+            result = self.evaluate() if self.config.final_eval else None
             folder = self.save_models(self.run.path / "reward_model")
             self.run.write_summary(
-                final_eval=result.to_dict(),
-                final_line=result.line(),
+                **(
+                    {"final_eval": result.to_dict(), "final_line": result.line()}
+                    if result is not None
+                    else {"final_line": NO_FINAL_LM_EVALUATION}
+                ),
                 steps=self.step,
                 reward_model_dir=str(folder),
                 base_model=self.base_model_path,

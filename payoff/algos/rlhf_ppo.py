@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,7 +35,13 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.advantages import gae
-from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, LMKeys, columns_of
+from payoff.algos.shared.lm import (
+    NO_FINAL_LM_EVALUATION,
+    LMAlgorithm,
+    LMEvalResult,
+    LMKeys,
+    columns_of,
+)
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 from payoff.core.config import absolute_path
 from payoff.core.errors import ConfigError
@@ -80,7 +86,8 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
     learning_rate / critic_learning_rate: AdamW for policy and critic.
     temperature / max_new_tokens: sampling; the loss uses the same temperature.
     eval_every: greedy gold score on held-out prompts, in steps (0: only before the first
-        step and at the end).
+        step and at the end, with final_eval; with neither, none: the default in Python).
+        `payoff train` runs default to 10 (run_defaults).
     """
 
     base: BaseModelConfig = field(default_factory=small_base)
@@ -109,8 +116,10 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
     temperature: float = 1.0
     max_new_tokens: int = 24
     log_every: int = 1
-    eval_every: int = 10
+    eval_every: int = 0
     checkpoint_every: int = 20
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 10}  # payoff train runs
 
     def __post_init__(self) -> None:
         self.reward_model = absolute_path(self.reward_model)  # saved absolute: found anywhere
@@ -125,7 +134,7 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
         # Ranges of single keys (counts > 0, kl_coef >= 0, ...) are checked by core.config.
         if self.eval_every < 0 or self.minibatch_size <= 0:
             raise ConfigError(
-                f"config key 'eval_every' must be >= 0 (0: only at the start and the end) and "
+                f"config key 'eval_every' must be >= 0 (0: none during training) and "
                 f"'minibatch_size' > 0, got {self.eval_every} and {self.minibatch_size}"
             )
         if self.prompts_per_step % self.minibatch_size:
@@ -170,7 +179,12 @@ class RLHFPPO(LMAlgorithm):
 
     config: RLHFPPOConfig
     saved = ("model", "critic", "optimizer", "critic_optimizer", "rng", "generator")
-    eval_at_end = eval_at_start = True
+    eval_at_end = True
+
+    @property
+    def eval_at_start(self) -> bool:  # type: ignore[override]
+        """The start of the curve, where anything evaluates (a payoff train run always)."""
+        return self.config.eval_every > 0 or self.config.final_eval
 
     def setup(self) -> None:
         config = self.config
@@ -397,6 +411,16 @@ class RLHFPPO(LMAlgorithm):
         )
 
     def finish(self) -> None:
+        if not self.config.final_eval:
+            self.export_model()
+            if self.run is not None:
+                self.run.write_summary(
+                    final_line=NO_FINAL_LM_EVALUATION,
+                    steps=self.step,
+                    model_dir=str(self.run.path / "model"),
+                    base_model=self.base_model_path,
+                )
+            return
         proxy, gold = self.greedy_scores()
         key = "eval/proxy" if gold is None else "eval/gold"
         start = self.first_logged(key)  # from the run's file: a resume starts mid-way

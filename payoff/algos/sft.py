@@ -18,12 +18,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
-from payoff.algos.shared.lm import LMAlgorithm, LMKeys
+from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys
 from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
 from payoff.core.errors import ConfigError, DataError
@@ -74,9 +74,11 @@ class SFTConfig(LMKeys):
     stop_at_accuracy: float | None = None
     max_new_tokens: int = 8
     log_every: int = 10
-    eval_every: int = 100
+    eval_every: int = 0
     checkpoint_every: int = 100
     held_out_curve: bool = True
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 100}  # payoff train runs
 
     def validate(self) -> None:
         # Ranges of single keys (steps > 0, answer_noise in [0, 1), ...) are checked by
@@ -250,14 +252,22 @@ class SFT(LMAlgorithm):
 
     def finish(self) -> None:
         scorable = self.held_out_scorable()  # text rows: nothing to answer
-        result = self.evaluate(self.config.task.eval_size, split="test", k=()) if scorable else None
+        asked = self.config.final_eval
+        result = (
+            self.evaluate(self.config.task.eval_size, split="test", k=())
+            if scorable and asked
+            else None
+        )
         self.final_result = result
         self.export_model()
         if self.run is not None:
             final = (
                 {"final_eval": result.to_dict(), "final_line": result.line()}
                 if result
-                else {"final_line": f"trained {self.step} steps; {self._unscored}"}
+                else {
+                    "final_line": f"trained {self.step} steps; "
+                    + (NO_FINAL_LM_EVALUATION if scorable else self._unscored)
+                }
             )
             self.run.write_summary(
                 **final,
@@ -295,9 +305,10 @@ def build_base_model(
         checkpoint_every=base.steps,
         held_out_curve=False,
     )
-    # Neither key changes the model (held_out_curve only drops greedy evaluations), so
-    # neither is part of the cache key.
-    settings = {k: v for k, v in to_dict(config).items() if k not in ("device", "held_out_curve")}
+    # None of these keys changes the model (held_out_curve only drops greedy evaluations,
+    # and final_eval off leaves the test score to below), so none is part of the cache key.
+    unchanging = ("device", "held_out_curve", "final_eval")
+    settings = {k: v for k, v in to_dict(config).items() if k not in unchanging}
     key = {**settings, "rows": data_fingerprint(task)}  # rows passed from Python
     path = cache_folder("base-models", task.name, key if key["rows"] else settings)
     if (path / "config.json").is_file():

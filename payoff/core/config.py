@@ -93,6 +93,7 @@ def absolute_path(value: Any) -> Any:
     path = Path(value)
     return str(path.resolve()) if path.exists() else value
 
+
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)
@@ -226,7 +227,6 @@ RANGES: dict[str, Range] = {
             "test_pairs",
             "eval_size",
             "eval_episodes",
-            "final_eval_episodes",
             "max_new_tokens",
             "max_tokens",
             "max_turns",
@@ -269,6 +269,7 @@ RANGES: dict[str, Range] = {
     **dict.fromkeys(
         (
             "eval_every",
+            "final_eval_episodes",
             "eval_games",
             "final_eval_games",
             "gate_games",

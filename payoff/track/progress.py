@@ -11,14 +11,22 @@ from tqdm import tqdm
 
 
 class Progress:
-    """Thin tqdm wrapper; silent when PAYOFF_PROGRESS=0 (tests).
+    """Thin tqdm wrapper; silent when PAYOFF_PROGRESS=0 (tests) or show=False.
 
     The count never passes `total`: a last rollout that overshoots it (8 envs x 128 steps past
     a total of 20,000) would otherwise make tqdm drop the total, the bar and the ETA.
     """
 
-    def __init__(self, total: int, initial: int = 0, desc: str = "train", unit: str = "step"):
-        enabled = os.environ.get("PAYOFF_PROGRESS", "1") != "0"
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        desc: str = "train",
+        unit: str = "step",
+        show: bool = True,
+    ):
+        """show: False hides the bar (learn(progress_bar=False))."""
+        enabled = show and os.environ.get("PAYOFF_PROGRESS", "1") != "0"
         self._bar = tqdm(
             total=total,
             initial=min(initial, total),

@@ -18,13 +18,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys, check_deterministic, restoring
+from payoff.algos.base import (
+    NO_FINAL_EVALUATION,
+    Agent,
+    AgentKeys,
+    check_deterministic,
+    restoring,
+)
 from payoff.core.config import absolute_path
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
@@ -84,7 +90,10 @@ class ImitationConfig(AgentKeys):
         as PPO will) and save it next to the actor, so PPO starts with sensible
         advantages instead of a random critic's. 0 saves the actor alone.
     value_gamma: the discount of those returns; use the PPO run's gamma.
+    final_eval_episodes: 0 (none) in Python, 100 for `payoff train` runs (run_defaults).
     """
+
+    run_defaults: ClassVar[dict[str, Any]] = {"final_eval_episodes": 100}  # payoff train runs
 
     env: EnvConfig = field(default_factory=_kart)
     expert: str | None = "kart"
@@ -97,7 +106,7 @@ class ImitationConfig(AgentKeys):
     learning_rate: float = 1e-3
     batch_size: int = 256
     eval_episodes: int = 50
-    final_eval_episodes: int = 100
+    final_eval_episodes: int = 0
     eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
     export_policy: str | None = None
     value_prefit_steps: int = 0
@@ -300,11 +309,15 @@ class ImitationAlgorithm(Agent):
             return expert_from_file(spec)
         made_for = SCRIPTED_EXPERTS.get(spec)
         if made_for is not None and not self.config.env.id.startswith(made_for):
+            env = self.config.env.id
+            fits = [name for name, ids in SCRIPTED_EXPERTS.items() if env.startswith(ids)]
+            expert = fits[0] if fits else f"runs/<a trained {env} run>"
             raise ConfigError(
                 f"expert {spec!r} is payoff's scripted expert for {made_for}, and this run's "
-                f"env is {self.config.env.id!r} (a recipe pointed at another env leaves its "
-                f"expert out, and {self.name}'s default is 'kart'): set expert= to one for "
-                f"this env: a trained run's folder, a policy file, or a function from Python"
+                f"env is {env!r} (a recipe pointed at another env leaves its expert out, and "
+                f"{self.name}'s default is 'kart'): set expert= to one for this env: a trained "
+                f"run's folder, a policy file, or a function from Python; e.g. payoff train "
+                f"{self.name} env.id={env} expert={expert}"
             )
         kwargs: dict[str, Any] = {}
         if spec == "kart":  # the scripted driver must know the track's width and speed
@@ -413,15 +426,21 @@ class ImitationAlgorithm(Agent):
         return metrics
 
     def finish_imitation(self, **extra: Any) -> None:
-        """Final evaluation, summary.json and the policy file for PPO's init_from."""
+        """Final evaluation (none with final_eval_episodes 0), summary.json and the policy
+        file for PPO's init_from."""
         config = self.config
-        final = self.evaluate(config.final_eval_episodes)
-        metrics = self.eval_metrics(config.final_eval_episodes, config.seed + 3_000_000)
-        self.log(
-            self.progress_step(),
-            labels=self.labels,
-            **{f"final/{k.split('/', 1)[1]}": v for k, v in metrics.items()},
-        )
+        results: dict[str, Any] = {
+            "final_line": NO_FINAL_EVALUATION.format("final_eval_episodes=0")
+        }
+        if config.final_eval_episodes > 0:
+            final = self.evaluate(config.final_eval_episodes)
+            metrics = self.eval_metrics(config.final_eval_episodes, config.seed + 3_000_000)
+            self.log(
+                self.progress_step(),
+                labels=self.labels,
+                **{f"final/{k.split('/', 1)[1]}": v for k, v in metrics.items()},
+            )
+            results = {"final_eval": final.to_dict(), "final_metrics": metrics}
         critic = self.prefit_critic() if config.value_prefit_steps > 0 else None
         if config.export_policy:
             Path(config.export_policy).parent.mkdir(parents=True, exist_ok=True)
@@ -429,8 +448,7 @@ class ImitationAlgorithm(Agent):
         if self.run is not None:
             policy = save_policy(self.run.path / "policy.safetensors", self.actor, critic)
             self.run.write_summary(
-                final_eval=final.to_dict(),
-                final_metrics=metrics,
+                **results,
                 labels=self.labels,
                 gradient_steps=self.gradient_steps,
                 train_seconds=round(self.fit_seconds, 2),

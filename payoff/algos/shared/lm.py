@@ -10,12 +10,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from payoff.algos.base import Algorithm, RunKeys
+from payoff.algos.base import NO_FINAL_EVALUATION, Algorithm, RunKeys
 from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
@@ -26,6 +26,9 @@ from payoff.models.lm import ModelConfig, context_limit, save_lm
 from payoff.models.logprobs import tokenize_starts
 from payoff.rewards.base import RewardMix, RewardSpec
 from payoff.rollout.generation import LocalSampler, SamplingConfig
+
+#: summary.json's final_line of an LM run with final_eval off
+NO_FINAL_LM_EVALUATION = NO_FINAL_EVALUATION.format("final_eval=false")
 
 
 @dataclass
@@ -45,6 +48,11 @@ class LMKeys(RunKeys):
     device: auto | cpu | cuda | cuda:N | mps (payoff.core.device); auto = a GPU when torch
         sees one. The model, its reference, critic and reward model live there; metrics come
         back as Python numbers and checkpoints hold CPU tensors, so a run resumes on any device.
+    eval_every / final_eval: the held-out evaluations: every eval_every steps (0: none during
+        training) and once at the end (summary.json's final_eval). Both are off for a
+        trainer made in Python, so learn(n) generates nothing beyond what training needs
+        (trainer.evaluate() measures it when you ask); `payoff train` runs turn them on
+        (run_defaults: final_eval true and each trainer's eval_every).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -54,6 +62,9 @@ class LMKeys(RunKeys):
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    final_eval: bool = False
+
+    run_defaults: ClassVar[dict[str, Any]] = {"final_eval": True}  # payoff train runs
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:

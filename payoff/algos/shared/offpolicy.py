@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -60,6 +60,8 @@ class OffPolicyKeys(VectorAgentKeys):
         Their ratio is the replay ratio: more updates learn more per sample but cost time.
     replay: see ReplayConfig.
     log_every: write train/... metrics every this many env steps.
+    eval_every: evaluate every this many env steps; 0 (off) in Python, 5,000 for `payoff
+        train` runs (run_defaults).
     """
 
     learning_rate: Schedule = field(default_factory=lambda: Schedule(start=1e-3, end=1e-3))
@@ -69,8 +71,10 @@ class OffPolicyKeys(VectorAgentKeys):
     gradient_steps: int = 1
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     log_every: int = 1_000
-    eval_every: int = 5_000
+    eval_every: int = 0
     checkpoint_every: int = 50_000
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 5_000}  # payoff train runs
 
     def validate(self) -> None:
         # Ranges of single keys (counts > 0, ...) are checked by core.config.

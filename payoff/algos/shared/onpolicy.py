@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -78,12 +78,14 @@ class OnPolicyConfig(VectorAgentKeys):
     normalize_obs: bool = False
     normalize_reward: bool = False
     log_std_init: float = 0.0
-    eval_every: int = 25_000
+    eval_every: int = 0
     checkpoint_every: int = 100_000
     init_from: str | None = None
     episode_info: list[str] = field(default_factory=list)
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
+
+    run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 25_000}  # payoff train runs
 
     def __post_init__(self) -> None:
         self.init_from = absolute_path(self.init_from)  # saved absolute: found from any folder
