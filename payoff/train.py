@@ -146,14 +146,14 @@ def _defaults_title(
     )
 
 
-def _own_data_task(overrides: list[str]) -> list[str]:
+def _own_data_task(overrides: list[str] | tuple[str, ...]) -> list[str]:
     """An algorithm's defaults given `task.data=FILE` alone train on that file: task.name
     'jsonl' is added (a recipe names its task, where task.data for another task is an
     error that says to add it)."""
     keys = [parse_override(o)[0] for o in overrides]
     if ["task", "data"] in keys and ["task", "name"] not in keys and ["task"] not in keys:
         return ["task.name=jsonl", *overrides]
-    return overrides
+    return list(overrides)
 
 
 def _monitor_overrides(

@@ -191,7 +191,10 @@ def test_ctrl_c_leaves_a_checkpoint_and_resume_matches_uninterrupted(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "frozenlake"], "unknown recipe 'frozenlake'. Did you mean 'frozenlake-q'"),
+        (
+            ["train", "frozenlake"],
+            "unknown recipe or algorithm 'frozenlake'. Did you mean 'frozenlake-q'",
+        ),
         (
             ["train", "frozenlake-q", "env.id=FrozenLake-v2"],
             "unknown environment id 'FrozenLake-v2'. Did you mean 'FrozenLake-v1'",

@@ -49,6 +49,7 @@ class IPPOConfig(PPOConfig):
     """
 
     env: EnvConfig = field(default_factory=_simple_spread)
+    num_envs: int = 6  # two copies of simple_spread's 3 agents (PPO's 8 is no multiple of 3)
     vectorization: str = "batched"  # type: ignore[assignment]
 
     def validate(self) -> None:

@@ -156,13 +156,17 @@ def _same_curve(run: Run, metric: str, other: str) -> bool:
 
 
 def _curves_title(name: str, config: dict[str, Any]) -> str:
-    """'cartpole-ppo: ppo on CartPole-v1, seed 1' (what ran, not the directory's name)."""
+    """'cartpole-ppo: ppo on CartPole-v1, seed 1' (what ran, not the directory's name);
+    'ppo on Acrobot-v1, seed 1' for a run of an algorithm's defaults (`payoff train ppo`)."""
     recipe, algo = config.get("recipe"), config.get("algo")
+    seed = f", seed {config['seed']}" if "seed" in config else ""
+    if config.get("from_defaults") and config.get("description"):
+        return f"{config['description']}{seed}"
     if not recipe or not algo:
         return name
     env = config.get("env")
     title = f"{recipe}: {algo}" + (f" on {env['id']}" if isinstance(env, dict) else "")
-    return title + (f", seed {config['seed']}" if "seed" in config else "")
+    return title + seed
 
 
 def _what_ran(config: dict[str, Any]) -> list[str]:
@@ -170,6 +174,16 @@ def _what_ran(config: dict[str, Any]) -> list[str]:
     description is the recipe's (its "solves in ~0.5 s"), not a claim about this run."""
     recipe = config.get("recipe")
     description = config.get("description", "")
+    if config.get("from_defaults"):  # `payoff train ppo env.id=...`: no recipe to describe
+        keys = " ".join(f"<code>{_esc(o)}</code>" for o in config.get("overrides") or [])
+        lines = [
+            f"<p><b>{_esc(description)}</b>: {_esc(config.get('algo'))}'s defaults, no recipe"
+            + (f", with {keys}" if keys else "")
+            + "</p>"
+        ]
+        if config.get("recipe_note"):  # which env or task the defaults chose
+            lines.append(f"<p class='note'><b>Note:</b> {_esc(config['recipe_note'])}</p>")
+        return lines
     if not recipe:
         return [f"<p>{_esc(description)}</p>"] if description else []
     lines = [
