@@ -240,3 +240,28 @@ def test_a_sigint_without_a_run_says_the_agent_holds_its_training():
     with pytest.raises(LearnInterrupted, match=r"at step \d+ of 1,024.*learn\(n\) trains on"):
         agent.learn(1024, callback=lambda a, m: os.kill(os.getpid(), signal.SIGINT))
     assert 0 < agent.step < 1024
+
+
+def test_a_run_resumed_from_a_checkpoint_without_the_key_takes_its_run_default(
+    tmp_path, monkeypatch
+):
+    """LM runs' checkpoints from before `final_eval` existed must resume with the final
+    evaluation they were made with, not Python's default (off)."""
+    from payoff.algos.qlearning import QLearning
+    from payoff.train import train
+
+    run = train(
+        "frozenlake-q",
+        ["total_episodes=20", "final_eval_episodes=0"],
+        out=tmp_path,
+        media=False,
+    )
+    read = Run.load_checkpoint
+
+    def older(self, algo, name="latest"):  # the checkpoint of an older payoff
+        payload, elapsed = read(self, algo, name)
+        payload["config"].pop("final_eval_episodes")
+        return payload, elapsed
+
+    monkeypatch.setattr(Run, "load_checkpoint", older)
+    assert QLearning.from_run(Run.open(run.path)).config.final_eval_episodes == 1000

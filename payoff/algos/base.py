@@ -889,8 +889,12 @@ class Algorithm:
 
     @classmethod
     def from_run(cls, run: Run) -> Self:
-        """Rebuild the algorithm of a run from its latest checkpoint, ready to continue."""
+        """Rebuild the algorithm of a run from its latest checkpoint, ready to continue. A
+        key the checkpoint's config lacks (written before the key existed: LM trainers'
+        final_eval) takes its run default, as the run was made with it on."""
         payload, elapsed = run.load_checkpoint(cls.name)
+        if isinstance(payload.get("config"), dict):
+            payload["config"] = {**run_defaults(cls.config_class), **payload["config"]}
         recorded = run.config
         edited = sorted(
             str(key)
