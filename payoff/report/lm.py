@@ -20,6 +20,7 @@ VERIFIER_WORDS = {
     "math": ("answer right (math verifier)", "answer wrong"),
     "exact": ("answer right (exact-match verifier)", "answer wrong"),
     "countdown": ("countdown solved (verifier)", "not solved"),
+    "instructions": ("every instruction followed (verifier)", "an instruction missed"),
 }
 
 

@@ -36,6 +36,7 @@ from payoff.core.config import PYTHON_ONLY, from_dict
 from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
+from payoff.rewards.instructions import InstructionsVerifier
 from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
 from payoff.track.progress import say
 
@@ -46,6 +47,7 @@ BUILTIN: dict[str, Callable[..., RewardFn]] = {
     "format": lambda **_: format_reward,
     "countdown": lambda **_: countdown_reward,
     "code": lambda **options: CodeVerifier(**options),
+    "instructions": lambda **options: InstructionsVerifier(**options),
 }
 
 
@@ -53,13 +55,13 @@ BUILTIN: dict[str, Callable[..., RewardFn]] = {
 class RewardSpec:
     """One reward function in the mix.
 
-    name: a built-in verifier (math, exact, format, countdown, code) or your own function as
+    name: a built-in verifier (math, exact, format, countdown, code, instructions) or your own function as
         'package.module:function' or 'path/to/file.py:function'.
     weight: its score is multiplied by this in the total reward (each is also logged alone).
     on_error: the score a row gets when the function raises or hangs (null: not applicable).
     timeout: seconds a call may take before it counts as hung and is abandoned.
     options: keyword arguments for a built-in that takes them (code: timeout, memory_mb, workers,
-        sandbox).
+        sandbox; instructions: window).
     label: the name used in metrics (default: the function name).
     function: set from Python only: `GRPO(rewards=[my_reward, {"name": "math"}])` makes a
         spec of each callable (name = its import path, for the record in config.yaml).

@@ -17,6 +17,7 @@ from payoff.core.config import PYTHON_ONLY, absolute_path
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.tasks import (  # noqa: F401  (registers)
     arithmetic,
+    instructions,
     preferences,
     puzzles,
     python_examples,
@@ -32,7 +33,7 @@ class TaskConfig:
     """Which problems to train and evaluate on.
 
     name: addition | multiplication | countdown | sorting | python | python_examples |
-        styled_addition | jsonl.
+        styled_addition | instructions | jsonl.
     options: the generator's difficulty knobs (e.g. {digits: 2, ood_digits: 3}); unknown
         keys are errors listing the valid ones.
     data / test_data / ood_data: your data for name 'jsonl': .jsonl, .json, .csv, .parquet
