@@ -21,6 +21,19 @@ def tiny():
     return model, tokenizer
 
 
+@pytest.fixture(scope="module")
+def tiny_gqa(tiny):
+    """The tiny Llama with grouped-query attention (4 query heads on 2 key/value heads), as
+    SmolLM2 (9 on 3) and most recent models have it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    settings = {**tiny[0].config.to_dict(), "num_key_value_heads": 2}
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**settings)).eval()
+    assert model.model.layers[0].self_attn.num_key_value_groups == 2
+    return model, tiny[1]
+
+
 def _hf(model, ids, mask, positions, cache=None, keep=0):
     out = model(
         input_ids=ids,
@@ -33,10 +46,11 @@ def _hf(model, ids, mask, positions, cache=None, keep=0):
     return out.logits, output_cache(out)
 
 
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
-def test_prefill_chunk_and_decode_equal_transformers_bitwise(tiny, training, padded):
-    model, _ = tiny
+def test_prefill_chunk_and_decode_equal_transformers_bitwise(request, training, padded, heads):
+    model, _ = request.getfixturevalue("tiny" if heads == "mha" else "tiny_gqa")
     model.train(training)
     assert lean_supported(model)
     generator = torch.Generator().manual_seed(1)
@@ -105,12 +119,12 @@ def test_sampling_and_grouped_logprobs_are_unchanged(tiny, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_packed_groups_equal_the_two_pass_forward(tiny, monkeypatch, temperature):
+@pytest.mark.parametrize(("temperature", "heads"), [(1.0, "mha"), (0.7, "mha"), (1.0, "gqa")])
+def test_packed_groups_equal_the_two_pass_forward(request, monkeypatch, temperature, heads):
     """One packed row per group against prompts-then-completions on the cache: prompts of
     different lengths (left-padded), completions of every length from 0 (a masked row) to
     the full width, log-probs, entropies and gradients."""
-    model, _ = tiny
+    model, _ = request.getfixturevalue("tiny" if heads == "mha" else "tiny_gqa")
     model.train()
     generator = torch.Generator().manual_seed(5)
     groups, group, width = 3, 4, 5

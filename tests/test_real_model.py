@@ -115,9 +115,11 @@ def test_payoffs_log_probs_equal_transformers_forward(converted):
     """SmolLM2 (grouped-query attention 9/3, tied embeddings, rope theta 1e5) through the
     path GRPO scores with (a group's prompt run once) against transformers' own forward."""
     from payoff.models.chat import prompt_text
+    from payoff.models.lean_forward import lean_supported
     from payoff.models.logprobs import completion_logprobs, gather_token_logprobs
 
     model, tokenizer = converted["model"], converted["tokenizer"]
+    assert lean_supported(model)  # payoff's own pass, a group packed in one row
     prompts = [prompt_text(tokenizer, r, True) for r in ROWS[:2]]
     encoded = tokenizer(prompts, return_tensors="pt", padding=True)  # left-padded
     group = 2

@@ -7,9 +7,10 @@ than in the matrix products. `lm_forward` runs the same computation by calling t
 own submodules (embedding, rotary embedding, norms, projections, MLPs, head) and the same
 `scaled_dot_product_attention` call with the same mask transformers builds, so its logits
 and gradients equal `model(...)`'s bit for bit (tests/test_lean_forward.py). Any model it
-does not know (another architecture, a peft wrapper, eager or flash attention, grouped
-query attention, activation checkpointing, forward hooks on the model) goes through
-`model(...)` unchanged. `PAYOFF_LEAN_FORWARD=0` turns it off.
+does not know (another architecture, a peft wrapper, eager or flash attention, activation
+checkpointing, forward hooks on the model) goes through `model(...)` unchanged. Grouped-query
+attention (SmolLM2's 9 query heads on 3 key/value heads) is shared as transformers' SDPA
+path shares it (`_attend`). `PAYOFF_LEAN_FORWARD=0` turns it off.
 
     logits, cache = lm_forward(model, ids, mask, positions, use_cache=True)   # prefill
     logits, cache = lm_forward(model, next_ids, mask, next_positions, cache)  # decode
@@ -78,8 +79,6 @@ def lean_supported(model: Any) -> bool:
         return False
     config = model.config
     if getattr(config, "_attn_implementation", None) != "sdpa":
-        return False
-    if config.num_key_value_heads != config.num_attention_heads:
         return False
     if model.training and (config.attention_dropout or _llama_checkpointing(model)):
         return False
@@ -214,9 +213,7 @@ def lm_forward(
         k = (k * cos) + (_rotate_half(k) * sin)
         if cache is not None:
             k, v = cache.update(index, k, v)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=0.0, scale=attention.scaling, is_causal=is_causal
-        )
+        out = _attend(attention, q, k, v, mask, is_causal)  # [B, heads, L, head_dim]
         out = out.transpose(1, 2).contiguous().reshape(*x.shape[:-1], -1).contiguous()
         hidden = hidden + attention.o_proj(out)
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
@@ -224,6 +221,51 @@ def lm_forward(
     if logits_to_keep:
         hidden = hidden[:, -logits_to_keep:]
     return model.lm_head(hidden), cache
+
+
+def _attend(
+    attention: Any,
+    q: torch.Tensor,  # [B, heads, L, head_dim]
+    k: torch.Tensor,  # [B, kv_heads, K, head_dim]
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+) -> torch.Tensor:
+    """SDPA over one layer's heads, [B, heads, L, head_dim]. With grouped-query attention
+    (kv_heads < heads) each key/value head serves `groups` query heads, shared as
+    transformers' sdpa_attention_forward shares it on CPU and CUDA, so the result is the
+    same to the bit there (MPS and XPU, where transformers always passes enable_gqa, agree
+    to rounding): SDPA's own enable_gqa without a mask; one query per row (a decode step) folds the
+    group's query heads into query positions of their key/value head; otherwise the keys
+    and values are repeated per query head."""
+    groups = getattr(attention, "num_key_value_groups", 1)
+    queries = q.shape[2]
+    options: dict[str, Any] = {}
+    if groups > 1:
+        if mask is None and k.shape[-1] <= 256:
+            options["enable_gqa"] = True
+        elif queries == 1:
+            q = q.reshape(q.shape[0], q.shape[1] // groups, groups, q.shape[-1])
+        else:
+            k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
+    out = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=0.0,
+        scale=attention.scaling,
+        is_causal=is_causal,
+        **options,
+    )
+    return out.reshape(out.shape[0], -1, queries, v.shape[-1])  # unfolds a decode step's heads
+
+
+def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """[B, kv_heads, S, D] -> [B, kv_heads * groups, S, D], each head `groups` times in a row
+    (transformers' repeat_kv)."""
+    batch, heads, length, dim = x.shape
+    return x[:, :, None].expand(batch, heads, groups, length, dim).reshape(batch, -1, length, dim)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
