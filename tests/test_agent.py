@@ -466,7 +466,7 @@ def test_eval_every_0_evaluates_at_the_start_and_the_end(tmp_path, monkeypatch):
     from payoff.track.run import Run
 
     run = Run.create(tmp_path, "agent", {"algo": "agent_grpo"})
-    agent = _tiny_agent(tmp_path, monkeypatch, eval_every=0, run=run)
+    agent = _tiny_agent(tmp_path, monkeypatch, eval_every=0, final_eval=True, run=run)
     agent.learn()
     run.close()
     evals = [r["step"] for r in run.records() if "eval/success" in r]

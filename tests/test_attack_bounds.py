@@ -186,7 +186,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (
             "cartpole-ppo",
             "final_eval_episodes=1e30",
-            "'final_eval_episodes' must be in [1, 100,000], got 1e+30",
+            "'final_eval_episodes' must be in [0, 100,000], got 1e+30",
         ),
         ("cartpole-ppo", "epochs=1e30", "'epochs' must be in [1, 1,000,000,000], got 1e+30"),
         (

@@ -93,6 +93,7 @@ def _sevens_sft(tmp_path, **settings) -> SFT:
         stop_at_accuracy=1.0,
         task=task,
         max_new_tokens=2,
+        final_eval=True,
         **settings,
     )
 
