@@ -1,4 +1,4 @@
-"""docs/coming-from-sb3-trl.md: its examples run as written (an SB3 user's script with
+"""docs/coming-from-sb3-trl.md and the README's first example: they run as written (an SB3 user's script with
 `action, _ = model.predict(obs)` and a callback; a TRL user's Parquet DataFrame of
 conversations into DPO), and its tables name every other library's key payoff renames or
 refuses (payoff.core.config.OTHER_LIBRARIES), so the page and the messages agree."""
@@ -15,7 +15,8 @@ import pytest
 
 from payoff.core.config import OTHER_LIBRARIES
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "coming-from-sb3-trl.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "coming-from-sb3-trl.md"
 TEXT = DOC.read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
 
@@ -66,3 +67,9 @@ def test_the_trl_users_parquet_dataframe_trains_dpo(tmp_path):
     step, loss = out[0].split()
     assert step == "4" and float(loss) > 0
     assert len(out) == 2
+
+
+def test_the_readmes_first_example_runs_as_an_sb3_user_reads_it(tmp_path):
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    assert "action, _ = agent.predict(observation)" in block
+    _run(block + "assert action in (0, 1) and agent.num_timesteps >= 50_000\n", tmp_path)
