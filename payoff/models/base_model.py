@@ -1,6 +1,7 @@
 """The model a language-model run starts from: a local folder, or payoff's tiny base model.
 
-    model.path set    -> that Hugging Face folder
+    model.path set    -> that Hugging Face folder (a .gguf file, or an installed model
+                         package's name: its converted folder, payoff.models.gguf)
     model.path empty  -> the tiny Llama after SFT on the run's task (`BaseModelConfig`),
                          trained once and cached under $PAYOFF_CACHE (payoff.core.cache)
 

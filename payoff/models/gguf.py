@@ -208,7 +208,10 @@ def convert_gguf(source: Path, folder: Path) -> float:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()  # as payoff.models.lm.quiet_transformers: no shard bars
+    logging.set_verbosity_error()
     started = time.perf_counter()
     options: dict[str, Any] = {"gguf_file": str(source), "local_files_only": True}
     try:
