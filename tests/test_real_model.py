@@ -170,6 +170,7 @@ def test_a_few_grpo_steps_sample_on_policy_through_the_chat_template(converted):
     assert "chat template" in shown["chat_template"] and "<|im_start|>assistant" in shown["example"]
 
 
+@pytest.mark.slow  # 26-37 s on 2 shared cores: two 630 MB checkpoints, the merged model, eval
 def test_sft_with_lora_saves_exports_its_adapter_and_evaluates(converted, tmp_path, capsys):
     """One run through the whole round trip: the config keeps the name it was given, the
     summary shows the templated prompt, the merged model and the adapter alone load back
