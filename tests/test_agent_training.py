@@ -29,7 +29,7 @@ def test_calculator_agent_improves_success():
     _, recipe = load_recipe("calculator-agent-quick")
     recipe.pop("description", None)
     recipe.pop("algo", None)
-    recipe.update(steps=STEPS, eval_every=10)
+    recipe.update(steps=STEPS, eval_every=STEPS)  # the curve's two ends: all the test reads
     agent = AgentGRPO(config=from_dict(AgentGRPO.config_class, recipe))
     agent.learn()
     evals = [r for r in agent.history if "eval/success" in r]
