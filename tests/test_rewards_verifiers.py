@@ -232,3 +232,54 @@ def test_wrong_return_values_count_as_errors():
     mix.functions = [not_numbers]
     result = mix(["p", "q"], ["1", "2"])
     assert result.errors["math"] == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "paid"),
+    [
+        ("83 * 3 = 249", True),
+        ("83 * 3 = 249.", True),
+        ("The answer is 249.", True),
+        ("Answer: 249", True),
+        ("Answer: **249**", True),
+        ("249", True),
+        ("83 * 3 = 80 * 3 + 3 * 3 = 249", True),  # working, then the answer, last
+        ("83 * 3 = 249\n\nThis is a simple example", False),  # more text after it
+        ("Answer: 247, 248, 249", False),  # the answer among a list of numbers
+        ("247 248 249", False),
+        ("Maybe 249", False),  # no statement of an answer
+        ("83 * 3 = 248", False),
+    ],
+)
+def test_final_answer_pays_only_a_reply_that_ends_by_stating_the_right_number(reply, paid):
+    """`math` pays the last number wherever it is: a list of guesses ending in the answer,
+    or an answer followed by rambling, would be paid; `final_answer` pays neither."""
+    from payoff.rewards import final_answer_reward
+
+    assert final_answer_reward([""], [reply], answer=["249"]) == [float(paid)]
+    if reply in ("Answer: 247, 248, 249", "247 248 249"):
+        assert math_reward([""], [reply], answer=["249"]) == [1.0]
+    assert final_answer_reward([""], [reply]) == [None]  # no reference: not applicable
+
+
+def test_an_arithmetic_tasks_verifier_option_decides_accuracy_and_the_default_reward():
+    from payoff.algos.shared.lm import correctness_spec
+    from payoff.envs.tasks import TaskConfig, make_task
+
+    options = {"template": "What is {a} {op} {b}? End your reply with the answer."}
+    strict = make_task(TaskConfig(name="addition", options={**options, "verifier": "final_answer"}))
+    row = strict.split("test", 1)[0]
+    assert row["prompt"].startswith("What is ") and " + " in row["prompt"]
+    spec = correctness_spec(strict)
+    assert spec.name == "final_answer" and strict.default_rewards == ("final_answer",)
+    mix = RewardMix([spec])
+    rambling = f"{row['answer']}\n\nThis is a simple example"
+    assert mix(
+        [row["prompt"]] * 2, [row["answer"], rambling], answer=[row["answer"]] * 2
+    ).total == [1.0, 0.0]
+    assert make_task(TaskConfig(name="multiplication")).default_rewards == ("math",)
+    with pytest.raises(
+        ConfigError,
+        match=r"task.options.verifier must be one of math, final_answer, exact, got 'strict'",
+    ):
+        make_task(TaskConfig(name="addition", options={"verifier": "strict"}))

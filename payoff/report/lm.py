@@ -19,6 +19,7 @@ VERIFIER_WORDS = {
     "code": ("hidden tests pass", "hidden tests fail"),
     "math": ("answer right (math verifier)", "answer wrong"),
     "exact": ("answer right (exact-match verifier)", "answer wrong"),
+    "final_answer": ("answer right and stated last (final_answer verifier)", "answer wrong"),
     "countdown": ("countdown solved (verifier)", "not solved"),
     "instructions": ("every instruction followed (verifier)", "an instruction missed"),
 }

@@ -8,9 +8,11 @@ from payoff.rewards.verifiers import (
     countdown_reward,
     exact_reward,
     extract_answer,
+    final_answer_reward,
     format_reward,
     math_reward,
     parse_number,
+    stated_answer,
 )
 
 __all__ = [
@@ -23,8 +25,10 @@ __all__ = [
     "countdown_reward",
     "exact_reward",
     "extract_answer",
+    "final_answer_reward",
     "format_reward",
     "math_reward",
     "parse_number",
     "resolve_reward",
+    "stated_answer",
 ]

@@ -37,13 +37,20 @@ from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.instructions import InstructionsVerifier
-from payoff.rewards.verifiers import countdown_reward, exact_reward, format_reward, math_reward
+from payoff.rewards.verifiers import (
+    countdown_reward,
+    exact_reward,
+    final_answer_reward,
+    format_reward,
+    math_reward,
+)
 from payoff.track.progress import say
 
 RewardFn = Callable[..., Sequence[float | None]]
 BUILTIN: dict[str, Callable[..., RewardFn]] = {
     "math": lambda **_: math_reward,
     "exact": lambda **_: exact_reward,
+    "final_answer": lambda **_: final_answer_reward,
     "format": lambda **_: format_reward,
     "countdown": lambda **_: countdown_reward,
     "code": lambda **options: CodeVerifier(**options),
@@ -55,8 +62,8 @@ BUILTIN: dict[str, Callable[..., RewardFn]] = {
 class RewardSpec:
     """One reward function in the mix.
 
-    name: a built-in verifier (math, exact, format, countdown, code, instructions) or your own function as
-        'package.module:function' or 'path/to/file.py:function'.
+    name: a built-in verifier (math, final_answer, exact, format, countdown, code, instructions) or
+        your own function as 'package.module:function' or 'path/to/file.py:function'.
     weight: its score is multiplied by this in the total reward (each is also logged alone).
     on_error: the score a row gets when the function raises or hangs (null: not applicable).
     timeout: seconds a call may take before it counts as hung and is abandoned.

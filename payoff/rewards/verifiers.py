@@ -97,6 +97,39 @@ def exact_reward(
     )
 
 
+# A reply's last words state its answer: 'Answer: N', '= N' or 'is N' (bold or a period may
+# follow), nothing else after it; or the whole reply is the number.
+FINAL_ANSWER = re.compile(
+    rf"(?:^|\banswer\s*:|=|\bis\s*:?)\s*(?:\*\*)?\s*({NUMBER.pattern})\s*(?:\*\*)?\s*\.?\s*$",
+    re.I,
+)
+
+
+def stated_answer(text: str) -> str | None:
+    """The number a reply ends by stating ('... = 46', 'The answer is 46.', 'Answer: 46', or
+    just '46'); None when its last words are not such a statement (more text after the answer, or a
+    list of numbers: 'Answer: 44, 45, 46' states nothing)."""
+    found = FINAL_ANSWER.search(text.replace("\u2212", "-").strip())
+    return found.group(1) if found else None
+
+
+def final_answer_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    answer: Sequence[Any] | None = None,
+    **_: Any,
+) -> list[float | None]:
+    """1.0 when the reply ends by stating one number ('= N', 'is N' or 'Answer: N') equal to
+    the `answer` column; stricter than `math`, which pays the last number wherever it is."""
+
+    def match(completion: str, reference: Any) -> bool:
+        stated = stated_answer(completion)
+        expected = parse_number(str(reference))
+        return stated is not None and expected is not None and parse_number(stated) == expected
+
+    return _score_answers(completions, answer, match)
+
+
 def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) -> list[float]:
     """1.0 for exactly `<think>...</think><answer>...</answer>` (R1's layout), else 0.0."""
     return [float(bool(FORMAT.match(c))) for c in completions]
