@@ -366,3 +366,14 @@ def test_lora_reference_is_the_model_with_its_adapters_off():
         next(plain.parameters()).add_(1.0)
         with copy_reference.model() as ref:
             assert not torch.equal(next(ref.parameters()), next(plain.parameters()))
+
+
+def test_sft_teaches_a_rows_demonstration_and_checks_its_answer():
+    from payoff.algos.sft import SFT
+
+    sft = SFT(task={"name": "addition", "options": {"show_working": True}}, steps=1)
+    row = sft.task.sample(np.random.default_rng(0), 1)[0]
+    assert row["demonstration"].endswith(f"= {row['answer']}") and " + " in row["demonstration"]
+    labels = [t for t in sft.batch([row])["labels"][0].tolist() if t != -100]
+    taught = sft.tokenizer.decode(labels, skip_special_tokens=True)
+    assert taught.strip() == row["demonstration"]  # the worked reply, not the bare answer

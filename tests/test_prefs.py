@@ -177,7 +177,55 @@ def test_synthetic_pairs_need_the_styled_task(base_model):
     from payoff.algos.dpo import DPO
 
     with pytest.raises(ConfigError, match="styled_addition"):
+        DPO(model={"path": base_model}, task={"name": "sorting"})
+    with pytest.raises(ConfigError, match="show_working=true"):  # pairs need the worked reply
         DPO(model={"path": base_model}, task={"name": "addition"})
+
+
+def test_worked_arithmetic_pairs_prefer_the_right_working():
+    from payoff.rewards.verifiers import final_answer_reward
+
+    task = make_task(
+        TaskConfig(name="multiplication", options={"second_digits": 1, "show_working": True})
+    )
+    assert task.working(83, 3) == "83 * 3 = 80 * 3 + 3 * 3 = 240 + 9 = 249"
+    assert task.working(83, 3, slip=10) == "83 * 3 = 80 * 3 + 3 * 3 = 250 + 9 = 259"
+    adding = make_task(TaskConfig(name="addition", options={"show_working": True}))
+    assert adding.working(47, 38) == "47 + 38 = 40 + 30 + 7 + 8 = 70 + 15 = 85"
+    rng = np.random.default_rng(0)
+    train, test = task.pairs(rng, 60, 0.0, "train"), task.pairs(rng, 30, 0.0, "test")
+    assert {r["key"] for r in train}.isdisjoint(r["key"] for r in test)
+    for rows in (train, test):
+        answers = [r["answer"] for r in rows]
+        prompts = [r["prompt"] for r in rows]
+        chosen = final_answer_reward(prompts, [r["chosen"] for r in rows], answer=answers)
+        rejected = final_answer_reward(prompts, [r["rejected"] for r in rows], answer=answers)
+        assert chosen == [1.0] * len(rows) and rejected == [0.0] * len(rows)
+    swapped = task.pairs(np.random.default_rng(1), 200, 0.5, "train")
+    assert 0.3 < np.mean([r["chosen"] != r["demonstration"] for r in swapped]) < 0.7
+
+
+def test_dpo_on_worked_pairs_reports_a_win_rate_against_the_base(base_model):
+    from payoff.algos.dpo import DPO
+
+    dpo = DPO(
+        model={"path": base_model},
+        task={"name": "addition", "options": {"digits": 1, "show_working": True}, "eval_size": 16},
+        preferences={"train_pairs": 40, "test_pairs": 8},
+        steps=2,
+        batch_size=4,
+        max_new_tokens=8,
+        final_eval=True,
+    )
+    start = dpo.evaluate_pairs()
+    assert start.win_rate == 0.5  # before the first step the policy is the base: all ties
+    base = dpo.base_scores.copy()
+    dpo.learn()
+    after = dpo.evaluate_pairs()
+    assert (dpo.base_scores == base).all()  # kept from step 0, not retaken
+    assert start.gold == pytest.approx(float(base.mean()))
+    wins = np.mean((dpo.greedy_scores() > base) + 0.5 * (dpo.greedy_scores() == base))
+    assert after.win_rate == pytest.approx(wins)
 
 
 def test_rlhf_ppo_raises_gold_reward_at_small_kl(base_model):

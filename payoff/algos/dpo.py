@@ -183,19 +183,23 @@ def pair_logprobs(
 
 @dataclass
 class DPOEval:
-    """Held-out pair metrics of a DPO policy (and its greedy gold score when the task has one)."""
+    """Held-out pair metrics of a DPO policy; with the task's checker (not your own pairs),
+    the greedy answers' mean score and their win rate against the base model's."""
 
     pairs: int
     accuracy: float
     margin: float
     logp_margin: float
-    gold: float | None
+    gold: float | None  # mean checker score of greedy answers to the task's test prompts
+    win_rate: float | None = None  # P(better than the base's answer) + half P(as good)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         gold = f"; greedy gold score {self.gold:.3f}" if self.gold is not None else ""
+        if self.win_rate is not None:
+            gold += f", win rate vs the base {self.win_rate:.3f}"
         return (
             f"held-out pairs: implicit-reward accuracy {self.accuracy:.3f}, margin {self.margin:.3f}, "
             f"log p(chosen) - log p(rejected) {self.logp_margin:.2f} on {self.pairs} pairs{gold}"
@@ -240,6 +244,7 @@ class DPO(LMAlgorithm):
                 reference, self.tokenizer, self.test_rows, pairs=self.test_pairs
             )
         self.optimizer = adamw(self.model.parameters(), config.learning_rate, config.weight_decay)
+        self.base_scores: np.ndarray | None = None  # greedy_scores() before the first step
 
     def templated(self, row: Row) -> Row:
         """A pair with its prompt and both answers as the model reads them (the chat
@@ -257,6 +262,8 @@ class DPO(LMAlgorithm):
     def iterate(self) -> None:
         """One optimizer step on a batch of training pairs against the cached reference."""
         config = self.config
+        if self.step == 0 and self.base_scores is None and (config.final_eval or config.eval_every):
+            self.greedy_scores()  # the base's answers, for the win rate (once, before training)
         started = time.time()
         self.model.train()
         index = self.rng.integers(len(self.train_rows), size=config.batch_size)
@@ -315,25 +322,33 @@ class DPO(LMAlgorithm):
         return super().evaluate(*args, **kwargs)
 
     def evaluate_pairs(self, with_gold: bool = True) -> DPOEval:  # noqa: D401
-        """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score."""
+        """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score and
+        win rate against the base model."""
         self.model.eval()
         logps = pair_logprobs(self.model, self.tokenizer, self.test_rows, pairs=self.test_pairs)
         h = (logps[:, 0] - self.ref_test[:, 0]) - (logps[:, 1] - self.ref_test[:, 1])
-        gold = self.greedy_gold() if with_gold else None
+        scores = self.greedy_scores() if with_gold else None
+        win_rate = None
+        if scores is not None and self.base_scores is not None:
+            win_rate = float(
+                np.mean((scores > self.base_scores) + 0.5 * (scores == self.base_scores))
+            )
         return DPOEval(
             pairs=len(self.test_rows),
             accuracy=float((h > 0).float().mean()),
             margin=float(self.config.beta * h.mean()),
             logp_margin=float((logps[:, 0] - logps[:, 1]).mean()),
-            gold=gold,
+            gold=None if scores is None else float(scores.mean()),
+            win_rate=win_rate,
         )
 
-    def greedy_gold(self) -> float | None:
-        """Mean gold score of greedy answers on the task's test prompts (None without a gold scorer)."""
-        if not self.task.has_references or "gold" not in self.task.default_rewards[0]:
+    def greedy_scores(self) -> np.ndarray | None:
+        """Per-problem scores of greedy answers to the task's test prompts under its checker
+        (gold for styled_addition, correctness for arithmetic); None for your own pairs,
+        whose prompts the task's checker knows nothing of. Before the first step these are
+        the base model's, kept for the win rate."""
+        if self.config.preferences.own or self.verifier is None:
             return None
-        if self.config.preferences.own:
-            return None  # your own pairs: the task's gold scorer knows nothing of their prompts
         rows = self.task.split("test", self.config.task.eval_size)
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         completions = (
@@ -341,9 +356,11 @@ class DPO(LMAlgorithm):
             .generate([self.prompt_text(r) for r in rows], sampling)
             .completions
         )
-        assert self.verifier is not None  # a gold scorer, found above
-        scores = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
-        return float(np.mean(scores))
+        scored = self.verifier([r["prompt"] for r in rows], completions, **columns_of(rows)).total
+        scores = np.asarray(scored, dtype=np.float64)
+        if self.step == 0 and self.base_scores is None:
+            self.base_scores = scores
+        return scores
 
     def _log_eval(self) -> DPOEval:
         result = self.evaluate_pairs()
@@ -354,6 +371,8 @@ class DPO(LMAlgorithm):
         }
         if result.gold is not None:
             metrics["eval/gold"] = result.gold
+        if result.win_rate is not None:
+            metrics["eval/win_rate"] = result.win_rate
         self.log(self.step, **metrics)
         return result
 
@@ -379,12 +398,15 @@ class DPO(LMAlgorithm):
             **super().state_dict(),
             "ref_train": self.ref_train.to("cpu", copy=True),
             "ref_test": self.ref_test.to("cpu", copy=True),
+            "base_scores": None if self.base_scores is None else self.base_scores.tolist(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.ref_train = state["ref_train"].to(self.device)
         self.ref_test = state["ref_test"].to(self.device)
+        base = state.get("base_scores")  # absent from checkpoints older than the win rate
+        self.base_scores = None if base is None else np.asarray(base, dtype=np.float64)
 
 
 ALGORITHM = DPO

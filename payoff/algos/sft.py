@@ -1,6 +1,8 @@
 """Supervised fine-tuning (and pretraining) of a causal LM: next-token cross-entropy.
 
     rows {"prompt", "answer"} --> text = prompt + answer + EOS
+                                   (a row's "demonstration", when it has one, in place of
+                                    its answer: the worked reply whose end the answer is)
     loss = mean over answer tokens of -log p(token | everything before it)     (loss_on=completion)
         or mean over every token                                              (loss_on=all)
 
@@ -90,6 +92,12 @@ class SFTConfig(LMKeys):
             )
 
 
+def demonstration(row: Row) -> str:
+    """What SFT teaches for `row`: its worked `demonstration` when the task gives one
+    (arithmetic's show_working), else its answer; accuracy checks the answer either way."""
+    return str(row.get("demonstration") or row["answer"])
+
+
 class SFT(LMAlgorithm):
     """Supervised fine-tuning / pretraining of a causal LM with the loss on the answer."""
 
@@ -98,6 +106,12 @@ class SFT(LMAlgorithm):
     keeps_dropout = True  # supervised training keeps the model's dropout, as TRL's SFT
     saved = ("model", "optimizer", "scheduler", "best_accuracy", "rng")
     eval_at_end = True
+
+    @property
+    def eval_at_start(self) -> bool:  # type: ignore[override]
+        """Fine-tuning a model you name (model.path): where it starts, on the run's curve. A
+        model payoff initialises from scratch has nothing to show there."""
+        return self.run is not None and self.config.eval_every > 0 and bool(self.config.model.path)
 
     def setup(self) -> None:
         self.setup_lm()
@@ -122,7 +136,7 @@ class SFT(LMAlgorithm):
         tokenizer = self.tokenizer
         prompts = tokenize_starts(tokenizer, [self.prompt_text(r) for r in rows])
         answers = tokenizer(
-            [self.completion_text(r, r["answer"]) for r in rows], add_special_tokens=False
+            [self.completion_text(r, demonstration(r)) for r in rows], add_special_tokens=False
         )
         lengths = [len(p) + len(a) + 1 for p, a in zip(prompts, answers["input_ids"], strict=True)]
         at = int(np.argmax(lengths))
@@ -144,7 +158,7 @@ class SFT(LMAlgorithm):
         """Right-padded input ids, attention mask and labels (-100 = no loss) for `rows`, on
         the model's device."""
         tokenizer = self.tokenizer
-        targets = [r["answer"] for r in rows]
+        targets = [demonstration(r) for r in rows]
         if self.config.answer_noise > 0:
             noisy = self.rng.random(len(rows)) < self.config.answer_noise
             donors = self.rng.permutation(len(rows))

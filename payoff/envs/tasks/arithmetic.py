@@ -28,6 +28,10 @@ class ArithmeticOptions:
         ends by stating one number ('= 46', 'The answer is 46.', 'Answer: 46' or just '46'),
         so an answer followed by more text, or among a list of numbers, is not paid;
         'exact' = the reply is the number alone.
+    show_working: each row also carries a `demonstration`: the reply a teacher would write,
+        working then answer ('83 * 3 = 80 * 3 + 3 * 3 = 240 + 9 = 249'). SFT trains on it,
+        and `pairs` prefers it to the same working with one slip (DPO); accuracy still
+        checks the answer alone.
     """
 
     digits: int = 2
@@ -35,6 +39,7 @@ class ArithmeticOptions:
     ood_digits: int = 3
     template: str = "{a}{op}{b}="
     verifier: str = "math"
+    show_working: bool = False
 
     def validate(self) -> None:
         if self.verifier not in VERIFIERS:
@@ -59,6 +64,11 @@ class _Arithmetic(Task):
     def _operate(self, a: int, b: int) -> int:
         raise NotImplementedError
 
+    def working(self, a: int, b: int, slip: int = 0) -> str:
+        """The worked reply to a (op) b, ending '= answer'; `slip` != 0 adds it to one
+        intermediate number, so the working (and the answer) goes wrong as a person's would."""
+        raise NotImplementedError
+
     def _problem(self, rng: np.random.Generator, split: str) -> Row:
         o = self.options
         digits = o.ood_digits if split == "ood" else o.digits
@@ -70,11 +80,38 @@ class _Arithmetic(Task):
         if split == "ood":
             # Guarantee the OOD problem really is longer than anything seen in training.
             a = int(rng.integers(10 ** (digits - 1), 10**digits))
-        return {
+        row = {
             "prompt": o.template.format(a=a, b=b, op=self.operator),
             "answer": str(self._operate(a, b)),
             "key": f"{a}{self.operator}{b}",
         }
+        if o.show_working:
+            row["demonstration"] = self.working(a, b)
+            row["operands"] = [a, b]
+        return row
+
+    def pairs(
+        self, rng: np.random.Generator, n: int, bias: float, split: str = "train"
+    ) -> list[Row]:
+        """`n` preference pairs on distinct problems of `split`: the worked reply (chosen)
+        against the same working with one slip (rejected, a wrong answer). With probability
+        `bias` a pair's labels are swapped: a careless rater. Needs show_working."""
+        if not self.options.show_working:
+            raise ConfigError(
+                f"preference pairs from task {self.name!r} need task.options.show_working=true "
+                "(the chosen reply is the worked one)"
+            )
+        if not 0 <= bias <= 1:
+            raise ConfigError(f"preference bias must be in [0, 1], got {bias}")
+        rows: list[Row] = []
+        for problem in self.split(split, n, seed=int(rng.integers(2**31))):
+            a, b = problem["operands"]
+            slip = int(rng.choice([-20, -10, -2, -1, 1, 2, 10, 20]))
+            chosen, rejected = problem["demonstration"], self.working(a, b, slip)
+            if rng.random() < bias:
+                chosen, rejected = rejected, chosen
+            rows.append({**problem, "chosen": chosen, "rejected": rejected})
+        return rows
 
 
 @register_task("addition")
@@ -86,6 +123,18 @@ class Addition(_Arithmetic):
     def _operate(self, a: int, b: int) -> int:
         return a + b
 
+    def working(self, a: int, b: int, slip: int = 0) -> str:
+        """Tens and units apart: '47 + 38 = 40 + 30 + 7 + 8 = 70 + 15 = 85'."""
+        tens, units = a - a % 10 + b - b % 10, a % 10 + b % 10
+        slip = -slip if a + b + slip < 0 else slip  # a slip, not a negative sum
+        if a < 10 or b < 10:  # nothing to split
+            return f"{a} + {b} = {a + b + slip}"
+        tens += slip
+        return (
+            f"{a} + {b} = {a - a % 10} + {b - b % 10} + {a % 10} + {b % 10} "
+            f"= {tens} + {units} = {tens + units}"
+        )
+
 
 @register_task("multiplication")
 class Multiplication(_Arithmetic):
@@ -95,3 +144,15 @@ class Multiplication(_Arithmetic):
 
     def _operate(self, a: int, b: int) -> int:
         return a * b
+
+    def working(self, a: int, b: int, slip: int = 0) -> str:
+        """The first operand by its digits: '83 * 3 = 80 * 3 + 3 * 3 = 240 + 9 = 249'."""
+        parts = [(int(d) * 10**i, b) for i, d in enumerate(reversed(str(a))) if d != "0"][::-1]
+        if len(parts) < 2:  # a single nonzero digit: one product, nothing to add
+            return f"{a} * {b} = {a * b + (-slip if a * b + slip < 0 else slip)}"
+        products = [x * y for x, y in parts]
+        products[0] += -slip if products[0] + slip < 0 else slip
+        return (
+            f"{a} * {b} = {' + '.join(f'{x} * {y}' for x, y in parts)} "
+            f"= {' + '.join(map(str, products))} = {sum(products)}"
+        )

@@ -268,11 +268,13 @@ class PreferenceDataConfig:
 
     path / test_path: your pairs in TRL's preference formats (prompt/chosen/rejected,
         standard or conversational, or implicit-prompt chosen/rejected), as .jsonl, .json,
-        .csv, .parquet or a save_to_disk folder. Empty: synthetic pairs from the run's
-        styled_addition task, labelled by a rater with this `bias`. Without test_path, the
+        .csv, .parquet or a save_to_disk folder. Empty: synthetic pairs from the run's task:
+        styled_addition's, labelled by a rater with this `bias`, or addition's or
+        multiplication's with show_working (worked reply vs one slip; `bias` swaps labels). Without test_path, the
         'test' split of a DatasetDict folder in `path`, else the last 10% of `path`, is held out.
     bias: probability that the synthetic rater prefers the longer (flattering) completion
-        regardless of correctness. 0 = gold labels; 0.3 = a sycophantic rater.
+        regardless of correctness (styled_addition; arithmetic: swaps a pair's labels).
+        0 = gold labels; 0.3 = a sycophantic rater.
     train_pairs / test_pairs: how many synthetic pairs to draw for training and held-out
         evaluation (the held-out pairs come from problems never used in training).
     """
@@ -339,9 +341,10 @@ def load_pairs(config: PreferenceDataConfig, task: Task, seed: int) -> tuple[lis
                 f"{where}: {len(rows)} row(s) leave none to hold out; pass preferences.test_path"
             )
         return rows[:cut], rows[cut:]
-    if not isinstance(task, StyledAddition):
+    if not callable(getattr(task, "pairs", None)):
         raise ConfigError(
-            f"synthetic preference pairs need task.name=styled_addition (got {task.name!r}); "
+            f"synthetic preference pairs come from task styled_addition, or addition or "
+            f"multiplication with task.options.show_working=true (got {task.name!r}); "
             "or pass preferences.path=<your pairs: .jsonl, .json, .csv, .parquet or a folder> "
             "(from Python: preferences=[{'prompt': ..., 'chosen': ..., 'rejected': ...}, ...]; "
             "task= is what the model is evaluated on)"
