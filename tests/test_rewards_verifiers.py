@@ -262,6 +262,24 @@ def test_final_answer_pays_only_a_reply_that_ends_by_stating_the_right_number(re
     assert final_answer_reward([""], [reply]) == [None]  # no reference: not applicable
 
 
+def test_answer_anywhere_is_the_loose_twin_final_answer_refuses():
+    """What `str(answer) in completion` checkers pay: the number anywhere, as a number."""
+    from payoff.rewards import answer_anywhere_reward, final_answer_reward
+
+    replies = [
+        "83 * 3 = 249\n\nThis is a simple example",  # the answer, then rambling
+        "Answer: 247, 248, 249",  # a list of guesses
+        "2490 is close",  # digits of the answer inside another number: not it
+        "83 * 3 = 248",
+        "1 " * 300 + "249",  # past the numbers it looks at
+    ]
+    answers = ["249"] * len(replies)
+    assert answer_anywhere_reward([""] * 5, replies, answer=answers) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert final_answer_reward([""] * 5, replies, answer=answers) == [0.0] * 5
+    assert answer_anywhere_reward([""], ["249"]) == [None]  # no reference: not applicable
+    assert _mix(RewardSpec(name="answer_anywhere"))([""], ["= 249"], answer=["249"]).total == [1.0]
+
+
 def test_an_arithmetic_tasks_verifier_option_decides_accuracy_and_the_default_reward():
     from payoff.algos.shared.lm import correctness_spec
     from payoff.envs.tasks import TaskConfig, make_task

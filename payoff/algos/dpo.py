@@ -43,6 +43,7 @@ from payoff.models.logprobs import (
     tokenize_unique,
 )
 from payoff.rollout.generation import LocalSampler, SamplingConfig, encode_prompts
+from payoff.track.progress import LateProgress
 
 
 def gold_prefs() -> PreferenceDataConfig:
@@ -161,6 +162,7 @@ def pair_logprobs(
     """
     if not packable(model):
         parts = []
+        progress = LateProgress(len(rows), "log-probs of pairs", unit="pair", every=1)
         for i in range(0, len(rows), batch_size):
             chunk = rows[i : i + batch_size]
             prompts = [r["prompt"] for r in chunk]
@@ -171,14 +173,18 @@ def pair_logprobs(
                 [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk],
             )
             parts.append(torch.stack(both.chunk(2), 1))
+            progress.tick(steps=0, finished=len(chunk))
+        progress.close()
         return torch.cat(parts)
     pairs = encode_pairs(tokenizer, rows) if pairs is None else pairs
-    return torch.cat(
-        [
-            packed_pair_logprobs(model, pairs[i : i + batch_size], tokenizer.pad_token_id)
-            for i in range(0, len(pairs), batch_size)
-        ]
-    )
+    # a real model's pass over a few hundred pairs takes minutes: a bar once it is slow
+    progress = LateProgress(len(pairs), "log-probs of pairs", unit="pair", every=1)
+    parts = []
+    for i in range(0, len(pairs), batch_size):
+        parts.append(packed_pair_logprobs(model, pairs[i : i + batch_size], tokenizer.pad_token_id))
+        progress.tick(steps=0, finished=len(parts[-1]))
+    progress.close()
+    return torch.cat(parts)
 
 
 @dataclass

@@ -4,6 +4,7 @@ the TRL-compatible reward-function contract with weighted composition."""
 from payoff.rewards.base import BUILTIN, RewardMix, RewardResult, RewardSpec, resolve_reward
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.verifiers import (
+    answer_anywhere_reward,
     answers_match,
     countdown_reward,
     exact_reward,
@@ -21,6 +22,7 @@ __all__ = [
     "RewardMix",
     "RewardResult",
     "RewardSpec",
+    "answer_anywhere_reward",
     "answers_match",
     "countdown_reward",
     "exact_reward",

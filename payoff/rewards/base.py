@@ -38,6 +38,7 @@ from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
 from payoff.rewards.instructions import InstructionsVerifier
 from payoff.rewards.verifiers import (
+    answer_anywhere_reward,
     countdown_reward,
     exact_reward,
     final_answer_reward,
@@ -51,6 +52,7 @@ BUILTIN: dict[str, Callable[..., RewardFn]] = {
     "math": lambda **_: math_reward,
     "exact": lambda **_: exact_reward,
     "final_answer": lambda **_: final_answer_reward,
+    "answer_anywhere": lambda **_: answer_anywhere_reward,
     "format": lambda **_: format_reward,
     "countdown": lambda **_: countdown_reward,
     "code": lambda **options: CodeVerifier(**options),
@@ -62,7 +64,8 @@ BUILTIN: dict[str, Callable[..., RewardFn]] = {
 class RewardSpec:
     """One reward function in the mix.
 
-    name: a built-in verifier (math, final_answer, exact, format, countdown, code, instructions) or
+    name: a built-in verifier (math, final_answer, exact, format, countdown, code, instructions;
+        answer_anywhere, a deliberately loose checker that can be gamed) or
         your own function as 'package.module:function' or 'path/to/file.py:function'.
     weight: its score is multiplied by this in the total reward (each is also logged alone).
     on_error: the score a row gets when the function raises or hangs (null: not applicable).

@@ -96,8 +96,11 @@ class LateProgress:
         unit: str = "episode",
         after: float = 10.0,
         episode_steps: int | None = None,
+        every: int = 256,
     ):
-        self.episode_steps = episode_steps
+        """every: how many calls of `tick` between looks at the clock (1 for work that ticks
+        once per batch of seconds, such as a model's pass over a dataset)."""
+        self.episode_steps, self.every = episode_steps, every
         if episode_steps:
             total, unit = total * episode_steps, "step"
         self.total, self.desc, self.unit, self.after = total, desc, unit, after
@@ -119,7 +122,7 @@ class LateProgress:
             self._bar.update(counted, **self._postfix())
             return
         self._calls += 1
-        if self._calls % 256 == 0 and time.monotonic() - self.started > self.after:
+        if self._calls % self.every == 0 and time.monotonic() - self.started > self.after:
             self._bar = Progress(self.total, initial=self.count, desc=self.desc, unit=self.unit)
             self._bar.set_postfix(self._postfix())
 
@@ -130,4 +133,6 @@ class LateProgress:
 
     def _postfix(self) -> dict[str, int]:
         """What the bar does not count: episodes done when it counts steps, else steps."""
-        return {"episodes": self.done} if self.episode_steps else {"steps": self.steps}
+        if self.episode_steps:
+            return {"episodes": self.done}
+        return {"steps": self.steps} if self.steps else {}
