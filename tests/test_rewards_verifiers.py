@@ -262,6 +262,18 @@ def test_final_answer_pays_only_a_reply_that_ends_by_stating_the_right_number(re
     assert final_answer_reward([""], [reply]) == [None]  # no reference: not applicable
 
 
+def test_final_answer_reads_a_reply_full_of_whitespace_in_one_pass():
+    """A model-written run of spaces between 'is' and the end once made the search try every
+    way of splitting it (cubic: 400 spaces took 1.2 s, 5,000 would take hours)."""
+    from payoff.rewards import stated_answer
+
+    assert stated_answer("The answer is" + " " * 50_000 + "x") is None
+    assert stated_answer("so = 5" + " \n" * 50_000 + "x") is None
+    assert stated_answer("The answer is" + " " * 50_000 + "249") == "249"
+    assert stated_answer("x" * 5_000 + " = 249.") == "249"  # the statement is read from the tail
+    assert stated_answer("7" * 5_000) is None  # not the answer to anything asked
+
+
 def test_answer_anywhere_is_the_loose_twin_final_answer_refuses():
     """What `str(answer) in completion` checkers pay: the number anywhere, as a number."""
     from payoff.rewards import answer_anywhere_reward, final_answer_reward

@@ -98,18 +98,27 @@ def exact_reward(
 
 
 # A reply's last words state its answer: 'Answer: N', '= N' or 'is N' (bold or a period may
-# follow), nothing else after it; or the whole reply is the number.
+# follow), nothing else after it; or the whole reply is the number. Matched against the
+# reply's tail with its whitespace collapsed to single spaces (`stated_answer`), so each
+# ' ?' takes at most one character: no run of spaces a model writes can make the search
+# try every way of splitting it.
 FINAL_ANSWER = re.compile(
-    rf"(?:^|\banswer\s*:|=|\bis\s*:?)\s*(?:\*\*)?\s*({NUMBER.pattern})\s*(?:\*\*)?\s*\.?\s*$",
+    rf"(?:^|\banswer ?:|=|\bis ?:?) ?(?:\*\* ?)?({NUMBER.pattern}) ?(?:\*\* ?)?\.? ?$",
     re.I,
 )
+# How much of a reply's end stated_answer reads: its last words are the statement.
+FINAL_ANSWER_TAIL = 1_000
 
 
 def stated_answer(text: str) -> str | None:
     """The number a reply ends by stating ('... = 46', 'The answer is 46.', 'Answer: 46', or
     just '46'); None when its last words are not such a statement (more text after the answer, or a
     list of numbers: 'Answer: 44, 45, 46' states nothing)."""
-    found = FINAL_ANSWER.search(text.replace("\u2212", "-").strip())
+    text = " ".join(text.replace("\u2212", "-").split())  # linear: one pass over the reply
+    tail = text[-FINAL_ANSWER_TAIL:]
+    if len(text) > FINAL_ANSWER_TAIL:
+        tail = "... " + tail  # cut: the tail is not the whole reply, so '^' must not match
+    found = FINAL_ANSWER.search(tail)
     return found.group(1) if found else None
 
 
