@@ -389,3 +389,16 @@ def test_a_network_deeper_than_the_kernels_take_runs_the_reference_path() -> Non
     assert not agent._numpy_ac.use_native
     assert not agent.rollout_sampler().use_native
     assert len(agent.history) > 0
+
+
+def test_a_config_made_in_python_takes_a_number_where_a_schedule_goes():
+    """DQNConfig(learning_rate=5e-4) once reached setup as a float and failed there with
+    "'float' object is not callable"; a recipe's number was always a constant schedule."""
+    from payoff.algos.dqn import DQN, DQNConfig
+    from payoff.core.schedules import Schedule
+
+    dqn = DQN(config=DQNConfig(learning_rate=5e-4, total_steps=64, learning_starts=32))
+    assert dqn.config.learning_rate == Schedule(start=5e-4, end=5e-4)
+    dqn.learn(64, progress_bar=False)  # trains past learning_starts: the rate is called
+    with pytest.raises(ConfigError, match="learning_rate"):
+        DQN(config=DQNConfig(learning_rate=-1.0))

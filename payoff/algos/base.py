@@ -42,6 +42,7 @@ from payoff.core.cache import remember_written, written_here
 from payoff.core.config import (
     annotated_class,
     check_ranges,
+    coerce_shorthands,
     fields_of,
     from_dict,
     key_hint,
@@ -411,7 +412,8 @@ class Algorithm:
         elif env is not None or kwargs:
             raise ConfigError("pass either config=... or env/keyword settings, not both")
         elif dataclasses.is_dataclass(config):  # made in Python (PPOConfig(...)): the
-            check_ranges(config)  # same ranges and bounds as a recipe's
+            coerce_shorthands(config)  # same shorthands (learning_rate=5e-4 a schedule),
+            check_ranges(config)  # ranges and bounds as a recipe's
         if data_given:  # made in Python: a stop set there must meet an evaluation
             _check_stop_is_evaluated(config, kwargs)
         self.config = config

@@ -361,6 +361,23 @@ def count_range(field: dataclasses.Field[Any]) -> Range:
     return Range(valid.low, high, valid.low_open)
 
 
+def coerce_shorthands(config: Any) -> None:
+    """Give a config made in Python what from_dict gives a recipe: a plain number where a
+    field takes a Schedule (learning_rate=5e-4) becomes a constant schedule, in place, in
+    nested configs too. Other values are left for check_ranges and the fields' validation."""
+    hints = get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        tp = hints.get(field.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            coerce_shorthands(value)
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and not isinstance(value, tp):
+            from_value = getattr(tp, "from_value", None)
+            made = from_value(value) if from_value is not None and type(value) is not dict else None
+            if made is not None:
+                setattr(config, field.name, made)
+
+
 def check_ranges(config: Any, prefix: str = "") -> None:
     """Raise a ConfigError naming the first numeric key of `config` outside its range.
 
