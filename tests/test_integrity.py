@@ -11,7 +11,13 @@ from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig, make_task
 from payoff.envs.tasks.base import contradict_row
 from payoff.monitor.detectors import Alarm, Drift, Monitor, build_monitors
-from payoff.monitor.integrity import Canaries, CanaryConfig, inoculated, lm_monitors
+from payoff.monitor.integrity import (
+    PAID_BUT_WRONG,
+    Canaries,
+    CanaryConfig,
+    inoculated,
+    lm_monitors,
+)
 
 
 def test_contradicted_rows_expect_another_value_where_the_prompt_shows_it():
@@ -135,6 +141,32 @@ def test_default_lm_monitors_cover_what_the_run_has():
         )
     ]
     assert keys == ["train/completion_length", "train/truncated"]
+
+
+def test_the_share_paid_but_wrong_rising_raises_a_critical_alarm():
+    """A loophole learned while the truth creeps up too (SmolLM2 on answer_anywhere: paid
+    0.13 -> 0.71 while final_answer went 0.02 -> 0.15): the divergence check, which wants
+    the truth flat, stays quiet; the paid-but-wrong share does not."""
+    monitors = lm_monitors(
+        proxy="train/reward",
+        truth="train/accuracy",
+        code_rewards=[],
+        canaries=None,
+        model_scored=False,
+    )
+    paid_wrong = [0.11, 0.15, 0.12, 0.31, 0.23, 0.22, 0.34, 0.31, 0.61, 0.32, 0.5]
+    accuracy = [0.02, 0.06, 0.06, 0.11, 0.11, 0.08, 0.06, 0.2, 0.1, 0.15, 0.2]
+    alarms = []
+    for step, (wrong, right) in enumerate(zip(paid_wrong, accuracy, strict=True), start=1):
+        record = {"train/reward": wrong + right, "train/accuracy": right, PAID_BUT_WRONG: wrong}
+        alarms += [(step, a) for m in monitors for a in m.update(step, record)]
+    assert [(step, a.kind, a.severity) for step, a in alarms] == [
+        (10, f"drift:{PAID_BUT_WRONG}", "critical")
+    ]
+    honest = lm_monitors(  # paid by the verifier itself: nothing is ever paid but wrong
+        proxy="train/reward", truth=None, code_rewards=[], canaries=None, model_scored=False
+    )
+    assert PAID_BUT_WRONG not in [getattr(m.config, "key", None) for m in honest]
 
 
 class FireAt(Monitor):
