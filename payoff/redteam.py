@@ -166,8 +166,10 @@ def redteam(
         },
     )
     optimizer.run = run
-    optimizer.learn()
-    run.close()
+    try:
+        optimizer.learn()
+    finally:  # Ctrl-C (LearnInterrupted) too: loggers flushed, the run's lock released
+        run.close()
 
     rng = np.random.default_rng(spec.seed)
     action_space = make_env(spec.env).action_space

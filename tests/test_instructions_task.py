@@ -280,3 +280,12 @@ def test_grpo_trains_two_steps_on_the_task_with_its_verifier(model_dir):
     assert any(k.startswith("reward/instructions/pass_rate/") for k in record)
     result = grpo.evaluate(4, k=())
     assert result.accuracy is not None and 0.0 <= result.accuracy <= result.mean_reward <= 1.0
+
+
+def test_the_instructions_reward_refuses_a_window_it_cannot_keep():
+    from payoff.core.errors import ConfigError
+    from payoff.rewards.base import RewardSpec, resolve_reward
+
+    for window in (-1, 0, 2.5, True):
+        with pytest.raises(ConfigError, match="option window .* must be an integer >= 1"):
+            resolve_reward(RewardSpec(name="instructions", options={"window": window}))

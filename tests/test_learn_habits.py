@@ -66,8 +66,9 @@ def test_an_sft_run_made_in_python_generates_nothing_for_evaluation(tmp_path, ev
     run.close()
     assert evaluations == [] and _evaluated(run.records()) == []
     summary = run.summary()
-    assert "final_eval" not in summary and summary["final_line"].endswith(
-        NO_FINAL_EVALUATION.format("final_eval=false")
+    # said first, so `payoff train` prints it as it is, not as "final evaluation: ..."
+    assert "final_eval" not in summary and summary["final_line"] == (
+        NO_FINAL_EVALUATION.format("final_eval=false") + "; trained 2 steps"
     )
     assert sft.step == 2 and (run.path / "model" / "model.safetensors").is_file()
 
@@ -78,6 +79,9 @@ def test_a_stop_condition_without_evaluations_is_refused():
         PPO("CartPole-v1", stop_at_return=475)
     PPO("CartPole-v1", stop_at_return=475, eval_every=10_000)
     PPO("CartPole-v1", stop_at_return=475, eval_every=0)  # given: a choice, as in a recipe
+    # the example is in the trainer's own units: SFT counts optimizer steps, evaluates at 100
+    with pytest.raises(ConfigError, match=r"eval_every=100, in optimizer steps"):
+        SFT(stop_at_accuracy=0.9)
 
 
 # ---- payoff train runs keep their evaluations -------------------------------------------

@@ -286,11 +286,14 @@ def _check_stop_is_evaluated(config: Any, given: dict[str, Any]) -> None:
         return
     for key in ("stop_at_return", "stop_at_accuracy"):
         if getattr(config, key, None) is not None and getattr(config, "eval_every", 1) == 0:
+            # what a `payoff train` run of this kind evaluates at, in its own units
+            every = run_defaults(type(config)).get("eval_every") or 10_000
+            unit = "env steps" if key == "stop_at_return" else "optimizer steps"
             raise ConfigError(
                 f"{key}={getattr(config, key)} is checked at each periodic evaluation, and "
                 f"eval_every is 0 (evaluation is off unless asked for): give eval_every too "
-                f"(e.g. 10_000 env steps; {key} then stops at the first evaluation that "
-                f"reaches it)"
+                f"(e.g. eval_every={every:_}, in {unit}; {key} then stops at the first "
+                f"evaluation that reaches it)"
             )
 
 

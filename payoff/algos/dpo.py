@@ -154,31 +154,45 @@ def pair_logprobs(
     rows: Sequence[Row],
     batch_size: int = 64,
     pairs: Sequence[PairTokens] | None = None,
+    show: bool = True,
 ) -> torch.Tensor:
     """[N, 2] log-probabilities of (chosen, rejected) for every row, without gradients.
 
     `pairs` = the rows already encoded by `encode_pairs` (skips tokenizing). Models whose
     attention cannot take a packing mask (flash attention) fall back to padded batches.
+    show: False never draws the bar that a pass past 10 s gets.
     """
-    if not packable(model):
-        parts = []
-        progress = LateProgress(len(rows), "log-probs of pairs", unit="pair", every=1)
+    packed = packable(model)
+    if packed:
+        pairs = encode_pairs(tokenizer, rows) if pairs is None else pairs
+
+    def chunk_logprobs(i: int) -> torch.Tensor:
+        if packed:
+            assert pairs is not None
+            return packed_pair_logprobs(model, pairs[i : i + batch_size], tokenizer.pad_token_id)
+        prompts = [r["prompt"] for r in rows[i : i + batch_size]]
+        both = summed_completion_logprobs(
+            model,
+            tokenizer,
+            prompts + prompts,
+            [r["chosen"] for r in rows[i : i + batch_size]]
+            + [r["rejected"] for r in rows[i : i + batch_size]],
+        )
+        return torch.stack(both.chunk(2), 1)
+
+    # a real model's pass over a few hundred pairs takes minutes: a bar once it is slow
+    progress = LateProgress(len(rows), "log-probs of pairs", unit="pair", every=1, show=show)
+    parts: list[torch.Tensor] = []
+    try:
         for i in range(0, len(rows), batch_size):
-            chunk = rows[i : i + batch_size]
-            prompts = [r["prompt"] for r in chunk]
-            both = summed_completion_logprobs(
-                model,
-                tokenizer,
-                prompts + prompts,
-                [r["chosen"] for r in chunk] + [r["rejected"] for r in chunk],
-            )
-            parts.append(torch.stack(both.chunk(2), 1))
-            progress.tick(steps=0, finished=len(chunk))
+            parts.append(chunk_logprobs(i))
+            progress.tick(steps=0, finished=len(parts[-1]))
+    finally:
         progress.close()
-        return torch.cat(parts)
+    return torch.cat(parts)
     pairs = encode_pairs(tokenizer, rows) if pairs is None else pairs
     # a real model's pass over a few hundred pairs takes minutes: a bar once it is slow
-    progress = LateProgress(len(pairs), "log-probs of pairs", unit="pair", every=1)
+    progress = LateProgress(len(pairs), "log-probs of pairs", unit="pair", every=1, show=show)
     parts = []
     for i in range(0, len(pairs), batch_size):
         parts.append(packed_pair_logprobs(model, pairs[i : i + batch_size], tokenizer.pad_token_id))
@@ -331,7 +345,13 @@ class DPO(LMAlgorithm):
         """Implicit-reward accuracy and margins on the held-out pairs; greedy gold score and
         win rate against the base model."""
         self.model.eval()
-        logps = pair_logprobs(self.model, self.tokenizer, self.test_rows, pairs=self.test_pairs)
+        logps = pair_logprobs(
+            self.model,
+            self.tokenizer,
+            self.test_rows,
+            pairs=self.test_pairs,
+            show=self.loop_options.get("progress_bar", True),
+        )
         h = (logps[:, 0] - self.ref_test[:, 0]) - (logps[:, 1] - self.ref_test[:, 1])
         scores = self.greedy_scores() if with_gold else None
         win_rate = None

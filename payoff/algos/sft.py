@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
+from payoff.algos.base import NO_FINAL_EVALUATION
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys
 from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
@@ -279,8 +280,13 @@ class SFT(LMAlgorithm):
                 {"final_eval": result.to_dict(), "final_line": result.line()}
                 if result
                 else {
-                    "final_line": f"trained {self.step} steps; "
-                    + (NO_FINAL_LM_EVALUATION if scorable else self._unscored)
+                    # "no final evaluation" first: the CLI prints such a line as it is
+                    "final_line": (
+                        NO_FINAL_LM_EVALUATION
+                        if scorable
+                        else NO_FINAL_EVALUATION.format(self._unscored)
+                    )
+                    + f"; trained {self.step} steps"
                 }
             )
             self.run.write_summary(

@@ -9,8 +9,8 @@
 transformers reads the file (its `gguf` package parses it) and dequantizes the weights;
 payoff does that once and saves the result as a plain safetensors folder (config.json,
 model.safetensors, the tokenizer and its chat template) under
-$PAYOFF_CACHE/gguf-models/<file name>-<key>/, keyed by the file's identity (`file_identity`:
-its size and SHA-256). Every load after the first (the reference model, Ray workers, a
+$PAYOFF_CACHE/gguf-models/<file stem>-<12 hex digits>/, keyed by the file's identity
+(`file_identity`: its size and the SHA-256 of all of it) and the conversion's format. Every load after the first (the reference model, Ray workers, a
 resumed run, `payoff eval RUN`) reads that folder, at a folder's cost. The folder holds
 float32 weights (4 bytes a parameter); `model.dtype` casts them as they load. A run's config
 keeps what was given (the name or the file), and the folder follows from it, so a machine
@@ -62,8 +62,6 @@ PACKAGED = {
 
 GGUF_MAGIC = b"GGUF"
 CONVERSION_FORMAT = 1  # raise when the saved folder's layout changes: old conversions rebuild
-WHOLE_HASH_BYTES = 1 << 30  # files up to 1 GiB are hashed whole (~0.1 s for SmolLM2's 98 MB)
-SAMPLED_CHUNKS = 64  # larger files: this many 1 MiB chunks, evenly spaced, first and last included
 CHUNK = 1 << 20
 
 
@@ -132,25 +130,19 @@ _IDENTITIES: dict[tuple[str, int, int], dict[str, Any]] = {}  # one hashing per 
 
 
 def file_identity(path: Path) -> dict[str, Any]:
-    """{'size', 'sha256'} of a file: the SHA-256 of the whole file up to WHOLE_HASH_BYTES,
-    else of SAMPLED_CHUNKS 1 MiB chunks spread over it ('sampled': True). Two copies of one
-    file agree wherever they are, so a run's config finds its conversion on another machine."""
+    """{'size', 'sha256'} of a file, the SHA-256 of all of it: a sample of its chunks would
+    let a file edited between them (a fine-tune re-quantized alike) find another file's
+    conversion. Two copies of one file agree wherever they are, so a run's config finds its
+    conversion on another machine. Hashed once per process."""
     stat = path.stat()
     memo = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if memo in _IDENTITIES:
         return _IDENTITIES[memo]
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        if stat.st_size <= WHOLE_HASH_BYTES:
-            while block := handle.read(8 * CHUNK):
-                digest.update(block)
-            identity: dict[str, Any] = {"size": stat.st_size, "sha256": digest.hexdigest()}
-        else:
-            last = stat.st_size - CHUNK
-            for index in range(SAMPLED_CHUNKS):
-                handle.seek(last * index // (SAMPLED_CHUNKS - 1))
-                digest.update(handle.read(CHUNK))
-            identity = {"size": stat.st_size, "sha256": digest.hexdigest(), "sampled": True}
+        while block := handle.read(8 * CHUNK):
+            digest.update(block)
+    identity: dict[str, Any] = {"size": stat.st_size, "sha256": digest.hexdigest()}
     _IDENTITIES[memo] = identity
     return identity
 
@@ -216,8 +208,12 @@ def convert_gguf(source: Path, folder: Path) -> float:
     options: dict[str, Any] = {"gguf_file": str(source), "local_files_only": True}
     try:
         with _quiet_gguf_progress():
-            model = AutoModelForCausalLM.from_pretrained(
-                str(folder), dtype=torch.float32, **options, **_dequantize_options()
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(folder),
+                dtype=torch.float32,
+                output_loading_info=True,
+                **options,
+                **_dequantize_options(),
             )
             tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
     except Exception as err:  # unsupported architecture or quantization, a damaged file
@@ -228,6 +224,11 @@ def convert_gguf(source: Path, folder: Path) -> float:
             f"docs, 'GGUF and interaction with Transformers'; a Hugging Face folder of the "
             f"model loads too)"
         ) from None
+    # A weight the file lacks (or transformers' GGUF names miss) would be random noise,
+    # saved and cached as if it were the model: refused, as a folder's would be.
+    from payoff.models.lm import check_loading_info  # (lm reads GGUF through this module)
+
+    check_loading_info(str(source), info, getattr(model.config, "model_type", "?"))
     clear_quantized_mark(model)
     model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))

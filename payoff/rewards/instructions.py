@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from payoff.core.errors import ConfigError
+
 MAX_CHARS = 20_000  # a "short piece of writing" is far shorter; longer replies meet nothing
 MIN_WORDS = 5
 MAX_JSON_DEPTH = 20
@@ -229,6 +231,11 @@ class InstructionsVerifier:
     __name__ = "instructions"
 
     def __init__(self, window: int = 512):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(
+                f"reward 'instructions' option window (checks per kind its pass rate is "
+                f"taken over) must be an integer >= 1, got {window!r}"
+            )
         self.recent: dict[str, deque[bool]] = {kind: deque(maxlen=window) for kind in CHECKS}
 
     def __call__(

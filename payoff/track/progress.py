@@ -82,7 +82,7 @@ class LateProgress:
     """A bar that appears only once work has run `after` seconds: evaluation is usually a
     blink, but an env without a time limit, or a planner at a second a step, can make it
     minutes, and a silent minute looks hung. `tick(steps)` is cheap: it looks at the clock
-    once every 256 calls.
+    once every `every` calls (256 by default).
 
     It counts finished episodes, unless `episode_steps` (the episodes' time limit) is
     given: then it counts env steps out of total * episode_steps, an episode that ends
@@ -97,10 +97,12 @@ class LateProgress:
         after: float = 10.0,
         episode_steps: int | None = None,
         every: int = 256,
+        show: bool = True,
     ):
         """every: how many calls of `tick` between looks at the clock (1 for work that ticks
-        once per batch of seconds, such as a model's pass over a dataset)."""
-        self.episode_steps, self.every = episode_steps, every
+        once per batch of seconds, such as a model's pass over a dataset). show: False never
+        draws it (learn(progress_bar=False))."""
+        self.episode_steps, self.every, self.show = episode_steps, every, show
         if episode_steps:
             total, unit = total * episode_steps, "step"
         self.total, self.desc, self.unit, self.after = total, desc, unit, after
@@ -122,6 +124,8 @@ class LateProgress:
             self._bar.update(counted, **self._postfix())
             return
         self._calls += 1
+        if not self.show:
+            return
         if self._calls % self.every == 0 and time.monotonic() - self.started > self.after:
             self._bar = Progress(self.total, initial=self.count, desc=self.desc, unit=self.unit)
             self._bar.set_postfix(self._postfix())
