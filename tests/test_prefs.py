@@ -228,6 +228,29 @@ def test_dpo_on_worked_pairs_reports_a_win_rate_against_the_base(base_model):
     assert after.win_rate == pytest.approx(wins)
 
 
+def test_rpo_alpha_holds_the_chosen_replies_likelihood_up(base_model):
+    """RPO (TRL's rpo_alpha): DPO's loss plus the chosen replies' NLL per token."""
+    from payoff.algos.dpo import DPO, pair_logprobs
+
+    chosen = {}
+    for alpha in (0.0, 1.0):
+        dpo = DPO(
+            model={"path": base_model},
+            preferences={"train_pairs": 64, "test_pairs": 8},
+            rpo_alpha=alpha,
+            steps=6,
+            batch_size=16,
+            learning_rate=3e-4,
+        )
+        dpo.learn()
+        logps = pair_logprobs(dpo.model, dpo.tokenizer, dpo.train_rows, pairs=dpo.train_pairs)
+        chosen[alpha] = float(logps[:, 0].mean())
+        assert ("train/chosen_nll" in dpo.history[-1]) == (alpha > 0)
+    assert chosen[1.0] > chosen[0.0] + 0.1, chosen
+    with pytest.raises(ConfigError, match="rpo_alpha"):
+        DPO(model={"path": base_model}, rpo_alpha=-1.0)
+
+
 def test_rlhf_ppo_raises_gold_reward_at_small_kl(base_model):
     from payoff.algos.rlhf_ppo import RLHFPPO
 
