@@ -73,6 +73,26 @@ def test_an_sft_run_made_in_python_generates_nothing_for_evaluation(tmp_path, ev
     assert sft.step == 2 and (run.path / "model" / "model.safetensors").is_file()
 
 
+def test_a_language_model_run_evaluates_its_last_step_once(tmp_path, evaluations):
+    """The periodic evaluation at the last step is the final one: a real model's greedy
+    pass costs minutes, and finish() ran it again on the same weights."""
+    run = Run.create(tmp_path, "sft", {"algo": "sft"})
+    SFT(
+        config=None,
+        run=run,
+        steps=2,
+        batch_size=8,
+        eval_every=1,
+        final_eval=True,
+        task={"eval_size": 4},
+    ).learn()
+    run.close()
+    assert evaluations == [1, 2]  # no second pass at step 2
+    final = run.summary()["final_eval"]
+    last = [r["eval/accuracy"] for r in run.records() if "eval/accuracy" in r][-1]
+    assert final["accuracy"] == last
+
+
 def test_a_stop_condition_without_evaluations_is_refused():
     """stop_at_return is checked at each evaluation: with them off it would never stop."""
     with pytest.raises(ConfigError, match="stop_at_return=475.0 is checked at each periodic"):

@@ -409,6 +409,7 @@ class DPO(LMAlgorithm):
 
     def _log_eval(self) -> DPOEval:
         result = self.evaluate_pairs()
+        self._last_pairs_eval = (self.step, result)  # finish() at this step reuses it
         metrics = {
             "eval/accuracy": result.accuracy,
             "eval/margin": result.margin,
@@ -423,7 +424,12 @@ class DPO(LMAlgorithm):
 
     def finish(self) -> None:
         if self.run is not None:
-            result = self.evaluate_pairs() if self.config.final_eval else None
+            memo = getattr(self, "_last_pairs_eval", None)
+            result = (
+                (memo[1] if memo is not None and memo[0] == self.step else self.evaluate_pairs())
+                if self.config.final_eval
+                else None
+            )
             self.export_model()
             self.run.write_summary(
                 **(

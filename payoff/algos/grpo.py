@@ -931,7 +931,7 @@ class GRPO(LMAlgorithm):
                     base_model=getattr(self, "base_model_path", config.model.path),
                 )
             return
-        result = self.evaluate(config.task.eval_size, split="test", k=config.final_eval_k)
+        result = self.final_evaluation(config.task.eval_size, split="test", k=config.final_eval_k)
         ood = (  # own data may come without an out-of-distribution split
             self.evaluate(config.task.eval_size, split="ood", k=())
             if self.task.has_split("ood")

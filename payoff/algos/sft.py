@@ -269,7 +269,7 @@ class SFT(LMAlgorithm):
         scorable = self.held_out_scorable()  # text rows: nothing to answer
         asked = self.config.final_eval
         result = (
-            self.evaluate(self.config.task.eval_size, split="test", k=())
+            self.final_evaluation(self.config.task.eval_size, split="test")
             if scorable and asked
             else None
         )

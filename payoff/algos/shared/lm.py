@@ -524,7 +524,21 @@ class LMAlgorithm(Algorithm):
             accuracy=self.verifier is not None,
         )
         result.split = split
+        # (what the same evaluation at the same step returns: see final_evaluation)
+        self._last_evaluation = ((self.step, episodes, seed, split, tuple(k), temperature), result)
         return result
+
+    def final_evaluation(
+        self, episodes: int, split: str = "test", k: Sequence[int] = ()
+    ) -> LMEvalResult:
+        """`evaluate(episodes, split=split, k=k)` for a run's end: the result of the periodic
+        evaluation the loop ran at this same step with the same settings when there was one
+        (the model has not changed since: finish() runs straight after the loop), else a
+        fresh one. A real model's greedy pass costs minutes; it used to run twice."""
+        memo = getattr(self, "_last_evaluation", None)
+        if memo is not None and memo[0] == (self.step, episodes, None, split, tuple(k), 1.0):
+            return memo[1]
+        return self.evaluate(episodes, split=split, k=k)
 
     def predict(self, observation: Any, deterministic: bool = True) -> Any:
         """Completion(s) for a prompt string or a conversation (a list of {'role', 'content'}
