@@ -585,3 +585,36 @@ def test_timed_out_calls_still_running_stop_a_tool_being_started(monkeypatch):
         assert status == "tool_error" and "2 earlier calls are still running" in result
     finally:
         release.set()
+
+
+def test_sft_given_model_teaches_a_model_you_name_the_call_format_first(tmp_path):
+    """sft.given_model: the model.path model learns the <tool> format from demonstrations
+    (how SmolLM2, whose template lists no tools, becomes a calculator agent), cached by its
+    path; without it the given model is the policy as it is."""
+    from payoff.algos.agent_grpo import AgentGRPO
+    from payoff.algos.sft import SFT
+    from payoff.models.lm import ModelConfig, load_lm
+
+    given = str(SFT(task={"name": "addition"}, steps=1).save_model(tmp_path / "given"))
+    quick = {"steps": 1, "tasks_per_step": 2, "group_size": 2, "task": {"eval_size": 2}}
+    sft = {
+        "given_model": True,
+        "demonstrations": 8,
+        "steps": 3,
+        "batch_size": 4,
+        "learning_rate": 1e-5,
+    }
+    agent = AgentGRPO(model={"path": given}, sft=sft, **quick)
+    assert agent.base_model_path != given and "agent-models" in agent.base_model_path
+    before, _ = load_lm(ModelConfig(path=given))
+    tuned, _ = load_lm(ModelConfig(path=agent.base_model_path))
+    moved = [
+        float((b - a).detach().norm() / a.detach().norm())
+        for (_, a), (_, b) in zip(before.named_parameters(), tuned.named_parameters(), strict=True)
+    ]
+    # trained from the given weights (a fresh tiny model would be ~1.4 away), and trained
+    assert max(moved) < 0.05 and max(moved) > 0, max(moved)
+    assert tuned.config.hidden_size == before.config.hidden_size
+    again = AgentGRPO(model={"path": given}, sft=sft, **quick)
+    assert again.base_model_path == agent.base_model_path  # cached, keyed by the given path
+    assert AgentGRPO(model={"path": given}, **quick).base_model_path == given

@@ -20,6 +20,7 @@ GRPO's base model.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -70,11 +71,17 @@ STOP = ["</tool>", "</answer>"]
 
 @dataclass
 class DemoSFTConfig:
-    """SFT on scripted demonstration episodes, before RL (only when model.path is empty).
+    """SFT on scripted demonstration episodes, before RL: of the fresh tiny Llama when
+    model.path is empty, and of the model you give with `given_model: true`.
 
     demonstrations: how many scripted episodes (the task's `demonstration`; tool results real).
     steps / batch_size / learning_rate: the SFT run. The loss covers the model's turns only.
     seed / tiny: initialisation and shape of the fresh tiny Llama.
+    given_model: also teach the model.path model the call format first (a pretrained model
+        whose chat template lists no tools, as SmolLM2's, has never seen payoff's
+        `<tool>{...}</tool>` calls): the demonstrations are rendered as its episodes are
+        (its chat template), and the tuned model is cached like the tiny one, keyed by
+        model.path and these settings. false: model.path is the policy as it is.
     """
 
     demonstrations: int = 512
@@ -83,6 +90,7 @@ class DemoSFTConfig:
     learning_rate: float = 2e-3
     seed: int = 0
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
+    given_model: bool = False
 
     def validate(self) -> None:
         for key in ("demonstrations", "steps", "batch_size"):  # SFT sampled from no episodes
@@ -232,8 +240,17 @@ def turn_advantages(
 
 
 def build_agent_base(config: AgentGRPOConfig) -> Path:
-    """The tiny model after SFT on demonstrations (cached under $PAYOFF_CACHE/agent-models/)."""
-    key = {"sft": to_dict(config.sft), "task": to_dict(config.task)}
+    """The model after SFT on demonstrations (cached under $PAYOFF_CACHE/agent-models/): the
+    tiny Llama, or with sft.given_model the model.path model, its episodes rendered as
+    training renders them (its chat template when it has one)."""
+    given = config.sft.given_model and bool(config.model.path)
+    sft_key = to_dict(config.sft)
+    if given:
+        sft_key.pop("tiny")  # (the given model's shape is its own)
+    key: dict[str, Any] = {"sft": sft_key, "task": to_dict(config.task)}
+    if given:
+        key["model"] = {"path": config.model.path, "dtype": config.model.dtype}
+        key["chat_template"] = config.chat_template
     if ":" in config.task.name:  # its code, so a changed task builds a new base
         key["task_code"] = task_code(config.task.name)
     path = cache_folder("agent-models", config.task.name.replace(":", "-"), key)
@@ -242,18 +259,31 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
     with build_lock(path):  # another process building the same model: wait, then reuse it
         if (path / "config.json").is_file():
             return path
+        sft = config.sft
         print(
-            f"agent base model: SFT on {config.sft.demonstrations} demonstrations into {path}",
+            f"agent base model: SFT of {config.model.path if given else 'the tiny model'} on "
+            f"{sft.demonstrations} demonstrations into {path}",
             file=sys.stderr,
         )
-        sft = config.sft
+        model_config = (
+            ModelConfig(
+                path=config.model.path,
+                dtype=config.model.dtype,
+                chat_template=config.model.chat_template,
+            )
+            if given
+            else ModelConfig(tiny=sft.tiny)
+        )
         model, tokenizer = load_lm(
-            ModelConfig(tiny=sft.tiny), seed=sft.seed, device=resolve_device(config.device)
+            model_config, seed=sft.seed, device=resolve_device(config.device)
         )
         task = make_agent_task(config.task)  # (setup made it first: the trust rule has run)
         rng = np.random.default_rng(sft.seed)
+        episode_format = episode_format_for(config, task, tokenizer)
         demos = [
-            replay_episode(task.make_env(), t, task.demonstration(t, rng), PlainFormat(), tokenizer)
+            replay_episode(
+                task.make_env(), t, task.demonstration(t, rng), episode_format, tokenizer
+            )
             for t in task.sample(rng, sft.demonstrations)
         ]
         warn_about_demonstrations(demos, config.max_new_tokens, config.task.name)
@@ -261,6 +291,24 @@ def build_agent_base(config: AgentGRPOConfig) -> Path:
             model, tokenizer, demos, sft.steps, sft.batch_size, sft.learning_rate, rng
         )
         return save_cached_model(model, tokenizer, path)
+
+
+def episode_format_for(config: AgentGRPOConfig, task: Any, tokenizer: Any) -> Format:
+    """How episodes become model text: the tokenizer's chat template, tools listed in it
+    (config.chat_template, or model.chat_template's choice for this tokenizer), else the
+    tiny model's plain format."""
+    wanted = config.chat_template
+    if wanted is None:
+        wanted = uses_chat_template(tokenizer, config.model.chat_template)
+    elif wanted and not has_chat_template(tokenizer):
+        raise ConfigError(
+            "config key 'chat_template' is true but the model's tokenizer has no chat "
+            f"template (model.path={config.model.path!r}); set chat_template: false "
+            "for the plain format, or leave it null to use a template only when there is one"
+        )
+    if not wanted:
+        return PlainFormat()
+    return ChatTemplateFormat(tokenizer, [t.spec() for t in task.make_env().tools.values()])
 
 
 def warn_about_demonstrations(demos: list[Any], max_new_tokens: int, task: str) -> None:
@@ -308,18 +356,17 @@ class AgentGRPO(Algorithm):
         config = self.config
         config.validate()
         self.task = make_agent_task(config.task)
+        # sft.given_model: model.path after demonstration SFT (built once, then cached)
+        given = dataclasses.replace(config.model, path="") if config.sft.given_model else None
         model_config, self.rng, self.model, self.tokenizer, self.device = start_lm(
-            config.model,
+            given or config.model,
             config.seed,
             config.threads,
             lambda: build_agent_base(config),
             config.device,
         )
         self.base_model_path = model_config.path
-        self.format: Format = PlainFormat()
-        if self.uses_chat_template():
-            tools = [t.spec() for t in self.task.make_env().tools.values()]
-            self.format = ChatTemplateFormat(self.tokenizer, tools)
+        self.format: Format = episode_format_for(config, self.task, self.tokenizer)
         self.sampler = LocalSampler(self.model, self.tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.judge = (
@@ -337,19 +384,6 @@ class AgentGRPO(Algorithm):
         # Canary tasks: the answer must also equal answer + 1 (payoff.monitor.integrity).
         self.canaries = Canaries(config.canaries, contradict=contradict_row, name=config.task.name)
         self.score_answer = self.task.make_env().score
-
-    def uses_chat_template(self) -> bool:
-        """chat_template true/false, or (null) model.chat_template's choice for this tokenizer."""
-        wanted = self.config.chat_template
-        if wanted is None:
-            return uses_chat_template(self.tokenizer, self.config.model.chat_template)
-        if wanted and not has_chat_template(self.tokenizer):
-            raise ConfigError(
-                "config key 'chat_template' is true but the model's tokenizer has no chat "
-                f"template (model.path={self.config.model.path!r}); set chat_template: false "
-                "for the plain format, or leave it null to use a template only when there is one"
-            )
-        return wanted
 
     def spaces(self) -> dict[str, str]:
         return {"vocabulary": str(len(self.tokenizer)), "task": self.config.task.name}
