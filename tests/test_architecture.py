@@ -63,3 +63,26 @@ def test_agents_and_language_models_have_their_own_interfaces() -> None:
     for method in ("predict", "act", "evaluate", "record_gif"):
         assert not hasattr(Algorithm, method), method
     assert not hasattr(LMAlgorithm, "record_gif")
+
+
+def test_the_wheel_carries_every_data_file_payoff_reads():
+    """Files payoff opens at run time (recipes, red-team specs) are package data: the
+    red-team specs were not, so `payoff redteam boatrace` failed from a wheel."""
+    import tomllib
+    from pathlib import Path, PurePosixPath
+
+    root = Path(__file__).resolve().parents[1]
+    settings = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = [PurePosixPath(g) for g in settings["package-data"]["payoff"]]
+    data = [
+        PurePosixPath(p.relative_to(root / "payoff").as_posix())
+        for p in (root / "payoff").rglob("*")
+        if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".jinja", ".txt", ".md")
+    ]
+    assert data
+    missing = [
+        str(f)
+        for f in data
+        if not any(len(f.parts) == len(g.parts) and f.match(str(g)) for g in globs)
+    ]
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
