@@ -37,6 +37,7 @@ from payoff.models.lm import ModelConfig, context_limit, model_device
 from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs, tokenize_starts
 from payoff.rollout.episodes import Episode, pack_episodes
+from payoff.track.progress import Progress
 
 
 @dataclass
@@ -375,8 +376,9 @@ def train_on_episodes(
     warmup, then a cosine down to 10% of `learning_rate` at `steps`.
     """
     optimizer = adamw(model.parameters(), learning_rate)
-    losses = []
+    losses: list[float] = []
     model.train()
+    progress = Progress(steps, desc="SFT on demonstrations")  # minutes on a real model
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = scheduled_lr(step, learning_rate, warmup_steps=20, total_steps=steps)
@@ -392,6 +394,8 @@ def train_on_episodes(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(loss.item())
+        progress.update(1, loss=losses[-1])
+    progress.close()
     return losses
 
 
