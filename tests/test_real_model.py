@@ -245,3 +245,34 @@ def test_a_few_dpo_steps_on_the_real_model(converted):
     first = records[0]
     assert first["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at step 1
     assert Path(dpo.tokenizer.name_or_path) == converted["folder"]
+
+
+@pytest.mark.slow  # demonstration SFT, then one step of 2 x 2 episodes (150 s on 2 loaded cores)
+def test_smollm2_learns_the_tool_format_then_runs_agent_grpo(converted):
+    """sft.given_model: SmolLM2's chat template lists no tools, so demonstration SFT (through
+    that template) teaches payoff's <tool> calls; then a step of trajectory GRPO runs
+    multi-turn episodes on it."""
+    from payoff.algos.agent_grpo import AgentGRPO
+
+    agent = AgentGRPO(
+        model={"path": NAME},
+        task={"name": "calculator", "call_rate": 1.0, "eval_size": 2},
+        sft={
+            "given_model": True,
+            "demonstrations": 8,
+            "steps": 12,
+            "batch_size": 4,
+            "learning_rate": 1e-4,
+        },
+        steps=1,
+        tasks_per_step=2,
+        group_size=2,
+        max_new_tokens=32,
+        log_every=1,
+    )
+    assert "agent-models" in agent.base_model_path  # the tuned SmolLM2, cached
+    assert agent.format.__class__.__name__ == "ChatTemplateFormat"
+    agent.learn()
+    record = next(r for r in agent.history if "train/success" in r)
+    # every demonstration calls the calculator first, as SmolLM2 never does untaught
+    assert record["train/tool_calls"] > 0, record
