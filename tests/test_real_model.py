@@ -247,7 +247,7 @@ def test_a_few_dpo_steps_on_the_real_model(converted):
     assert Path(dpo.tokenizer.name_or_path) == converted["folder"]
 
 
-@pytest.mark.slow  # demonstration SFT, then one step of 2 x 2 episodes (150 s on 2 loaded cores)
+@pytest.mark.slow  # demonstration SFT, then one step of 2 x 2 episodes: 69 s on 2 cores
 def test_smollm2_learns_the_tool_format_then_runs_agent_grpo(converted):
     """sft.given_model: SmolLM2's chat template lists no tools, so demonstration SFT (through
     that template) teaches payoff's <tool> calls; then a step of trajectory GRPO runs
