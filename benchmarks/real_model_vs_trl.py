@@ -31,6 +31,8 @@ equal steps is not measured (a few steps of GRPO on SmolLM2 do not move it measu
 an evaluation costs more than the steps on 2 cores).
 
 Run: python benchmarks/real_model_vs_trl.py [--quick]
+     python benchmarks/real_model_vs_trl.py --memory   # payoff's GRPO peak memory only, with
+                                                       # and without microbatch_size
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def payoff_run(job: dict[str, Any], data: Path) -> dict[str, Any]:
             scale_rewards=True,
             loss_aggregation="dapo",  # TRL's default loss
             skip_zero_advantage=job.get("skip", True),
+            microbatch_size=job.get("microbatch", 0),
             log_every=1,
             final_eval_k=[],
             **common,
@@ -427,6 +430,12 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="one round of fewer, smaller steps; writes no page"
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="only payoff's GRPO peak memory (every row trained), full and LoRA, with the "
+        "whole batch at once and one group per forward/backward (microbatch_size)",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--replay", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -453,6 +462,9 @@ def main() -> None:
         )
     )
     load_before = os.getloadavg()[0]
+    if args.memory:
+        memory_only(base)
+        return
 
     if args.replay:  # the summary again from a run's saved measurements
         saved = json.loads(Path(args.replay).read_text())
@@ -634,6 +646,46 @@ def main() -> None:
     write_section(
         "real_model_vs_trl", "SmolLM2-135M-Instruct on a CPU: payoff vs TRL and generate", body
     )
+
+
+def memory_only(base: dict[str, Any]) -> None:
+    """Peak resident memory of payoff's GRPO (every row trained), full fine-tuning and LoRA,
+    with microbatch_size 0 (all completions in one forward/backward) and one group; the
+    goals of #57 are absolute (<= 4 GiB full, <= 2.5 GiB LoRA)."""
+    from benchmarks.common import markdown_table, write_section
+
+    goals = {0: 4.0, LORA_RANK: 2.5}
+    completions = base["prompts"] * base["group"]
+    lines = []
+    for lora in (0, LORA_RANK):
+        for micro in (0, base["group"]):
+            job = {**base, "what": "grpo", "side": "payoff", "skip": False, "steps": 2}
+            job.update(lora=lora, microbatch=micro)
+            label = f"{'LoRA r' + str(lora) if lora else 'full'}, microbatch_size {micro}"
+            peak = spawn(job, f"grpo payoff {label}")["peak_rss_mb"] / 1024
+            goal = goals[lora]
+            lines.append(
+                [
+                    "LoRA rank 8 (every linear layer)" if lora else "full fine-tuning",
+                    f"{micro} ({'all ' + str(completions) if not micro else 'one group'})",
+                    f"{peak:.2f}",
+                    f"<= {goal:g}: {'met' if peak <= goal else 'not met'}",
+                ]
+            )
+            print(lines[-1], flush=True)
+    body = "\n".join(
+        [
+            f"{THREADS} torch threads, float32. Peak resident memory "
+            f"(VmHWM, imports included) of a payoff GRPO process on SmolLM2-135M-Instruct: "
+            f"{base['prompts']} prompts x {base['group']} completions of up to "
+            f"{base['new_tokens']} tokens, every row trained (skip_zero_advantage off), 2 "
+            "optimizer steps. microbatch_size runs that many completions per forward and "
+            "backward inside an optimizer step (their gradients add up: the same update).",
+            "",
+            markdown_table(["training", "microbatch_size", "peak RSS (GiB)", "#57 goal"], lines),
+        ]
+    )
+    write_section("real_model_memory", "SmolLM2-135M-Instruct: GRPO peak memory", body)
 
 
 if __name__ == "__main__":
