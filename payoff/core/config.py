@@ -102,6 +102,11 @@ UNIT_OPEN_LOW = Range(0, 1, low_open=True)
 UNIT_OPEN_HIGH = Range(0, 1, high_open=True)
 
 
+#: A field's metadata for a key another key replaced: still read from old configs and runs
+#: (the config class maps it onto its replacement and sets it back to None), never written.
+REPLACED: dict[str, Any] = {"replaced": True}
+
+
 def in_range(
     low: float | None = None,
     high: float | None = None,
@@ -853,6 +858,7 @@ def _plain(value: Any) -> Any:
             f.name: _plain(getattr(value, f.name))
             for f in dataclasses.fields(value)
             if not f.metadata.get("python_only")
+            and not (f.metadata.get("replaced") and getattr(value, f.name) is None)
         }
     if isinstance(value, list | tuple):
         return type(value)(_plain(v) for v in value)
