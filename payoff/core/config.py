@@ -830,9 +830,10 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
                 f"not from a recipe, YAML or key=value"
             )
         if key not in fields:
+            current = [name for name, f in fields.items() if not f.metadata.get("replaced")]
             raise ConfigError(
-                f"unknown config key {prefix + str(key)!r}.{key_hint(str(key), fields)} "
-                f"Valid keys{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(sorted(fields))}"
+                f"unknown config key {prefix + str(key)!r}.{key_hint(str(key), current)} "
+                f"Valid keys{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(sorted(current))}"
             )
         kwargs[key] = _coerce(value, hints[key], prefix + key)
     try:
