@@ -1,8 +1,8 @@
 """The one thing pyproject.toml cannot say: payoff's native kernels, a C extension.
 
-`payoff/core/_kernels.c` is compiled at install (`pip install -e .` builds it in place). It
-is optional: where no C compiler is found the install goes on and payoff runs the same
-computations in NumPy (payoff/core/native.py says which is in use).
+`payoff/accel/_kernels.c` is compiled at install (`pip install -e .` builds it in place). It
+is optional: where no C compiler is found the install goes on and payoff runs its reference
+path in torch (payoff/accel/native.py says which is in use).
 """
 
 from setuptools import Extension, setup
@@ -10,8 +10,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "payoff.core._kernels",
-            ["payoff/core/_kernels.c"],
+            "payoff.accel._kernels",
+            ["payoff/accel/_kernels.c"],
             # No -ffast-math, and a * b + c rounded twice as written: CartPole's float64
             # dynamics stay Gymnasium's bit for bit. -O3 vectorizes the float32 loops.
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno"],

@@ -369,7 +369,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
     import numpy as np
 
     from payoff.algos.ppo import PPO
-    from payoff.core.native import native_status
+    from payoff.accel.native import native_status
     from payoff.rollout.vector import make_vector_env
 
     agent = PPO(config=recipe_config(seed, ["eval_every=0"]))
@@ -423,7 +423,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
 
 def run_lunar(seed: int) -> dict[str, Any]:
     """lunarlander-ppo's training steps/s (two rollouts, evaluation off), the same with the
-    torch path (numpy_fast_path=false), and the env alone: Gymnasium's SyncVectorEnv of 16
+    torch reference (accelerate=off), and the env alone: Gymnasium's SyncVectorEnv of 16
     LunarLander-v3 with random actions, timed before and after training (their mean)."""
     import gymnasium as gym
     import numpy as np
@@ -456,14 +456,14 @@ def run_lunar(seed: int) -> dict[str, Any]:
             "sps_cpu": agent.step / whole.cpu,
             "collect_sps": agent.step / collect.cpu,
             "update_sps": agent.step / update.cpu,
-            "numpy": agent.numpy_ac is not None,
+            "accelerated": agent.accelerator is not None,
         }
 
     env_before = env_alone()
     recipe = training([])
-    torch_path = training(["numpy_fast_path=false"])
+    torch_path = training(["accelerate=off"])
     env_after = env_alone()
-    from payoff.core.native import native_status
+    from payoff.accel.native import native_status
 
     return {
         **recipe,
@@ -544,7 +544,7 @@ def main() -> None:
     }
     jax_name = f"JAX {results['jax'][0]['jax']} + gymnax, whole loop jitted"
     rows = []
-    payoff_name = f"payoff, numpy_fast_path in {results['payoff'][0]['path']}"
+    payoff_name = f"payoff, accelerate auto: {results['payoff'][0]['path']}"
     for lib, name in (("jax", jax_name), ("payoff", payoff_name)):
         rows.append(
             [
@@ -652,7 +652,7 @@ def main() -> None:
                 lunar_row("... its rollout collection alone", "collect_sps"),
                 lunar_row("... its update alone (4 epochs x 256 minibatches of 64)", "update_sps"),
                 lunar_row(
-                    "the same training on the torch path (numpy_fast_path=false)", "torch_sps"
+                    "the same training on the torch reference (accelerate=off)", "torch_sps"
                 ),
                 lunar_row("... its update alone", "torch_update_sps"),
             ],
@@ -667,7 +667,7 @@ def main() -> None:
         print(lunar_summary)
         body += (
             f"\n\nLunarLander-v3 with `{LUNAR_RECIPE}` (16 envs x 1024 steps, 4 epochs of "
-            f"minibatch 64, entropy 0.01; the recipe's numpy_fast_path: each sampling step and "
+            f"minibatch 64, entropy 0.01; accelerate auto: each sampling step and "
             f"each minibatch step in one call of {lunar[0]['path']}): payoff's training over "
             f"{LUNAR_ROLLOUTS} rollouts against the env alone (timed before and after the "
             f"training runs, their mean), each seed in a fresh process on the same pinned "

@@ -358,25 +358,25 @@ def test_one_sigterm_stops_a_long_periodic_evaluation(tmp_path: Path) -> None:
 
 # ---- a network deeper than the native kernels take --------------------------------------
 def test_the_kernels_layer_limit_is_the_c_source_s() -> None:
-    from payoff.core.native import MAX_LAYERS
+    from payoff.accel.native import MAX_LAYERS
 
-    source = (ROOT / "payoff" / "core" / "_kernels.c").read_text()
+    source = (ROOT / "payoff" / "accel" / "_kernels.c").read_text()
     assert re.search(rf"#define MAX_LAYERS {MAX_LAYERS}\b", source)
 
 
 def test_a_network_deeper_than_the_kernels_take_runs_the_reference_path() -> None:
-    """hidden=[8] * 17 (18 Linear layers, the kernels take 16) with numpy_fast_path: the NumPy
-    path trains it (9fb6ff5: ValueError 'payoff native kernel: 18 layers (1 to 16)' from the
-    fused rollout)."""
+    """hidden=[8] * 17 (18 Linear layers, the kernels take 16) with accelerate auto: the
+    torch reference trains it (9fb6ff5: ValueError 'payoff native kernel: 18 layers (1 to
+    16)' from the fused rollout)."""
+    from payoff.accel import NativeRolloutSampler
+    from payoff.accel.native import MAX_LAYERS, kernels, kernels_for
     from payoff.algos.ppo import PPO
-    from payoff.core.native import MAX_LAYERS, kernels, kernels_for
 
     assert kernels_for(MAX_LAYERS + 1) is None
     assert kernels_for(MAX_LAYERS) is kernels()
     agent = PPO(
         "CartPole-v1",
         hidden=[8] * 17,
-        numpy_fast_path=True,
         num_envs=4,
         num_steps=16,
         minibatch_size=32,
@@ -386,8 +386,8 @@ def test_a_network_deeper_than_the_kernels_take_runs_the_reference_path() -> Non
     )
     agent.learn()
     assert agent.step >= 128
-    assert not agent._numpy_ac.use_native
-    assert not agent.rollout_sampler().use_native
+    assert agent.accelerator is None
+    assert not isinstance(agent.rollout_sampler(), NativeRolloutSampler)
     assert len(agent.history) > 0
 
 

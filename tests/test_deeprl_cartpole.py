@@ -7,25 +7,18 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from payoff.core.native import kernels, native_status
 from payoff.envs.cartpole import CartPoleVectorEnv
 from payoff.envs.make import EnvConfig, make_env
 from payoff.rollout.vector import make_vector_env
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native-kernel", "numpy"])
-def test_batched_cartpole_matches_gymnasium_step_by_step(native):
+def test_batched_cartpole_matches_gymnasium_step_by_step():
     """Same seeds, same actions: the same observations (bit for bit), rewards, terminations,
     truncations and NEXT_STEP autoresets as a SyncVectorEnv of Gymnasium's CartPole-v1, over
-    many episodes, stepped by the native kernel and by NumPy."""
+    many episodes. (The native kernels' fused rollout is held to this env in
+    tests/test_native.py.)"""
     num_envs, steps = 16, 3000
     ours = CartPoleVectorEnv(num_envs)
-    if native:
-        if kernels() is None:
-            pytest.skip(f"native kernels: {native_status()}")
-        assert ours.use_native
-    else:
-        ours.use_native = False
     theirs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
     obs_a, _ = ours.reset(seed=123)
     obs_b, _ = theirs.reset(seed=123)

@@ -1,8 +1,8 @@
 """The fast paths of classic RL compute what the reference paths compute.
 
-Backpropagation by hand (MLP.backward_into, PPO's surrogate and value-loss gradients)
-against autograd, FlatParameters' clip against torch's, FlatAdam against torch.optim.Adam,
-and DQN and PPO trained both ways.
+DQN's TD gradient by hand (payoff.accel.td) against autograd, FlatParameters' clip against
+torch's, FlatAdam against torch.optim.Adam, the rollout sampler against `Actor.sample`, and
+DQN and PPO trained both ways. PPO's native kernels: tests/test_accel.py.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch import nn
 
+from payoff.accel.td import backward_into, forward_saving
 from payoff.algos.dqn import DQN
 from payoff.algos.ppo import PPO
-from payoff.algos.shared.advantages import gae, normalize
-from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
+from payoff.algos.shared.advantages import gae
 from payoff.core.errors import CheckpointError
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import CategoricalActor, Critic, mlp
+from payoff.models.mlp import CategoricalActor, mlp
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -27,12 +27,12 @@ from payoff.rollout.buffers import RolloutStorage
 def test_backward_into_equals_autograd_bitwise(activation):
     torch.manual_seed(0)
     net = mlp(6, [32, 16], 3, activation, 1.0)
-    assert net.backprop_by_hand
+    assert net.plain
     x = torch.randn(40, 6)
     grad_out = torch.randn(40, 3)
-    out, inputs = net.forward_saving(x)
+    out, inputs = forward_saving(net, x)
     mine = [torch.empty_like(p) for p in net.parameters()]
-    net.backward_into(inputs, grad_out, mine)
+    backward_into(net, inputs, grad_out, mine)
     reference = net(x)
     assert torch.equal(out, reference.detach())
     (reference * grad_out).sum().backward()
@@ -41,10 +41,11 @@ def test_backward_into_equals_autograd_bitwise(activation):
 
 
 def test_backprop_by_hand_only_for_what_backward_into_knows():
-    assert not mlp(4, [8], 2, "gelu", 1.0).backprop_by_hand
+    assert not mlp(4, [8], 2, "gelu", 1.0).plain
     no_bias = mlp(4, [8], 2, "relu", 1.0)
     no_bias[0] = nn.Linear(4, 8, bias=False)
-    assert not no_bias.backprop_by_hand
+    assert not no_bias.plain
+    assert DQN(env="CartPole-v1", activation="gelu").by_hand is None
 
 
 def _two_layer_params(seed: int) -> list[nn.Parameter]:
@@ -130,9 +131,8 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
         **overrides,
     }
     fast = DQN(**config)
-    reference = DQN(**config)
-    assert fast.by_hand
-    reference.by_hand = False
+    reference = DQN(**config, accelerate="off")
+    assert fast.by_hand is not None and reference.by_hand is None
     fast.learn()
     reference.learn()
     assert fast.gradient_updates == reference.gradient_updates > 0
@@ -143,46 +143,6 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
     assert losses
 
 
-@pytest.mark.parametrize("batch", [512, 493, 37])
-@pytest.mark.parametrize(("vf_coef", "ent_coef"), [(0.5, 0.0), (0.3, 0.0), (0.5, 0.01), (0.3, 0.2)])
-def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef, ent_coef):
-    torch.manual_seed(batch)
-    observation_space = gym.spaces.Box(-1.0, 1.0, (4,))
-    actor = CategoricalActor(observation_space, gym.spaces.Discrete(3), hidden=[64, 64])
-    critic = Critic(observation_space, [64, 64], "tanh")
-    assert actor.fast_surrogate_backward and critic.fast_value_backward
-    with torch.no_grad():  # away from the near-uniform initial policy: some ratios clip
-        for param in [*actor.parameters(), *critic.parameters()]:
-            param.add_(0.3 * torch.randn_like(param))
-    obs, actions = torch.randn(batch, 4), torch.randint(0, 3, (batch,))
-    with torch.no_grad():
-        old_logprobs = actor.log_prob_entropy(obs, actions)[0] + 0.3 * torch.randn(batch)
-    advantages, returns = normalize(torch.randn(batch)), 5 * torch.randn(batch)
-
-    new_logprobs, entropy = actor.log_prob_entropy(obs, actions)
-    surrogate = clipped_surrogate(new_logprobs, old_logprobs, advantages, 0.2)
-    v_loss = value_loss(critic(obs), returns)
-    loss = surrogate.loss + vf_coef * v_loss
-    if ent_coef:  # as PPO.update writes it
-        loss = loss - ent_coef * entropy.mean()
-    loss.backward()
-
-    actor_grads = [torch.empty_like(p) for p in actor.parameters()]
-    critic_grads = [torch.empty_like(p) for p in critic.parameters()]
-    loss, approx_kl, clip_fraction, my_entropy = actor.surrogate_backward(
-        obs, actions, old_logprobs, advantages, 0.2, actor_grads, ent_coef
-    )
-    my_v_loss = critic.value_loss_backward(obs, returns, vf_coef, critic_grads)
-    assert 0 < float(clip_fraction) < 1
-    assert torch.equal(loss, surrogate.loss) and torch.equal(my_v_loss, v_loss)
-    assert torch.equal(approx_kl, surrogate.approx_kl)
-    assert torch.equal(clip_fraction, surrogate.clip_fraction)
-    assert torch.equal(my_entropy, entropy.detach())
-    params = [*actor.parameters(), *critic.parameters()]
-    for mine, param in zip(actor_grads + critic_grads, params, strict=True):
-        assert torch.equal(mine, param.grad)
-
-
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -191,15 +151,10 @@ def test_ppo_gradients_by_hand_equal_autograd_bitwise(batch, vf_coef, ent_coef):
         {"env": "LunarLander-v3", "ent_coef": 0.01, "num_envs": 3, "total_steps": 1500},
     ],
 )
-def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
-    """Gradients by hand and the rollout sampler against autograd and `Actor.sample`.
-
-    Bitwise on the CPUs of earlier sessions. On an AVX-512 EPYC (2026-11-27) the by-hand
-    path drifted from autograd by float32 rounding over a run, and training carried the
-    drift on: after 3,000 steps the weights differed by at most 1.2e-7 (tanh) and 1.0e-4
-    (ReLU with normalize_obs), the logged losses by 1e-5 relative, LunarLander not at all.
-    One step's gradients stay bitwise equal there (the test above): some minibatch shapes
-    round differently in MKL's kernels. A wrong gradient moves weights by far more."""
+def test_ppo_rollout_sampler_trains_exactly_like_sample(overrides):
+    """The reference path's rollout sampler against `Actor.sample` step by step, over a
+    run: the same weights and logged losses (to float32 rounding: the sampler's addmm and
+    nn.Linear may round differently in some BLAS kernels)."""
     config = {
         "env": "CartPole-v1",
         "seed": 3,
@@ -215,11 +170,10 @@ def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
         **overrides,
     }
     # One after the other: sampling draws from torch's global generator, seeded in setup.
-    fast = PPO(**config)
-    assert fast.by_hand
+    fast = PPO(**config, accelerate="off")
+    assert fast.actor.logits.plain  # it has the rollout sampler (which draws its noise)
     fast.learn()
-    reference = PPO(**config)
-    reference.by_hand = False
+    reference = PPO(**config, accelerate="off")
     reference.actor.rollout_sampler = lambda num_steps, num_envs: None  # type: ignore[method-assign]
     reference.learn()
     for mine, theirs in zip(fast.flat.params, reference.flat.params, strict=True):
@@ -229,15 +183,6 @@ def test_ppo_fast_paths_train_exactly_like_the_plain_path(overrides):
     expected = [[r[k] for k in keys] for r in reference.history if "train/policy_loss" in r]
     assert len(logged) == len(expected) > 2
     np.testing.assert_allclose(logged, expected, rtol=1e-4, atol=1e-5)
-
-
-def test_ppo_by_hand_only_where_it_applies():
-    base = {"env": "CartPole-v1", "num_envs": 2, "num_steps": 8, "minibatch_size": 8}
-    assert PPO(**base).by_hand
-    assert not PPO(**base, fast_backward=False).by_hand
-    assert not PPO(**base, clip_value=0.2).by_hand
-    assert not PPO(**base, activation="gelu").by_hand
-    assert not PPO(**{**base, "env": "Pendulum-v1"}).by_hand
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])

@@ -14,7 +14,7 @@ def _agent(recipe: str, *overrides: str):
 
 @pytest.mark.slow
 def test_ppo_solves_cartpole():
-    # Measured (seed 0, the recipe with numpy_fast_path): eval >= 475 at 26k env steps;
+    # Measured (seed 0, the recipe, accelerated): eval >= 475 at 26k env steps;
     # seeds 0-19 all solve, at 10-83k steps (median 42k; 10-148k on the torch path).
     # Budget 150k.
     agent = _agent("cartpole-ppo", "total_steps=150000", "final_eval_episodes=20").learn()

@@ -94,12 +94,12 @@ def test_the_accelerator_branches_forced_on_the_cpu_give_the_same_numbers():
     ppo.on_cpu, ppo.runner.device = False, ppo.device
     assert _history(ppo.learn()) == _history(PPO(**PPO_TINY).learn())
     dqn = DQN(**DQN_TINY)
-    dqn.on_cpu, dqn.by_hand = False, False
-    assert _history(dqn.learn()) == _history(DQN(**DQN_TINY, fast_backward=False).learn())
+    dqn.on_cpu, dqn.by_hand = False, None
+    assert _history(dqn.learn()) == _history(DQN(**DQN_TINY, accelerate="off").learn())
 
 
 def test_dqn_keeps_its_hand_derived_backward_on_the_cpu():
-    assert DQN(**DQN_TINY, device="cpu").by_hand
+    assert DQN(**DQN_TINY, device="cpu").by_hand is not None
 
 
 def test_a2c_and_bc_with_device_cpu_train_as_the_default():
@@ -222,6 +222,6 @@ def test_ppo_and_dqn_train_on_cuda_save_and_load_on_cpu(tmp_path):
     obs = np.zeros((3, 4), dtype=np.float32)
     np.testing.assert_array_equal(on_cpu.act(obs), ppo.act(obs))
     dqn = DQN(**DQN_TINY, device="cuda").learn()
-    assert not dqn.by_hand and any("train/loss" in r for r in dqn.history)
+    assert dqn.by_hand is None and any("train/loss" in r for r in dqn.history)
     action, _ = DQN.load(dqn.save(tmp_path / "dqn.safetensors"), device="cpu").predict(obs[0])
     assert isinstance(action, int)

@@ -1,7 +1,9 @@
-"""payoff's native kernels (payoff/core/_kernels.c) against the NumPy code they stand in for.
+"""payoff's native kernels (payoff/accel/_kernels.c): their products, refusals and NaNs, and
+the fused CartPole rollout against the runner's step loop and the torch reference.
 
 Where the extension was not built (no C compiler at install), the kernel tests skip and
-payoff runs the NumPy twins; `test_without_the_kernels_payoff_runs_numpy` checks that path.
+payoff runs the torch reference; `test_without_the_kernels_payoff_runs_the_reference`
+checks that path. tests/test_accel.py compares the PPO step and sampler with autograd's.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import numpy as np
 import pytest
 import torch
 
+from payoff.accel.actor_critic import NativeActorCritic, NativeRolloutSampler
+from payoff.accel.actor_critic import _net as _native_net
+from payoff.accel.cartpole import collect_cartpole
+from payoff.accel.native import kernels, native_status
 from payoff.algos.ppo import PPO
-from payoff.core.native import kernels, native_status
+from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic
-from payoff.models.numpy_ac import NumpyRolloutSampler, _native_net
+from payoff.rollout.vector import FUSED_COLLECTORS
 
 native = kernels()
 needs_kernels = pytest.mark.skipif(native is None, reason=f"native kernels: {native_status()}")
@@ -27,19 +33,17 @@ needs_kernels = pytest.mark.skipif(native is None, reason=f"native kernels: {nat
 def test_native_status_says_which_path_runs():
     status = native_status()
     assert status.startswith("native kernels") == (native is not None)
-    if native is None:
-        assert status.startswith("NumPy")
 
 
-def test_without_the_kernels_payoff_runs_numpy():
-    """PAYOFF_NATIVE=0 rules the kernels out; PPO on CartPole then trains in NumPy."""
+def test_without_the_kernels_payoff_runs_the_reference():
+    """PAYOFF_NATIVE=0 rules the kernels out; PPO on CartPole then trains in torch."""
     code = (
-        "from payoff.core.native import kernels, native_status\n"
+        "from payoff.accel.native import kernels, native_status\n"
         "from payoff.algos.ppo import PPO\n"
         "assert kernels() is None, native_status()\n"
         "print(native_status())\n"
-        "agent = PPO(env='CartPole-v1', numpy_fast_path=True, total_steps=4096, "
-        "eval_every=0, final_eval_episodes=1)\n"
+        "agent = PPO(env='CartPole-v1', total_steps=4096, eval_every=0, final_eval_episodes=1)\n"
+        "assert agent.accelerator is None\n"
         "assert agent.learn().step >= 4096\n"
     )
     env = {**os.environ, "PAYOFF_NATIVE": "0"}
@@ -48,7 +52,9 @@ def test_without_the_kernels_payoff_runs_numpy():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "PAYOFF_NATIVE=0" in out.stdout
-    assert "numpy_fast_path runs in NumPy (the native kernels are off" in out.stderr
+    assert "run in torch, the reference path (accelerate: auto, and the native kernels are off" in (
+        out.stderr
+    )
 
 
 @needs_kernels
@@ -106,31 +112,32 @@ def test_forward_is_the_mlp(products, dims, rows, activation):
 
 @needs_kernels
 @pytest.mark.parametrize("hidden", [[64, 64], [100, 24]])
-def test_ppo_step_by_either_product_is_the_numpy_step(products, hidden):
-    """One PPO minibatch step in the kernels, their products by AVX-512 blocks or by the
-    BLAS, ends where the NumPy calls end: weights, Adam's moments and the losses."""
-    from payoff.models.flat import FlatAdam, FlatParameters
-    from payoff.models.numpy_ac import NumpyActorCritic
-
+def test_ppo_step_by_either_product_ends_in_the_same_place(hidden):
+    """One PPO minibatch step in the kernels, their products by AVX-512 blocks (where the
+    CPU has them) or by the BLAS, ends in the same place: weights, Adam's moments, losses."""
     results = []
-    for use_native in (True, False):
-        torch.manual_seed(0)
-        space = gym.spaces.Box(-1.0, 1.0, (4,))
-        actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=hidden)
-        critic = Critic(space, hidden, "tanh", normalizer=actor.normalizer)
-        flat = FlatParameters([*actor.parameters(), *critic.parameters()])
-        step = NumpyActorCritic(actor, critic, flat, FlatAdam(flat, lr=1e-3, eps=1e-5))
-        step.use_native = use_native
-        step.pull()
-        rng = np.random.default_rng(5)
-        batch = 70
-        x = rng.standard_normal((batch, 4)).astype(np.float32)
-        actions = rng.integers(0, 3, batch)
-        old = (rng.standard_normal(batch) * 0.3 - 1.1).astype(np.float32)
-        advantages = rng.standard_normal(batch).astype(np.float32)
-        returns = rng.standard_normal(batch).astype(np.float32)
-        stats = step.ppo_step(x, actions, old, advantages, returns, 0.2, 0.01, 0.5, 0.5, 1e-3)
-        results.append((stats, step.params.copy(), step.exp_avg.copy()))
+    before = native.use_avx512(True)
+    try:
+        for avx512 in (True, False):
+            native.use_avx512(avx512)
+            torch.manual_seed(0)
+            space = gym.spaces.Box(-1.0, 1.0, (4,))
+            actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=hidden)
+            critic = Critic(space, hidden, "tanh", normalizer=actor.normalizer)
+            flat = FlatParameters([*actor.parameters(), *critic.parameters()])
+            step = NativeActorCritic(actor, critic, flat, FlatAdam(flat, lr=1e-3, eps=1e-5))
+            step.pull()
+            rng = np.random.default_rng(5)
+            batch = 70
+            x = rng.standard_normal((batch, 4)).astype(np.float32)
+            actions = rng.integers(0, 3, batch)
+            old = (rng.standard_normal(batch) * 0.3 - 1.1).astype(np.float32)
+            advantages = rng.standard_normal(batch).astype(np.float32)
+            returns = rng.standard_normal(batch).astype(np.float32)
+            stats = step.step(x, actions, old, advantages, returns, 0.2, 0.01, 0.5, 0.5, 1e-3)
+            results.append((stats, step.params.copy(), step.exp_avg.copy()))
+    finally:
+        native.use_avx512(before)
     (stats_a, params_a, avg_a), (stats_b, params_b, avg_b) = results
     np.testing.assert_allclose(stats_a, stats_b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(params_a, params_b, rtol=0, atol=2e-6)
@@ -143,22 +150,8 @@ def test_kernels_refuse_buffers_too_short():
     x = np.ones((10, 4), np.float32)
     with pytest.raises(ValueError, match="out holds 288 bytes, needs 320"):
         native.forward(*_native_net(layers), 1, x, np.empty((9, 8), np.float32))
-    state = np.zeros((4, 4))
-    with pytest.raises(ValueError, match="actions"):
-        native.cartpole_step(
-            state,
-            np.zeros(3, np.int64),
-            np.zeros(4, np.int64),
-            np.zeros(4, bool),
-            500,
-            np.empty((4, 4), np.float32),
-            np.empty(4, np.float32),
-            np.empty(4, bool),
-            np.empty(4, bool),
-            np.empty(4, np.int64),
-        )
-    with pytest.raises(TypeError, match="takes 10 arguments"):
-        native.cartpole_step(state)
+    with pytest.raises(TypeError, match="takes 26 arguments"):
+        native.rollout_cartpole(np.zeros((4, 4)))
 
 
 def _ppo(seed: int, **overrides) -> PPO:
@@ -168,7 +161,6 @@ def _ppo(seed: int, **overrides) -> PPO:
         "num_steps": 64,
         "eval_every": 0,
         "final_eval_episodes": 1,
-        "numpy_fast_path": True,
         "seed": seed,
         **overrides,
     }
@@ -177,34 +169,35 @@ def _ppo(seed: int, **overrides) -> PPO:
 
 @needs_kernels
 @pytest.mark.parametrize("max_episode_steps", [500, 30])
-def test_the_fused_rollout_collects_what_the_step_loop_collects(max_episode_steps):
-    """VectorRunner's native rollout (actor, CartPole and the books in C) against its loop of
-    steps with the same sampler: the same storage, bit for bit, the same finished episodes,
-    counters and env state, over rollouts with resets (and time limits at 30 steps)."""
+def test_the_fused_rollout_collects_what_the_step_loop_collects(max_episode_steps, monkeypatch):
+    """The fused collector (actor, CartPole and the runner's books in C) against the runner's
+    loop of steps with the same sampler (the kernels' act, NumPy's CartPole): the same
+    storage, bit for bit, the same finished episodes, counters and env state, over rollouts
+    with resets (and time limits at 30 steps)."""
     fused, looped = _ppo(3), _ppo(3)
     for agent in (fused, looped):
         agent.runner.envs.max_episode_steps = max_episode_steps
-    calls = []
-    original = looped.runner._collect_native
-
-    def refuse(sampler, storage):  # the step loop: the fused path declines
-        calls.append(1)
-        return False
-
-    looped.runner._collect_native = refuse
+    envs_type = type(fused.runner.envs)
+    assert FUSED_COLLECTORS[envs_type] is collect_cartpole
     fused_ran = []
-    fused_collect = fused.runner._collect_native
-    fused.runner._collect_native = lambda *a: fused_ran.append(fused_collect(*a)) or fused_ran[-1]
-    for _ in range(3):
-        for agent in (fused, looped):
-            torch.manual_seed(len(calls))  # the same Gumbel noise for both
-            agent.collect()
+
+    def recording(runner, sampler, storage):
+        fused_ran.append(collect_cartpole(runner, sampler, storage))
+        return fused_ran[-1]
+
+    for step in range(3):
+        torch.manual_seed(step)  # the same Gumbel noise for both
+        monkeypatch.setitem(FUSED_COLLECTORS, envs_type, recording)
+        fused.collect()
+        torch.manual_seed(step)
+        monkeypatch.delitem(FUSED_COLLECTORS, envs_type)  # the step loop
+        looped.collect()
         for name in ("obs", "actions", "logprobs", "rewards", "terminated", "truncated", "valid"):
             a, b = getattr(fused.storage, name), getattr(looped.storage, name)
             assert torch.equal(a, b), name
         torch.testing.assert_close(fused.storage.values, looped.storage.values, rtol=0, atol=0)
     a, b = fused.runner, looped.runner
-    assert calls and original is not None and fused_ran == [True] * 3
+    assert fused_ran == [True] * 3
     assert a.finished_returns == b.finished_returns and len(a.finished_returns) > 20
     assert a.finished_lengths == b.finished_lengths
     assert a.env_steps == b.env_steps
@@ -222,35 +215,11 @@ def test_the_fused_rollout_collects_what_the_step_loop_collects(max_episode_step
 def test_the_fused_rollout_applies_only_where_it_can():
     """Another env, or info keys to record, take the step loop (and still train)."""
     agent = _ppo(0, env="Acrobot-v1", num_envs=4, num_steps=8, minibatch_size=16)
-    sampler = agent.rollout_sampler()
-    assert not agent.runner._collect_native(sampler, agent.storage)
+    assert type(agent.runner.envs) not in FUSED_COLLECTORS
+    assert not collect_cartpole(agent.runner, agent.rollout_sampler(), agent.storage)
     cartpole = _ppo(0)
     cartpole.runner.info_keys = ("cost",)
-    assert not cartpole.runner._collect_native(cartpole.rollout_sampler(), cartpole.storage)
-
-
-@needs_kernels
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_native_sampler_acts_like_the_numpy_sampler(activation):
-    """Same weights, same noise: the kernel's logits equal NumPy's to float32 rounding, and
-    so do the actions (the perturbed logits here are never within rounding of a tie)."""
-    torch.manual_seed(0)
-    space = gym.spaces.Box(-1.0, 1.0, (4,))
-    actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=[64, 64], activation=activation)
-    critic = Critic(space, [64, 64], activation, normalizer=actor.normalizer)
-    actor.normalizer.enabled = True
-    actor.normalizer.update(torch.randn(100, 4) * 2 + 1)
-    observations = np.random.default_rng(1).standard_normal((5, 32, 4)).astype(np.float32)
-    torch.manual_seed(7)
-    fast = NumpyRolloutSampler(actor, 5, 32, critic)
-    torch.manual_seed(7)
-    slow = NumpyRolloutSampler(actor, 5, 32, critic)
-    slow.use_native = False
-    for obs in observations:
-        np.testing.assert_array_equal(fast.act(obs), slow.act(obs))
-    np.testing.assert_allclose(fast.logits, slow.logits, rtol=1e-5, atol=1e-6)
-    every = torch.from_numpy(observations.reshape(-1, 4))
-    torch.testing.assert_close(fast.values(every), slow.values(every), rtol=1e-5, atol=1e-5)
+    assert not collect_cartpole(cartpole.runner, cartpole.rollout_sampler(), cartpole.storage)
 
 
 def test_a_cartpole_vector_env_still_copies():
@@ -268,10 +237,9 @@ def test_a_cartpole_vector_env_still_copies():
 
 
 def _step_pair(hidden, activation, poison):
-    """One ppo_step in the kernels and one as NumPy calls, from the same networks, after
-    `poison(actor, returns)` has put a NaN somewhere."""
-    from payoff.models.flat import FlatAdam, FlatParameters
-    from payoff.models.numpy_ac import NumpyActorCritic
+    """One PPO step in the kernels and one by the torch reference (autograd, the joint clip,
+    FlatAdam), from the same networks, after `poison(actor, returns)` put a NaN somewhere."""
+    from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
 
     out = []
     for use_native in (True, False):
@@ -284,21 +252,43 @@ def _step_pair(hidden, activation, poison):
         returns = np.ones(16, np.float32)
         poison(actor, returns)
         flat = FlatParameters([*actor.parameters(), *critic.parameters()])
-        step = NumpyActorCritic(actor, critic, flat, FlatAdam(flat, lr=1e-3, eps=1e-5))
-        step.use_native = use_native
-        step.pull()
+        optimizer = FlatAdam(flat, lr=1e-3, eps=1e-5)
         x = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
         actions = np.arange(16) % 2
         zeros = np.zeros(16, np.float32)
-        stats = step.ppo_step(x, actions, zeros - 0.7, zeros + 1, returns, 0.2, 0.0, 0.5, 0.5, 1e-3)
-        out.append((stats, step.params[step.index].copy()))
+        if use_native:
+            step = NativeActorCritic(actor, critic, flat, optimizer)
+            step.pull()
+            stats = step.step(x, actions, zeros - 0.7, zeros + 1, returns, 0.2, 0.0, 0.5, 0.5, 1e-3)
+            step.push()
+        else:
+            obs, acts = torch.from_numpy(x), torch.from_numpy(actions)
+            logprobs, entropy = actor.log_prob_entropy(obs, acts)
+            surrogate = clipped_surrogate(
+                logprobs, torch.from_numpy(zeros - 0.7), torch.from_numpy(zeros + 1), 0.2
+            )
+            v_loss = value_loss(critic(obs), torch.from_numpy(returns))
+            flat.zero_grad()
+            (surrogate.loss + 0.5 * v_loss).backward()
+            flat.clip_grad_norm(0.5)
+            optimizer.step()
+            stats = np.array(
+                [
+                    float(surrogate.loss),
+                    float(v_loss),
+                    float(entropy.mean()),
+                    float(surrogate.approx_kl),
+                    float(surrogate.clip_fraction),
+                ]
+            )
+        out.append((stats, flat.leaf.data.numpy().copy()))
     return out
 
 
 @needs_kernels
-def test_nan_spreads_as_in_numpy():
+def test_nan_spreads_as_in_the_reference():
     """A diverged network or return must show as NaN (payoff stops on a NaN loss), as it does
-    in NumPy: ReLU keeps a NaN input, a NaN gradient norm spreads through the clip."""
+    in torch: ReLU keeps a NaN input, a NaN gradient norm spreads through the clip."""
 
     def nan_weight(actor, returns):
         with torch.no_grad():
@@ -308,22 +298,22 @@ def test_nan_spreads_as_in_numpy():
         returns[3] = np.nan
 
     for poison in (nan_weight, nan_return):
-        (native_stats, native_params), (numpy_stats, numpy_params) = _step_pair(
+        (native_stats, native_params), (torch_stats, torch_params) = _step_pair(
             [8, 8], "relu", poison
         )
-        np.testing.assert_array_equal(np.isnan(native_stats), np.isnan(numpy_stats))
-        np.testing.assert_array_equal(np.isnan(native_params), np.isnan(numpy_params))
+        np.testing.assert_array_equal(np.isnan(native_stats[:2]), np.isnan(torch_stats[:2]))
+        np.testing.assert_array_equal(np.isnan(native_params), np.isnan(torch_params))
         assert np.isnan(native_stats).any() or np.isnan(native_params).all()
 
 
 @needs_kernels
-def test_sampling_takes_the_first_nan_as_numpy_argmax():
+def test_sampling_takes_the_first_nan_as_argmax_does():
     torch.manual_seed(0)
     space = gym.spaces.Box(-1.0, 1.0, (4,))
     actor = CategoricalActor(space, gym.spaces.Discrete(3), hidden=[8])
     with torch.no_grad():
         actor.logits[-1].bias[1] = float("nan")
-    sampler = NumpyRolloutSampler(actor, 1, 5)
+    sampler = NativeRolloutSampler(actor, 1, 5)
     obs = np.zeros((5, 4), np.float32)
     assert sampler.act(obs).tolist() == [1] * 5 == np.argmax(sampler.logits[0], axis=1).tolist()
 
@@ -340,40 +330,30 @@ def test_kernels_refuse_degenerate_sizes_with_a_message():
 
 
 @needs_kernels
-def test_a_sampler_given_other_rows_does_not_take_the_kernel():
+def test_a_sampler_given_other_rows_is_refused():
     torch.manual_seed(0)
     actor = CategoricalActor(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2), hidden=[8])
-    sampler = NumpyRolloutSampler(actor, 2, 3)
-    with pytest.raises(ValueError):  # NumPy's own shape error, not stale rows from the kernel
+    sampler = NativeRolloutSampler(actor, 2, 3)
+    with pytest.raises(ValueError, match="made for 3 envs, got 1 rows"):
         sampler.act(np.zeros((1, 4), np.float32))
 
 
-@needs_kernels
-def test_the_native_env_step_takes_an_unlimited_episode():
+def test_the_cartpole_env_takes_an_unlimited_episode():
     from payoff.envs.cartpole import CartPoleVectorEnv
 
     envs = CartPoleVectorEnv(2, max_episode_steps=float("inf"))
     envs.reset(seed=0)
-    assert envs.use_native
     _, rewards, _, truncated, _ = envs.step(np.array([0, 1]))
     assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
 
 
 @needs_kernels
-def test_the_fused_rollout_matches_the_numpy_loop():
-    """Against the NumPy path (the sampler's NumPy calls, NumPy's CartPole step): the same
-    actions and episodes, observations equal, logits to float32 rounding."""
-    fused, plain = _ppo(5), _ppo(5)
-    plain.runner.envs.use_native = False
-    plain.runner._collect_native = lambda sampler, storage: False
-    original_sampler = plain.rollout_sampler
-
-    def numpy_sampler():
-        sampler = original_sampler()
-        sampler.use_native = False
-        return sampler
-
-    plain.rollout_sampler = numpy_sampler
+def test_the_fused_rollout_matches_the_reference():
+    """Against the torch reference (accelerate: off: torch's rollout sampler and critic,
+    NumPy's CartPole step): the same actions and episodes, observations equal, log-probs
+    and values to float32 rounding."""
+    fused, plain = _ppo(5), _ppo(5, accelerate="off")
+    assert plain.accelerator is None and fused.accelerator is not None
     for _ in range(2):
         for agent in (fused, plain):
             torch.manual_seed(9)

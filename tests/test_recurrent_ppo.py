@@ -135,8 +135,8 @@ def test_config_errors_explain_themselves():
         RecurrentPPO(env=POMDP, **{**SMALL, "backend": "ray"})
     with pytest.raises(ConfigError, match=r"rnn_hidden' must be > 0, got 0"):
         RecurrentPPO(env=POMDP, **{**SMALL, "rnn_hidden": 0})
-    with pytest.raises(ConfigError, match=r"recurrent_ppo has no fast_backward"):
-        RecurrentPPO(env=POMDP, **{**SMALL, "fast_backward": True})
+    with pytest.raises(ConfigError, match=r"recurrent_ppo has no accelerator"):
+        RecurrentPPO(env=POMDP, **{**SMALL, "accelerate": "on"})
 
 
 # ---- resume, predict, evaluate -----------------------------------------------------------

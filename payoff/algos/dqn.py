@@ -31,13 +31,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from payoff.accel import td_accelerator
 from payoff.algos.base import check_deterministic
 from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys
+from payoff.core.config import REPLACED
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
 from payoff.envs.observations import observation_batch
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import QNetwork, as_numpy
+from payoff.track.progress import say
 
 
 @dataclass
@@ -68,11 +71,11 @@ class DQNConfig(OffPolicyKeys):
     double_q: pick the next action with the online net, evaluate it with the target net
         (reduces the max operator's overestimation).
     loss: 'huber' (robust to the large TD errors early on) or 'mse'.
-    fast_backward: compute the loss's gradient with QNetwork.td_backward, derived by hand in
-        payoff.models (bitwise the same as autograd's, ~35% less time per gradient step),
-        where the network's layers allow it (ReLU/Tanh MLPs); false always uses autograd.
-        CPU only: off the CPU the gradient is autograd's (the hand-derived path is tested
-        against autograd on the CPU, and what it saves is per-op overhead there).
+    accelerate: 'auto' computes the loss's gradient by hand (payoff.accel.td: autograd's
+        ops in its order, bitwise the same gradient) where it applies: the CPU, ReLU/Tanh
+        MLPs; elsewhere autograd, the reference, runs. 'on' requires it, 'off' runs autograd.
+    fast_backward: the key `accelerate` replaced; old configs and runs still load (true is
+        'auto', false 'off').
     target_network: see TargetNetworkConfig.
     """
 
@@ -87,8 +90,18 @@ class DQNConfig(OffPolicyKeys):
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"
-    fast_backward: bool = True
+    accelerate: Literal["auto", "on", "off"] = "auto"
+    fast_backward: bool | None = field(default=None, metadata=REPLACED)
     target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
+
+    def __post_init__(self) -> None:
+        if self.fast_backward is not None:
+            self.accelerate = "auto" if self.fast_backward else "off"
+            say(
+                f"payoff: fast_backward: {str(self.fast_backward).lower()} is now accelerate: "
+                f"{self.accelerate} (the key that replaced it)"
+            )
+            self.fast_backward = None
 
 
 class DQN(OffPolicyAlgorithm):
@@ -140,8 +153,8 @@ class DQN(OffPolicyAlgorithm):
         # the Adam step are one op each instead of one per layer.
         self.flat = FlatParameters(list(self.q_net.parameters()))
         self.optimizer = FlatAdam(self.flat, lr=config.learning_rate(0.0))
-        # The same gradients as autograd's, computed by hand (see MLP.backward_into).
-        self.by_hand = config.fast_backward and self.q_net.fast_td_backward and self.on_cpu
+        # The same gradients as autograd's, computed by hand where `accelerate` allows.
+        self.by_hand = td_accelerator(config.accelerate, self.q_net, self.on_cpu)
         self._epsilon = config.epsilon(0.0)
         # Each gradient step's Q(s, a) and TD errors, kept until the next log.
         self._q_values: list[torch.Tensor] = []
@@ -235,8 +248,8 @@ class DQN(OffPolicyAlgorithm):
         self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
     ) -> None:
         config = self.config
-        if self.by_hand:  # the same gradient, derived by hand in models/ (fast_backward)
-            q_values, td_error = self.q_net.td_backward(
+        if self.by_hand is not None:  # the same gradient, by hand (payoff.accel.td)
+            q_values, td_error = self.by_hand.backward(
                 obs, actions, targets, config.loss, self.flat.grads
             )
         else:

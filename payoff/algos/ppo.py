@@ -18,25 +18,24 @@ Python API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from payoff.accel import NativeActorCritic, NativeRolloutSampler, ppo_accelerator
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import (
-    SurrogateResult,
     clipped_surrogate,
     explained_variance,
     value_loss,
 )
+from payoff.core.config import REPLACED
 from payoff.core.errors import ConfigError
-from payoff.core.native import MAX_LAYERS, kernels, native_status
 from payoff.core.schedules import Schedule
-from payoff.models.mlp import CategoricalActor, Critic
-from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
+from payoff.models.mlp import CategoricalActor
 from payoff.rollout.buffers import RolloutStorage
 from payoff.track.progress import say
 
@@ -59,18 +58,16 @@ class PPOConfig(OnPolicyConfig):
     vf_coef: value-loss weight (actor and critic are separate nets, so it mainly rescales
         the critic's step under the shared gradient clipping).
     target_kl: stop an update's epochs early once approx_kl exceeds this; null = never.
-    fast_backward: compute the gradients with CategoricalActor.surrogate_backward and
-        Critic.value_loss_backward, derived by hand in payoff.models (bitwise the same as
-        autograd's, tested), where they apply: CPU, discrete actions, ReLU/Tanh MLPs and
-        clip_value null; elsewhere, or false, autograd computes them.
-    numpy_fast_path: sample the rollout's actions and run each minibatch step (forward,
-        losses, gradients, clip, Adam) in NumPy (payoff.models.numpy_ac), where it applies:
-        CPU, discrete actions, Box observations for the sampler, tanh/ReLU MLPs, clip_value
-        null. ~4x faster per minibatch for 64-64 networks at minibatch 64. Where payoff's
-        native kernels were built (payoff/core/_kernels.c; the first run says which path it
-        takes), each of those steps is one call into C, and a rollout on payoff's batched
-        CartPole is one call for the whole rollout. Equal to the torch path to float32
-        rounding, not bit for bit, so a seed's run differs from the same seed without it.
+    accelerate: 'auto' runs the rollout's sampling and each minibatch step (forward,
+        losses, gradients, clip, Adam) in payoff's native kernels (payoff.accel) where they
+        apply: CPU, Discrete actions, tanh/ReLU MLPs with the same hidden sizes, clip_value
+        null, the kernels built at install; elsewhere the torch reference runs. 'on'
+        requires the kernels and says why they cannot run; 'off' runs the reference. The
+        kernels equal the reference to float32 rounding, not bit for bit, so a seed's run
+        differs between 'off' and 'on'. The first run says which path it takes.
+    numpy_fast_path / fast_backward: the keys `accelerate` replaced; old configs and runs
+        still load (numpy_fast_path true is 'auto', otherwise 'off': the old by-hand
+        gradients were autograd's bit for bit).
     """
 
     gae_lambda: float = 0.95
@@ -82,8 +79,19 @@ class PPOConfig(OnPolicyConfig):
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     target_kl: float | None = None
-    fast_backward: bool = True
-    numpy_fast_path: bool = False
+    accelerate: Literal["auto", "on", "off"] = "auto"
+    numpy_fast_path: bool | None = field(default=None, metadata=REPLACED)
+    fast_backward: bool | None = field(default=None, metadata=REPLACED)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.numpy_fast_path is None and self.fast_backward is None:
+            return
+        given = {"numpy_fast_path": self.numpy_fast_path, "fast_backward": self.fast_backward}
+        self.accelerate = "auto" if self.numpy_fast_path else "off"
+        self.numpy_fast_path = self.fast_backward = None
+        old = ", ".join(f"{k}: {str(v).lower()}" for k, v in given.items() if v is not None)
+        say(f"payoff: {old} is now accelerate: {self.accelerate} (the key that replaced them)")
 
     def validate(self) -> None:
         super().validate()
@@ -104,38 +112,32 @@ class PPO(OnPolicyAlgorithm):
 
     def setup(self) -> None:
         super().setup()
-        config = self.config
-        self.by_hand = bool(
-            config.fast_backward
-            and self.on_cpu
-            and config.clip_value is None
-            and isinstance(self.actor, CategoricalActor)
-            and self.actor.fast_surrogate_backward
-            and isinstance(self.critic, Critic)
-            and self.critic.fast_value_backward
-        )
-        self._numpy_ac: NumpyActorCritic | None = None
+        self._accelerator: NativeActorCritic | None = None
+        self._accelerated_flat: Any = None
+        _ = self.accelerator  # chosen now: `accelerate: on` that cannot run fails here
 
     @property
-    def numpy_ac(self) -> NumpyActorCritic | None:
-        """The NumPy minibatch step (numpy_fast_path) over the current networks and optimizer,
-        or None where it does not apply. Rebuilt when init_policy made a new optimizer."""
-        if not self.config.numpy_fast_path or self.config.clip_value is not None:
-            return None
-        current = self._numpy_ac
-        if current is None or current.flat is not self.flat:
-            if not NumpyActorCritic.supports(self.actor, self.critic, self.flat, self.optimizer):
-                return None
-            assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
-            current = NumpyActorCritic(self.actor, self.critic, self.flat, self.optimizer)
-            self._numpy_ac = current
-            _say_path_once(current)
-        return current
+    def accelerator(self) -> NativeActorCritic | None:
+        """The native PPO step over the current networks and optimizer (`accelerate`), or
+        None where the reference runs. Chosen again when init_policy made a new optimizer."""
+        if self._accelerated_flat is not self.flat:
+            self._accelerated_flat = self.flat
+            config = self.config
+            self._accelerator, path = ppo_accelerator(
+                config.accelerate,
+                self.actor,
+                self.critic,
+                self.flat,
+                self.optimizer,
+                config.clip_value,
+            )
+            _say_path_once(path)
+        return self._accelerator
 
     def rollout_sampler(self) -> Any:
-        if self.numpy_ac is not None and NumpyRolloutSampler.supports(self.actor):
+        if self.accelerator is not None and NativeRolloutSampler.supports(self.actor):
             assert isinstance(self.actor, CategoricalActor)
-            return NumpyRolloutSampler(
+            return NativeRolloutSampler(
                 self.actor, self.config.num_steps, self.runner.num_envs, self.critic
             )
         return super().rollout_sampler()
@@ -154,18 +156,20 @@ class PPO(OnPolicyAlgorithm):
         if batch <= config.minibatch_size and normalize_per_minibatch:
             # One minibatch holds the whole rollout: normalize once, not once per epoch.
             advantages, normalize_per_minibatch = normalize(advantages), False
-        numpy_ac = self.numpy_ac
-        if numpy_ac is not None:
-            return self._update_numpy(
-                numpy_ac,
+        accelerator = self.accelerator
+        if accelerator is not None:  # the same epochs, each minibatch step in the kernels
+            native_stats = accelerator.update(
                 rollout.obs,
                 rollout.actions,
                 rollout.old_logprobs,
                 advantages,
                 returns,
+                config,
                 clip,
                 normalize_per_minibatch,
-                rollout.old_values,
+            )
+            return self._metrics_from(
+                *native_stats.tolist(), clip, rollout.old_values.numpy(), returns.numpy()
             )
         fields = (
             rollout.obs,
@@ -177,11 +181,6 @@ class PPO(OnPolicyAlgorithm):
         )
         # Diagnostics stay tensors until the end: one conversion per update, not five per step.
         stats: list[torch.Tensor] = []
-        if self.by_hand:  # where to write the gradients: the views into the flat buffer
-            assert isinstance(self.actor, CategoricalActor) and isinstance(self.critic, Critic)
-            actor, critic = self.actor, self.critic
-            actor_grads = [cast(torch.Tensor, p.grad) for p in actor.parameters()]
-            critic_grads = [cast(torch.Tensor, p.grad) for p in critic.parameters()]
         for _ in range(config.epochs):
             if batch <= config.minibatch_size:  # the mean gradient ignores order: no shuffle
                 minibatches: Any = [fields]
@@ -200,33 +199,16 @@ class PPO(OnPolicyAlgorithm):
             ) in minibatches:
                 if normalize_per_minibatch and len(mb_adv) > 1:
                     mb_adv = normalize(mb_adv)
-                if self.by_hand:  # the same gradients, derived by hand in models/
-                    *parts, entropy = actor.surrogate_backward(
-                        mb_obs,
-                        mb_actions,
-                        mb_old_logprobs,
-                        mb_adv,
-                        clip,
-                        actor_grads,
-                        config.ent_coef,
-                    )
-                    surrogate = SurrogateResult(*parts)
-                    v_loss = critic.value_loss_backward(
-                        mb_obs, mb_returns, config.vf_coef, critic_grads
-                    )
-                    entropy_loss = entropy.mean()
-                    self.gradient_step()
-                else:
-                    new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
-                    surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
-                    v_loss = value_loss(
-                        self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
-                    )
-                    entropy_loss = entropy.mean()
-                    loss = surrogate.loss + config.vf_coef * v_loss
-                    if config.ent_coef:  # with ent_coef 0 the entropy's backward is skipped
-                        loss = loss - config.ent_coef * entropy_loss
-                    self.optimizer_step(loss)
+                new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
+                surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
+                v_loss = value_loss(
+                    self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
+                )
+                entropy_loss = entropy.mean()
+                loss = surrogate.loss + config.vf_coef * v_loss
+                if config.ent_coef:  # with ent_coef 0 the entropy's backward is skipped
+                    loss = loss - config.ent_coef * entropy_loss
+                self.optimizer_step(loss)
 
                 stats.append(
                     torch.stack(
@@ -245,62 +227,6 @@ class PPO(OnPolicyAlgorithm):
 
         pg, v, ent, kl, clipfrac = torch.stack(stats).mean(0).tolist()
         return self._metrics_from(pg, v, ent, kl, clipfrac, clip, rollout.old_values, returns)
-
-    def _update_numpy(
-        self,
-        numpy_ac: NumpyActorCritic,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        old_logprobs: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        clip: float,
-        normalize_per_minibatch: bool,
-        old_values: torch.Tensor,
-    ) -> dict[str, float]:
-        """`update`'s epochs and minibatches with each step in NumPy (numpy_fast_path): the
-        same shuffles (torch.randperm), minibatches and per-minibatch normalization."""
-        config = self.config
-        numpy_ac.pull()
-        fields = (
-            numpy_ac.encode(obs),
-            actions.numpy(),
-            old_logprobs.numpy(),
-            advantages.numpy(),
-            returns.numpy(),
-        )
-        batch, size = len(fields[1]), min(config.minibatch_size, len(fields[1]))
-        stats = []
-        for _ in range(config.epochs):
-            if batch <= size:  # the mean gradient ignores order: no shuffle
-                x, acts, old, adv, ret = fields
-            else:
-                order = torch.randperm(batch).numpy()
-                x, acts, old, adv, ret = (f[order] for f in fields)
-            if normalize_per_minibatch:
-                adv = _normalize_blocks(adv, size)
-            for start in range(0, batch, size):
-                end = start + size
-                stats.append(
-                    numpy_ac.ppo_step(
-                        x[start:end],
-                        acts[start:end],
-                        old[start:end],
-                        adv[start:end],
-                        ret[start:end],
-                        clip,
-                        config.ent_coef,
-                        config.vf_coef,
-                        config.max_grad_norm,
-                        self.optimizer.lr,
-                    )
-                )
-            approx_kl = stats[-1][3]  # of the epoch's last minibatch, as in CleanRL
-            if config.target_kl is not None and float(approx_kl) > config.target_kl:
-                break
-        numpy_ac.push()
-        pg, v, ent, kl, clipfrac = (sum(stats) / len(stats)).tolist()
-        return self._metrics_from(pg, v, ent, kl, clipfrac, clip, old_values.numpy(), fields[4])
 
     def _metrics_from(
         self,
@@ -330,41 +256,11 @@ class PPO(OnPolicyAlgorithm):
 _said: list[bool] = []
 
 
-def _say_path_once(numpy_ac: NumpyActorCritic) -> None:
-    """Name, once per process, what runs numpy_fast_path: the native kernels, or NumPy and why
-    (`numpy_ac.use_native` is False for networks deeper than the kernels take, MAX_LAYERS)."""
+def _say_path_once(path: str) -> None:
+    """Name, once per process, the path PPO's update takes."""
     if not _said:
         _said.append(True)
-        where = native_status()
-        if kernels() is not None and not numpy_ac.use_native:
-            layers = len(numpy_ac.dims) - 1  # its Linear layers
-            where = (
-                f"NumPy (the networks have {layers} layers; the native kernels take at most "
-                f"{MAX_LAYERS})"
-            )
-        say(f"payoff: numpy_fast_path runs in {where}")
-
-
-def _normalize_blocks(values: np.ndarray, size: int) -> np.ndarray:
-    """`normalize` (zero mean, unit unbiased std) applied to each consecutive block of
-    `size` (the minibatches of one epoch) at once; a last block of one value stays as is.
-    Means and variances by the ufuncs' reduce: ndarray.mean/.std's Python wrappers cost
-    more than their arithmetic here."""
-    out = np.empty_like(values)
-    full = len(values) // size * size
-    blocks = [values[:full].reshape(-1, size), values[full:][None]]
-    outs = [out[:full].reshape(-1, size), out[full:][None]]
-    for block, block_out in zip(blocks, outs, strict=True):
-        count = block.shape[1]
-        if count == 1:
-            block_out[:] = block
-        elif count > 1 and len(block):
-            centred = block - np.add.reduce(block, axis=1, keepdims=True) / np.float32(count)
-            variance = np.add.reduce(np.square(centred), axis=1, keepdims=True) / np.float32(
-                count - 1
-            )
-            np.divide(centred, np.sqrt(variance) + np.float32(1e-8), out=block_out)
-    return out
+        say(f"payoff: PPO's rollout and update run in {path}")
 
 
 ALGORITHM = PPO

@@ -65,12 +65,11 @@ class RecurrentPPOConfig(PPOConfig):
     minibatch_size: steps per gradient step, in whole sequences: a multiple of
         sequence_length, at most num_envs * num_steps; null = a quarter of the rollout's
         sequences (at least one), CleanRL's 4 minibatches.
-    Not supported: continuous actions, backend ray, init_from, fast_backward (PPO's
-    hand-derived gradients are for feed-forward MLPs; the GRU's come from autograd).
+    Not supported: continuous actions, backend ray, init_from, accelerate: on (payoff's
+    accelerator is for feed-forward MLPs; the GRU's gradients come from autograd).
     """
 
     hidden: list[int] = field(default_factory=lambda: [64])
-    fast_backward: bool = False
     rnn_hidden: int = 64
     sequence_length: int | None = None
     minibatch_size: int | None = None  # type: ignore[assignment]
@@ -107,10 +106,11 @@ class RecurrentPPOConfig(PPOConfig):
                 f"recurrent_ppo collects rollouts locally only (backend 'local'), got "
                 f"{self.backend!r}"
             )
-        if self.fast_backward:
+        if self.accelerate == "on":
             raise ConfigError(
-                "recurrent_ppo has no fast_backward: PPO's hand-derived gradients are for "
-                "feed-forward MLPs, the GRU's come from autograd; leave fast_backward unset"
+                "recurrent_ppo has no accelerator: payoff.accel's kernels are for "
+                "feed-forward MLPs, the GRU's gradients come from autograd; use accelerate: "
+                "auto or off"
             )
         if self.init_from:
             raise ConfigError(

@@ -21,8 +21,6 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector.utils import batch_space
 
-from payoff.core.native import kernels
-
 GRAVITY = 9.8
 MASS_CART = 1.0
 MASS_POLE = 0.1
@@ -139,11 +137,6 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         self.needs_reset = np.zeros(num_envs, dtype=bool)
         self.rngs = [seeding.np_random(None)[0] for _ in range(num_envs)]
         self._ones = np.ones(num_envs, dtype=np.float32)  # copied as each step's rewards
-        # The native kernel (payoff/core/_kernels.c), where built, takes the whole step in
-        # one call, the same float64 arithmetic (libm's sin and cos, as Gymnasium's math.sin
-        # and math.cos); None: the NumPy calls of cartpole_step.
-        self.use_native = kernels() is not None
-        self._resetting = np.empty(num_envs, dtype=np.int64)
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -160,8 +153,6 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         actions = np.asarray(actions)
-        if self.use_native and actions.dtype == np.int64 and actions.shape == (self.num_envs,):
-            return self._native_step(actions)
         self.state, terminated = cartpole_step(self.state, actions)
         self.elapsed += 1
         rewards = self._ones.copy()
@@ -176,29 +167,6 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         truncated = self.elapsed >= self.max_episode_steps
         self.needs_reset = terminated | truncated
         return self.state.astype(np.float32), rewards, terminated, truncated, {}
-
-    def _native_step(
-        self, actions: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """`step` as one kernel call; only the envs that reset come back here for their draws."""
-        n = self.num_envs
-        obs = np.empty((n, 4), np.float32)
-        rewards = np.empty(n, np.float32)
-        terminated, truncated = np.empty(n, bool), np.empty(n, bool)
-        resets = kernels().cartpole_step(
-            self.state,
-            np.ascontiguousarray(actions),
-            self.elapsed,
-            self.needs_reset,
-            self.max_episode_steps,
-            obs,
-            rewards,
-            terminated,
-            truncated,
-            self._resetting,
-        )
-        self.redraw(self._resetting[:resets].tolist(), obs)
-        return obs, rewards, terminated, truncated, {}
 
     def redraw(self, envs: Iterable[int], obs: np.ndarray | None = None) -> None:
         """New starting states for `envs` (indices), each from its env's own generator in

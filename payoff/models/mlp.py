@@ -73,62 +73,15 @@ class MLP(nn.Sequential):
             x = layer.forward(x)
         return x
 
-    # ---- backpropagation by hand ------------------------------------------------------
-    # For a network this small, autograd's bookkeeping (graph nodes, saved tensors, strided
-    # gradient accumulation) costs more than the arithmetic: DQN's 4-128-128-2 step at
-    # batch 128 takes 400 us through autograd and 240 us by hand. These two methods do the
-    # same ops as autograd, in the same order, so the gradients are bitwise equal (tested
-    # on the CPU; the ops exist on every device, but payoff uses them on the CPU only, where
-    # the bookkeeping they save is the cost).
     @property
-    def backprop_by_hand(self) -> bool:
-        """True when every layer is a Linear with bias, ReLU or Tanh (what `backward_into`
-        handles)."""
+    def plain(self) -> bool:
+        """True when every layer is a Linear with bias, ReLU or Tanh: what the fast rollout
+        samplers and payoff.accel run."""
         return all(
             isinstance(layer, nn.ReLU | nn.Tanh)
             or (isinstance(layer, nn.Linear) and layer.bias is not None)
             for layer in self
         )
-
-    @torch.no_grad()
-    def forward_saving(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The forward pass, plus each Linear layer's input (what `backward_into` needs)."""
-        inputs = []
-        for layer in self:
-            if isinstance(layer, nn.Linear):
-                inputs.append(x)
-            x = layer.forward(x)
-        return x, inputs
-
-    @torch.no_grad()
-    def backward_into(
-        self, inputs: list[torch.Tensor], grad_out: torch.Tensor, grads: list[torch.Tensor]
-    ) -> None:
-        """Write the gradient of a loss into `grads` (one tensor per parameter, in
-        `parameters()` order), given the loss's gradient `grad_out` with respect to the
-        output of `forward_saving(x)` and that call's `inputs`. Needs `backprop_by_hand`.
-
-        Per Linear layer y = x W^T + b, from the last: dW = g^T x, db = sum_batch g, and
-        the gradient passed down is g W, times the activation's derivative, read from the
-        activation's output (the next layer's input): ReLU 1[out > 0], Tanh 1 - out^2.
-        """
-        layers = list(self)
-        g = grad_out
-        linear_index = len(inputs)
-        for position in range(len(layers) - 1, -1, -1):
-            layer = layers[position]
-            if isinstance(layer, nn.Linear):
-                linear_index -= 1
-                torch.mm(g.t(), inputs[linear_index], out=grads[2 * linear_index])
-                torch.sum(g, 0, out=grads[2 * linear_index + 1])
-                if linear_index > 0:
-                    g = g.mm(layer.weight)
-            elif isinstance(layer, nn.ReLU):
-                g = torch.ops.aten.threshold_backward(g, inputs[linear_index], 0)
-            elif isinstance(layer, nn.Tanh):
-                g = torch.ops.aten.tanh_backward(g, inputs[linear_index])
-            else:
-                raise TypeError(f"backward_into cannot differentiate {layer}")
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_gain: float) -> MLP:
@@ -307,6 +260,12 @@ def _gumbel(uniform: torch.Tensor) -> torch.Tensor:
     return uniform.clamp_min_(1e-20).log_().neg_().log_().neg_()
 
 
+def gumbel_noise(*shape: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise of `shape`, from one draw of uniforms (torch's CPU generator draws
+    them in order, so one [T, N, A] draw holds the numbers of T draws of [N, A])."""
+    return _gumbel(torch.rand(*shape))
+
+
 def _gumbel_max(logits: torch.Tensor, gumbel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Actions sampled from softmax(logits) by the Gumbel-max trick, and their log-probs."""
     # One fused op, cheaper than building a Categorical per step.
@@ -435,79 +394,12 @@ class CategoricalActor(Actor):
         return _gumbel_max(logits, _gumbel(torch.rand_like(logits)))
 
     def rollout_sampler(self, num_steps: int, num_envs: int) -> RolloutSampler | None:
-        if self.device.type != "cpu" or not self.logits.backprop_by_hand:
+        if self.device.type != "cpu" or not self.logits.plain:
             return None
         return RolloutSampler(self, num_steps, num_envs)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.argmax(self(obs), dim=-1)
-
-    @property
-    def fast_surrogate_backward(self) -> bool:
-        """Whether `surrogate_backward` can run: the logits MLP is one it derives by hand."""
-        return self.logits.backprop_by_hand
-
-    @torch.inference_mode()
-    def surrogate_backward(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        old_logprobs: torch.Tensor,
-        advantages: torch.Tensor,
-        clip: float,
-        grads: list[torch.Tensor],
-        ent_coef: float = 0.0,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The fast path of `loss.backward()` for PPO's clipped surrogate (the loss of
-        payoff.algos.shared.policy_loss.clipped_surrogate) minus ent_coef * mean entropy.
-
-        Writes the gradient into `grads` (this actor's .grad views into FlatParameters'
-        buffer) with the ops autograd runs, in its order, so it is bitwise autograd's
-        gradient (tests/test_deeprl_fast_paths.py, on the CPU). Returns the loss, approx_kl,
-        clip_fraction (as clipped_surrogate) and the entropy per row [B].
-        """
-        logits, inputs = self.logits.forward_saving(self.encoder.forward(obs))  # [B, A]
-        logprobs = torch.log_softmax(logits, dim=-1)
-        probs = logprobs.exp()
-        entropy = -(probs * logprobs).sum(-1)
-        index = actions.long()[:, None]
-        log_ratio = logprobs.gather(-1, index)[:, 0] - old_logprobs
-        ratio = log_ratio.exp()
-        neg_advantages = -advantages  # each value computed once, used where the loss uses it
-        unclipped = neg_advantages * ratio
-        clipped = neg_advantages * ratio.clamp(1 - clip, 1 + clip)
-        loss = torch.max(unclipped, clipped).mean()
-        ratio_minus_one = ratio - 1
-        approx_kl = (ratio_minus_one - log_ratio).mean()
-        clip_fraction = (ratio_minus_one.abs() > clip).float().mean()
-
-        # Backward, node by node as autograd's formulas (torch/csrc/autograd/FunctionsManual):
-        # mean: grad / n to every row; max: ties split the gradient in half.
-        grad = torch.ones_like(loss).expand(len(ratio)) / len(ratio)
-        split = torch.where(unclipped == clipped, grad / 2, grad)
-        grad_unclipped = split.masked_fill(unclipped < clipped, 0)
-        grad_clipped = split.masked_fill_(unclipped > clipped, 0)
-        # mul by -A; clamp passes the gradient inside [1 - clip, 1 + clip]; exp: times ratio.
-        inside = (ratio >= 1 - clip).logical_and_(ratio <= 1 + clip)
-        grad_ratio = grad_unclipped * neg_advantages + torch.where(
-            inside, grad_clipped.mul_(neg_advantages), 0.0
-        )
-        grad_logprob = grad_ratio * ratio  # [B]
-        # gather: the taken action's log-prob only; then log_softmax's backward.
-        grad_logprobs = torch.zeros_like(logprobs).scatter_add_(-1, index, grad_logprob[:, None])
-        if ent_coef:
-            # - ent_coef * mean(-sum(p * log p)): sub, mul, mean, neg, sum; then the product's
-            # two factors, summed into the log-probs' gradient in autograd's order (the
-            # gather's, the product's, then exp's).
-            grad_entropy = (-torch.ones_like(loss) * ent_coef).expand(len(ratio)) / len(ratio)
-            grad_product = (-grad_entropy).unsqueeze(-1).expand_as(logprobs)
-            grad_logprobs = grad_logprobs + grad_product * probs
-            grad_logprobs = grad_logprobs + (grad_product * logprobs) * probs
-        grad_logits = torch.ops.aten._log_softmax_backward_data(
-            grad_logprobs, logprobs, -1, logprobs.dtype
-        )
-        self.logits.backward_into(inputs, grad_logits, grads)  # overwrites the gradient
-        return loss, approx_kl, clip_fraction, entropy
 
 
 class RolloutSampler:
@@ -528,7 +420,7 @@ class RolloutSampler:
     def __init__(self, actor: CategoricalActor, num_steps: int, num_envs: int):
         n = int(actor.action_space.n)  # type: ignore[attr-defined]
         self.step = 0
-        self.noise = _gumbel(torch.rand(num_steps, num_envs, n))  # [T, N, A]
+        self.noise = gumbel_noise(num_steps, num_envs, n)  # [T, N, A]
         self.logits = torch.empty(num_steps, num_envs, n)
         self.actions = torch.empty(num_steps, num_envs, dtype=torch.long)
         self.perturbed = torch.empty(num_envs, n)
@@ -780,31 +672,6 @@ class Critic(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value.forward(self.encoder.forward(obs))[:, 0]  # [B]
 
-    @property
-    def fast_value_backward(self) -> bool:
-        """Whether `value_loss_backward` can run: the value MLP is one it derives by hand."""
-        return self.value.backprop_by_hand
-
-    @torch.inference_mode()
-    def value_loss_backward(
-        self, obs: torch.Tensor, returns: torch.Tensor, coef: float, grads: list[torch.Tensor]
-    ) -> torch.Tensor:
-        """The fast path of `(coef * value_loss).backward()` for the unclipped value loss
-        0.5 * mean((V - R)^2) (payoff.algos.shared.policy_loss.value_loss, clip None).
-
-        Writes the gradient into `grads` with autograd's ops in its order (bitwise the same,
-        tested on the CPU, like `CategoricalActor.surrogate_backward`); returns the loss.
-        """
-        values, inputs = self.value.forward_saving(self.encoder.forward(obs))  # [B, 1]
-        error = values[:, 0] - returns
-        loss = 0.5 * (error**2).mean()
-        # mul by coef, mul by 0.5, mean (grad / n), pow 2 (grad * 2 * error), select [:, 0].
-        grad = (torch.ones_like(loss) * coef * 0.5).expand(len(error)) / len(error)
-        grad_values = torch.zeros_like(values)
-        grad_values[:, 0] = grad * (2.0 * error)  # error.pow(1.0) is error
-        self.value.backward_into(inputs, grad_values, grads)  # overwrites the gradient
-        return loss
-
 
 class QNetwork(nn.Module):
     """Action values Q(s, .) for a Discrete action space: one output per action."""
@@ -824,39 +691,3 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q.forward(self.encoder.forward(obs))  # [B, A]
-
-    @property
-    def fast_td_backward(self) -> bool:
-        """Whether `td_backward` can run: the Q-network's layers are ones it derives by hand."""
-        return self.q.backprop_by_hand
-
-    @torch.no_grad()
-    def td_backward(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        targets: torch.Tensor,
-        loss: str,
-        grads: list[torch.Tensor],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fast path of `loss(Q(s, a) - y).backward()` for a TD loss averaged over the batch.
-
-        Writes the gradient into `grads` (one tensor per parameter: the .grad views into
-        FlatParameters' buffer) with the ops autograd would run, in its order, so it is bitwise the same
-        gradient (tests/test_deeprl_fast_paths.py, on the CPU); returns Q(s, a) [B] and the
-        TD errors [B]. loss: 'huber' (smooth L1, beta 1) or 'mse'. The ops run on any device,
-        but DQN calls this on the CPU only: elsewhere its gradients are autograd's.
-        """
-        all_q, inputs = self.q.forward_saving(self.encoder.forward(obs))  # [B, A]
-        index = actions[:, None]
-        q_values = all_q.gather(1, index)[:, 0]
-        error = q_values - targets
-        n = len(error)
-        if loss == "huber":  # d/dx of Huber(x) is x clipped to [-1, 1]
-            grad_q = error.clamp(-1.0, 1.0).mul_(1.0 / n)
-        else:  # d/dx of x^2 is 2x
-            grad_q = error.mul(2.0 / n)
-        # Only the taken action's output gets a gradient (the backward of gather).
-        grad_out = torch.zeros_like(all_q).scatter_(1, index, grad_q[:, None])
-        self.q.backward_into(inputs, grad_out, grads)  # overwrites the gradient
-        return q_values, error

@@ -24,8 +24,6 @@ import numpy as np
 import torch
 
 from payoff.core.errors import ConfigError, EnvError, PayoffError
-from payoff.core.native import kernels
-from payoff.envs.cartpole import CartPoleVectorEnv
 from payoff.envs.make import EnvConfig, check_env, is_success, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
 from payoff.models.mlp import obs_dim
@@ -139,6 +137,19 @@ def _worker_env(env: EnvConfig, main: int) -> gym.Env:
     return make_env(env)
 
 
+# Fused collectors: an env type whose whole rollout an accelerator can run in one call
+# registers `collector(runner, sampler, storage) -> bool` for it (payoff.accel does, for
+# payoff's batched CartPole). `VectorRunner.collect` tries it first, given a sampler, and runs
+# its own step loop where it returns False (having done nothing).
+FusedCollector = Callable[["VectorRunner", Any, RolloutStorage], bool]
+FUSED_COLLECTORS: dict[type, FusedCollector] = {}
+
+
+def register_fused_collector(env_type: type, collector: FusedCollector) -> None:
+    """Let `collector` run whole rollouts of envs of exactly `env_type` (see FUSED_COLLECTORS)."""
+    FUSED_COLLECTORS[env_type] = collector
+
+
 class VectorRunner:
     """Steps a vector env, remembers the current observations and tracks finished episodes."""
 
@@ -161,7 +172,7 @@ class VectorRunner:
         # one clear error for a space the MLP networks cannot take, before reset's checks
         obs_dim(envs.single_observation_space, env_id)
         self.obs, _ = reset_envs(envs, seed, env_id, "the first reset")
-        self._check(self.obs, None, 0)
+        self.check_step(self.obs, None, 0)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # this step only resets the env
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -188,7 +199,7 @@ class VectorRunner:
             self.envs, env_actions, self.env_id, self.env_steps, "training"
         )
         rewards = np.asarray(rewards, dtype=np.float32)
-        self._check(next_obs, rewards, self.env_steps)
+        self.check_step(next_obs, rewards, self.env_steps)
         self.env_steps += int(np.count_nonzero(valid))
         self.episode_return += rewards
         self.episode_length += valid
@@ -220,7 +231,7 @@ class VectorRunner:
         self.obs = next_obs
         return next_obs, rewards, terminated, truncated, valid
 
-    def _check(self, obs: np.ndarray, rewards: np.ndarray | None, step: int) -> None:
+    def check_step(self, obs: np.ndarray, rewards: np.ndarray | None, step: int) -> None:
         """Stop with a clear error when the env produces NaN or inf (check_finite=false skips)."""
         if not self.check_finite:
             return
@@ -256,9 +267,9 @@ class VectorRunner:
         numpy_policy(obs) -> env actions, given, replaces `policy`: it takes each step's
         observations as the NumPy rows of the storage and keeps its own record of the
         actions and log-probs, which the caller copies into `storage` after the rollout
-        (payoff.models.numpy_ac's sampler: no tensor per step). Given that sampler too
-        (`sampler`, Discrete actions starting at 0), the whole rollout on payoff's batched
-        CartPole runs in the native kernels (`_collect_native`): the same steps and books.
+        (an accelerated sampler: no tensor per step). Given that sampler too (`sampler`),
+        an env type with a fused collector (`register_fused_collector`) may run the whole
+        rollout in one call instead: the same steps and books.
 
         value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
         every step's observation and of the one after the last step (for GAE and truncation
@@ -271,7 +282,8 @@ class VectorRunner:
         """
         # NumPy views sharing the storage tensors' memory: NumPy-into-NumPy writes skip torch's
         # per-call dispatch, which with small envs costs as much as stepping them.
-        if sampler is not None and self._collect_native(sampler, storage):
+        fused = FUSED_COLLECTORS.get(type(self.envs)) if sampler is not None else None
+        if fused is not None and fused(self, sampler, storage):
             self._values_after(storage, value_fn)
             return
         obs_np, actions_np = storage.obs.numpy(), storage.actions.numpy()
@@ -311,81 +323,6 @@ class VectorRunner:
             values = values.cpu()
         storage.values[:] = values[:-1]
         storage.next_values[:] = values[-1]
-
-    def _collect_native(self, sampler: Any, storage: RolloutStorage) -> bool:
-        """`collect` for NumpyRolloutSampler on payoff's batched CartPole, in the native
-        kernels (payoff/core/_kernels.c's rollout_cartpole): actor, env and these books in one
-        call, which comes back here only after a step where envs reset, for their draws from
-        the envs' own generators. The same steps, actions, rewards and episodes as the loop
-        in `collect` (tests/test_native.py). False where it does not apply (no kernels,
-        another env, info keys, a device, another actor), and nothing was done."""
-        native, envs = kernels(), self.envs
-        actor = sampler.native_actor() if hasattr(sampler, "native_actor") else None
-        steps, n = storage.num_steps, self.num_envs
-        if (
-            native is None
-            or actor is None
-            or type(envs) is not CartPoleVectorEnv
-            or not envs.use_native
-            or self.info_keys
-            or self.device is not None
-            or sampler.step != 0
-            or sampler.noise.shape != (steps, n, 2)
-            or storage.obs.dtype != torch.float32
-            or tuple(storage.obs.shape) != (steps, n, 4)
-            or not envs.state.flags.c_contiguous
-            # the env's own "resets next step" and the runner's (one array for both in C)
-            or not np.array_equal(envs.needs_reset, self.resetting)
-        ):
-            return False
-        current = np.array(self.obs, dtype=np.float32, order="C")
-        obs_np = storage.obs.numpy()
-        rewards, terminated = storage.rewards.numpy(), storage.terminated.numpy()
-        truncated, valid = storage.truncated.numpy(), storage.valid.numpy()
-        finished_returns, finished_lengths = np.empty(steps * n), np.empty(steps * n, np.int64)
-        episode_length = np.ascontiguousarray(self.episode_length, dtype=np.int64)
-        episode_return = np.ascontiguousarray(self.episode_return, dtype=np.float64)
-        resetting = np.empty(n, np.int64)
-        envs.needs_reset = np.ascontiguousarray(envs.needs_reset, dtype=bool)
-        t = finished = 0
-        not_finite = False
-        while t < steps and not not_finite:
-            t, resets, finished, valid_steps, not_finite = native.rollout_cartpole(
-                *actor,
-                sampler.noise,
-                sampler.logits,
-                sampler.actions_np,
-                envs.state,
-                envs.elapsed,
-                envs.needs_reset,
-                envs.max_episode_steps,
-                current,
-                obs_np,
-                rewards,
-                terminated,
-                truncated,
-                valid,
-                episode_return,
-                episode_length,
-                finished_returns,
-                finished_lengths,
-                resetting,
-                t,
-                finished,
-                self.check_finite,
-            )
-            envs.redraw(resetting[:resets].tolist(), current)
-            self.env_steps += valid_steps
-        # the books as the step loop leaves them, also when a step was not finite
-        sampler.step = t
-        self.episode_return, self.episode_length = episode_return, episode_length
-        self.finished_returns += finished_returns[:finished].tolist()
-        self.finished_lengths += finished_lengths[:finished].tolist()
-        self.resetting = envs.needs_reset.copy()
-        self.obs = current
-        if not_finite:
-            self._check(current, rewards[t - 1], self.env_steps)
-        return True
 
     def drain_episode_info(self) -> dict[str, list[float]]:
         """Per-episode sums of the info keys, for episodes finished since the last call."""

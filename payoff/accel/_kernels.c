@@ -1,24 +1,24 @@
 /* payoff's native kernels: the few loops where Python's per-call cost, not arithmetic, is
  * the work.
  *
- * PPO on classic control spends its time in hundreds of NumPy calls on arrays of 64 to 512
- * rows each iteration, at ~1 us a call. These functions do the same arithmetic in one call
- * each: a rollout step of a small MLP actor (forward, Gumbel-max sampling), the critic's
+ * PPO on classic control spends its time in hundreds of small tensor operations on arrays
+ * of 64 to 512 rows each iteration, where each call's dispatch costs more than its
+ * arithmetic. These functions do the same arithmetic in one call each: a rollout step of a small MLP actor (forward, Gumbel-max sampling), the critic's
  * pass over a rollout, one PPO minibatch step (forward, clipped surrogate, entropy and value
- * losses, their gradients, the joint gradient-norm clip and Adam), and a step of the batched
- * CartPole, and a whole CartPole rollout with the runner's books. Matrix products run in this
+ * losses, their gradients, the joint gradient-norm clip and Adam), and a whole rollout of the
+ * batched CartPole with the runner's books. Matrix products run in this
  * file's own AVX-512 blocks where the CPU has them, else in the BLAS NumPy itself uses (its
- * sgemm's address is handed in by payoff/core/native.py); everything between them is plain
+ * sgemm's address is handed in by payoff/accel/native.py); everything between them is plain
  * loops the compiler vectorizes.
  *
  * Floating point: no -ffast-math and no contraction of a * b + c into one rounding (setup.py
  * passes -ffp-contract=off), so CartPole's float64 dynamics are Gymnasium's bit for bit (libm's
  * sin and cos, as math.sin and math.cos call). The networks' float32 arithmetic agrees with
- * payoff/models/numpy_ac.py to float32 rounding (summation order and tanh differ), as that
- * file agrees with autograd's.
+ * the torch reference (autograd, payoff/algos/ppo.py) to float32 rounding: summation order
+ * and tanh differ (tests/test_accel.py).
  *
  * Python sees a module with the functions below (METH_FASTCALL; arrays through the buffer
- * protocol, each checked for its length). payoff/core/native.py wraps them.
+ * protocol, each checked for its length). payoff/accel/ wraps them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -438,7 +438,7 @@ static int need_blas(void) {
 }
 
 /* One workspace for every kernel, grown as needed and kept: a buffer made afresh per call is
- * page-faulted in each time (an iteration of cartpole-ppo took ~370 faults, ~10% of its time,
+ * page-faulted in each time (an iteration of cartpole-ppo took hundreds of faults,
  * with the critic's 1 MB made per rollout). The kernels hold the GIL throughout, so no two
  * calls use it at once. */
 static float *workspace = NULL;
@@ -771,10 +771,12 @@ static PyObject *ppo_step(PyObject *self, PyObject *const *args, Py_ssize_t narg
         kl_sum += ratio_minus_one - log_ratio;
         clipped += fabsf(ratio_minus_one) > clip;
     }
-    stats[0] = -surrogate_sum / B;
-    stats[1] = 0.5 * error_sq / B;
-    stats[2] = -neg_entropy_sum / B;
-    stats[3] = kl_sum / B;
+    /* summed in double, reported as the float32 numbers torch's losses are: a value loss past
+     * float32's range is inf here too, as payoff's divergence check expects */
+    stats[0] = (float)(-surrogate_sum / B);
+    stats[1] = (float)(0.5 * error_sq / B);
+    stats[2] = (float)(-neg_entropy_sum / B);
+    stats[3] = (float)(kl_sum / B);
     stats[4] = (double)clipped / B;
 
     /* backward: g [2, B, out] of layer k's output -> dW^T, db, and g of its input */
@@ -876,39 +878,6 @@ static int env_step(int64_t i, double *state, int64_t action, int64_t *elapsed,
     return was_valid;
 }
 
-static PyObject *cartpole_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (check_nargs(nargs, 10, "cartpole_step") < 0) return NULL;
-    double max_steps = PyFloat_AsDouble(args[4]); /* an int, or inf for no limit */
-    if (PyErr_Occurred()) return NULL;
-    Buf b[9];
-    memset(b, 0, sizeof b);
-    PyObject *result = NULL;
-    if (get_buf(args[0], &b[0], 0, 1, "state") < 0) goto done;
-    int64_t n = b[0].view.len / (Py_ssize_t)(4 * sizeof(double));
-    if (get_buf(args[1], &b[1], n * sizeof(int64_t), 0, "actions") < 0 ||
-        get_buf(args[2], &b[2], n * sizeof(int64_t), 1, "elapsed") < 0 ||
-        get_buf(args[3], &b[3], n, 1, "needs_reset") < 0 ||
-        get_buf(args[5], &b[4], n * 4 * sizeof(float), 1, "obs") < 0 ||
-        get_buf(args[6], &b[5], n * sizeof(float), 1, "rewards") < 0 ||
-        get_buf(args[7], &b[6], n, 1, "terminated") < 0 ||
-        get_buf(args[8], &b[7], n, 1, "truncated") < 0 ||
-        get_buf(args[9], &b[8], n * sizeof(int64_t), 1, "resetting") < 0)
-        goto done;
-    double *state = b[0].view.buf;
-    const int64_t *actions = b[1].view.buf;
-    int64_t *elapsed = b[2].view.buf, *resetting = b[8].view.buf;
-    uint8_t *needs_reset = b[3].view.buf, *terminated = b[6].view.buf, *truncated = b[7].view.buf;
-    float *obs = b[4].view.buf, *rewards = b[5].view.buf;
-    int64_t resets = 0;
-    for (int64_t i = 0; i < n; i++)
-        env_step(i, state, actions[i], elapsed, needs_reset, max_steps, obs, rewards + i,
-                 terminated + i, truncated + i, resetting, &resets);
-    result = PyLong_FromLongLong(resets);
-done:
-    release(b, 9);
-    return result;
-}
-
 /* ---- a whole rollout: the actor on the batched CartPole ---------------------------------
  * rollout_cartpole(dims, ptrs, activation, normalize, clip,
  *     noise f32 [T, N, 2], logits f32 [T, N, 2], actions int64 [T, N],          (the sampler's)
@@ -921,10 +890,10 @@ done:
  *   -> (next step, envs reset on the last step, finished episodes so far, valid steps taken,
  *       whether an observation or reward was not finite)
  *
- * VectorRunner.collect with NumpyRolloutSampler.act on CartPoleVectorEnv (payoff/rollout/
- * vector.py, payoff/models/numpy_ac.py, payoff/envs/cartpole.py), from step `start_step`:
+ * VectorRunner.collect with NativeRolloutSampler.act on CartPoleVectorEnv (payoff/rollout/
+ * vector.py, payoff/accel/actor_critic.py, payoff/envs/cartpole.py), from step `start_step`:
  * each step stores the observations `current`, samples the actor's actions, steps every
- * cart as cartpole_step does, and keeps the runner's books (valid steps, episode returns and
+ * cart as payoff.envs.cartpole.cartpole_step does, and keeps the runner's books (valid steps, episode returns and
  * lengths, the finished episodes appended from `finished_so_far`). It returns after a step
  * where envs reset (listed in `resetting`): the caller draws their new states from the envs'
  * generators into state and current, then calls again from the next step. */
@@ -1092,8 +1061,6 @@ static PyMethodDef methods[] = {
     {"act", (PyCFunction)(void (*)(void))act, METH_FASTCALL, "an MLP actor's sampling step"},
     {"forward", (PyCFunction)(void (*)(void))forward, METH_FASTCALL, "an MLP's forward pass"},
     {"ppo_step", (PyCFunction)(void (*)(void))ppo_step, METH_FASTCALL, "a PPO minibatch step"},
-    {"cartpole_step", (PyCFunction)(void (*)(void))cartpole_step, METH_FASTCALL,
-     "a batched CartPole step"},
     {"rollout_cartpole", (PyCFunction)(void (*)(void))rollout_cartpole, METH_FASTCALL,
      "a rollout of an MLP actor on the batched CartPole"},
     {"use_avx512", (PyCFunction)(void (*)(void))use_avx512, METH_FASTCALL,

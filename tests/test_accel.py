@@ -1,6 +1,7 @@
-"""PPO's NumPy fast path (payoff.models.numpy_ac) computes what the torch path computes,
-to float32 rounding: gradients against autograd, the step against FlatAdam, sampling
-against the rollout sampler, and a whole update against the torch update."""
+"""PPO's accelerator (payoff.accel: the native kernels) computes what the torch reference
+computes, to float32 rounding: gradients against autograd, the step against FlatAdam,
+sampling against the rollout sampler, and a whole update against the reference update; and
+`accelerate` picks it only where it applies."""
 
 from __future__ import annotations
 
@@ -9,24 +10,16 @@ import numpy as np
 import pytest
 import torch
 
+from payoff.accel import NativeActorCritic, NativeRolloutSampler
+from payoff.accel.native import kernels
 from payoff.algos.ppo import PPO
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
-from payoff.core.native import kernels
+from payoff.core.errors import ConfigError
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic
-from payoff.models.numpy_ac import NumpyActorCritic, NumpyRolloutSampler
 
-# Each NumPy step runs twice: as NumPy calls, and as one call of the native kernel
-# (payoff/core/_kernels.c) where it was built.
-paths = pytest.mark.parametrize(
-    "native",
-    [
-        pytest.param(True, marks=pytest.mark.skipif(kernels() is None, reason="not built")),
-        False,
-    ],
-    ids=["native-kernel", "numpy"],
-)
+built = pytest.mark.skipif(kernels() is None, reason="payoff's native kernels were not built")
 
 
 def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
@@ -43,7 +36,7 @@ def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
     return actor, critic, flat, FlatAdam(flat, lr=3e-3, eps=1e-5)
 
 
-@paths
+@built
 @pytest.mark.parametrize(
     ("hidden", "activation", "batch", "vf_coef", "ent_coef", "max_grad_norm"),
     [
@@ -56,13 +49,11 @@ def _networks(hidden, activation, obs_dim=5, actions=3, seed=0):
     ],
 )
 def test_ppo_step_equals_autograd_and_flat_adam(
-    native, hidden, activation, batch, vf_coef, ent_coef, max_grad_norm
+    hidden, activation, batch, vf_coef, ent_coef, max_grad_norm
 ):
     actor, critic, flat, optimizer = _networks(hidden, activation)
-    numpy_ac = NumpyActorCritic(actor, critic, flat, optimizer)
-    if not native:
-        numpy_ac.use_native = False
-    numpy_ac.pull()
+    native = NativeActorCritic(actor, critic, flat, optimizer)
+    native.pull()
     obs, actions = torch.randn(batch, 5), torch.randint(0, 3, (batch,))
     with torch.no_grad():
         old_logprobs = actor.log_prob_entropy(obs, actions)[0] + 0.3 * torch.randn(batch)
@@ -81,8 +72,8 @@ def test_ppo_step_equals_autograd_and_flat_adam(
         flat.clip_grad_norm(max_grad_norm)
     optimizer.step()
 
-    stats = numpy_ac.ppo_step(
-        numpy_ac.encode(obs),
+    stats = native.step(
+        native.encode(obs),
         actions.numpy(),
         old_logprobs.numpy(),
         advantages.numpy(),
@@ -103,42 +94,40 @@ def test_ppo_step_equals_autograd_and_flat_adam(
         surrogate.clip_fraction,
     ]
     np.testing.assert_allclose(stats, [s.item() for s in expected_stats], rtol=1e-5, atol=1e-6)
-    grads = numpy_ac.grads[numpy_ac.index]
+    grads = native.grads[native.index]
     if max_grad_norm > 0:  # the step clipped its gradient in place: undo the scale
         norm = float(expected_grads.norm())
         grads = grads / min(max_grad_norm / (norm + 1e-6), 1.0)
     np.testing.assert_allclose(grads, expected_grads.numpy(), rtol=1e-4, atol=1e-6)
-    numpy_ac.push()  # the modules now hold the NumPy step's weights
-    np.testing.assert_allclose(
-        numpy_ac.params[numpy_ac.index], flat.leaf.data.numpy(), rtol=0, atol=0
-    )
+    native.push()  # the modules now hold the native step's weights
+    np.testing.assert_allclose(native.params[native.index], flat.leaf.data.numpy(), rtol=0, atol=0)
+    padding = np.ones(len(native.params), bool)
+    padding[native.index] = False  # the critic's head padded to the actor's width
+    assert padding.any() and not native.params[padding].any() and not native.grads[padding].any()
 
 
-def test_pull_and_push_round_trip_and_padding_stays_zero():
+@built
+def test_pull_and_push_round_trip():
     actor, critic, flat, optimizer = _networks([8, 8], "tanh")
     optimizer.exp_avg.uniform_()
     optimizer.exp_avg_sq.uniform_()
     before = [t.clone() for t in (flat.leaf.data, optimizer.exp_avg, optimizer.exp_avg_sq)]
-    numpy_ac = NumpyActorCritic(actor, critic, flat, optimizer)
-    numpy_ac.pull()
+    native = NativeActorCritic(actor, critic, flat, optimizer)
+    native.pull()
     flat.leaf.data.zero_()
     optimizer.exp_avg.zero_()
     optimizer.exp_avg_sq.zero_()
-    numpy_ac.push()
+    native.push()
     for tensor, saved in zip(
         (flat.leaf.data, optimizer.exp_avg, optimizer.exp_avg_sq), before, strict=True
     ):
         assert torch.equal(tensor, saved)
-    # The critic's head padded to the actor's width: only its column 0 is a real weight.
-    head_weights, head_bias = numpy_ac.weights[-2][1], numpy_ac.weights[-1][1]
-    assert torch.equal(torch.from_numpy(head_weights[:, 0].copy()), critic.value[-1].weight[0])
-    assert not head_weights[:, 1:].any() and not head_bias[:, 1:].any()
-    assert len(numpy_ac.index) == len(set(numpy_ac.index.tolist())) == flat.leaf.numel()
+    assert len(native.index) == len(set(native.index.tolist())) == flat.leaf.numel()
 
 
-@paths
+@built
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_numpy_sampler_samples_like_the_rollout_sampler(native, activation):
+def test_native_sampler_samples_like_the_rollout_sampler(activation):
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
     actor = CategoricalActor(
         observation_space, gym.spaces.Discrete(4), hidden=[16, 8], activation=activation
@@ -154,10 +143,10 @@ def test_numpy_sampler_samples_like_the_rollout_sampler(native, activation):
     expected = torch.stack([reference(obs).clone() for obs in observations])
     expected_after = torch.rand(3)
     torch.manual_seed(11)
-    sampler = NumpyRolloutSampler(actor, 6, 5)
-    if not native:
-        sampler.use_native = False
-    actions = torch.stack([sampler(obs).clone() for obs in observations])
+    sampler = NativeRolloutSampler(actor, 6, 5)
+    actions = torch.stack(
+        [torch.from_numpy(sampler.act(obs.numpy()).copy()) for obs in observations]
+    )
     assert torch.equal(torch.rand(3), expected_after)  # the same draws from the generator
     assert torch.equal(actions, expected)
     assert len({tuple(a.tolist()) for a in actions}) > 1  # it did sample
@@ -165,21 +154,19 @@ def test_numpy_sampler_samples_like_the_rollout_sampler(native, activation):
     assert sampler.value_fn is None  # made without a critic
 
 
-@paths
+@built
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_numpy_sampler_values_are_the_critics(native, activation):
+def test_native_sampler_values_are_the_critics(activation):
     """Given the critic, the sampler's values (the runner's pass over a rollout) are the torch
     critic's, normalizer included; a critic it cannot run leaves value_fn None."""
     actor, critic, _, _ = _networks([16, 8], activation, obs_dim=3)
     actor.normalizer.enabled = True
     actor.normalizer.update(torch.randn(50, 3) * 2 + 1)
     obs = torch.randn(40, 3) * 3
-    sampler = NumpyRolloutSampler(actor, 2, 4, critic)
-    if not native:
-        sampler.use_native = False
+    sampler = NativeRolloutSampler(actor, 2, 4, critic)
     torch.testing.assert_close(sampler.value_fn(obs), critic(obs).detach(), rtol=1e-5, atol=1e-6)
     other = Critic(gym.spaces.Box(-1.0, 1.0, (3,)), [16, 8], activation)  # its own normalizer
-    assert NumpyRolloutSampler(actor, 2, 4, other).value_fn is None
+    assert NativeRolloutSampler(actor, 2, 4, other).value_fn is None
 
 
 def _config(**overrides):
@@ -198,18 +185,19 @@ def _config(**overrides):
     }
 
 
-def test_a_numpy_update_ends_where_the_torch_update_ends():
+@built
+def test_a_native_update_ends_where_the_reference_update_ends():
     """Same rollout, then one update (3 epochs of 10 minibatches, the last one short) each
     way: weights, Adam's moments and logged losses agree to float32 rounding."""
     runs = []
-    for numpy_fast_path in (False, True):
-        agent = PPO(**_config(numpy_fast_path=numpy_fast_path))
+    for accelerate in ("off", "on"):
+        agent = PPO(**_config(accelerate=accelerate))
         agent.collect()
         torch.manual_seed(0)  # the minibatch shuffles
         metrics = agent.update(agent.storage, 0.0)
         runs.append((agent, metrics))
     (torch_agent, torch_metrics), (numpy_agent, numpy_metrics) = runs
-    assert torch_agent.numpy_ac is None and numpy_agent.numpy_ac is not None
+    assert torch_agent.accelerator is None and numpy_agent.accelerator is not None
     assert torch.equal(torch_agent.storage.actions, numpy_agent.storage.actions)
     torch.testing.assert_close(
         numpy_agent.storage.logprobs, torch_agent.storage.logprobs, rtol=1e-5, atol=1e-6
@@ -223,26 +211,52 @@ def test_a_numpy_update_ends_where_the_torch_update_ends():
         assert numpy_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
-def test_numpy_fast_path_only_where_it_applies():
-    assert PPO(**_config()).numpy_ac is None  # off by default
-    assert PPO(**_config(numpy_fast_path=True, clip_value=0.2)).numpy_ac is None
-    assert PPO(**_config(numpy_fast_path=True, activation="gelu")).numpy_ac is None
-    assert PPO(**_config(numpy_fast_path=True, env="Pendulum-v1")).numpy_ac is None
-    # Discrete observations: the update in NumPy, the rollout with the torch sampler.
-    frozen = PPO(**_config(numpy_fast_path=True, env="FrozenLake-v1"))
-    assert frozen.numpy_ac is not None
-    assert not isinstance(frozen.rollout_sampler(), NumpyRolloutSampler)
-    agent = PPO(**_config(numpy_fast_path=True))
-    assert isinstance(agent.rollout_sampler(), NumpyRolloutSampler)
-    # init_policy builds a new optimizer: the fast path follows it.
-    before = agent.numpy_ac
+@built
+def test_accelerate_picks_the_kernels_only_where_they_apply():
+    assert PPO(**_config(accelerate="off")).accelerator is None
+    assert PPO(**_config(clip_value=0.2)).accelerator is None  # auto: the reference
+    assert PPO(**_config(activation="gelu")).accelerator is None
+    assert PPO(**_config(env="Pendulum-v1")).accelerator is None
+    # `on` says at construction why the kernels cannot run
+    with pytest.raises(ConfigError, match="accelerate: on, but .*clip_value is set"):
+        PPO(**_config(accelerate="on", clip_value=0.2))
+    with pytest.raises(ConfigError, match="layers other than Linear, ReLU and Tanh"):
+        PPO(**_config(accelerate="on", activation="gelu"))
+    # Discrete observations: the update in the kernels, the rollout with the torch sampler.
+    frozen = PPO(**_config(env="FrozenLake-v1"))
+    assert frozen.accelerator is not None
+    assert not isinstance(frozen.rollout_sampler(), NativeRolloutSampler)
+    agent = PPO(**_config())
+    assert isinstance(agent.rollout_sampler(), NativeRolloutSampler)
+    # init_policy builds a new optimizer: the accelerator follows it.
+    before = agent.accelerator
     agent.init_policy(CategoricalActor(agent.observation_space, agent.action_space))
-    assert agent.numpy_ac is not None and agent.numpy_ac is not before
-    assert agent.numpy_ac.flat is agent.flat
+    assert agent.accelerator is not None and agent.accelerator is not before
+    assert agent.accelerator.flat is agent.flat
+
+
+def test_the_keys_accelerate_replaced_still_load(capsys):
+    """Configs and runs from before `accelerate` name numpy_fast_path and fast_backward: they
+    load as the path they ran (the old by-hand gradients were autograd's bit for bit), say
+    so in one line, and are not written back."""
+    from payoff.core.config import to_dict
+
+    old_default = PPO(**_config(fast_backward=True, numpy_fast_path=False))
+    assert old_default.config.accelerate == "off"
+    assert "numpy_fast_path: false, fast_backward: true is now accelerate: off" in (
+        capsys.readouterr().err
+    )
+    assert PPO(**_config(numpy_fast_path=True)).config.accelerate == "auto"
+    written = to_dict(old_default.config)
+    assert written["accelerate"] == "off"
+    assert "numpy_fast_path" not in written and "fast_backward" not in written
+    with pytest.raises(ConfigError, match="unknown config key 'fast_backwards'") as err:
+        PPO(**_config(fast_backwards=True))
+    assert "numpy_fast_path" not in str(err.value)  # not offered as a valid key
 
 
 @pytest.mark.slow
-def test_ppo_with_the_numpy_fast_path_solves_cartpole():
+def test_ppo_with_the_accelerator_solves_cartpole():
     # Measured (seed 0): see the recipe test in test_deeprl_learning; budget 150k.
     agent = PPO(
         env="CartPole-v1",
@@ -257,7 +271,7 @@ def test_ppo_with_the_numpy_fast_path_solves_cartpole():
         eval_episodes=20,
         stop_at_return=475,
         final_eval_episodes=20,
-        numpy_fast_path=True,
+        accelerate="auto",
     ).learn()
     assert agent.solved_at is not None and agent.solved_at <= 150_000
     assert agent.evaluate(20).mean_return >= 475

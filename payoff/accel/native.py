@@ -1,16 +1,16 @@
-"""payoff's native kernels (payoff/core/_kernels.c), where they were built, and their BLAS.
+"""payoff's native kernels (payoff/accel/_kernels.c), where they were built, and their BLAS.
 
 The C extension is compiled when payoff is installed; it needs a C compiler, so it may be
-missing, and everything it does has a NumPy twin (payoff/models/numpy_ac.py,
-payoff/envs/cartpole.py). Its matrix products run in its own AVX-512 blocks where the CPU
-has them, else through the sgemm of the BLAS NumPy uses (found here: the library this
-process loaded, or the one NumPy bundles), at np.dot's speed.
+missing, and then the reference path (torch, autograd) runs everything it would have done.
+Its matrix products run in its own AVX-512 blocks where the CPU has them, else through the
+sgemm of the BLAS NumPy uses (found here: the library this process loaded, or the one NumPy
+bundles).
 
 `kernels()` gives the module ready to use, or None where it cannot be used: not built, a CPU
-without AVX-512 and no BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to compare
-with the NumPy path, or to rule the kernels out). `native_status()` says which, in words.
-`kernels_for(layers)` is None also for a network deeper than the kernels take (MAX_LAYERS):
-`hidden=[8] * 17` runs on the NumPy path.
+without AVX-512 and no BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to rule the
+kernels out everywhere; `accelerate: off` does it for one run). `native_status()` says
+which, in words. `kernels_for(layers)` is None also for a network deeper than the kernels
+take (MAX_LAYERS): `hidden=[8] * 17` runs on the reference path.
 """
 
 from __future__ import annotations
@@ -77,20 +77,20 @@ def _find_sgemm() -> tuple[int, bool] | None:
 
 def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get("PAYOFF_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None, "NumPy (the native kernels are off: PAYOFF_NATIVE=0)"
+        return None, "the native kernels are off (PAYOFF_NATIVE=0)"
     try:
-        from payoff.core import _kernels  # type: ignore[attr-defined]
+        from payoff.accel import _kernels  # type: ignore[attr-defined]
     except ImportError as err:
         return (
             None,
-            f"NumPy (the native kernels were not built: {err}; reinstall payoff where a C compiler is found)",
+            f"the native kernels were not built ({err}); reinstall payoff where a C compiler is found",
         )
     sgemm = _find_sgemm()
     if sgemm is not None and sgemm[0]:
         _kernels.set_sgemm(*sgemm)
     if not _kernels.products_ready():  # neither AVX-512 nor a BLAS to multiply with
-        return None, "NumPy (the native kernels found no BLAS sgemm and no AVX-512 here)"
-    return _kernels, "native kernels (payoff/core/_kernels.c)"
+        return None, "the native kernels found no BLAS sgemm and no AVX-512 here"
+    return _kernels, "native kernels (payoff/accel/_kernels.c)"
 
 
 def kernels() -> ModuleType | None:
@@ -110,5 +110,5 @@ def native_status() -> str:
 
 def kernels_for(layers: int) -> ModuleType | None:
     """`kernels()` for a network of `layers` Linear layers, or None where it has more than
-    MAX_LAYERS (the NumPy twin runs it, as where the kernels were not built)."""
+    MAX_LAYERS (the reference path runs it, as where the kernels were not built)."""
     return kernels() if 1 <= layers <= MAX_LAYERS else None
