@@ -368,8 +368,8 @@ def run_payoff(seed: int) -> dict[str, Any]:
     """The recipe with evaluation off (throughput, split), then as shipped (time to solve)."""
     import numpy as np
 
-    from payoff.algos.ppo import PPO
     from payoff.accel.native import native_status
+    from payoff.algos.ppo import PPO
     from payoff.rollout.vector import make_vector_env
 
     agent = PPO(config=recipe_config(seed, ["eval_every=0"]))
@@ -651,9 +651,7 @@ def main() -> None:
                 lunar_row(f"payoff `{LUNAR_RECIPE}` training (evaluation off)", "sps_cpu"),
                 lunar_row("... its rollout collection alone", "collect_sps"),
                 lunar_row("... its update alone (4 epochs x 256 minibatches of 64)", "update_sps"),
-                lunar_row(
-                    "the same training on the torch reference (accelerate=off)", "torch_sps"
-                ),
+                lunar_row("the same training on the torch reference (accelerate=off)", "torch_sps"),
                 lunar_row("... its update alone", "torch_update_sps"),
             ],
         )
