@@ -265,8 +265,8 @@ class DQN(OffPolicyAlgorithm):
             self.gradient_updates % config.target_network.update_every == 0
         ):
             self._update_target(config.target_network.tau)
-        # The loss is computed at the next log, for all these steps at once: computed here,
-        # it was ~10% of a step's time.
+        # The loss is computed at the next log, for all these steps at once: one reduction
+        # instead of one per gradient step.
         self._q_values.append(q_values.detach())
         self._td_errors.append(td_error.detach())
 

@@ -63,9 +63,9 @@ def obs_dim(space: gym.Space, env_id: str | None = None) -> int:
 class MLP(nn.Sequential):
     """nn.Sequential whose forward calls each layer's `forward` directly.
 
-    nn.Module.__call__'s hook bookkeeping costs ~2 microseconds per layer; for a 64-64
-    network on a 64-env batch that is a third of the forward pass, paid once per env
-    step. Same layers and state_dict keys as nn.Sequential; module hooks are not run.
+    nn.Module.__call__'s hook bookkeeping, paid per layer and per env step, is a large share
+    of a small network's forward pass. Same layers and state_dict keys as nn.Sequential;
+    module hooks are not run.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -274,8 +274,8 @@ class VectorRunner:
         value_fn(obs) -> [B] is the critic, None when the learner has none. It gives V of
         every step's observation and of the one after the last step (for GAE and truncation
         bootstrapping) in one forward pass after the rollout: the critic does not change
-        during collection, so this equals calling it each step. On CartPole (64 envs x 32
-        steps) the 32 per-step calls took 2.1 ms of a 9.4 ms rollout, the one pass 0.9 ms.
+        during collection, so this equals calling it each step, with one call's overhead
+        instead of one per step.
 
         The storage stays on the CPU; off the CPU, each step's observations go to
         `self.device` once and the values come back in one copy.
