@@ -40,7 +40,7 @@ from payoff.algos.sac import SAC, SACConfig
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.models.dynamics import DynamicsEnsemble, model_io
-from payoff.models.mlp import is_image
+from payoff.models.encoding import is_image
 from payoff.rollout.replay import ReplayBuffer, TransitionBatch, interleave
 
 

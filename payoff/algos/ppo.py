@@ -27,11 +27,7 @@ import torch
 from payoff.accel import NativeActorCritic, NativeRolloutSampler, ppo_accelerator
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from payoff.algos.shared.policy_loss import (
-    clipped_surrogate,
-    explained_variance,
-    value_loss,
-)
+from payoff.algos.shared.policy_loss import explained_variance, ppo_loss
 from payoff.core.config import REPLACED
 from payoff.core.errors import ConfigError
 from payoff.core.schedules import Schedule
@@ -200,28 +196,20 @@ class PPO(OnPolicyAlgorithm):
                 if normalize_per_minibatch and len(mb_adv) > 1:
                     mb_adv = normalize(mb_adv)
                 new_logprobs, entropy = self.actor.log_prob_entropy(mb_obs, mb_actions)
-                surrogate = clipped_surrogate(new_logprobs, mb_old_logprobs, mb_adv, clip)
-                v_loss = value_loss(
-                    self.critic(mb_obs), mb_returns, mb_old_values, config.clip_value
+                loss, minibatch_stats = ppo_loss(
+                    new_logprobs,
+                    mb_old_logprobs,
+                    mb_adv,
+                    entropy,
+                    self.critic(mb_obs),
+                    mb_returns,
+                    mb_old_values,
+                    config,
+                    clip,
                 )
-                entropy_loss = entropy.mean()
-                loss = surrogate.loss + config.vf_coef * v_loss
-                if config.ent_coef:  # with ent_coef 0 the entropy's backward is skipped
-                    loss = loss - config.ent_coef * entropy_loss
                 self.optimizer_step(loss)
-
-                stats.append(
-                    torch.stack(
-                        [
-                            surrogate.loss.detach(),
-                            v_loss.detach(),
-                            entropy_loss.detach(),
-                            surrogate.approx_kl,
-                            surrogate.clip_fraction,
-                        ]
-                    )
-                )
-            approx_kl = surrogate.approx_kl  # of the epoch's last minibatch, as in CleanRL
+                stats.append(minibatch_stats)
+            approx_kl = stats[-1][3]  # of the epoch's last minibatch, as in CleanRL
             if config.target_kl is not None and float(approx_kl) > config.target_kl:
                 break
 

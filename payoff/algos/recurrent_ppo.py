@@ -40,7 +40,7 @@ from payoff.algos.base import check_deterministic
 from payoff.algos.ppo import PPOConfig
 from payoff.algos.shared.advantages import gae, normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm
-from payoff.algos.shared.policy_loss import clipped_surrogate, explained_variance, value_loss
+from payoff.algos.shared.policy_loss import explained_variance, ppo_loss
 from payoff.core.errors import ConfigError
 from payoff.envs.make import EnvConfig
 from payoff.models.recurrent import RecurrentActor, RecurrentCritic
@@ -398,31 +398,20 @@ class RecurrentPPO(OnPolicyAlgorithm):
                 adv = mb["advantages"][valid]
                 if config.normalize_advantages and len(adv) > 1:
                     adv = normalize(adv)
-                surrogate = clipped_surrogate(
-                    new_logprobs[valid], mb["old_logprobs"][valid], adv, clip
+                loss, minibatch_stats = ppo_loss(
+                    new_logprobs[valid],
+                    mb["old_logprobs"][valid],
+                    adv,
+                    entropy[valid],
+                    values[valid],
+                    mb["returns"][valid],
+                    mb["old_values"][valid],
+                    config,
+                    clip,
                 )
-                v_loss = value_loss(
-                    values[valid], mb["returns"][valid], mb["old_values"][valid], config.clip_value
-                )
-                entropy_loss = entropy[valid].mean()
-                loss = surrogate.loss + config.vf_coef * v_loss
-                if config.ent_coef:
-                    loss = loss - config.ent_coef * entropy_loss
-
                 self.optimizer_step(loss)
-
-                stats.append(
-                    torch.stack(
-                        [
-                            surrogate.loss.detach(),
-                            v_loss.detach(),
-                            entropy_loss.detach(),
-                            surrogate.approx_kl,
-                            surrogate.clip_fraction,
-                        ]
-                    )
-                )
-            if config.target_kl is not None and float(surrogate.approx_kl) > config.target_kl:
+                stats.append(minibatch_stats)
+            if config.target_kl is not None and float(stats[-1][3]) > config.target_kl:
                 break
 
         pg, v, ent, kl, clipfrac = torch.stack(stats).mean(0).tolist()

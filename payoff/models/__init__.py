@@ -1,5 +1,6 @@
-"""Networks: MLP actors (categorical, diagonal Gaussian), critics and Q-networks (`mlp`), and
-policy files holding an actor on its own (`policy_file`).
+"""Networks: MLP actors (categorical, diagonal Gaussian), critics and Q-networks (`mlp`), what
+they see of an observation (`encoding`), and policy files holding an actor on its own
+(`policy_file`).
 
 The language-model stack lives beside them, one module each: `lm` (loading, LoRA, the
 frozen reference, saving), `base_model` (which model a run starts from, cached base
@@ -7,12 +8,12 @@ models, `start_lm`), `logprobs` (token log-probabilities, shared prompts, packin
 `lm_optim` (AdamW and the learning-rate schedule).
 """
 
+from payoff.models.encoding import ObsNormalizer
 from payoff.models.mlp import (
     Actor,
     CategoricalActor,
     Critic,
     GaussianActor,
-    ObsNormalizer,
     QNetwork,
     make_actor,
 )

@@ -16,14 +16,8 @@ from torch import nn
 
 from payoff.core.errors import EnvError
 from payoff.core.imports import check_weights
-from payoff.models.mlp import (
-    ACTIVATIONS,
-    as_numpy,
-    mlp,
-    obs_dim,
-    refuse_integer_box,
-    warn_raw_pixels,
-)
+from payoff.models.encoding import obs_dim, warn_raw_pixels
+from payoff.models.mlp import ACTIVATIONS, as_numpy, mlp, refuse_integer_box
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps exp(log_std) finite and the policy not deterministic
 

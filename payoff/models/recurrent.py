@@ -28,7 +28,8 @@ from torch import nn
 from payoff.core.errors import EnvError
 from payoff.core.imports import check_weights
 from payoff.envs.observations import observation_batch
-from payoff.models.mlp import Actor, ObsNormalizer, mlp
+from payoff.models.encoding import ObsNormalizer
+from payoff.models.mlp import Actor, mlp
 
 
 class _GRUTrunk(nn.Module):

@@ -26,7 +26,7 @@ import torch
 from payoff.core.errors import ConfigError, EnvError, PayoffError
 from payoff.envs.make import EnvConfig, check_env, is_success, make_env
 from payoff.envs.snapshot import EnvStateError, restore_env, snapshot_env
-from payoff.models.mlp import obs_dim
+from payoff.models.encoding import obs_dim
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import (
     EARLY_NOTE_STEPS,

@@ -29,8 +29,9 @@ from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig
+from payoff.models.encoding import warn_box_far_from_zero
 from payoff.models.flat import FlatAdam, FlatParameters
-from payoff.models.mlp import Actor, Critic, actor_for, warn_box_far_from_zero
+from payoff.models.mlp import Actor, Critic, actor_for
 from payoff.models.policy_file import is_policy_payload, policy_from_payload
 from payoff.rollout.buffers import RolloutStorage
 from payoff.rollout.evaluate import EvalResult

@@ -54,6 +54,38 @@ def value_loss(
     return 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
 
 
+def ppo_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor | None,
+    settings: Any,
+    clip: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's minibatch loss, clipped surrogate + vf_coef * value loss - ent_coef * mean
+    entropy (settings: a config with vf_coef, ent_coef and clip_value), and its diagnostics
+    [policy loss, value loss, entropy, approx_kl, clip fraction], detached."""
+    surrogate = clipped_surrogate(new_logprobs, old_logprobs, advantages, clip)
+    v_loss = value_loss(values, returns, old_values, settings.clip_value)
+    entropy_loss = entropy.mean()
+    loss = surrogate.loss + settings.vf_coef * v_loss
+    if settings.ent_coef:  # with ent_coef 0 the entropy's backward is skipped
+        loss = loss - settings.ent_coef * entropy_loss
+    stats = torch.stack(
+        [
+            surrogate.loss.detach(),
+            v_loss.detach(),
+            entropy_loss.detach(),
+            surrogate.approx_kl,
+            surrogate.clip_fraction,
+        ]
+    )
+    return loss, stats
+
+
 def explained_variance(predicted: Any, target: Any) -> float:
     """1 - Var(target - predicted) / Var(target): 1 is a perfect critic, <= 0 a useless one.
 
