@@ -423,7 +423,7 @@ def run_payoff(seed: int) -> dict[str, Any]:
 
 def run_lunar(seed: int) -> dict[str, Any]:
     """lunarlander-ppo's training steps/s (two rollouts, evaluation off), the same with the
-    torch reference (accelerate=off), and the env alone: Gymnasium's SyncVectorEnv of 16
+    torch reference (accelerate=false), and the env alone: Gymnasium's SyncVectorEnv of 16
     LunarLander-v3 with random actions, timed before and after training (their mean)."""
     import gymnasium as gym
     import numpy as np
@@ -461,7 +461,7 @@ def run_lunar(seed: int) -> dict[str, Any]:
 
     env_before = env_alone()
     recipe = training([])
-    torch_path = training(["accelerate=off"])
+    torch_path = training(["accelerate=false"])
     env_after = env_alone()
     from payoff.accel.native import native_status
 
@@ -651,7 +651,9 @@ def main() -> None:
                 lunar_row(f"payoff `{LUNAR_RECIPE}` training (evaluation off)", "sps_cpu"),
                 lunar_row("... its rollout collection alone", "collect_sps"),
                 lunar_row("... its update alone (4 epochs x 256 minibatches of 64)", "update_sps"),
-                lunar_row("the same training on the torch reference (accelerate=off)", "torch_sps"),
+                lunar_row(
+                    "the same training on the torch reference (accelerate=false)", "torch_sps"
+                ),
                 lunar_row("... its update alone", "torch_update_sps"),
             ],
         )

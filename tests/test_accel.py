@@ -190,7 +190,7 @@ def test_a_native_update_ends_where_the_reference_update_ends():
     """Same rollout, then one update (3 epochs of 10 minibatches, the last one short) each
     way: weights, Adam's moments and logged losses agree to float32 rounding."""
     runs = []
-    for accelerate in ("off", "on"):
+    for accelerate in (False, True):
         agent = PPO(**_config(accelerate=accelerate))
         agent.collect()
         torch.manual_seed(0)  # the minibatch shuffles
@@ -213,15 +213,15 @@ def test_a_native_update_ends_where_the_reference_update_ends():
 
 @built
 def test_accelerate_picks_the_kernels_only_where_they_apply():
-    assert PPO(**_config(accelerate="off")).accelerator is None
+    assert PPO(**_config(accelerate=False)).accelerator is None
     assert PPO(**_config(clip_value=0.2)).accelerator is None  # auto: the reference
     assert PPO(**_config(activation="gelu")).accelerator is None
     assert PPO(**_config(env="Pendulum-v1")).accelerator is None
-    # `on` says at construction why the kernels cannot run
-    with pytest.raises(ConfigError, match="accelerate: on, but .*clip_value is set"):
-        PPO(**_config(accelerate="on", clip_value=0.2))
+    # `true` says at construction why the kernels cannot run
+    with pytest.raises(ConfigError, match="accelerate: true, but .*clip_value is set"):
+        PPO(**_config(accelerate=True, clip_value=0.2))
     with pytest.raises(ConfigError, match="layers other than Linear, ReLU and Tanh"):
-        PPO(**_config(accelerate="on", activation="gelu"))
+        PPO(**_config(accelerate=True, activation="gelu"))
     # Discrete observations: the update in the kernels, the rollout with the torch sampler.
     frozen = PPO(**_config(env="FrozenLake-v1"))
     assert frozen.accelerator is not None
@@ -242,13 +242,13 @@ def test_the_keys_accelerate_replaced_still_load(capsys):
     from payoff.core.config import to_dict
 
     old_default = PPO(**_config(fast_backward=True, numpy_fast_path=False))
-    assert old_default.config.accelerate == "off"
-    assert "numpy_fast_path: false, fast_backward: true is now accelerate: off" in (
+    assert old_default.config.accelerate is False
+    assert "numpy_fast_path: false, fast_backward: true is now accelerate: false" in (
         capsys.readouterr().err
     )
     assert PPO(**_config(numpy_fast_path=True)).config.accelerate == "auto"
     written = to_dict(old_default.config)
-    assert written["accelerate"] == "off"
+    assert written["accelerate"] is False
     assert "numpy_fast_path" not in written and "fast_backward" not in written
     with pytest.raises(ConfigError, match="unknown config key 'fast_backwards'") as err:
         PPO(**_config(fast_backwards=True))

@@ -124,7 +124,7 @@ def _train_metrics(history):
                 "num_steps": 64,
                 "minibatch_size": 64,
                 "epochs": 2,
-                "accelerate": "off",
+                "accelerate": False,
             },
         ),
         (A2C, {"num_envs": 4, "num_steps": 8}),

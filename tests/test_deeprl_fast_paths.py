@@ -131,7 +131,7 @@ def test_dqn_by_hand_trains_exactly_like_autograd(overrides):
         **overrides,
     }
     fast = DQN(**config)
-    reference = DQN(**config, accelerate="off")
+    reference = DQN(**config, accelerate=False)
     assert fast.by_hand is not None and reference.by_hand is None
     fast.learn()
     reference.learn()
@@ -170,10 +170,10 @@ def test_ppo_rollout_sampler_trains_exactly_like_sample(overrides):
         **overrides,
     }
     # One after the other: sampling draws from torch's global generator, seeded in setup.
-    fast = PPO(**config, accelerate="off")
+    fast = PPO(**config, accelerate=False)
     assert fast.actor.logits.plain  # it has the rollout sampler (which draws its noise)
     fast.learn()
-    reference = PPO(**config, accelerate="off")
+    reference = PPO(**config, accelerate=False)
     reference.actor.rollout_sampler = lambda num_steps, num_envs: None  # type: ignore[method-assign]
     reference.learn()
     for mine, theirs in zip(fast.flat.params, reference.flat.params, strict=True):

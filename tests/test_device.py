@@ -95,7 +95,7 @@ def test_the_accelerator_branches_forced_on_the_cpu_give_the_same_numbers():
     assert _history(ppo.learn()) == _history(PPO(**PPO_TINY).learn())
     dqn = DQN(**DQN_TINY)
     dqn.on_cpu, dqn.by_hand = False, None
-    assert _history(dqn.learn()) == _history(DQN(**DQN_TINY, accelerate="off").learn())
+    assert _history(dqn.learn()) == _history(DQN(**DQN_TINY, accelerate=False).learn())
 
 
 def test_dqn_keeps_its_hand_derived_backward_on_the_cpu():

@@ -349,10 +349,10 @@ def test_the_cartpole_env_takes_an_unlimited_episode():
 
 @needs_kernels
 def test_the_fused_rollout_matches_the_reference():
-    """Against the torch reference (accelerate: off: torch's rollout sampler and critic,
+    """Against the torch reference (accelerate false: torch's rollout sampler and critic,
     NumPy's CartPole step): the same actions and episodes, observations equal, log-probs
     and values to float32 rounding."""
-    fused, plain = _ppo(5), _ppo(5, accelerate="off")
+    fused, plain = _ppo(5), _ppo(5, accelerate=False)
     assert plain.accelerator is None and fused.accelerator is not None
     for _ in range(2):
         for agent in (fused, plain):

@@ -43,8 +43,8 @@ def _learning_metrics(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_one_ray_worker_reproduces_local_metrics():
     # On the reference path: Ray's workers sample in torch, where a local run would sample
     # in the native kernels (equal to float32 rounding only).
-    local = _ppo("local", accelerate="off").learn()
-    remote = _ppo("ray", ray={"num_workers": 1}, accelerate="off")
+    local = _ppo("local", accelerate=False).learn()
+    remote = _ppo("ray", ray={"num_workers": 1}, accelerate=False)
     try:
         remote.learn()
     finally:

@@ -136,7 +136,7 @@ def test_config_errors_explain_themselves():
     with pytest.raises(ConfigError, match=r"rnn_hidden' must be > 0, got 0"):
         RecurrentPPO(env=POMDP, **{**SMALL, "rnn_hidden": 0})
     with pytest.raises(ConfigError, match=r"recurrent_ppo has no accelerator"):
-        RecurrentPPO(env=POMDP, **{**SMALL, "accelerate": "on"})
+        RecurrentPPO(env=POMDP, **{**SMALL, "accelerate": True})
 
 
 # ---- resume, predict, evaluate -----------------------------------------------------------

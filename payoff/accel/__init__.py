@@ -14,8 +14,8 @@ Python per-call cost is the work, an accelerator does the same arithmetic with f
   autograd runs in its order, so bitwise autograd's (tests/test_deeprl_fast_paths.py).
 
 The config key `accelerate` picks, per run: `auto` (the default) runs the accelerator where
-it applies and the reference elsewhere; `on` requires it and says why it cannot run; `off`
-runs the reference. `ppo_accelerator` and `td_accelerator` are the dispatch.
+it applies and the reference elsewhere; `true` requires it and says why it cannot run;
+`false` runs the reference. `ppo_accelerator` and `td_accelerator` are the dispatch.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from payoff.accel.native import native_status
 from payoff.accel.td import TDByHand, td_why_not
 from payoff.core.errors import ConfigError
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", True, False)
 
 __all__ = [
     "MODES",
@@ -41,20 +41,20 @@ __all__ = [
 ]
 
 
-def _choose(mode: str, reason: str | None, what: str) -> bool:
-    """Whether to run the accelerator: `auto` where `reason` is None, `on` or an error."""
-    if mode == "off":
+def _choose(mode: bool | str, reason: str | None, what: str) -> bool:
+    """Whether to run the accelerator: `auto` where `reason` is None, `true` or an error."""
+    if mode is False:
         return False
-    if mode == "on" and reason is not None:
+    if mode is True and reason is not None:
         raise ConfigError(
-            f"accelerate: on, but {what} cannot run here: {reason}. Use accelerate: auto "
-            f"(the accelerator where it applies) or off (the torch reference)"
+            f"accelerate: true, but {what} cannot run here: {reason}. Use accelerate: auto "
+            f"(the accelerator where it applies) or false (the torch reference)"
         )
     return reason is None
 
 
 def ppo_accelerator(
-    mode: str, actor: Any, critic: Any, flat: Any, optimizer: Any, clip_value: float | None
+    mode: bool | str, actor: Any, critic: Any, flat: Any, optimizer: Any, clip_value: float | None
 ) -> tuple[NativeActorCritic | None, str]:
     """The native PPO step for these networks under `accelerate: mode` (None: the reference
     runs), and which path that is, in words."""
@@ -62,14 +62,14 @@ def ppo_accelerator(
     if reason is None and clip_value is not None:
         reason = "clip_value is set (the kernels' value loss is unclipped)"
     if not _choose(mode, reason, "the native PPO step"):
-        why = "accelerate: off" if mode == "off" else f"accelerate: auto, and {reason}"
+        why = "accelerate: false" if mode is False else f"accelerate: auto, and {reason}"
         return None, f"torch, the reference path ({why})"
     return NativeActorCritic(
         actor, critic, flat, optimizer
-    ), f"{native_status()}; accelerate: {mode}"
+    ), f"{native_status()}; accelerate: {str(mode).lower()}"
 
 
-def td_accelerator(mode: str, q_net: Any, on_cpu: bool) -> TDByHand | None:
+def td_accelerator(mode: bool | str, q_net: Any, on_cpu: bool) -> TDByHand | None:
     """DQN's TD gradient by hand for `q_net` under `accelerate: mode`, or None."""
     reason = td_why_not(q_net, on_cpu)
     if not _choose(mode, reason, "the TD gradient by hand"):

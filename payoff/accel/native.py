@@ -8,7 +8,7 @@ bundles).
 
 `kernels()` gives the module ready to use, or None where it cannot be used: not built, a CPU
 without AVX-512 and no BLAS sgemm found, or PAYOFF_NATIVE=0 in the environment (to rule the
-kernels out everywhere; `accelerate: off` does it for one run). `native_status()` says
+kernels out everywhere; `accelerate: false` does it for one run). `native_status()` says
 which, in words. `kernels_for(layers)` is None also for a network deeper than the kernels
 take (MAX_LAYERS): `hidden=[8] * 17` runs on the reference path.
 """

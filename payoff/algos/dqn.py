@@ -71,11 +71,11 @@ class DQNConfig(OffPolicyKeys):
     double_q: pick the next action with the online net, evaluate it with the target net
         (reduces the max operator's overestimation).
     loss: 'huber' (robust to the large TD errors early on) or 'mse'.
-    accelerate: 'auto' computes the loss's gradient by hand (payoff.accel.td: autograd's
+    accelerate: auto computes the loss's gradient by hand (payoff.accel.td: autograd's
         ops in its order, bitwise the same gradient) where it applies: the CPU, ReLU/Tanh
-        MLPs; elsewhere autograd, the reference, runs. 'on' requires it, 'off' runs autograd.
+        MLPs; elsewhere autograd, the reference, runs. true requires it, false runs autograd.
     fast_backward: the key `accelerate` replaced; old configs and runs still load (true is
-        'auto', false 'off').
+        auto, false is false).
     target_network: see TargetNetworkConfig.
     """
 
@@ -90,16 +90,16 @@ class DQNConfig(OffPolicyKeys):
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"
-    accelerate: Literal["auto", "on", "off"] = "auto"
+    accelerate: bool | Literal["auto"] = "auto"
     fast_backward: bool | None = field(default=None, metadata=REPLACED)
     target_network: TargetNetworkConfig = field(default_factory=TargetNetworkConfig)
 
     def __post_init__(self) -> None:
         if self.fast_backward is not None:
-            self.accelerate = "auto" if self.fast_backward else "off"
+            self.accelerate = "auto" if self.fast_backward else False
             say(
                 f"payoff: fast_backward: {str(self.fast_backward).lower()} is now accelerate: "
-                f"{self.accelerate} (the key that replaced it)"
+                f"{str(self.accelerate).lower()} (the key that replaced it)"
             )
             self.fast_backward = None
 

@@ -54,15 +54,15 @@ class PPOConfig(OnPolicyConfig):
     vf_coef: value-loss weight (actor and critic are separate nets, so it mainly rescales
         the critic's step under the shared gradient clipping).
     target_kl: stop an update's epochs early once approx_kl exceeds this; null = never.
-    accelerate: 'auto' runs the rollout's sampling and each minibatch step (forward,
+    accelerate: auto runs the rollout's sampling and each minibatch step (forward,
         losses, gradients, clip, Adam) in payoff's native kernels (payoff.accel) where they
         apply: CPU, Discrete actions, tanh/ReLU MLPs with the same hidden sizes, clip_value
-        null, the kernels built at install; elsewhere the torch reference runs. 'on'
-        requires the kernels and says why they cannot run; 'off' runs the reference. The
+        null, the kernels built at install; elsewhere the torch reference runs. true
+        requires the kernels and says why they cannot run; false runs the reference. The
         kernels equal the reference to float32 rounding, not bit for bit, so a seed's run
-        differs between 'off' and 'on'. The first run says which path it takes.
+        differs between false and true. The first run says which path it takes.
     numpy_fast_path / fast_backward: the keys `accelerate` replaced; old configs and runs
-        still load (numpy_fast_path true is 'auto', otherwise 'off': the old by-hand
+        still load (numpy_fast_path true is auto, otherwise false: the old by-hand
         gradients were autograd's bit for bit).
     """
 
@@ -75,7 +75,7 @@ class PPOConfig(OnPolicyConfig):
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     target_kl: float | None = None
-    accelerate: Literal["auto", "on", "off"] = "auto"
+    accelerate: bool | Literal["auto"] = "auto"
     numpy_fast_path: bool | None = field(default=None, metadata=REPLACED)
     fast_backward: bool | None = field(default=None, metadata=REPLACED)
 
@@ -84,10 +84,11 @@ class PPOConfig(OnPolicyConfig):
         if self.numpy_fast_path is None and self.fast_backward is None:
             return
         given = {"numpy_fast_path": self.numpy_fast_path, "fast_backward": self.fast_backward}
-        self.accelerate = "auto" if self.numpy_fast_path else "off"
+        self.accelerate = "auto" if self.numpy_fast_path else False
         self.numpy_fast_path = self.fast_backward = None
         old = ", ".join(f"{k}: {str(v).lower()}" for k, v in given.items() if v is not None)
-        say(f"payoff: {old} is now accelerate: {self.accelerate} (the key that replaced them)")
+        now = str(self.accelerate).lower()
+        say(f"payoff: {old} is now accelerate: {now} (the key that replaced them)")
 
     def validate(self) -> None:
         super().validate()
@@ -110,7 +111,7 @@ class PPO(OnPolicyAlgorithm):
         super().setup()
         self._accelerator: NativeActorCritic | None = None
         self._accelerated_flat: Any = None
-        _ = self.accelerator  # chosen now: `accelerate: on` that cannot run fails here
+        _ = self.accelerator  # chosen now: `accelerate: true` that cannot run fails here
 
     @property
     def accelerator(self) -> NativeActorCritic | None:

@@ -65,7 +65,7 @@ class RecurrentPPOConfig(PPOConfig):
     minibatch_size: steps per gradient step, in whole sequences: a multiple of
         sequence_length, at most num_envs * num_steps; null = a quarter of the rollout's
         sequences (at least one), CleanRL's 4 minibatches.
-    Not supported: continuous actions, backend ray, init_from, accelerate: on (payoff's
+    Not supported: continuous actions, backend ray, init_from, accelerate: true (payoff's
     accelerator is for feed-forward MLPs; the GRU's gradients come from autograd).
     """
 
@@ -106,11 +106,11 @@ class RecurrentPPOConfig(PPOConfig):
                 f"recurrent_ppo collects rollouts locally only (backend 'local'), got "
                 f"{self.backend!r}"
             )
-        if self.accelerate == "on":
+        if self.accelerate is True:
             raise ConfigError(
                 "recurrent_ppo has no accelerator: payoff.accel's kernels are for "
                 "feed-forward MLPs, the GRU's gradients come from autograd; use accelerate: "
-                "auto or off"
+                "auto or false"
             )
         if self.init_from:
             raise ConfigError(
