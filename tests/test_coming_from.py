@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "coming-from-sb3-trl.md"
 TEXT = DOC.read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
+OPENING, SB3_SCRIPT, TRL_SCRIPT = (BLOCKS + ["", "", ""])[:3]
 
 
 def _section(title: str) -> str:
@@ -35,10 +36,15 @@ def test_every_renamed_or_refused_key_is_in_its_librarys_table():
     assert not missing, f"keys the config refuses but the page does not list: {missing}"
 
 
-def test_the_page_has_one_example_per_library():
-    assert len(BLOCKS) == 2
-    assert "action, _states = model.predict(obs" in BLOCKS[0]
-    assert "pd.read_parquet" in BLOCKS[1]
+def test_the_page_has_an_opening_example_and_one_per_library():
+    assert len(BLOCKS) == 3
+    assert "action, _ = agent.predict(observation)" in OPENING
+    assert "action, _states = model.predict(obs" in SB3_SCRIPT
+    assert "pd.read_parquet" in TRL_SCRIPT
+
+
+def test_the_opening_example_runs(tmp_path):
+    _run(OPENING + "assert action in (0, 1) and agent.num_timesteps >= 20_000\n", tmp_path)
 
 
 def _run(block: str, tmp_path: Path) -> str:
@@ -53,7 +59,7 @@ def _run(block: str, tmp_path: Path) -> str:
 
 
 def test_the_sb3_users_script_runs_and_its_callback_stops_training(tmp_path):
-    out = _run(BLOCKS[0], tmp_path).splitlines()
+    out = _run(SB3_SCRIPT, tmp_path).splitlines()
     assert 4_096 <= int(out[0]) < 4_096 + 4 * 128  # stopped at the first log past 4,096
     assert out[-1].startswith("mean return ") and "over 5 episodes" in out[-1]
     assert (tmp_path / "ppo-cartpole.safetensors").exists()
@@ -63,7 +69,7 @@ def test_the_sb3_users_script_runs_and_its_callback_stops_training(tmp_path):
 def test_the_trl_users_parquet_dataframe_trains_dpo(tmp_path):
     pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    out = _run(BLOCKS[1], tmp_path).splitlines()
+    out = _run(TRL_SCRIPT, tmp_path).splitlines()
     step, loss = out[0].split()
     assert step == "4" and float(loss) > 0
     assert len(out) == 2
