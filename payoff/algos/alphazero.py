@@ -124,8 +124,8 @@ class AlphaZeroConfig(RunKeys):
     eval_symmetries: whenever the trained agent plays (as eval_simulations), average its
         network over the board's symmetries: each position and its mirror image (Connect
         Four; tic-tac-toe's 8 images) in one forward pass, priors mapped back and averaged
-        with the values. A free ensemble against the network's blind spots, for ~1.4x the
-        play time on Connect Four; self-play and the gate are unchanged.
+        with the values. An ensemble against the network's blind spots, for more play time
+        per move; self-play and the gate are unchanged.
     eval_every / eval_games / league_simulations: baseline matches for the Elo curve, every
         that many iterations (and at the end), searched with league_simulations per move
         (null = eval_simulations; fewer keeps the periodic league cheap). eval_games 0: no
@@ -151,8 +151,7 @@ class AlphaZeroConfig(RunKeys):
         only adds start-up and switching. Training and gates stay in this process; the
         league's and the final evaluation's matches are shared out to the workers too.
     train_threads: torch threads while the network trains; 0 = max(workers, threads).
-        The self-play workers wait during training, so their cores are free: on 2 cores a
-        step of the Connect Four resnet takes ~37 ms on 2 threads against ~60 ms on 1.
+        The self-play workers wait during training, so their cores are free for it.
     """
 
     game: str = "tictactoe"

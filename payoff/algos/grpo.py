@@ -149,7 +149,7 @@ class GRPOConfig(LMKeys, IntegrityKeys):
         up to `max_staleness` steps ahead (policy versions behind). max_staleness 0 samples
         in the second process but waits, and reproduces synchronous results exactly (with
         the same threads). On 2 cores give the trainer and the sampler one thread each
-        (threads: 1): more threads than cores makes both spin and run ~4x slower.
+        (threads: 1): more threads than cores makes both spin and run several times slower.
         Resuming, a rollback or the end of the run drops the batches sampled ahead.
     sampler_threads: torch threads of the sampling process (0 = threads).
     temperature / top_p / max_new_tokens / stop: sampling (see SamplingConfig). The loss uses
@@ -389,7 +389,7 @@ class GRPO(LMAlgorithm):
         # generator (minibatch shuffles) is not raced.
         self.ahead_generator = torch.Generator().manual_seed(config.seed + 1)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
-        # fused: one kernel for the whole step, ~3x faster on CPU
+        # fused: one kernel for the whole step, faster on CPU
         self.optimizer = adamw(
             self.trainable, config.learning_rate, config.weight_decay, fused=True
         )
@@ -639,8 +639,8 @@ class GRPO(LMAlgorithm):
 
     def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
         """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
-        # One conversion of each tensor, then plain lists: 64 rows of tensor indexing cost
-        # ~0.6 ms, a visible share of a small model's step.
+        # One conversion of each tensor, then plain lists: row-by-row tensor indexing is a
+        # visible share of a small model's step.
         ids = [
             [token for token, real in zip(row, mask, strict=True) if real]
             for row, mask in zip(
@@ -712,7 +712,7 @@ class GRPO(LMAlgorithm):
             note(whole)
         # Only the policy term has a gradient when there is no KL term, and it is A * (...).
         skip = config.skip_zero_advantage and self.reference is None
-        if not self.model.training:  # the sampler restores the mode; a no-op walk costs ~1 ms
+        if not self.model.training:  # the sampler restores the mode; skip a no-op walk
             self.model.train()
         for _ in range(config.updates_per_batch):
             if on_policy:

@@ -3,8 +3,8 @@
 A float32 below 1.2e-38 is "denormal": many x86 CPUs handle it in microcode, many times
 slower than a normal float. Small MLPs trained long can compute with many of them. The
 measured case: pendulum-mbrl with 2,000 gradient steps per refit (fit_steps=2000) ended
-with 1.8% of its dynamics ensemble's SiLU outputs denormal, and its planner ran about 6
-times slower (10.4 s against 1.6 to 1.9 s a plan for 10 rows with them flushed).
+with 1.8% of its dynamics ensemble's SiLU outputs denormal, and its planner ran several
+times slower than with them flushed.
 
 Flushing them (and reading denormal inputs as zero) moves each such value by less than
 1.2e-38; only a later division by it or log of it would notice. `torch.set_flush_denormal`

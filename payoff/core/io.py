@@ -139,8 +139,8 @@ class YAMLTooLarge(yaml.YAMLError):
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-# libyaml's parser (C) where PyYAML was built with it: the pure-Python one took ~20 s per
-# 8 MB string. Both construct plain data only (SafeConstructor).
+# libyaml's parser (C) where PyYAML was built with it: the pure-Python one is far slower on
+# large strings. Both construct plain data only (SafeConstructor).
 _SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

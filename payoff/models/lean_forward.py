@@ -91,7 +91,7 @@ def lean_supported(model: Any) -> bool:
 def _llama_checkpointing(model: Any) -> bool:
     """`is_checkpointing` for a LlamaForCausalLM in training: transformers sets the flag on
     the decoder and its layers, so those are all to read (walking every module each
-    forward cost ~0.15 ms of a tiny model's step)."""
+    forward is a visible share of a tiny model's step)."""
     body = model.model
     return any(getattr(m, "gradient_checkpointing", False) for m in (body, *body.layers))
 

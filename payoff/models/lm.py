@@ -376,8 +376,8 @@ def load_lm(
     model = model.to(device)
     if device.type == "cuda":
         # cuDNN's attention builds a new graph for every new shape, and RL batches change
-        # shape every step (prompt and completion lengths): on an H200 it took 2.8 ms of CPU a
-        # forward and 25 ms a backward, half of a GRPO step. The flash, memory-efficient and
+        # shape every step (prompt and completion lengths): on an H200 those builds were half
+        # of a GRPO step. The flash, memory-efficient and
         # math kernels need no such build. This is process-wide, like any torch.backends flag.
         torch.backends.cuda.enable_cudnn_sdp(False)
     if config.disable_dropout is not False:  # (null: off; SFT passes false)

@@ -22,7 +22,7 @@ def adamw(
     """AdamW over the parameters that train (with LoRA: the adapters only).
 
     weight_decay: 0.01 is torch's default, which trainers without a weight_decay key use.
-    fused: one kernel for the whole step (about 3x faster on CPU for a small model); its
+    fused: one kernel for the whole step (faster on CPU for a small model); its
         rounding differs from the default implementation's, so a trainer keeps one or the other.
     """
     trainable = [p for p in parameters if p.requires_grad]

@@ -15,7 +15,7 @@ class TinyLMConfig:
     """Shape of the built-in tiny Llama.
 
     hidden_size / layers / heads / intermediate_size: the defaults give ~1.05M parameters with
-        the 100-symbol character vocabulary; they learn 2-digit addition in ~30 s on 2 cores.
+        the 100-symbol character vocabulary; they learn 2-digit addition.
     max_length: longest prompt + completion, in characters (position embeddings are rotary,
         so this only bounds what the config advertises).
     """

@@ -171,7 +171,7 @@ def _curves_title(name: str, config: dict[str, Any]) -> str:
 
 def _what_ran(config: dict[str, Any]) -> list[str]:
     """The recipe with its own description, and the overrides this run was started with: the
-    description is the recipe's (its "solves in ~0.5 s"), not a claim about this run."""
+    description is the recipe's (its "solves within 100k steps"), not a claim about this run."""
     recipe = config.get("recipe")
     description = config.get("description", "")
     if config.get("from_defaults"):  # `payoff train ppo env.id=...`: no recipe to describe

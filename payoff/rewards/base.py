@@ -494,7 +494,7 @@ class RewardMix:
 class _RewardWorker:
     """A daemon thread that runs reward calls, so that a hung function can be timed out.
 
-    One thread serves every call (starting a thread per call costs ~1 ms once torch is
+    One thread serves every call (starting a thread per call is slow once torch is
     imported). A call that runs past its timeout is abandoned together with this worker:
     its thread stays busy, and being a daemon it cannot block the process at exit.
     """

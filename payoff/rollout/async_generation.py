@@ -20,12 +20,11 @@ per-tensor write counter; the next `submit` then first sends the trainable param
 FIFO pipe to the child. The weights themselves travel through shared memory and the pipe
 carries where they are: 4 MB pushed through a 64 KB pipe
 needed ~60 wake-ups of the child's reading thread, each waiting for the interpreter lock
-that the busy sampling thread holds, and cost the learner ~35 ms a step. Weights of one
+that the busy sampling thread holds, a large share of the learner's step. Weights of one
 dtype are one flat buffer of raw values in a slot of a ring of a few reusable slots in one
 mapped file (`_WeightRing`), their names and shapes in the message; the child checks the
 size against the shapes, copies the slot into its model and marks it read. The learner's
-push went from 10.5 ms a step (an encoded checkpoint tree) to 3.2 ms (a file per version)
-to one copy into the slot, for the tiny model's 4 MB. Mixed dtypes (rare) go as a
+push is one copy into the slot (neither an encoded checkpoint tree nor a file per version). Mixed dtypes (rare) go as a
 checkpoint tree in the message itself. The shared memory has no name anyone must remove:
 on Linux it is a memfd (anonymous shared memory) that the child opens through the learner's
 /proc/<pid>/fd, so the kernel frees it when the last of the two processes holding it ends,
@@ -483,8 +482,8 @@ _FLAT_DTYPES = {
 class _WeightRing:
     """Flat weights versions in `SLOTS` reusable slots of one file in shared memory, mapped
     by the learner and the child alike: a push is one copy of the weights into a slot (no
-    file to create, write, read and delete each step: 3.2 ms of the learner's step for the
-    tiny model's 4 MB, against ~0.5 ms), and the child copies the slot into its model.
+    file to create, write, read and delete each step), and the child copies the slot into
+    its model.
 
     Version v goes to slot v % SLOTS. The file starts with one int64 per slot: the last
     version the child has loaded from it. Before overwriting a slot the learner waits until

@@ -169,7 +169,7 @@ def evaluate_policy(
     try:
         for episode in range(episodes):
             if cut >= CUT_EPISODES_BEFORE_STOPPING:  # a policy that loops: 1,000 such
-                warnings.warn(  # episodes of Q-learning's final evaluation took 40 minutes
+                warnings.warn(  # episodes of a Q-table's final evaluation ran for a long time
                     f"evaluation of env {env.id!r} stopped after {episode} of {episodes} "
                     f"episodes: {cut} of them never ended and were cut at {step_limit:,} "
                     f"steps, and the policy would likely loop in the rest too; its result is "

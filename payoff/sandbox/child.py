@@ -167,7 +167,7 @@ class NotPlainData(ValueError):
 # How many keys of one set or dict may share a hash. Ints are their own hash below 2**61 - 1
 # (-1 and -2 share one), so plain data never comes near; keys made to collide (k * (2**61 - 1)
 # all hash to 0, and floats and tuples of them follow) make each insertion walk all the
-# others: 40,000 such keys cost 8 s of the reader's CPU, a few MB of them hours.
+# others: the reader's time grows with the square of their number.
 SAME_HASH_LIMIT = 8
 
 

@@ -91,7 +91,7 @@ def resolve_mode(mode: str | None) -> str:
 @functools.cache
 def child_program() -> Path:
     """child.py compiled once per trainer process, for the sandbox's interpreter to run as
-    it is: compiling its source took each run ~15 ms. child.py itself where it cannot be."""
+    it is, instead of compiling its source every run. child.py itself where it cannot be."""
     import atexit
     import py_compile
     import tempfile
@@ -469,7 +469,7 @@ def _collect(
     count_files: tuple[str, ...] = (),
 ) -> tuple[dict[str, bytes], bool, int, bool]:
     """Read stdout, stderr and results until all close or the deadline passes; keep the caps.
-    watch: a host work dir, which no tmpfs caps: checked every 50 ms, and the code is killed
+    watch: a host work dir, which no tmpfs caps: checked as the loop polls, and the code is killed
     once its files pass limits.workdir_mb; checked once more after the code ended (it may
     write past the cap and exit between two checks). count_files: the sandbox's tmpfs
     mounts whose files are counted the same way against limits.workdir_files. side_channel:
