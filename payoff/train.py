@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Agent, Algorithm, config_from_run, run_defaults
+from payoff.algos.base import Agent, Algorithm, run_defaults
 from payoff.algos.loop import LearnInterrupted
 from payoff.core.config import apply_overrides, from_dict, parse_override, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
@@ -648,7 +648,3 @@ def _final_line(run: Run, label: str) -> str:
         except TypeError:  # another algorithm's fields
             final = None
     return f"{label} (seed {run.config.get('seed')}): {final or 'no final evaluation'}"
-
-
-def algorithm_config(run: Run) -> dict[str, Any]:
-    return config_from_run(run.config)

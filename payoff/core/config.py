@@ -866,10 +866,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return copy.deepcopy(value)
-
-
-def save_yaml(data: dict[str, Any], path: str | Path) -> None:
-    """Write a mapping as YAML atomically."""
-    from payoff.core.io import atomic_write_text
-
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))

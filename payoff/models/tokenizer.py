@@ -9,7 +9,6 @@ characters), it saves with `save_pretrained` and loads back with plain
 from __future__ import annotations
 
 import string
-from pathlib import Path
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
@@ -40,9 +39,3 @@ def build_char_tokenizer(characters: str = DEFAULT_CHARACTERS):  # -> PreTrained
         clean_up_tokenization_spaces=False,
     )
     return tokenizer
-
-
-def save_tokenizer(tokenizer, path: str | Path) -> Path:
-    """Write tokenizer.json and its configs into `path`."""
-    tokenizer.save_pretrained(str(path))
-    return Path(path)

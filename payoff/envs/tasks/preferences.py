@@ -29,7 +29,6 @@ so the policy that RLHF starts from already says "Great question!" now and then.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,6 @@ import numpy as np
 
 from payoff.core.config import PYTHON_ONLY, absolute_path
 from payoff.core.errors import ConfigError, DataError
-from payoff.core.io import atomic_write_bytes
 from payoff.envs.tasks.base import Row, Task, register_task
 from payoff.envs.tasks.datasets import (
     columns,
@@ -115,13 +113,6 @@ def read_preferences(path: Any, split: str = "train") -> list[Row]:
         where = repr(str(path)) if isinstance(path, str | Path) else "passed from Python"
         raise DataError(f"the preference pairs {where} hold no rows")
     return rows
-
-
-def write_preferences(rows: Sequence[Row], path: str | Path) -> Path:
-    """Write preference rows as JSONL (atomically)."""
-    text = "".join(json.dumps(row) + "\n" for row in rows)
-    atomic_write_bytes(path, text.encode())
-    return Path(path)
 
 
 # ---- the gold scorer ------------------------------------------------------------------------
