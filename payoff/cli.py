@@ -252,7 +252,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
         play_run(args.run, human_first=not args.second)
         return 0
-    from payoff.algos.base import Agent
+    from payoff.algos.agent import Agent
     from payoff.train import load
 
     _, algorithm = load(args.run)

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Agent, run_defaults
+from payoff.algos.agent import Agent
+from payoff.algos.base import run_defaults
 from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
 from payoff.core.errors import ConfigError, EnvError, suggest
 from payoff.envs.make import EnvConfig, make_env

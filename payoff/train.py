@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from payoff.algos import get_algorithm
-from payoff.algos.base import Agent, Algorithm, run_defaults
+from payoff.algos.agent import Agent
+from payoff.algos.base import Algorithm, run_defaults
 from payoff.algos.loop import LearnInterrupted
 from payoff.core.config import apply_overrides, from_dict, parse_override, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError

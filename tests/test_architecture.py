@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from payoff.algos import available_algorithms, get_algorithm
-from payoff.algos.base import Agent, Algorithm
+from payoff.algos.agent import Agent
+from payoff.algos.base import Algorithm
 from payoff.algos.shared.lm import LMAlgorithm
 from payoff.report.figures import COMPARISONS, FIGURES
 

@@ -82,18 +82,18 @@ def test_another_env_of_the_same_spaces_and_one_of_other_spaces(agent):
 
 
 def test_layouts_match_by_kind_and_shape_not_bounds():
-    from payoff.algos.base import _same_layout
+    from payoff.algos.base import same_layout
 
     box = gym.spaces.Box(-1.0, 1.0, (3,))
-    assert _same_layout(box, gym.spaces.Box(-np.inf, np.inf, (3,), np.float64))
-    assert not _same_layout(box, gym.spaces.Box(-1.0, 1.0, (4,)))
-    assert not _same_layout(gym.spaces.Discrete(3), gym.spaces.Discrete(4))
-    assert not _same_layout(gym.spaces.Discrete(3), box)
+    assert same_layout(box, gym.spaces.Box(-np.inf, np.inf, (3,), np.float64))
+    assert not same_layout(box, gym.spaces.Box(-1.0, 1.0, (4,)))
+    assert not same_layout(gym.spaces.Discrete(3), gym.spaces.Discrete(4))
+    assert not same_layout(gym.spaces.Discrete(3), box)
     nested = gym.spaces.Dict({"a": box, "b": gym.spaces.Discrete(2)})
-    assert _same_layout(
+    assert same_layout(
         nested, gym.spaces.Dict({"a": gym.spaces.Box(0, 5, (3,)), "b": gym.spaces.Discrete(2)})
     )
-    assert not _same_layout(nested, gym.spaces.Dict({"a": box}))
+    assert not same_layout(nested, gym.spaces.Dict({"a": box}))
 
 
 def test_the_cli_samples_with_stochastic(tmp_path, capsys):

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from payoff import PPO, SAC, SFT
-from payoff.algos.base import NO_FINAL_EVALUATION, Agent
+from payoff.algos.agent import Agent
+from payoff.algos.base import NO_FINAL_EVALUATION
 from payoff.algos.loop import LearnInterrupted
 from payoff.algos.shared.lm import LMAlgorithm
 from payoff.core.errors import ConfigError

@@ -20,7 +20,7 @@ def available_algorithms() -> list[str]:
     """Names of the algorithm modules shipped with payoff."""
     names = []
     for module in pkgutil.iter_modules(__path__):
-        if module.name.startswith("_") or module.name in ("base", "loop", "response", "shared"):
+        if module.name.startswith("_") or module.name in ("agent", "base", "loop", "response", "shared"):
             continue
         names.append(module.name)
     return sorted(names)

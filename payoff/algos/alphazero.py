@@ -47,7 +47,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from payoff.algos.base import NO_FINAL_EVALUATION, Agent, RunKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import NO_FINAL_EVALUATION, RunKeys, check_deterministic
 from payoff.algos.loop import TrainLoop
 from payoff.core.config import in_range
 from payoff.core.device import resolve_device

@@ -47,7 +47,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, AgentKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import AgentKeys, check_deterministic
 from payoff.core.config import in_range
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import seed_everything

@@ -57,7 +57,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from payoff.algos.base import Agent, AgentKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import AgentKeys, check_deterministic
 from payoff.algos.loop import crossed
 from payoff.core.config import in_range
 from payoff.core.errors import CheckpointError, ConfigError, EnvError

@@ -19,7 +19,8 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 
-from payoff.algos.base import NO_FINAL_EVALUATION, Agent, AgentKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import NO_FINAL_EVALUATION, AgentKeys, check_deterministic
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything

@@ -24,9 +24,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from payoff.algos.agent import Agent
 from payoff.algos.base import (
     NO_FINAL_EVALUATION,
-    Agent,
     AgentKeys,
     check_deterministic,
     restoring,

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import VectorAgentKeys, check_deterministic
 from payoff.core.config import MAX_REPLAY, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError

@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from payoff.algos.base import Agent, VectorAgentKeys, check_deterministic
+from payoff.algos.agent import Agent
+from payoff.algos.base import VectorAgentKeys, check_deterministic
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.reward_scaling import RewardScaler
 from payoff.core.config import absolute_path
