@@ -481,13 +481,28 @@ class Algorithm:
         reached: the algorithm holds that training, so learn(n) trains on from there.
         """
         total, options = self.learn_arguments(total, callback, sb3)
+        self._warn_if_learn_cannot_train(total)
+        target = self._learn_target(total)
+        self.interrupted = False
+        self.loop_options = options
+        try:
+            self.train_until(target)
+        finally:
+            self.loop_options = {}
+        if self.interrupted:
+            raise self._interruption(target)
+        return self
+
+    def _warn_if_learn_cannot_train(self, total: int | None) -> None:
+        """Say why learn() will train nothing (a halt, a stop condition met) and pass on a
+        note of an inexact restore."""
         if self.halted is not None:  # the loop would stop at once, without a word
             warnings.warn(
                 f"{type(self).__name__} was halted by the {self.halted.kind} alarm at step "
                 f"{self.halted.step} (on_alarm: halt), so learn() trains no further; set "
                 f"agent.halted = None to train on past it",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         if self.state.solved_at is not None and total is not None:
             set_stops = {
@@ -506,11 +521,15 @@ class Algorithm:
                     f"agent.config.{first} = None (or load the file with {first}=None) to "
                     f"train on past it",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
         note, self._unexact_restore = getattr(self, "_unexact_restore", None), None
         if note:  # loaded from a file whose envs could not be restored exactly
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            warnings.warn(note, RuntimeWarning, stacklevel=3)
+
+    def _learn_target(self, total: Any) -> int:
+        """The step learn(total) trains to, with the planned length (the key `total_key`)
+        raised to it when it is past the plan."""
         key = self.total_key
         if total is not None:
             if isinstance(total, float) and total.is_integer():
@@ -539,17 +558,9 @@ class Algorithm:
                     f"{type(self).__name__} has reached (step {self.state.step:,}), so it "
                     f"trains no further: learn(n) trains n more",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-        self.interrupted = False
-        self.loop_options = options
-        try:
-            self.train_until(target)
-        finally:
-            self.loop_options = {}
-        if self.interrupted:
-            raise self._interruption(target)
-        return self
+        return target
 
     def learn_arguments(
         self, total: Any, callback: Any, sb3: dict[str, Any]
