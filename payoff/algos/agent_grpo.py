@@ -43,7 +43,7 @@ from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, task_code
 from payoff.models.base_model import save_cached_model, start_lm
 from payoff.models.chat import has_chat_template, uses_chat_template
 from payoff.models.lm import ModelConfig, load_lm, save_lm
-from payoff.models.lm_optim import adamw, warmup_scheduler
+from payoff.models.lm_optim import adamw, apply_gradients, warmup_scheduler, zero_gradients
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.monitor.detectors import Monitor
@@ -499,12 +499,11 @@ class AgentGRPO(Algorithm):
                 parts.loss.backward()
                 loss, clip_fraction = parts.loss.item(), float(parts.clip_fraction)
             else:  # every row skipped: the gradient is 0, and Adam still steps on it
-                for param in self.trainable:
-                    param.grad = torch.zeros_like(param)
-            grad = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            stats = {"loss": loss, "clip": clip_fraction, "grad": float(grad)}
+                zero_gradients(self.trainable)
+            grad = apply_gradients(
+                self.optimizer, self.trainable, self.config.max_grad_norm, self.scheduler
+            )
+            stats = {"loss": loss, "clip": clip_fraction, "grad": grad}
         return stats
 
     # ---- evaluation -------------------------------------------------------------------------

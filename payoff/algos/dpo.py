@@ -34,7 +34,7 @@ from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference, check_pairs_fit
-from payoff.models.lm_optim import adamw
+from payoff.models.lm_optim import adamw, train_step
 from payoff.models.logprobs import (
     completion_logprobs,
     pack_shared_prompts,
@@ -308,10 +308,7 @@ class DPO(LMAlgorithm):
             nll = -(logps[:, 0] / self.chosen_tokens[torch.as_tensor(index)]).mean()
             loss = loss + config.rpo_alpha * nll
             extra["train/chosen_nll"] = nll.item()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = train_step(loss, self.optimizer, self.model.parameters(), config.max_grad_norm)
         self.step += 1
         self._record = {
             "train/loss": loss.item(),

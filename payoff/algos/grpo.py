@@ -50,7 +50,7 @@ from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
 from payoff.core.errors import ConfigError
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
-from payoff.models.lm_optim import adamw, warmup_scheduler
+from payoff.models.lm_optim import adamw, apply_gradients, warmup_scheduler, zero_gradients
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.monitor.integrity import (
@@ -794,16 +794,14 @@ class GRPO(LMAlgorithm):
                         float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
                     )
                 if not ran:  # every row skipped: the loss and its gradient are exactly 0
-                    for param in self.trainable:
-                        param.grad = torch.zeros_like(param)
+                    zero_gradients(self.trainable)  # ... and the step is taken all the same
                 for key, value in totals.items():
                     stats[key].append(value)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, config.max_grad_norm)
-                # Adam's moments decay and weight decay acts on a zero gradient too, so the
-                # step is taken either way: skipping changes the work, not the update.
-                self.optimizer.step()
-                self.scheduler.step()
-                stats["grad"].append(float(grad_norm))
+                stats["grad"].append(
+                    apply_gradients(
+                        self.optimizer, self.trainable, config.max_grad_norm, self.scheduler
+                    )
+                )
         out_stats = {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
         if stats["mismatch_max"]:
             out_stats["mismatch_max"] = float(np.max(stats["mismatch_max"]))

@@ -34,7 +34,7 @@ from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
 from payoff.models.base_model import BaseModelConfig, resolve_model, set_threads
 from payoff.models.chat import has_chat_template
 from payoff.models.lm import ModelConfig, check_pairs_fit
-from payoff.models.lm_optim import adamw
+from payoff.models.lm_optim import adamw, train_step
 from payoff.models.logprobs import (
     pack_shared_prompts,
     packable,
@@ -283,10 +283,7 @@ class RewardModel(Algorithm):
             )
             chosen, rejected = scores.chunk(2)
         loss = bradley_terry_loss(chosen, rejected)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(member.parameters(), self.config.max_grad_norm)
-        optimizer.step()
+        train_step(loss, optimizer, member.parameters(), self.config.max_grad_norm)
         return loss.item(), float((chosen > rejected).float().mean())
 
     def train_until(self, total: int) -> None:

@@ -49,7 +49,7 @@ from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
-from payoff.models.lm_optim import adamw
+from payoff.models.lm_optim import adamw, train_step
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.detectors import Monitor
 from payoff.monitor.integrity import MonitorKeys, lm_monitors
@@ -361,10 +361,9 @@ class RLHFPPO(LMAlgorithm):
                 surrogate = clipped_surrogate(
                     out.logprobs[m], old_logprobs[i][m], advantages[i][m], config.clip
                 )
-                self.optimizer.zero_grad(set_to_none=True)
-                surrogate.loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-                self.optimizer.step()
+                train_step(
+                    surrogate.loss, self.optimizer, self.model.parameters(), config.max_grad_norm
+                )
                 values = self.critic.token_values(
                     torch.cat([g.prompt_ids[i], g.completion_ids[i]], 1),
                     torch.cat([g.prompt_mask[i], g.completion_mask[i]], 1),
@@ -372,10 +371,9 @@ class RLHFPPO(LMAlgorithm):
                 v_loss = config.value_coef * value_loss(
                     values[m], returns[i][m], old_values[i][m], config.value_clip
                 )
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                v_loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
-                self.critic_optimizer.step()
+                train_step(
+                    v_loss, self.critic_optimizer, self.critic.parameters(), config.max_grad_norm
+                )
                 logs["policy_loss"].append(surrogate.loss.item())
                 logs["value_loss"].append(v_loss.item())
                 logs["approx_kl"].append(float(surrogate.approx_kl))

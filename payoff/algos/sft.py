@@ -34,7 +34,7 @@ from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
 from payoff.models.lean_forward import explained_lookups
 from payoff.models.lm import ModelConfig, context_limit, model_device
-from payoff.models.lm_optim import adamw, scheduled_lr, warmup_scheduler
+from payoff.models.lm_optim import adamw, scheduled_lr, train_step, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs, tokenize_starts
 from payoff.rollout.episodes import Episode, pack_episodes
 from payoff.track.progress import Progress
@@ -208,11 +208,9 @@ class SFT(LMAlgorithm):
         batch = self.batch(self.task.sample(self.rng, config.batch_size))
         with explained_lookups(self.model, batch["input_ids"]):
             loss = self.model(**batch, use_cache=False).loss
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
+        grad_norm = train_step(
+            loss, self.optimizer, self.model.parameters(), config.max_grad_norm, self.scheduler
+        )
         self.step += 1
         tokens = int(batch["attention_mask"].sum())
         self._record = {
@@ -389,10 +387,7 @@ def train_on_episodes(
         logprobs = sequence_logprobs(model, batch.input_ids, batch.attention_mask)  # [B, L-1]
         mask = batch.model_mask[:, 1:].float()
         loss = -(logprobs * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        train_step(loss, optimizer, model.parameters(), 1.0)
         losses.append(loss.item())
         progress.update(1, loss=losses[-1])
     progress.close()

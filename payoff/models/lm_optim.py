@@ -1,8 +1,11 @@
-"""The optimizer and learning-rate schedule of every language-model trainer.
+"""The optimizer, learning-rate schedule and optimizer step of every language-model trainer.
 
 optimizer = adamw(model.parameters(), learning_rate, weight_decay)
 scheduler = warmup_scheduler(optimizer, warmup_steps)          # linear warmup, then flat
 lr        = scheduled_lr(step, learning_rate, warmup, total)   # ... or cosine decay to 10%
+grad_norm = train_step(loss, optimizer, params, max_grad_norm, scheduler)   # one loss
+# ... or, over micro-batches: optimizer.zero_grad(set_to_none=True); each loss.backward();
+grad_norm = apply_gradients(optimizer, params, max_grad_norm, scheduler)
 """
 
 from __future__ import annotations
@@ -56,3 +59,40 @@ def warmup_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: scheduled_lr(step, 1.0, warmup_steps)
     )
+
+
+def apply_gradients(
+    optimizer: torch.optim.Optimizer,
+    parameters: Iterable[torch.Tensor],
+    max_grad_norm: float,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> float:
+    """The gradients in place become a step: their joint norm clipped to `max_grad_norm`,
+    the optimizer's step, then the schedule's. Returns the norm before clipping (what
+    trainers log as train/grad_norm)."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return float(grad_norm)
+
+
+def train_step(
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    parameters: Iterable[torch.Tensor],
+    max_grad_norm: float,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> float:
+    """One optimizer step on one loss: the gradients cleared, `loss` backpropagated, then
+    `apply_gradients`. Returns the gradient norm before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    return apply_gradients(optimizer, parameters, max_grad_norm, scheduler)
+
+
+def zero_gradients(parameters: Iterable[torch.Tensor]) -> None:
+    """A zero gradient for each parameter: a step whose rows were all skipped still steps
+    (Adam's moments decay and weight decay act on a zero gradient too)."""
+    for param in parameters:
+        param.grad = torch.zeros_like(param)
