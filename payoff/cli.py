@@ -6,6 +6,12 @@ Overrides (`key=value`) may come anywhere after the recipe, before or after the 
 Every PayoffError, and every file that cannot be read or written, is printed as one line
 (`error: ...`) with exit status 2. A training run stopped by Ctrl-C, SIGTERM or SIGHUP keeps a
 checkpoint and exits with the shell's status for that signal: 130, 143 or 129.
+
+One module, over 600 lines, because it is one thing: the command line. Each command's
+flags (`_add_train`) stand beside what the command does with them (`_cmd_train`); split into
+a parser module and a commands module, every flag would be defined in one file and read in
+the other. What the commands call (training, loading, reports) lives below, in train.py and
+the packages.
 """
 
 from __future__ import annotations
@@ -61,6 +67,17 @@ def _positive(option: str, value: int) -> None:
         raise ConfigError(f"{option} must be a positive number, got {value}")
 
 
+def _add_recipes(sub: argparse._SubParsersAction) -> None:
+    """The `recipes` command: no arguments."""
+    p = sub.add_parser(
+        "recipes",
+        help="list shipped recipes (and the algorithms `payoff train` also takes)",
+        description="List shipped recipes with a one-line description, then the algorithms: "
+        "`payoff train ALGO key=value ...` trains an algorithm from its defaults.",
+    )
+    p.set_defaults(func=_cmd_recipes)
+
+
 def _cmd_recipes(args: argparse.Namespace) -> int:
     from payoff.algos import available_algorithms
     from payoff.recipes import list_recipes
@@ -100,6 +117,56 @@ def _resume_length(run: Run, recipe: str | None, overrides: list[str]) -> tuple[
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PayoffError(f"{key} must be a whole number >= 1, got {value!r}")
     return key, value
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    """The `train` command: a recipe, algorithm or YAML file and its overrides, or --resume RUN."""
+    p = sub.add_parser(
+        "train",
+        help="train a recipe or an algorithm (or resume a run)",
+        description="Train a shipped recipe, an algorithm from its defaults, or a YAML file "
+        "into a new run directory. A name is looked up as a file first, then as a recipe, "
+        "then as an algorithm (ppo, dqn, sac, sft, dpo, grpo, ...: `payoff recipes` lists "
+        "them); an algorithm's run is titled by it and its env or task ('ppo on Acrobot-v1').",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  payoff train cartpole-ppo                        a shipped recipe\n"
+            "  payoff train cartpole-ppo total_steps=2e5 --seed 3\n"
+            "  payoff train my-recipe.yaml                      a YAML file (a run's config.yaml too)\n"
+            "  payoff train ppo env.id=Acrobot-v1               an algorithm, from its defaults\n"
+            "  payoff train sft task.data=rows.jsonl            its defaults on your data\n"
+            "  payoff train dqn-ablation                        an experiment: several runs, compared\n"
+            "  payoff train --resume runs/RUN                   continue a stopped run\n"
+            "  payoff train --resume runs/RUN total_steps=1e6   train a finished run further"
+        ),
+    )
+    p.add_argument(
+        "recipe",
+        nargs="?",
+        help="recipe name (see `payoff recipes`), algorithm name (its defaults: ppo, sft, "
+        "...) or path to a YAML file",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides key=value (dotted for nesting: env.id=CartPole-v1)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed (same seed, same metrics)")
+    p.add_argument("--out", default="runs", help="folder for run directories (default: runs/)")
+    p.add_argument("--resume", metavar="RUN", help="continue RUN from its latest checkpoint")
+    p.add_argument(
+        "--no-media", action="store_true", help="skip pictures, GIF and report at the end"
+    )
+    p.add_argument(
+        "--track",
+        metavar="LOGGERS",
+        default=None,
+        help="metric loggers, comma-separated: tensorboard, wandb, mlflow or none "
+        "(default: $PAYOFF_LOGGERS, else tensorboard; see docs/tracking.md)",
+    )
+    _add_trust_code(p)
+    p.set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -183,6 +250,45 @@ def _printable(text: object) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in str(text))
 
 
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    """The `eval` command: a run and how to evaluate it."""
+    p = sub.add_parser(
+        "eval", help="evaluate a trained run", description="Evaluate a run's latest policy."
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes (default 100)")
+    p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="what to evaluate on: a language-model run's dataset split (test|ood), a kart "
+        "run's track (heldout)",
+    )
+    p.add_argument(
+        "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
+    )
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions as in training instead of taking the most likely one (agents)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the evaluation's seed (agents: episode k is seeded seed + k; default: the run's "
+        "seed + 1,000,000)",
+    )
+    p.add_argument(
+        "--opponent",
+        default=None,
+        help="self-play runs: the baseline to play, e.g. alphabeta-5 (default: the recipe's "
+        "strongest baseline)",
+    )
+    _add_trust_code(p)
+    p.set_defaults(func=_cmd_eval)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from payoff.train import load
 
@@ -246,6 +352,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_play(sub: argparse._SubParsersAction) -> None:
+    """The `play` command: a run's episodes to a GIF, or a board game in the terminal."""
+    p = sub.add_parser(
+        "play",
+        help="render episodes to a GIF",
+        description="Render episodes of a trained policy to a GIF.",
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--gif", help="output GIF path")
+    p.add_argument(
+        "--human", action="store_true", help="play against a board-game run in the terminal"
+    )
+    p.add_argument("--second", action="store_true", help="with --human: the agent moves first")
+    p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
+    _add_trust_code(p)
+    p.set_defaults(func=_cmd_play)
+
+
 def _cmd_play(args: argparse.Namespace) -> int:
     if args.human:
         from payoff.play import play_run
@@ -269,6 +393,30 @@ def _cmd_play(args: argparse.Namespace) -> int:
         path = algorithm.record_gif(args.gif, episodes=args.episodes)
     print(f"wrote {path}")
     return 0
+
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
+    """The `plot` command: runs' learning curves overlaid in one image."""
+    p = sub.add_parser(
+        "plot",
+        help="overlay learning curves",
+        description=(
+            "Overlay learning curves of runs; runs of the same recipe with different seeds are drawn as a mean with a band."
+        ),
+    )
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument(
+        "--out",
+        default="curves.png",
+        help="output image, its format by the extension: .png, .svg, .pdf, .jpg (default curves.png)",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        help="metric to plot (repeatable); default: the headline metric",
+    )
+    p.add_argument("--x", default="step", help="x axis key (default step)")
+    p.set_defaults(func=_cmd_plot)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -336,6 +484,16 @@ def _trained_on(config: dict) -> str:
     return "?"
 
 
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    """The `report` command: a run's HTML report."""
+    p = sub.add_parser(
+        "report", help="write a run's HTML report", description="Write RUN/media/report.html."
+    )
+    p.add_argument("run", help="run directory")
+    _add_trust_code(p)
+    p.set_defaults(func=_cmd_report)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from payoff.report.page import write_report
     from payoff.track.run import Run
@@ -366,6 +524,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
             path = write_report(run)
     print(f"wrote {path}")
     return 0
+
+
+def _add_redteam(sub: argparse._SubParsersAction) -> None:
+    """The `redteam` command: a red-team spec and its overrides."""
+    p = sub.add_parser(
+        "redteam",
+        help="attack a reward before training on it",
+        description=(
+            "Train a small aggressive optimizer against a proxy reward and report episodes where the proxy is high "
+            "and the true objective fails, with evidence. SPEC: a shipped spec (boatrace, boatrace-progress, "
+            "cleaning) or a YAML file."
+        ),
+    )
+    p.add_argument("spec", help="red-team spec name or YAML path")
+    p.add_argument("overrides", nargs="*", help="spec overrides key=value (e.g. budget=50000)")
+    p.add_argument("--out", default="runs", help="folder for the run directory (default: runs/)")
+    p.set_defaults(func=_cmd_redteam)
 
 
 def _cmd_redteam(args: argparse.Namespace) -> int:
@@ -406,160 +581,23 @@ def _add_trust_code(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command, in the order `payoff --help` lists them."""
     parser = argparse.ArgumentParser(
         prog="payoff", description="Reinforcement learning by trial and error, end to end."
     )
     parser.add_argument("--version", action="version", version=f"payoff {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-
-    p = sub.add_parser(
-        "recipes",
-        help="list shipped recipes (and the algorithms `payoff train` also takes)",
-        description="List shipped recipes with a one-line description, then the algorithms: "
-        "`payoff train ALGO key=value ...` trains an algorithm from its defaults.",
-    )
-    p.set_defaults(func=_cmd_recipes)
-
-    p = sub.add_parser(
-        "train",
-        help="train a recipe or an algorithm (or resume a run)",
-        description="Train a shipped recipe, an algorithm from its defaults, or a YAML file "
-        "into a new run directory. A name is looked up as a file first, then as a recipe, "
-        "then as an algorithm (ppo, dqn, sac, sft, dpo, grpo, ...: `payoff recipes` lists "
-        "them); an algorithm's run is titled by it and its env or task ('ppo on Acrobot-v1').",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "examples:\n"
-            "  payoff train cartpole-ppo                        a shipped recipe\n"
-            "  payoff train cartpole-ppo total_steps=2e5 --seed 3\n"
-            "  payoff train my-recipe.yaml                      a YAML file (a run's config.yaml too)\n"
-            "  payoff train ppo env.id=Acrobot-v1               an algorithm, from its defaults\n"
-            "  payoff train sft task.data=rows.jsonl            its defaults on your data\n"
-            "  payoff train dqn-ablation                        an experiment: several runs, compared\n"
-            "  payoff train --resume runs/RUN                   continue a stopped run\n"
-            "  payoff train --resume runs/RUN total_steps=1e6   train a finished run further"
-        ),
-    )
-    p.add_argument(
-        "recipe",
-        nargs="?",
-        help="recipe name (see `payoff recipes`), algorithm name (its defaults: ppo, sft, "
-        "...) or path to a YAML file",
-    )
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        help="config overrides key=value (dotted for nesting: env.id=CartPole-v1)",
-    )
-    p.add_argument("--seed", type=int, default=None, help="random seed (same seed, same metrics)")
-    p.add_argument("--out", default="runs", help="folder for run directories (default: runs/)")
-    p.add_argument("--resume", metavar="RUN", help="continue RUN from its latest checkpoint")
-    p.add_argument(
-        "--no-media", action="store_true", help="skip pictures, GIF and report at the end"
-    )
-    p.add_argument(
-        "--track",
-        metavar="LOGGERS",
-        default=None,
-        help="metric loggers, comma-separated: tensorboard, wandb, mlflow or none "
-        "(default: $PAYOFF_LOGGERS, else tensorboard; see docs/tracking.md)",
-    )
-    _add_trust_code(p)
-    p.set_defaults(func=_cmd_train)
-
-    p = sub.add_parser(
-        "eval", help="evaluate a trained run", description="Evaluate a run's latest policy."
-    )
-    p.add_argument("run", help="run directory")
-    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes (default 100)")
-    p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    p.add_argument(
-        "--split",
-        default=None,
-        help="what to evaluate on: a language-model run's dataset split (test|ood), a kart "
-        "run's track (heldout)",
-    )
-    p.add_argument(
-        "--k", default=None, help="comma-separated k for pass@k (language-model runs), e.g. 1,8"
-    )
-    p.add_argument(
-        "--stochastic",
-        action="store_true",
-        help="sample actions as in training instead of taking the most likely one (agents)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="the evaluation's seed (agents: episode k is seeded seed + k; default: the run's "
-        "seed + 1,000,000)",
-    )
-    p.add_argument(
-        "--opponent",
-        default=None,
-        help="self-play runs: the baseline to play, e.g. alphabeta-5 (default: the recipe's "
-        "strongest baseline)",
-    )
-    _add_trust_code(p)
-    p.set_defaults(func=_cmd_eval)
-
-    p = sub.add_parser(
-        "play",
-        help="render episodes to a GIF",
-        description="Render episodes of a trained policy to a GIF.",
-    )
-    p.add_argument("run", help="run directory")
-    p.add_argument("--gif", help="output GIF path")
-    p.add_argument(
-        "--human", action="store_true", help="play against a board-game run in the terminal"
-    )
-    p.add_argument("--second", action="store_true", help="with --human: the agent moves first")
-    p.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
-    _add_trust_code(p)
-    p.set_defaults(func=_cmd_play)
-
-    p = sub.add_parser(
-        "plot",
-        help="overlay learning curves",
-        description=(
-            "Overlay learning curves of runs; runs of the same recipe with different seeds are drawn as a mean with a band."
-        ),
-    )
-    p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument(
-        "--out",
-        default="curves.png",
-        help="output image, its format by the extension: .png, .svg, .pdf, .jpg (default curves.png)",
-    )
-    p.add_argument(
-        "--metric",
-        action="append",
-        help="metric to plot (repeatable); default: the headline metric",
-    )
-    p.add_argument("--x", default="step", help="x axis key (default step)")
-    p.set_defaults(func=_cmd_plot)
-
-    p = sub.add_parser(
-        "report", help="write a run's HTML report", description="Write RUN/media/report.html."
-    )
-    p.add_argument("run", help="run directory")
-    _add_trust_code(p)
-    p.set_defaults(func=_cmd_report)
-
-    p = sub.add_parser(
-        "redteam",
-        help="attack a reward before training on it",
-        description=(
-            "Train a small aggressive optimizer against a proxy reward and report episodes where the proxy is high "
-            "and the true objective fails, with evidence. SPEC: a shipped spec (boatrace, boatrace-progress, "
-            "cleaning) or a YAML file."
-        ),
-    )
-    p.add_argument("spec", help="red-team spec name or YAML path")
-    p.add_argument("overrides", nargs="*", help="spec overrides key=value (e.g. budget=50000)")
-    p.add_argument("--out", default="runs", help="folder for the run directory (default: runs/)")
-    p.set_defaults(func=_cmd_redteam)
+    for add in (
+        _add_recipes,
+        _add_train,
+        _add_eval,
+        _add_play,
+        _add_plot,
+        _add_report,
+        _add_redteam,
+    ):
+        add(sub)
     return parser
 
 
