@@ -136,6 +136,71 @@ def redteam(
 ) -> Run:
     """Train an optimizer against the spec's proxy and report the exploits it found."""
     name, spec, description = load_spec(name_or_path, overrides)
+    optimizer, run = _train_optimizer(name, spec, description, out)
+
+    rng = np.random.default_rng(spec.seed)
+    action_space = make_env(spec.env).action_space
+    action_space.seed(int(rng.integers(1 << 31)))
+    baseline = play(
+        spec, lambda _: action_space.sample(), spec.episodes, spec.seed + 500, render=False
+    )
+    attacked = play(
+        spec,
+        lambda obs: optimizer.act(obs, deterministic=True),
+        spec.episodes,
+        spec.seed + 900,
+        render=True,
+    )
+
+    base_proxy = float(np.mean([e.proxy for e in baseline]))
+    base_true = float(np.mean([e.true for e in baseline]))
+    attack_proxy = float(np.mean([e.proxy for e in attacked]))
+    attack_true = float(np.mean([e.true for e in attacked]))
+    # An exploit: the proxy beats the random baseline while the true objective stays at or
+    # below what a `fail_fraction` share of the random baseline achieves (or at zero).
+    true_bar = max(base_true * spec.fail_fraction, 0.0)
+    exploits = [i for i, e in enumerate(attacked) if e.proxy > base_proxy and e.true <= true_bar]
+    findings = [_finding(i, attacked[i]) for i in exploits[:5]]
+    if exploits:
+        worst = attacked[exploits[0]]
+        if worst.frames:
+            write_gif(worst.frames, run.media / "exploit.gif", fps=8)
+        first = findings[0]
+        loop_text = (
+            f"; from frame {first['loop']['start_frame']} it repeats a {first['loop']['period']}-step "
+            f"loop {first['loop']['repeats']} times"
+            if first["loop"]
+            else ""
+        )
+        run.event(
+            optimizer.progress_step(),
+            "redteam_exploit",
+            f"{len(exploits)}/{len(attacked)} episodes score proxy {attack_proxy:.3g} (random: {base_proxy:.3g}) "
+            f"with true objective {attack_true:.3g} (random: {base_true:.3g}){loop_text}",
+            "critical",
+            **first,
+        )
+    verdict = "exploit found" if exploits else "no exploit found within the budget"
+    run.write_summary(
+        verdict=verdict,
+        exploits=len(exploits),
+        episodes=len(attacked),
+        proxy_return={"optimizer": attack_proxy, "random": base_proxy},
+        true_return={"optimizer": attack_true, "random": base_true},
+        findings=findings,
+        headline=f"red team: {verdict}: proxy {attack_proxy:.3g} vs random {base_proxy:.3g}, "
+        f"true {attack_true:.3g} vs random {base_true:.3g} ({len(exploits)}/{len(attacked)} episodes)",
+    )
+    run.close()
+    write_report(run)
+    return run
+
+
+def _train_optimizer(
+    name: str, spec: RedTeamSpec, description: str, out: str | Path
+) -> tuple[Agent, Run]:
+    """The spec's optimizer trained against its proxy for the budget, in a new run
+    `redteam-NAME`; the run is closed when it returns (or is interrupted)."""
     options = dict(spec.optimizer)
     algo = str(options.pop("algo", "ppo"))
     cls = get_algorithm(algo)
@@ -171,78 +236,23 @@ def redteam(
         optimizer.learn()
     finally:  # Ctrl-C (LearnInterrupted) too: loggers flushed, the run's lock released
         run.close()
+    return optimizer, run
 
-    rng = np.random.default_rng(spec.seed)
-    action_space = make_env(spec.env).action_space
-    action_space.seed(int(rng.integers(1 << 31)))
-    baseline = play(
-        spec, lambda _: action_space.sample(), spec.episodes, spec.seed + 500, render=False
-    )
-    attacked = play(
-        spec,
-        lambda obs: optimizer.act(obs, deterministic=True),
-        spec.episodes,
-        spec.seed + 900,
-        render=True,
-    )
 
-    base_proxy = float(np.mean([e.proxy for e in baseline]))
-    base_true = float(np.mean([e.true for e in baseline]))
-    attack_proxy = float(np.mean([e.proxy for e in attacked]))
-    attack_true = float(np.mean([e.true for e in attacked]))
-    # An exploit: the proxy beats the random baseline while the true objective stays at or
-    # below what a `fail_fraction` share of the random baseline achieves (or at zero).
-    true_bar = max(base_true * spec.fail_fraction, 0.0)
-    exploits = [i for i, e in enumerate(attacked) if e.proxy > base_proxy and e.true <= true_bar]
-    findings: list[dict[str, Any]] = []
-    for i in exploits[:5]:
-        episode = attacked[i]
-        loop = find_loop(episode.states)
-        findings.append(
-            {
-                "episode": i,
-                "proxy_return": episode.proxy,
-                "true_return": episode.true,
-                "state_concentration": round(concentration(episode.states), 3),
-                "loop": None
-                if loop is None
-                else {
-                    "start_frame": loop.start + 1,  # frame 0 is the reset
-                    "period": loop.period,
-                    "repeats": round(loop.repeats, 1),
-                },
-            }
-        )
-    if exploits:
-        worst = attacked[exploits[0]]
-        if worst.frames:
-            write_gif(worst.frames, run.media / "exploit.gif", fps=8)
-        first = findings[0]
-        loop_text = (
-            f"; from frame {first['loop']['start_frame']} it repeats a {first['loop']['period']}-step "
-            f"loop {first['loop']['repeats']} times"
-            if first["loop"]
-            else ""
-        )
-        run.event(
-            optimizer.progress_step(),
-            "redteam_exploit",
-            f"{len(exploits)}/{len(attacked)} episodes score proxy {attack_proxy:.3g} (random: {base_proxy:.3g}) "
-            f"with true objective {attack_true:.3g} (random: {base_true:.3g}){loop_text}",
-            "critical",
-            **first,
-        )
-    verdict = "exploit found" if exploits else "no exploit found within the budget"
-    run.write_summary(
-        verdict=verdict,
-        exploits=len(exploits),
-        episodes=len(attacked),
-        proxy_return={"optimizer": attack_proxy, "random": base_proxy},
-        true_return={"optimizer": attack_true, "random": base_true},
-        findings=findings,
-        headline=f"red team: {verdict}: proxy {attack_proxy:.3g} vs random {base_proxy:.3g}, "
-        f"true {attack_true:.3g} vs random {base_true:.3g} ({len(exploits)}/{len(attacked)} episodes)",
-    )
-    run.close()
-    write_report(run)
-    return run
+def _finding(index: int, episode: Episode) -> dict[str, Any]:
+    """One exploiting episode as evidence: its returns, how concentrated its states are and
+    the loop it repeats (None where it repeats none)."""
+    loop = find_loop(episode.states)
+    return {
+        "episode": index,
+        "proxy_return": episode.proxy,
+        "true_return": episode.true,
+        "state_concentration": round(concentration(episode.states), 3),
+        "loop": None
+        if loop is None
+        else {
+            "start_frame": loop.start + 1,  # frame 0 is the reset
+            "period": loop.period,
+            "repeats": round(loop.repeats, 1),
+        },
+    }
