@@ -329,6 +329,38 @@ def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
     return nonzero.view(-1, group).any(-1).repeat_interleave(group)
 
 
+
+@dataclass
+class _UpdateInputs:
+    """What every minibatch step of one GRPO update reads, and the statistics it fills."""
+
+    generation: Generation
+    advantages: torch.Tensor  # [B], on the CPU
+    mask: torch.Tensor  # completion tokens in the loss [B, T]
+    minibatch: int
+    micro: int
+    on_policy: bool
+    group: int  # completions sharing one prompt pass (1: each row its own)
+    aggregation: str
+    skip: bool  # rows with a zero advantage skip their forward and backward
+    old_logprobs: torch.Tensor | None = None  # pi_old, where samples are reused
+    whole: Mismatch | None = None  # the sampler's mismatch over the whole batch
+    ref_logprobs: torch.Tensor | None = None
+    stats: dict[str, list[float]] = field(
+        default_factory=lambda: {
+            k: []
+            for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
+            + ("mismatch_kl", "mismatch_max", "is_weight", "is_masked")
+        }
+    )
+
+    def note(self, found: Mismatch) -> None:
+        """Keep a mismatch's statistics (sampler against trainer log-probs)."""
+        self.stats["mismatch_kl"].append(found.kl)
+        self.stats["mismatch_max"].append(found.max_logp_diff)
+        self.stats["is_weight"].append(found.mean_weight)
+        self.stats["is_masked"].append(found.masked)
+
 class GRPO(LMAlgorithm):
     """GRPO on a language model with verifiable rewards."""
 
@@ -663,18 +695,46 @@ class GRPO(LMAlgorithm):
         A minibatch runs in micro-batches of `microbatch_size` whose gradients add up.
         """
         config = self.config
+        inputs = self._update_inputs(generation, advantages)
+        batch = inputs.generation.prompt_ids.shape[0]
+        if not self.model.training:  # the sampler restores the mode; skip a no-op walk
+            self.model.train()
+        for _ in range(config.updates_per_batch):
+            order = self._minibatch_order(batch, inputs.on_policy)
+            for start in range(0, batch, inputs.minibatch):
+                self._minibatch_step(inputs, order[start : start + inputs.minibatch])
+        stats = inputs.stats
+        out_stats = {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
+        if stats["mismatch_max"]:
+            out_stats["mismatch_max"] = float(np.max(stats["mismatch_max"]))
+        return out_stats
+
+    def _update_inputs(self, generation: Generation, advantages: torch.Tensor) -> _UpdateInputs:
+        """What every minibatch step of one update reads: the masks (DAPO's overlong
+        filtering applied), pi_old's log-probs where samples are reused after the policy
+        moves, the reference's where a KL term needs them, and the statistics to fill."""
+        config = self.config
         g = generation.to(self.device)  # a Ray sampler's generations arrive on the CPU
         batch = g.prompt_ids.shape[0]
         minibatch = config.minibatch_size or batch
         micro = config.microbatch_size or minibatch
-        on_policy = config.updates_per_batch == 1 and minibatch == batch
-        # A micro-batch of whole groups runs each prompt once for all G of its completions.
-        group = config.group_size if micro % config.group_size == 0 else 1
-        aggregation = canonical_aggregation(config.loss_aggregation)
         mask_all = g.completion_mask
         if config.mask_truncated:  # DAPO's overlong filtering: truncated rows leave the loss
             mask_all = mask_all * (~g.truncated).long()[:, None]
             advantages = advantages.masked_fill(g.truncated.cpu(), 0.0)
+        inputs = _UpdateInputs(
+            generation=g,
+            advantages=advantages,
+            mask=mask_all,
+            minibatch=minibatch,
+            micro=micro,
+            on_policy=config.updates_per_batch == 1 and minibatch == batch,
+            # A micro-batch of whole groups runs each prompt once for all G of its completions.
+            group=config.group_size if micro % config.group_size == 0 else 1,
+            aggregation=canonical_aggregation(config.loss_aggregation),
+            # Only the policy term has a gradient when there is no KL term: A * (...).
+            skip=config.skip_zero_advantage and self.reference is None,
+        )
         batch_args = (
             g.prompt_ids,
             g.prompt_mask,
@@ -684,128 +744,110 @@ class GRPO(LMAlgorithm):
             minibatch,
             config.group_size if minibatch % config.group_size == 0 else 1,
         )
-        old_logprobs = None
-        whole: Mismatch | None = None
-        if not on_policy:
+        if not inputs.on_policy:
             # Samples are reused after the policy moves, so pin pi_old before the first step.
-            old_logprobs = batched_completion_logprobs(self.model, *batch_args)
-            whole = mismatch(
-                old_logprobs, g.logprobs, mask_all, config.correction, config.mismatch_cap
+            inputs.old_logprobs = batched_completion_logprobs(self.model, *batch_args)
+            inputs.whole = mismatch(
+                inputs.old_logprobs, g.logprobs, mask_all, config.correction, config.mismatch_cap
             )
-        ref_logprobs = None
+            inputs.note(inputs.whole)
         if self.reference is not None:
             with self.reference.model() as reference:
-                ref_logprobs = batched_completion_logprobs(reference, *batch_args)
-        stats: dict[str, list[float]] = {
-            k: []
-            for k in ("loss", "policy", "kl", "clip", "entropy", "grad")
-            + ("mismatch_kl", "mismatch_max", "is_weight", "is_masked")
-        }
+                inputs.ref_logprobs = batched_completion_logprobs(reference, *batch_args)
+        return inputs
 
-        def note(found: Mismatch) -> None:
-            stats["mismatch_kl"].append(found.kl)
-            stats["mismatch_max"].append(found.max_logp_diff)
-            stats["is_weight"].append(found.mean_weight)
-            stats["is_masked"].append(found.masked)
+    def _minibatch_order(self, batch: int, on_policy: bool) -> torch.Tensor:
+        """The rows in the order one pass takes them: as sampled on-policy, else shuffled
+        (whole groups together where a minibatch holds whole groups)."""
+        group_size = self.config.group_size
+        if on_policy:
+            return torch.arange(batch)
+        if (self.config.minibatch_size or batch) % group_size == 0:
+            groups = torch.randperm(batch // group_size, generator=self.generator)
+            return (groups[:, None] * group_size + torch.arange(group_size)).flatten()
+        return torch.randperm(batch, generator=self.generator)
 
-        if whole is not None:
-            note(whole)
-        # Only the policy term has a gradient when there is no KL term, and it is A * (...).
-        skip = config.skip_zero_advantage and self.reference is None
-        if not self.model.training:  # the sampler restores the mode; skip a no-op walk
-            self.model.train()
-        for _ in range(config.updates_per_batch):
-            if on_policy:
-                order = torch.arange(batch)
-            elif minibatch % config.group_size == 0:  # shuffle groups, keep their rows together
-                gs = config.group_size
-                groups = torch.randperm(batch // gs, generator=self.generator)
-                order = (groups[:, None] * gs + torch.arange(gs)).flatten()
-            else:
-                order = torch.randperm(batch, generator=self.generator)
-            for start in range(0, batch, minibatch):
-                index = order[start : start + minibatch]
-                # The denominators of the whole minibatch (grpo, dapo, dr_grpo) or of each
-                # micro-batch (bnpo), fixed before rows without gradient are skipped.
-                rows, tokens = len(index), int(mask_all[index].sum())
-                chunks = [index[i : i + micro] for i in range(0, len(index), micro)]
-                self.optimizer.zero_grad(set_to_none=True)
-                ran = False
-                # Sums over the micro-batches: each part is normalized by the minibatch's
-                # denominators (bnpo: scaled by 1 / micro-batches), so the sum is its value.
-                totals = dict.fromkeys(("loss", "policy", "kl", "clip"), 0.0)
-                for chunk in chunks:
-                    chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
-                    if aggregation == "bnpo":
-                        chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
-                        scale = 1.0 / len(chunks)
-                    if skip:  # rows with no gradient need no forward or backward
-                        chunk = chunk[_rows_with_gradient(advantages[chunk], group)]
-                    if not len(chunk):
-                        continue
-                    ran = True
-                    mask = mask_all[chunk]
-                    out = completion_logprobs(
-                        self.model,
-                        g.prompt_ids[chunk],
-                        g.prompt_mask[chunk],
-                        g.completion_ids[chunk],
-                        mask,
-                        config.temperature,
-                        with_entropy=True,
-                        group_size=group,
-                    )
-                    if old_logprobs is None:  # on-policy: the trainer's start is this pass
-                        old = out.logprobs.detach()
-                        here = mismatch(
-                            old, g.logprobs[chunk], mask, config.correction, config.mismatch_cap
-                        )
-                        note(here)
-                        weights = here.weights
-                    else:
-                        old = old_logprobs[chunk]
-                        weights = (
-                            None if whole is None or whole.weights is None else whole.weights[chunk]
-                        )
-                    parts = grpo_loss(
-                        out.logprobs,
-                        old,
-                        advantages[chunk].to(self.device),
-                        mask,
-                        ref_logprobs[chunk] if ref_logprobs is not None else None,
-                        beta=config.beta,
-                        clip_low=config.clip_eps,
-                        clip_high=config.clip_eps
-                        if config.clip_eps_high is None
-                        else config.clip_eps_high,
-                        aggregation=aggregation,  # type: ignore[arg-type]
-                        max_tokens=config.max_new_tokens,
-                        rows=chunk_rows,
-                        tokens=chunk_tokens,
-                        weights=weights,
-                    )
-                    (parts.loss * scale).backward()
-                    assert out.entropy is not None
-                    totals["loss"] += parts.loss.item() * scale
-                    totals["policy"] += parts.policy_loss.item() * scale
-                    totals["kl"] += parts.kl.item() * scale
-                    totals["clip"] += parts.clip_fraction.item() * scale
-                    stats["entropy"].append(
-                        float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
-                    )
-                if not ran:  # every row skipped: the loss and its gradient are exactly 0
-                    zero_gradients(self.trainable)  # ... and the step is taken all the same
-                for key, value in totals.items():
-                    stats[key].append(value)
-                stats["grad"].append(
-                    apply_gradients(
-                        self.optimizer, self.trainable, config.max_grad_norm, self.scheduler
-                    )
-                )
-        out_stats = {k: float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
-        if stats["mismatch_max"]:
-            out_stats["mismatch_max"] = float(np.max(stats["mismatch_max"]))
-        return out_stats
+    def _minibatch_step(self, inputs: _UpdateInputs, index: torch.Tensor) -> None:
+        """One optimizer step on the minibatch `index`, in micro-batches whose gradients add
+        up; its losses, entropy and gradient norm go into `inputs.stats`."""
+        config, mask_all, stats = self.config, inputs.mask, inputs.stats
+        # The denominators of the whole minibatch (grpo, dapo, dr_grpo) or of each
+        # micro-batch (bnpo), fixed before rows without gradient are skipped.
+        rows, tokens = len(index), int(mask_all[index].sum())
+        chunks = [index[i : i + inputs.micro] for i in range(0, len(index), inputs.micro)]
+        self.optimizer.zero_grad(set_to_none=True)
+        ran = False
+        # Sums over the micro-batches: each part is normalized by the minibatch's
+        # denominators (bnpo: scaled by 1 / micro-batches), so the sum is its value.
+        totals = dict.fromkeys(("loss", "policy", "kl", "clip"), 0.0)
+        for chunk in chunks:
+            chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
+            if inputs.aggregation == "bnpo":
+                chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
+                scale = 1.0 / len(chunks)
+            if inputs.skip:  # rows with no gradient need no forward or backward
+                chunk = chunk[_rows_with_gradient(inputs.advantages[chunk], inputs.group)]
+            if not len(chunk):
+                continue
+            ran = True
+            parts, entropy = self._chunk_loss(inputs, chunk, chunk_rows, chunk_tokens)
+            (parts.loss * scale).backward()
+            totals["loss"] += parts.loss.item() * scale
+            totals["policy"] += parts.policy_loss.item() * scale
+            totals["kl"] += parts.kl.item() * scale
+            totals["clip"] += parts.clip_fraction.item() * scale
+            stats["entropy"].append(entropy)
+        if not ran:  # every row skipped: the loss and its gradient are exactly 0
+            zero_gradients(self.trainable)  # ... and the step is taken all the same
+        for key, value in totals.items():
+            stats[key].append(value)
+        stats["grad"].append(
+            apply_gradients(self.optimizer, self.trainable, config.max_grad_norm, self.scheduler)
+        )
+
+    def _chunk_loss(
+        self, inputs: _UpdateInputs, chunk: torch.Tensor, rows: int, tokens: int
+    ) -> tuple[Any, float]:
+        """The GRPO loss of one micro-batch (its parts) and its mean token entropy; on-policy,
+        the sampler's log-probs are compared with this pass's (the mismatch noted)."""
+        config, g = self.config, inputs.generation
+        mask = inputs.mask[chunk]
+        out = completion_logprobs(
+            self.model,
+            g.prompt_ids[chunk],
+            g.prompt_mask[chunk],
+            g.completion_ids[chunk],
+            mask,
+            config.temperature,
+            with_entropy=True,
+            group_size=inputs.group,
+        )
+        if inputs.old_logprobs is None:  # on-policy: the trainer's start is this pass
+            old = out.logprobs.detach()
+            here = mismatch(old, g.logprobs[chunk], mask, config.correction, config.mismatch_cap)
+            inputs.note(here)
+            weights = here.weights
+        else:
+            old = inputs.old_logprobs[chunk]
+            whole = inputs.whole
+            weights = None if whole is None or whole.weights is None else whole.weights[chunk]
+        parts = grpo_loss(
+            out.logprobs,
+            old,
+            inputs.advantages[chunk].to(self.device),
+            mask,
+            inputs.ref_logprobs[chunk] if inputs.ref_logprobs is not None else None,
+            beta=config.beta,
+            clip_low=config.clip_eps,
+            clip_high=config.clip_eps if config.clip_eps_high is None else config.clip_eps_high,
+            aggregation=inputs.aggregation,  # type: ignore[arg-type]
+            max_tokens=config.max_new_tokens,
+            rows=rows,
+            tokens=tokens,
+            weights=weights,
+        )
+        assert out.entropy is not None
+        return parts, float((out.entropy * mask).sum() / mask.sum().clamp(min=1))
 
     # ---- the loop -------------------------------------------------------------------------
     def iterate(self) -> None:
