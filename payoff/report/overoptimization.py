@@ -74,19 +74,7 @@ def plot_overoptimization(
             fontsize=7,
             ha="center",
         )
-    for alarm in alarms:
-        if "x" in alarm or int(alarm["step"]) in steps:
-            xi = alarm["x"] if "x" in alarm else x[steps.index(int(alarm["step"]))]
-            left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
-            left.text(
-                xi,
-                left.get_ylim()[1],
-                " divergence alarm ",
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=8,
-            )
+    _mark_alarms(left, alarms, x, steps)
     left.set_xlabel(xlabel)
     left.set_ylabel("gold score", color="tab:green")
     right.set_ylabel("proxy reward-model score", color="tab:red")
@@ -101,3 +89,20 @@ def plot_overoptimization(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _mark_alarms(left: Any, alarms: list[dict[str, Any]], x: np.ndarray, steps: list[int]) -> None:
+    """A dotted vertical line, labelled, at each alarm's x (its own, or its step's)."""
+    for alarm in alarms:
+        if "x" in alarm or int(alarm["step"]) in steps:
+            xi = alarm["x"] if "x" in alarm else x[steps.index(int(alarm["step"]))]
+            left.axvline(xi, color="black", linestyle=":", linewidth=1.2)
+            left.text(
+                xi,
+                left.get_ylim()[1],
+                " divergence alarm ",
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize=8,
+            )

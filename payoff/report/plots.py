@@ -176,74 +176,103 @@ def plot_curves(
             # ten colours, then the same ten dashed, dash-dotted, dotted
             color = f"C{color_index % 10}"
             style = ("-", "--", "-.", ":")[(color_index // 10) % 4]
-            curves = [series(run, metric, x) for run in members]
-            curves = [(xs, ys) for xs, ys in curves if len(xs)]
-            if len(curves) == 1:
-                xs, ys = curves[0]
-                marker = "o" if len(xs) == 1 else None
-                ax.plot(xs, ys, color=color, linestyle=style, label=label, marker=marker)
-            elif curves:
-                grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
-                stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
-                seeds = {run.config.get("seed") for run in members}
-                what = (
-                    f"{len(curves)} seeds" if len(seeds) == len(members) else f"{len(curves)} runs"
-                )
-                ax.plot(
-                    grid,
-                    stacked.mean(0),
-                    color=color,
-                    linestyle=style,
-                    label=f"{label} (mean of {what})",
-                )
-                ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
-            finals = [p for p in (final_point(run, metric, x) for run in members) if p]
-            if not finals:
-                continue
-            if len(members) == 1 and len(curves) == 1 and finals[0][0] > curves[0][0][-1]:
-                # join the curve to a final point logged after its last periodic evaluation
-                ax.plot(
-                    [curves[0][0][-1], finals[0][0]],
-                    [curves[0][1][-1], finals[0][1]],
-                    color=color,
-                    linestyle=":",
-                )
-            if not curves:  # no curve names this group
-                final_label: str | None = f"{label} (final evaluation)"
-            elif final_labelled:
-                final_label = None
-            else:
-                final_label = "final evaluation" + (" (each seed)" if len(finals) > 1 else "")
-            ax.scatter(
-                [p[0] for p in finals],
-                [p[1] for p in finals],
-                color=color,
-                marker="*",
-                s=140,
-                zorder=3,
-                edgecolors="black",
-                linewidths=0.5,
-                label=final_label,
+            curves = _draw_group(ax, label, members, metric, x, color, style)
+            final_labelled = _draw_finals(
+                ax, label, members, curves, metric, x, color, final_labelled
             )
-            final_labelled = final_labelled or bool(curves)
         if mark_alarms:
             _mark_alarms(ax, runs, x)
-        if metric == TRUE_OBJECTIVE:  # 0 and 1 in view: laps stuck at 0 with one early
-            low, high = ax.get_ylim()  # lap would otherwise fill the axis as a spike
-            ax.set_ylim(min(low, -0.05), max(high, 1.05))
-        ax.set_xlabel(x)
-        ax.set_ylabel(metric_label(runs, metric))
-        ax.grid(alpha=0.3)
-        # long labels (a recipe and its overrides) wrapped: wider than the axes, the legend
-        # was placed over the axis label
-        handles, names = ax.get_legend_handles_labels()
-        ax.legend(handles, [textwrap.fill(name, 48) for name in names], fontsize=8)
+        _label_axes(ax, runs, metric, x)
     # many settings: the legend names them, and the title counts them
     many = f"{len(runs)} runs of {len(groups)} settings"
     fig.suptitle(
         textwrap.fill(title or (", ".join(sorted(groups)) if len(groups) <= 3 else many), 90)
     )
     return save_figure(fig, path)
+
+
+def _draw_group(
+    ax: Any, label: str, members: Sequence[Run], metric: str, x: str, color: str, style: str
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One label's curve: a single run's as logged, several runs' as their mean with a band
+    from min to max. Returns the (xs, ys) of the members that logged the metric."""
+    curves = [series(run, metric, x) for run in members]
+    curves = [(xs, ys) for xs, ys in curves if len(xs)]
+    if len(curves) == 1:
+        xs, ys = curves[0]
+        marker = "o" if len(xs) == 1 else None
+        ax.plot(xs, ys, color=color, linestyle=style, label=label, marker=marker)
+    elif curves:
+        grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 200)
+        stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
+        seeds = {run.config.get("seed") for run in members}
+        what = f"{len(curves)} seeds" if len(seeds) == len(members) else f"{len(curves)} runs"
+        ax.plot(
+            grid,
+            stacked.mean(0),
+            color=color,
+            linestyle=style,
+            label=f"{label} (mean of {what})",
+        )
+        ax.fill_between(grid, stacked.min(0), stacked.max(0), color=color, alpha=0.2)
+    return curves
+
+
+def _draw_finals(
+    ax: Any,
+    label: str,
+    members: Sequence[Run],
+    curves: list[tuple[np.ndarray, np.ndarray]],
+    metric: str,
+    x: str,
+    color: str,
+    final_labelled: bool,
+) -> bool:
+    """One label's final evaluations as stars, named in the legend once per axis (or by the
+    label where no curve names it). Returns whether the legend now names them."""
+    finals = [p for p in (final_point(run, metric, x) for run in members) if p]
+    if not finals:
+        return final_labelled
+    if len(members) == 1 and len(curves) == 1 and finals[0][0] > curves[0][0][-1]:
+        # join the curve to a final point logged after its last periodic evaluation
+        ax.plot(
+            [curves[0][0][-1], finals[0][0]],
+            [curves[0][1][-1], finals[0][1]],
+            color=color,
+            linestyle=":",
+        )
+    if not curves:  # no curve names this group
+        final_label: str | None = f"{label} (final evaluation)"
+    elif final_labelled:
+        final_label = None
+    else:
+        final_label = "final evaluation" + (" (each seed)" if len(finals) > 1 else "")
+    ax.scatter(
+        [p[0] for p in finals],
+        [p[1] for p in finals],
+        color=color,
+        marker="*",
+        s=140,
+        zorder=3,
+        edgecolors="black",
+        linewidths=0.5,
+        label=final_label,
+    )
+    return final_labelled or bool(curves)
+
+
+def _label_axes(ax: Any, runs: Sequence[Run], metric: str, x: str) -> None:
+    """Axis labels, grid and a legend with its long names wrapped."""
+    if metric == TRUE_OBJECTIVE:  # 0 and 1 in view: laps stuck at 0 with one early
+        low, high = ax.get_ylim()  # lap would otherwise fill the axis as a spike
+        ax.set_ylim(min(low, -0.05), max(high, 1.05))
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric_label(runs, metric))
+    ax.grid(alpha=0.3)
+    # long labels (a recipe and its overrides) wrapped: wider than the axes, the legend
+    # was placed over the axis label
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(name, 48) for name in names], fontsize=8)
 
 
 def _mark_alarms(ax: Any, runs: Sequence[Run], x: str) -> None:
