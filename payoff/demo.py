@@ -1,4 +1,4 @@
-"""`make demo`: the headline recipe of every landed capability, shortened: ~7.5 minutes on 2 cores.
+"""`make demo`: the headline recipe of every landed capability, shortened to fit a laptop's CPU.
 
 Each step trains one recipe into runs/demo/ and writes its report; the demo ends by naming
 the reports it wrote. Steps are independent, so they run `jobs` at a time (default 2, one

@@ -46,8 +46,8 @@ CUT_EPISODES_BEFORE_STOPPING = 5
 
 def note_long_episodes(env_id: str, steps: int, limit: int = EPISODE_STEP_LIMIT) -> None:
     """Say early, on the console, that episodes of an env without a time limit are still
-    running after `steps` steps and will run to `limit`: a planner at 18 steps a second
-    takes 1.5 hours to play 5 of them to 100,000."""
+    running after `steps` steps and will run to `limit`: a planning agent can take hours to
+    play 5 of them to 100,000, and the user should know why the run seems stuck."""
     print(
         f"note: evaluation episodes of env {env_id!r} are still running after {steps:,} steps; "
         f"they run until they end or are cut at {limit:,} (env.max_episode_steps=N sets a "

@@ -1377,7 +1377,7 @@ def pair(request, result_fd):
     the seccomp filter itself after the fork (bubblewrap loads none in this mode), so
     neither can make a process, trace the other or read its memory."""
     tests_fd, candidate_fd = request.pop("tests_fd"), request.pop("candidate_fd")
-    _libc()  # loaded once, before the forks: each process hardens itself in microseconds
+    _libc()  # loaded once, before the forks, so neither child loads a library to harden itself
     to_candidate_read, to_candidate_write = os.pipe()
     to_tests_read, to_tests_write = os.pipe()
     ready_read, ready_write = os.pipe()
