@@ -220,11 +220,30 @@ def _joined(items: Any) -> str:
 
 
 def _make_environment() -> Any:
-    import jinja2
+    """`BoundedTemplates` with transformers' extensions, filters and globals; every filter
+    bounded, loops counted, `~` joined and the output concatenated within the budget."""
     import jinja2.ext
-    from jinja2 import nodes
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from jinja2.visitor import NodeTransformer
+
+    template_filters, template_globals = _transformers_helpers()
+    environment = _bounded_templates()(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_generation_tag(), jinja2.ext.loopcontrols],
+    )
+    environment.filters.update(template_filters)
+    environment.filters = {
+        name: _bounded_filter(name, function) for name, function in environment.filters.items()
+    }
+    environment.filters["_payoff_counted"] = _counted
+    environment.filters["_payoff_joined"] = _joined
+    environment.globals.update(template_globals)
+    environment.concat = _bounded_concat  # the output, as it is rendered
+    return environment
+
+
+def _generation_tag() -> Any:
+    """The jinja2 extension for transformers' `generation` tag."""
+    import jinja2.ext
 
     class Generation(jinja2.ext.Extension):
         """`{% generation %}...{% endgeneration %}` (transformers marks the assistant's
@@ -235,6 +254,15 @@ def _make_environment() -> Any:
         def parse(self, parser: Any) -> Any:
             next(parser.stream)
             return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return Generation
+
+
+def _bounded_templates() -> Any:
+    """The class `BoundedTemplates` (jinja2 is imported when a template is first rendered)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    budgeted = _budgeted()
 
     class BoundedTemplates(ImmutableSandboxedEnvironment):
         """jinja2's immutable sandbox, with each operation that can cost without bound
@@ -288,9 +316,17 @@ def _make_environment() -> Any:
             return super().getitem(obj, argument)
 
         def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
-            tree = Budgeted().visit(super()._parse(source, name, filename))
+            tree = budgeted().visit(super()._parse(source, name, filename))
             tree.set_environment(self)
             return tree
+
+    return BoundedTemplates
+
+
+def _budgeted() -> Any:
+    """The parse-tree rewrite that puts loops and `~` under the budget."""
+    from jinja2 import nodes
+    from jinja2.visitor import NodeTransformer
 
     class Budgeted(NodeTransformer):
         """Every loop's items count against the budget; `a ~ b` is joined by `_joined`."""
@@ -306,6 +342,14 @@ def _make_environment() -> Any:
             items = nodes.List(node.nodes)
             joined = nodes.Filter(items, "_payoff_joined", [], [], None, None)
             return joined.set_lineno(node.lineno)
+
+    return Budgeted
+
+
+def _transformers_helpers() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(filters, globals) that transformers gives a chat template: `tojson`, and
+    `raise_exception`, `strftime_now`, `dict` and `namespace`."""
+    import jinja2
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
@@ -353,23 +397,12 @@ def _make_environment() -> Any:
                     f"a namespace name may not start with '_': {key!r}"
                 )
 
-    environment = BoundedTemplates(
-        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
-    )
-    environment.filters["tojson"] = tojson
-    environment.filters = {
-        name: _bounded_filter(name, function) for name, function in environment.filters.items()
+    return {"tojson": tojson}, {
+        "raise_exception": raise_exception,
+        "strftime_now": lambda format: datetime.now().strftime(format),
+        "dict": TemplateDict(),
+        "namespace": Namespace,
     }
-    environment.filters["_payoff_counted"] = _counted
-    environment.filters["_payoff_joined"] = _joined
-    environment.globals.update(
-        raise_exception=raise_exception,
-        strftime_now=lambda format: datetime.now().strftime(format),
-        dict=TemplateDict(),
-        namespace=Namespace,
-    )
-    environment.concat = _bounded_concat  # the output, as it is rendered
-    return environment
 
 
 def _bounded_concat(pieces: Iterable[str]) -> str:
