@@ -22,6 +22,7 @@ import re
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -113,9 +114,47 @@ def in_range(
     *,
     low_open: bool = False,
     high_open: bool = False,
-) -> dict[str, Range]:
-    """Field metadata declaring a range: `field(default=..., metadata=in_range(0, 1))`."""
-    return {"range": Range(low, high, low_open, high_open)}
+    most: int | None = None,
+    product: tuple[str, int, str] | None = None,
+) -> dict[str, Any]:
+    """Field metadata declaring a numeric key's valid values, beside the key:
+    `field(default=0.5, metadata=in_range(0, 1))`.
+
+    most: the upper bound of a count whose range has none (without it, MAX_COUNT); a message
+    names it only for a value above it: `in_range(0, low_open=True, most=MAX_ENV_COPIES)`
+    reads "must be > 0" for 0 and "must be in [1, 100,000]" for 1e30.
+    product: (another key, the most, what it counts) where this key times the other is
+    allocated at once (num_steps x num_envs); checked in a config that has both keys.
+    """
+    metadata: dict[str, Any] = {}
+    if low is not None or high is not None:
+        metadata["range"] = Range(low, high, low_open, high_open)
+    if most is not None:
+        metadata["most"] = most
+    if product is not None:
+        metadata["product"] = product
+    return metadata
+
+
+# The declarations (in_range's metadata) of keys whose fields do not carry theirs yet, by key
+# name: a layer above core registers them (register_ranges), so that core names no key.
+_REGISTERED: dict[str, Mapping[str, Any]] = {}
+
+
+def register_ranges(declarations: Mapping[str, Mapping[str, Any]]) -> None:
+    """Declare ranges by key name (`{"clip": in_range(0, low_open=True)}`) for fields that do
+    not declare theirs in their metadata yet; a field's own declaration comes first."""
+    _REGISTERED.update(declarations)
+
+
+def declared(field: dataclasses.Field[Any], what: str) -> Any:
+    """What `field` declares about its values ('range', 'most' or 'product', as in_range
+    writes them): its own metadata's, else a registered declaration's for its name, else None."""
+    if what in field.metadata:
+        return field.metadata[what]
+    if what in _REGISTERED.get(field.name, {}):
+        return _REGISTERED[field.name][what]
+    return _OLD_TABLES[what](field.name)
 
 
 # Upper bounds on counts, generous for real use: every integer key is held to one, whatever
@@ -330,6 +369,17 @@ RANGES: dict[str, Range] = {
 }
 
 
+def _old_product(name: str) -> Any:
+    return next(((b, most, what) for (a, b), most, what in PRODUCTS if a == name), None)
+
+
+_OLD_TABLES = {
+    "range": RANGES.get,
+    "most": UPPER_BOUNDS.get,
+    "product": _old_product,
+}
+
+
 def annotated_class(cls: type, attribute: str) -> type | None:
     """The class that `cls`'s own annotation of `attribute` names (`config: PPOConfig` ->
     PPOConfig), looked up in its module when annotations are strings; None without one."""
@@ -346,9 +396,7 @@ def fields_of(cls: type) -> list[str]:
 
 def field_range(field: dataclasses.Field[Any]) -> Range | None:
     """The range a config field must lie in: its own metadata, else `RANGES` by name."""
-    if "range" in field.metadata:
-        return typing.cast("Range | None", field.metadata["range"])
-    return RANGES.get(field.name)
+    return typing.cast("Range | None", declared(field, "range"))
 
 
 def count_range(field: dataclasses.Field[Any]) -> Range:
@@ -358,7 +406,7 @@ def count_range(field: dataclasses.Field[Any]) -> Range:
     valid = field_range(field) or Range()
     if valid.high is not None:
         return valid if valid.low is not None else dataclasses.replace(valid, low=-MAX_COUNT)
-    high = UPPER_BOUNDS.get(field.name, MAX_COUNT)
+    high = declared(field, "most") or MAX_COUNT
     if valid.low is None:
         return Range(-MAX_COUNT, high)
     if valid.low_open and float(valid.low).is_integer():  # > 0 reads [1, ...] for a count
@@ -443,15 +491,18 @@ class _WholeFloat(int):
 
 
 def _check_products(config: Any, prefix: str) -> None:
-    """A ConfigError where keys allocated together (`PRODUCTS`) ask for too much at once."""
+    """A ConfigError where keys allocated together (in_range's `product`) ask for too much at
+    once."""
     names = {field.name for field in dataclasses.fields(config)}
-    for (first, second), most, what in PRODUCTS:
-        if first not in names or second not in names:
+    for field in dataclasses.fields(config):
+        product = declared(field, "product")
+        if product is None or product[0] not in names:
             continue
-        a, b = getattr(config, first), getattr(config, second)
+        (other, most, what), first = product, field.name
+        a, b = getattr(config, first), getattr(config, other)
         if isinstance(a, int) and isinstance(b, int) and a * b > most:
             raise ConfigError(
-                f"config keys {prefix + first!r} x {prefix + second!r} must be at most "
+                f"config keys {prefix + first!r} x {prefix + other!r} must be at most "
                 f"{most:,} ({what}), got {a:,} x {b:,} = {a * b:,}"
             )
 
