@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from payoff.algos.base import ROLLOUT_STEPS
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import explained_variance, value_loss
+from payoff.core.config import MAX_ENV_COPIES, in_range
 from payoff.core.schedules import Schedule
 from payoff.rollout.buffers import RolloutStorage
 
@@ -30,13 +32,15 @@ class A2CConfig(OnPolicyConfig):
     Defaults follow SB3's A2C (num_steps 5, lr 7e-4) but with 16 envs and Adam.
     """
 
-    num_envs: int = 16
-    num_steps: int = 5
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(start=7e-4, end=7e-4))
-    gae_lambda: float = 1.0
+    num_envs: int = field(default=16, metadata=in_range(1, MAX_ENV_COPIES))
+    num_steps: int = field(default=5, metadata=in_range(0, low_open=True, product=ROLLOUT_STEPS))
+    learning_rate: Schedule = field(
+        default_factory=lambda: Schedule(start=7e-4, end=7e-4), metadata=in_range(0, low_open=True)
+    )
+    gae_lambda: float = field(default=1.0, metadata=in_range(0, 1))
     normalize_advantages: bool = False
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
+    ent_coef: float = field(default=0.0, metadata=in_range(0))
+    vf_coef: float = field(default=0.5, metadata=in_range(0))
 
 
 class A2C(OnPolicyAlgorithm):

@@ -50,7 +50,14 @@ import torch.nn.functional as F
 from payoff.algos.agent import Agent
 from payoff.algos.base import NO_FINAL_EVALUATION, RunKeys, check_deterministic
 from payoff.algos.loop import TrainLoop
-from payoff.core.config import in_range
+from payoff.core.config import (
+    MAX_BATCH,
+    MAX_ENV_COPIES,
+    MAX_REPLAY,
+    MAX_SIMULATIONS,
+    MAX_THREADS,
+    in_range,
+)
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.seeding import seed_everything
@@ -156,37 +163,43 @@ class AlphaZeroConfig(RunKeys):
     """
 
     game: str = "tictactoe"
-    iterations: int = 20
-    games_per_iteration: int = 64
+    iterations: int = field(default=20, metadata=in_range(0, low_open=True))
+    games_per_iteration: int = field(
+        default=64, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES)
+    )
     mcts: MCTSConfig = field(
         default_factory=lambda: MCTSConfig(simulations=50, dirichlet_alpha=1.0)
     )
-    temperature_moves: int = 4
+    temperature_moves: int = field(default=4, metadata=in_range(0))
     selfplay_openings: int = field(default=0, metadata=in_range(0))
     net: GameNetConfig = field(default_factory=lambda: GameNetConfig(kind="mlp", hidden=128))
-    replay_size: int = 40_000
-    batch_size: int = 256
-    train_steps: int = 100
-    learning_rate: float = 1e-3
-    learning_rate_end: float | None = None
-    weight_decay: float = 1e-4
-    search_value_weight: float = 0.0
+    replay_size: int = field(default=40_000, metadata=in_range(0, low_open=True, most=MAX_REPLAY))
+    batch_size: int = field(default=256, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    train_steps: int = field(default=100, metadata=in_range(0, low_open=True))
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    learning_rate_end: float | None = field(default=None, metadata=in_range(0))
+    weight_decay: float = field(default=1e-4, metadata=in_range(0))
+    search_value_weight: float = field(default=0.0, metadata=in_range(0, 1))
     augment: bool = True
-    gate_games: int = 20
-    gate_threshold: float = 0.55
-    gate_simulations: int = 25
-    gate_random_moves: int = 2
-    eval_every: int = 0
-    eval_games: int = 0
-    eval_simulations: int = 50
+    gate_games: int = field(default=20, metadata=in_range(0, most=MAX_ENV_COPIES))
+    gate_threshold: float = field(default=0.55, metadata=in_range(0, 1))
+    gate_simulations: int = field(
+        default=25, metadata=in_range(0, low_open=True, most=MAX_SIMULATIONS)
+    )
+    gate_random_moves: int = field(default=2, metadata=in_range(0))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    eval_games: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
+    eval_simulations: int = field(
+        default=50, metadata=in_range(0, low_open=True, most=MAX_SIMULATIONS)
+    )
     eval_symmetries: bool = False
-    league_simulations: int | None = None
+    league_simulations: int | None = field(default=None, metadata=in_range(1, most=MAX_SIMULATIONS))
     baselines: list[str] = field(default_factory=lambda: ["random", "greedy", "minimax"])
-    final_eval_games: int = 0
-    final_eval_openings: int = field(default=0, metadata=in_range(0))
-    checkpoint_every: int = 1
-    workers: int = 1
-    train_threads: int = 0
+    final_eval_games: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
+    final_eval_openings: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
+    checkpoint_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    workers: int = field(default=1, metadata=in_range(1))
+    train_threads: int = field(default=0, metadata=in_range(0, MAX_THREADS))
 
     # payoff train runs (in Python no matches beyond self-play and the gate)
     run_defaults: ClassVar[dict[str, Any]] = {

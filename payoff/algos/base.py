@@ -39,11 +39,15 @@ from payoff.algos.loop import LearnInterrupted, LoopState, TrainLoop
 from payoff.algos.response import Responder, RollbackConfig
 from payoff.core.cache import remember_written, written_here
 from payoff.core.config import (
+    MAX_ENV_COPIES,
+    MAX_SEED,
+    MAX_THREADS,
     annotated_class,
     check_ranges,
     coerce_shorthands,
     fields_of,
     from_dict,
+    in_range,
     key_hint,
     to_dict,
 )
@@ -73,9 +77,9 @@ RUN_KEYS = (
 
 @dataclass
 class RunKeys:
-    """The keys every algorithm's config shares, declared here once (their ranges are in
-    payoff.core.config.RANGES). A config class inherits them and redeclares only a key
-    whose default differs.
+    """The keys every algorithm's config shares, declared here once, each with its range. A
+    config class inherits them and redeclares only a key whose default differs (with the
+    key's range: a redeclared field replaces the whole field).
 
     seed: seeds Python, NumPy and torch, and through them the envs, the data and the
         evaluation episodes.
@@ -96,12 +100,12 @@ class RunKeys:
         payoff.algos.response). rollback: every / keep / max of those snapshots.
     """
 
-    seed: int = 0
-    threads: int = 1
+    seed: int = field(default=0, metadata=in_range(0, MAX_SEED))
+    threads: int = field(default=1, metadata=in_range(1, MAX_THREADS))
     device: str = field(default="cpu", metadata={"check": check_device_name})
-    log_every: int = 1
-    eval_every: int = 0
-    checkpoint_every: int = 1_000
+    log_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=1_000, metadata=in_range(0, low_open=True))
     on_alarm: Literal["warn", "halt", "rollback"] = "warn"
     rollback: RollbackConfig = field(default_factory=RollbackConfig)
 
@@ -134,10 +138,15 @@ class AgentKeys(RunKeys):
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
-    eval_episodes: int = 20
-    final_eval_episodes: int = 0
+    eval_episodes: int = field(default=20, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES))
+    final_eval_episodes: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
 
     run_defaults: ClassVar[dict[str, Any]] = {"final_eval_episodes": 50}
+
+
+# A rollout's storage [num_steps, num_envs] is allocated at once: an on-policy config's
+# num_steps declares in_range(..., product=ROLLOUT_STEPS).
+ROLLOUT_STEPS = ("num_envs", 100_000_000, "env steps in one rollout")
 
 
 @dataclass
@@ -157,11 +166,11 @@ class VectorAgentKeys(AgentKeys):
         reward is NaN or infinite (false skips the check).
     """
 
-    total_steps: int = 100_000
-    num_envs: int = 8
+    total_steps: int = field(default=100_000, metadata=in_range(0, low_open=True))
+    num_envs: int = field(default=8, metadata=in_range(1, MAX_ENV_COPIES))
     vectorization: Literal["auto", "batched", "sync", "async"] = "auto"
-    gamma: float = 0.99
-    max_grad_norm: float = 0.5
+    gamma: float = field(default=0.99, metadata=in_range(0, 1))
+    max_grad_norm: float = field(default=0.5, metadata=in_range(0))
     stop_at_return: float | None = None
     check_finite: bool = True
 

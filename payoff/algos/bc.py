@@ -12,13 +12,13 @@ larger: errors compound over an episode (O(T^2) instead of O(T)). See DAgger for
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
-from payoff.core.config import absolute_path
+from payoff.core.config import absolute_path, in_range
 from payoff.core.errors import DataError
 from payoff.rollout import demonstrations
 
@@ -37,10 +37,10 @@ class BCConfig(ImitationConfig):
     checkpoint_every: write checkpoints/latest.safetensors every this many epochs.
     """
 
-    epochs: int = 200
+    epochs: int = field(default=200, metadata=in_range(0, low_open=True))
     demonstrations: str | None = None
-    eval_every: int = 0
-    checkpoint_every: int = 50
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=50, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 50}  # payoff train runs
 

@@ -34,7 +34,14 @@ from payoff.algos.reward_model import (
     train_proxy,
 )
 from payoff.algos.shared.lm import LMAlgorithm, LMEvalResult, columns_of, correctness_spec
-from payoff.core.config import absolute_path
+from payoff.core.config import (
+    MAX_PROMPTS,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_TOKENS,
+    absolute_path,
+    in_range,
+)
 from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
@@ -110,14 +117,16 @@ class BestOfNConfig(MonitorKeys):
     task: TaskConfig = field(default_factory=styled_task)
     reward_model: str = ""
     proxy_preferences: PreferenceDataConfig = field(default_factory=proxy_preferences)
-    proxy_steps: int = 300
-    proxy_learning_rate: float = 2e-3
-    seed: int = 0
-    ns: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
-    prompts: int = 32
-    temperature: float = 1.0
-    max_new_tokens: int = 24
-    threads: int = 1
+    proxy_steps: int = field(default=300, metadata=in_range(0, low_open=True))
+    proxy_learning_rate: float = field(default=2e-3, metadata=in_range(0, low_open=True))
+    seed: int = field(default=0, metadata=in_range(0, MAX_SEED))
+    ns: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256], metadata=in_range(1)
+    )
+    prompts: int = field(default=32, metadata=in_range(0, low_open=True, most=MAX_PROMPTS))
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    max_new_tokens: int = field(default=24, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    threads: int = field(default=1, metadata=in_range(1, MAX_THREADS))
     device: str = field(default="auto", metadata={"check": check_device_name})
 
     def __post_init__(self) -> None:

@@ -14,12 +14,13 @@ recover from them: the errors that compound for behavior cloning stay bounded.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from payoff.algos.shared.imitation import ImitationAlgorithm, ImitationConfig, fit_normalizer
+from payoff.core.config import MAX_ENV_COPIES, in_range
 from payoff.core.errors import ConfigError
 from payoff.rollout.imitation import collect_mixture, make_envs
 from payoff.rollout.vector import reset_envs
@@ -42,13 +43,13 @@ class DAggerConfig(ImitationConfig):
     checkpoint_every: write checkpoints/latest.safetensors every this many rounds.
     """
 
-    rounds: int = 8
-    beta: float = 1.0
-    beta_decay: float = 0.0
-    epochs_per_round: int = 100
-    num_envs: int = 4
-    eval_every: int = 0
-    checkpoint_every: int = 1
+    rounds: int = field(default=8, metadata=in_range(0, low_open=True))
+    beta: float = field(default=1.0, metadata=in_range(0))
+    beta_decay: float = field(default=0.0, metadata=in_range(0, 1))
+    epochs_per_round: int = field(default=100, metadata=in_range(0, low_open=True))
+    num_envs: int = field(default=4, metadata=in_range(1, MAX_ENV_COPIES))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=1, metadata=in_range(0, low_open=True))
 
     def validate(self) -> None:
         super().validate()

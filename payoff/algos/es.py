@@ -49,7 +49,7 @@ import torch
 
 from payoff.algos.agent import Agent
 from payoff.algos.base import AgentKeys, check_deterministic
-from payoff.core.config import in_range
+from payoff.core.config import MAX_WIDTH, in_range
 from payoff.core.errors import ConfigError
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig, make_env
@@ -106,20 +106,22 @@ class ESConfig(AgentKeys):
         stale and max_lag do not apply).
     """
 
-    total_steps: int = 1_000_000
+    total_steps: int = field(default=1_000_000, metadata=in_range(0, low_open=True))
     pairs: int = field(default=32, metadata=in_range(1))
     sigma: float = field(default=0.05, metadata=in_range(0, low_open=True))
-    learning_rate: float = 0.01
-    weight_decay: float = 0.005
+    learning_rate: float = field(default=0.01, metadata=in_range(0, low_open=True))
+    weight_decay: float = field(default=0.005, metadata=in_range(0))
     fitness_shaping: Literal["centered_rank", "standardize", "none"] = "centered_rank"
     episodes_per_perturbation: int = field(default=1, metadata=in_range(1))
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    hidden: list[int] = field(
+        default_factory=lambda: [64, 64], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["tanh", "relu"] = "tanh"
     normalize_obs: bool = True
     obs_clip: float = field(default=5.0, metadata=in_range(0, low_open=True))
     stop_at_return: float | None = None
-    eval_every: int = 0
-    checkpoint_every: int = 100_000
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=100_000, metadata=in_range(0, low_open=True))
     check_finite: bool = True
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)

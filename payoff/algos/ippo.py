@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from payoff.algos.ppo import PPO, PPOConfig
+from payoff.core.config import MAX_ENV_COPIES, in_range
 from payoff.core.errors import ConfigError
 from payoff.envs.make import EnvConfig
 from payoff.rollout.evaluate import EvalResult, record_team_frames
@@ -49,7 +50,8 @@ class IPPOConfig(PPOConfig):
     """
 
     env: EnvConfig = field(default_factory=_simple_spread)
-    num_envs: int = 6  # two copies of simple_spread's 3 agents (PPO's 8 is no multiple of 3)
+    # two copies of simple_spread's 3 agents (PPO's 8 is no multiple of 3)
+    num_envs: int = field(default=6, metadata=in_range(1, MAX_ENV_COPIES))
     vectorization: str = "batched"  # type: ignore[assignment]
 
     def validate(self) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from payoff.algos.sac import SAC, SACConfig
-from payoff.core.config import in_range
+from payoff.core.config import MAX_BATCH, MAX_DEPTH, MAX_WIDTH, in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.models.dynamics import DynamicsEnsemble, model_io
 from payoff.models.encoding import is_image
@@ -54,13 +54,15 @@ class WorldModelKeys:
     train_every: refit (and imagine a new round of rollouts) every this many env steps.
     """
 
-    ensemble: int = field(default=5, metadata=in_range(1))
-    hidden: list[int] = field(default_factory=lambda: [200, 200])
+    ensemble: int = field(default=5, metadata=in_range(1, most=MAX_DEPTH))
+    hidden: list[int] = field(
+        default_factory=lambda: [200, 200], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: str = "silu"
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-5
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    weight_decay: float = field(default=1e-5, metadata=in_range(0))
     fit_steps: int = field(default=200, metadata=in_range(1))
-    batch_size: int = field(default=256, metadata=in_range(1))
+    batch_size: int = field(default=256, metadata=in_range(1, most=MAX_BATCH))
     train_every: int = field(default=250, metadata=in_range(1))
 
 
@@ -78,7 +80,7 @@ class MBPOConfig(SACConfig):
 
     model: WorldModelKeys = field(default_factory=WorldModelKeys)
     rollout_length: int = field(default=1, metadata=in_range(1))
-    rollout_batch: int = field(default=10_000, metadata=in_range(1))
+    rollout_batch: int = field(default=10_000, metadata=in_range(1, most=MAX_BATCH))
     model_retain: int = field(default=5, metadata=in_range(1))
     real_ratio: float = field(default=0.05, metadata=in_range(0, 1))
 

@@ -60,7 +60,7 @@ from torch.nn import functional as F
 from payoff.algos.agent import Agent
 from payoff.algos.base import AgentKeys, check_deterministic
 from payoff.algos.loop import crossed
-from payoff.core.config import in_range
+from payoff.core.config import MAX_BATCH, MAX_DEPTH, MAX_ENV_COPIES, MAX_WIDTH, in_range
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.seeding import seed_everything
 from payoff.envs.make import EnvConfig
@@ -340,7 +340,7 @@ class PlannerConfig:
     iterations: int = field(default=3, metadata=in_range(1))
     elites: int = field(default=15, metadata=in_range(1))
     alpha: float = field(default=0.1, metadata=in_range(0, 1, high_open=True))
-    temperature: float = 1.0
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
     init_std: float = field(default=0.5, metadata=in_range(0, low_open=True))
     risk: float = field(default=0.0, metadata=in_range(0))
     sample: bool = True
@@ -370,9 +370,11 @@ class ValueKeys:
 
     enabled: bool = False
     gamma: float = field(default=0.99, metadata=in_range(0, 1, low_open=True, high_open=True))
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    hidden: list[int] = field(
+        default_factory=lambda: [64, 64], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     fit_steps: int = field(default=200, metadata=in_range(1))
-    batch_size: int = field(default=256, metadata=in_range(1))
+    batch_size: int = field(default=256, metadata=in_range(1, most=MAX_BATCH))
     learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
     tau: float = field(default=0.01, metadata=in_range(0, 1, low_open=True))
 
@@ -410,26 +412,28 @@ class MBRLConfig(AgentKeys):
     model rows per step: keep eval_episodes small (they run batched, one planner for all).
     """
 
-    total_steps: int = 1_000
+    total_steps: int = field(default=1_000, metadata=in_range(0, low_open=True))
     learning_starts: int = field(default=200, metadata=in_range(1))
-    train_every: int = 100
-    ensemble: int = 5
-    hidden: list[int] = field(default_factory=lambda: [128, 128])
+    train_every: int = field(default=100, metadata=in_range(0, low_open=True))
+    ensemble: int = field(default=5, metadata=in_range(0, low_open=True, most=MAX_DEPTH))
+    hidden: list[int] = field(
+        default_factory=lambda: [128, 128], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["silu", "relu", "tanh"] = "silu"
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-5
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    weight_decay: float = field(default=1e-5, metadata=in_range(0))
     fit_steps: int = field(default=300, metadata=in_range(1))
-    batch_size: int = 256
+    batch_size: int = field(default=256, metadata=in_range(0, low_open=True, most=MAX_BATCH))
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     value: ValueKeys = field(default_factory=ValueKeys)
     multistep_horizon: int = field(default=10, metadata=in_range(1))
     exploitation: ExploitationKeys = field(default_factory=ExploitationKeys)
     stop_at_return: float | None = None
     check_finite: bool = True
-    log_every: int = 200
-    eval_episodes: int = 3
-    final_eval_episodes: int = 0
-    checkpoint_every: int = 1_000
+    log_every: int = field(default=200, metadata=in_range(0, low_open=True))
+    eval_episodes: int = field(default=3, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES))
+    final_eval_episodes: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
+    checkpoint_every: int = field(default=1_000, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"final_eval_episodes": 5}  # payoff train runs
 

@@ -9,11 +9,12 @@ unchanged, on the penalized reward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from payoff.algos.ppo import PPO, PPOConfig
 from payoff.algos.shared.lagrangian import LagrangeMultiplier
+from payoff.core.config import in_range
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -29,9 +30,9 @@ class PPOLagrangianConfig(PPOConfig):
     """
 
     cost_key: str = "cost"
-    cost_limit: float = 0.1
-    lagrangian_lr: float = 0.5
-    lagrangian_init: float = 0.0
+    cost_limit: float = field(default=0.1, metadata=in_range(0))
+    lagrangian_lr: float = field(default=0.5, metadata=in_range(0, low_open=True))
+    lagrangian_init: float = field(default=0.0, metadata=in_range(0))
 
     def validate(self) -> None:
         super().validate()

@@ -21,6 +21,7 @@ import numpy as np
 
 from payoff.algos.agent import Agent
 from payoff.algos.base import NO_FINAL_EVALUATION, AgentKeys, check_deterministic
+from payoff.core.config import MAX_ENV_COPIES, in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
 from payoff.core.seeding import seed_everything
@@ -56,19 +57,24 @@ class QLearningConfig(AgentKeys):
 
     env: EnvConfig = field(default_factory=_frozenlake)
     method: Literal["q_learning", "sarsa"] = "q_learning"
-    total_episodes: int = 20_000
-    gamma: float = 0.99
+    total_episodes: int = field(default=20_000, metadata=in_range(0, low_open=True))
+    gamma: float = field(default=0.99, metadata=in_range(0, 1))
     learning_rate: Schedule = field(
-        default_factory=lambda: Schedule(start=0.1, end=0.01, fraction=1.0)
+        default_factory=lambda: Schedule(start=0.1, end=0.01, fraction=1.0),
+        metadata=in_range(0, low_open=True),
     )
-    epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.01, fraction=0.8))
+    epsilon: Schedule = field(
+        default_factory=lambda: Schedule(start=1.0, end=0.01, fraction=0.8), metadata=in_range(0, 1)
+    )
     initial_q: float = 0.0
-    log_every: int = 100
-    eval_every: int = 0
-    eval_episodes: int = 200
-    final_eval_episodes: int = 0
-    checkpoint_every: int = 2000
-    plateau_tolerance: float = 0.05
+    log_every: int = field(default=100, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    eval_episodes: int = field(
+        default=200, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES)
+    )
+    final_eval_episodes: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
+    checkpoint_every: int = field(default=2000, metadata=in_range(0, low_open=True))
+    plateau_tolerance: float = field(default=0.05, metadata=in_range(0))
 
     # payoff train runs (in Python both are off: learn(n) only trains)
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 1000, "final_eval_episodes": 1000}

@@ -12,13 +12,14 @@ regressed on G_t and subtracted, which lowers the gradient's variance without bi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from payoff.algos.shared.advantages import completed_episodes, normalize, returns_to_go
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import explained_variance, value_loss
+from payoff.core.config import in_range
 from payoff.rollout.buffers import RolloutStorage
 
 
@@ -37,8 +38,8 @@ class ReinforceConfig(OnPolicyConfig):
 
     baseline: bool = True
     normalize_returns: bool = True
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
+    ent_coef: float = field(default=0.0, metadata=in_range(0))
+    vf_coef: float = field(default=0.5, metadata=in_range(0))
 
 
 class Reinforce(OnPolicyAlgorithm):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from payoff.algos.shared.offpolicy import ContinuousActorCritic, OffPolicyKeys
-from payoff.core.config import in_range
+from payoff.core.config import MAX_ENV_COPIES, MAX_WIDTH, in_range
 from payoff.envs.make import EnvConfig
 from payoff.models.continuous import DeterministicActor
 from payoff.rollout.replay import TransitionBatch
@@ -49,11 +49,13 @@ class TD3Config(OffPolicyKeys):
 
     # continuous actions: a Discrete default (CartPole) would be refused by name
     env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1"))
-    total_steps: int = 20_000
-    num_envs: int = 1
-    learning_starts: int = 1_000
-    max_grad_norm: float = 0.0
-    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    total_steps: int = field(default=20_000, metadata=in_range(0, low_open=True))
+    num_envs: int = field(default=1, metadata=in_range(1, MAX_ENV_COPIES))
+    learning_starts: int = field(default=1_000, metadata=in_range(0))
+    max_grad_norm: float = field(default=0.0, metadata=in_range(0))
+    hidden: list[int] = field(
+        default_factory=lambda: [256, 256], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     tau: float = field(default=0.005, metadata=in_range(0, 1, low_open=True))
     policy_delay: int = field(default=2, metadata=in_range(1))

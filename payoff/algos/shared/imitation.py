@@ -31,7 +31,7 @@ from payoff.algos.base import (
     check_deterministic,
     restoring,
 )
-from payoff.core.config import absolute_path
+from payoff.core.config import MAX_BATCH, MAX_ENV_COPIES, MAX_WIDTH, absolute_path, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError, EnvError
 from payoff.core.imports import refuse_untrusted
@@ -97,20 +97,22 @@ class ImitationConfig(AgentKeys):
 
     env: EnvConfig = field(default_factory=_kart)
     expert: str | None = "kart"
-    label_budget: int = 2000
+    label_budget: int = field(default=2000, metadata=in_range(0, low_open=True))
     loss: Literal["mse", "nll"] = "mse"
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    hidden: list[int] = field(
+        default_factory=lambda: [64, 64], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     log_std_init: float = -1.0
     normalize_obs: bool = True
-    learning_rate: float = 1e-3
-    batch_size: int = 256
-    eval_episodes: int = 50
-    final_eval_episodes: int = 0
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    batch_size: int = field(default=256, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    eval_episodes: int = field(default=50, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES))
+    final_eval_episodes: int = field(default=0, metadata=in_range(0, most=MAX_ENV_COPIES))
     eval_tracks: list[str] = field(default_factory=lambda: ["train", "heldout"])
     export_policy: str | None = None
-    value_prefit_steps: int = 0
-    value_gamma: float = 0.99
+    value_prefit_steps: int = field(default=0, metadata=in_range(0))
+    value_gamma: float = field(default=0.99, metadata=in_range(0, 1))
 
     def __post_init__(self) -> None:
         if isinstance(self.expert, str) and self.expert not in (*EXPERTS, "keyboard"):

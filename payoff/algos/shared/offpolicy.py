@@ -22,7 +22,7 @@ from torch import nn
 
 from payoff.algos.agent import Agent
 from payoff.algos.base import VectorAgentKeys, check_deterministic
-from payoff.core.config import MAX_REPLAY, in_range
+from payoff.core.config import MAX_BATCH, MAX_REPLAY, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.schedules import Schedule
@@ -65,15 +65,17 @@ class OffPolicyKeys(VectorAgentKeys):
         train` runs (run_defaults).
     """
 
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(start=1e-3, end=1e-3))
-    batch_size: int = 256
-    learning_starts: int = 1_000
-    train_every: int = 1
-    gradient_steps: int = 1
+    learning_rate: Schedule = field(
+        default_factory=lambda: Schedule(start=1e-3, end=1e-3), metadata=in_range(0, low_open=True)
+    )
+    batch_size: int = field(default=256, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    learning_starts: int = field(default=1_000, metadata=in_range(0))
+    train_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    gradient_steps: int = field(default=1, metadata=in_range(0, low_open=True))
     replay: ReplayConfig = field(default_factory=ReplayConfig)
-    log_every: int = 1_000
-    eval_every: int = 0
-    checkpoint_every: int = 50_000
+    log_every: int = field(default=1_000, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=50_000, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 5_000}  # payoff train runs
 
