@@ -30,7 +30,7 @@ import numpy as np
 from payoff.algos import get_algorithm
 from payoff.algos.agent import Agent
 from payoff.algos.base import run_defaults
-from payoff.core.config import apply_overrides, from_dict, load_yaml, to_dict
+from payoff.core.config import MAX_SEED, apply_overrides, from_dict, in_range, load_yaml, to_dict
 from payoff.core.errors import ConfigError, EnvError, suggest
 from payoff.envs.make import EnvConfig, make_env
 from payoff.monitor.behaviour import concentration, find_loop
@@ -50,7 +50,7 @@ class RedTeamSpec:
     state_key: str | None = None
     budget: int = 40_000
     episodes: int = 20
-    seed: int = 0
+    seed: int = field(default=0, metadata=in_range(0, MAX_SEED))
     fail_fraction: float = 0.5
     optimizer: dict[str, Any] = field(
         default_factory=lambda: {

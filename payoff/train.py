@@ -18,7 +18,7 @@ from payoff.algos import get_algorithm
 from payoff.algos.agent import Agent
 from payoff.algos.base import Algorithm
 from payoff.algos.loop import LearnInterrupted
-from payoff.core.config import from_dict, to_dict
+from payoff.core.config import MAX_SEED, from_dict, in_range, to_dict
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.monitor.detectors import build_monitors
 from payoff.recipes import FROM_DEFAULTS, load_recipe
@@ -262,7 +262,7 @@ class Member:
     recipe: str
     label: str = ""
     overrides: list[str] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0])
+    seeds: list[int] = field(default_factory=lambda: [0], metadata=in_range(0, MAX_SEED))
 
 
 @dataclass

@@ -172,6 +172,11 @@ MAX_REPLAY = 100_000_000  # transitions in one replay buffer
 MAX_PROMPTS = 100_000  # prompts (tasks) in one rollout batch
 MAX_GROUP = 1_024  # completions (episodes) of one prompt
 MAX_SIMULATIONS = 1_000_000  # tree-search simulations per move
+# torch threads: a file asking for 100,000 crashes the process inside OpenMP
+MAX_THREADS = 1_024
+# seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
+# overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
+MAX_SEED = 2**32 - 1
 
 # Each count's upper bound by name, where it is tighter than MAX_COUNT (a field may declare
 # its own high in its metadata instead).

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from payoff.core.config import in_range
 
 
 @dataclass
@@ -17,7 +19,7 @@ class Schedule:
 
     start: float = 1.0
     end: float = 1.0
-    fraction: float = 1.0
+    fraction: float = field(default=1.0, metadata=in_range(0, 1, low_open=True))
     kind: Literal["linear", "exponential", "constant"] = "linear"
 
     @classmethod

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from payoff.core.cache import building_folder, publish_folder
+from payoff.core.config import MAX_BATCH, MAX_SEED, in_range
 from payoff.core.device import resolve_device
 from payoff.core.seeding import seed_everything
 from payoff.models.lm import ModelConfig, load_lm, save_lm
@@ -41,14 +42,14 @@ class BaseModelConfig:
     a narrower distribution than the RL run draws from (python_examples' unseen_share: 0).
     """
 
-    steps: int = 300
-    batch_size: int = 128
-    learning_rate: float = 1e-3
+    steps: int = field(default=300, metadata=in_range(0, low_open=True))
+    batch_size: int = field(default=128, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
     loss_on: Literal["completion", "all"] = "completion"
-    answer_noise: float = 0.0
-    stop_at_accuracy: float | None = None
-    check_every: int = 25
-    seed: int = 0
+    answer_noise: float = field(default=0.0, metadata=in_range(0, 1, high_open=True))
+    stop_at_accuracy: float | None = field(default=None, metadata=in_range(0, 1))
+    check_every: int = field(default=25, metadata=in_range(0, low_open=True))
+    seed: int = field(default=0, metadata=in_range(0, MAX_SEED))
     task_options: dict[str, Any] = field(default_factory=dict)
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
 

@@ -11,13 +11,14 @@ player to move. Two trunks:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
+from payoff.core.config import MAX_DEPTH, MAX_WIDTH, in_range
 from payoff.core.errors import ConfigError
 from payoff.core.imports import check_weights
 
@@ -45,9 +46,9 @@ class GameNetConfig:
     """
 
     kind: Literal["resnet", "mlp"] = "resnet"
-    channels: int = 32
-    blocks: int = 3
-    hidden: int = 64
+    channels: int = field(default=32, metadata=in_range(0, low_open=True, most=MAX_WIDTH))
+    blocks: int = field(default=3, metadata=in_range(0, low_open=True, most=MAX_DEPTH))
+    hidden: int = field(default=64, metadata=in_range(0, low_open=True, most=MAX_WIDTH))
     colour_plane: bool = False
     threat_planes: bool = False
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import torch
 
-from payoff.core.config import absolute_path
+from payoff.core.config import MAX_WIDTH, absolute_path, in_range
 from payoff.core.errors import ConfigError
 from payoff.core.imports import refuse_untrusted
 from payoff.core.state import cpu_state
@@ -103,9 +103,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     chat_template: Literal["auto", "none"] = "auto"
     trust_remote_code: bool = False
-    lora_rank: int = 0
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
+    lora_rank: int = field(default=0, metadata=in_range(0, most=MAX_WIDTH))
+    lora_alpha: int = field(default=16, metadata=in_range(0, low_open=True))
+    lora_dropout: float = field(default=0.0, metadata=in_range(0, 1, high_open=True))
     # all-linear: every linear layer but the output head, whatever the architecture calls
     # them (Llama's q_proj ... down_proj, GPT-2's c_attn, c_proj and c_fc, ...)
     lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])

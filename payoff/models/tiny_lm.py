@@ -7,7 +7,9 @@ does to it works on a real model loaded from disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from payoff.core.config import MAX_DEPTH, MAX_TOKENS, MAX_WIDTH, in_range
 
 
 @dataclass
@@ -20,11 +22,11 @@ class TinyLMConfig:
         so this only bounds what the config advertises).
     """
 
-    hidden_size: int = 128
-    layers: int = 4
-    heads: int = 4
-    intermediate_size: int = 512
-    max_length: int = 256
+    hidden_size: int = field(default=128, metadata=in_range(0, low_open=True, most=MAX_WIDTH))
+    layers: int = field(default=4, metadata=in_range(0, low_open=True, most=MAX_DEPTH))
+    heads: int = field(default=4, metadata=in_range(0, low_open=True, most=MAX_DEPTH))
+    intermediate_size: int = field(default=512, metadata=in_range(0, low_open=True, most=MAX_WIDTH))
+    max_length: int = field(default=256, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
 
 
 def create_tiny_lm(config: TinyLMConfig, tokenizer, seed: int = 0):  # -> LlamaForCausalLM

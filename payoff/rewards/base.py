@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from payoff.core.config import PYTHON_ONLY, from_dict
+from payoff.core.config import PYTHON_ONLY, from_dict, in_range
 from payoff.core.errors import ConfigError, PayoffError, suggest
 from payoff.core.imports import import_module, refuse_untrusted
 from payoff.rewards.code import CodeVerifier
@@ -80,7 +80,7 @@ class RewardSpec:
     name: str = "math"
     weight: float = 1.0
     on_error: float | None = 0.0
-    timeout: float = 60.0
+    timeout: float = field(default=60.0, metadata=in_range(0, low_open=True))
     options: dict[str, Any] = field(default_factory=dict)
     label: str = ""
     function: RewardFn | None = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
+from payoff.core.config import MAX_TOKENS, in_range
 from payoff.core.errors import ConfigError, RunError
 from payoff.core.state import tensors_to
 from payoff.models.lean_forward import KVCache, lm_forward
@@ -39,9 +40,9 @@ class SamplingConfig:
     stop: strings that end a completion (kept in the text, e.g. '</answer>'); EOS always stops.
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 16
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    top_p: float = field(default=1.0, metadata=in_range(0, 1, low_open=True))
+    max_new_tokens: int = field(default=16, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
     stop: list[str] = field(default_factory=list)
 
     def validate(self) -> None:

@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from payoff.core.config import MAX_SIMULATIONS, in_range
 from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.games.base import Game, GameState, check_ended_within
 from payoff.envs.games.players import Player
@@ -61,12 +62,12 @@ class MCTSConfig:
         `ending_moves`); pays off in games decided by short tactics.
     """
 
-    simulations: int = 100
-    c_puct: float = 1.5
-    dirichlet_alpha: float = 1.0
-    dirichlet_fraction: float = 0.25
-    leaves_per_tree: int = 1
-    virtual_loss: float = 1.0
+    simulations: int = field(default=100, metadata=in_range(0, low_open=True, most=MAX_SIMULATIONS))
+    c_puct: float = field(default=1.5, metadata=in_range(0, low_open=True))
+    dirichlet_alpha: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    dirichlet_fraction: float = field(default=0.25, metadata=in_range(0, 1))
+    leaves_per_tree: int = field(default=1, metadata=in_range(1))
+    virtual_loss: float = field(default=1.0, metadata=in_range(0))
     solver: bool = False
 
     def validate(self) -> None:

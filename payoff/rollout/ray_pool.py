@@ -22,12 +22,12 @@ Ray is imported lazily: the config and this module load without Ray installed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from payoff.core.config import check_ranges
+from payoff.core.config import check_ranges, in_range
 from payoff.core.errors import ConfigError, PayoffError, RunError
 from payoff.core.imports import refuse_untrusted
 from payoff.track.interrupt import stop_signals_kept
@@ -61,17 +61,17 @@ class RayConfig:
     """
 
     address: str | None = None
-    num_workers: int = 2
-    num_cpus: int | None = None
-    cpus_per_worker: float = 1.0
+    num_workers: int = field(default=2, metadata=in_range(0, low_open=True))
+    num_cpus: int | None = field(default=None, metadata=in_range(0, low_open=True))
+    cpus_per_worker: float = field(default=1.0, metadata=in_range(0))
     overlap: bool = False
     stale: Literal["use", "drop"] = "use"
-    max_lag: int = 1
-    max_restarts: int = 10
-    startup_timeout: float = 120.0
+    max_lag: int = field(default=1, metadata=in_range(0))
+    max_restarts: int = field(default=10, metadata=in_range(0))
+    startup_timeout: float = field(default=120.0, metadata=in_range(0, low_open=True))
 
     def validate(self) -> None:
-        # the ranges of core.config, also for a RayConfig built in Python rather than loaded
+        # the fields' ranges, also for a RayConfig built in Python rather than loaded
         check_ranges(self, "ray.")
         if self.address:  # a cluster named by a downloaded run would get its code and weights
             refuse_untrusted("ray.address", self.address, "a Ray cluster to connect to")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from payoff.core.config import PYTHON_ONLY, absolute_path
+from payoff.core.config import MAX_ENV_COPIES, PYTHON_ONLY, absolute_path, in_range
 from payoff.core.errors import ConfigError, suggest
 from payoff.envs.tasks import (  # noqa: F401  (registers)
     arithmetic,
@@ -53,7 +53,7 @@ class TaskConfig:
     data: str = ""
     test_data: str = ""
     ood_data: str = ""
-    eval_size: int = 200
+    eval_size: int = field(default=200, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES))
     dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
     test_dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from payoff.core.config import PYTHON_ONLY, absolute_path
+from payoff.core.config import PYTHON_ONLY, absolute_path, in_range
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks.base import Row, Task, register_task
 from payoff.envs.tasks.datasets import (
@@ -147,8 +147,8 @@ class StyledAdditionOptions:
     """
 
     digits: int = 1
-    opener_rate: float = 0.15
-    wrong_rate: float = 0.3
+    opener_rate: float = field(default=0.15, metadata=in_range(0, 1))
+    wrong_rate: float = field(default=0.3, metadata=in_range(0, 1))
     brevity: float = 0.03
     openers: list[str] = field(default_factory=lambda: list(DEFAULT_OPENERS))
 
@@ -272,9 +272,9 @@ class PreferenceDataConfig:
 
     path: str = ""
     test_path: str = ""
-    bias: float = 0.3
-    train_pairs: int = 2000
-    test_pairs: int = 400
+    bias: float = field(default=0.3, metadata=in_range(0, 1))
+    train_pairs: int = field(default=2000, metadata=in_range(0, low_open=True))
+    test_pairs: int = field(default=400, metadata=in_range(0, low_open=True))
     from_python: bool = False  # the pairs were Python rows: a saved config cannot hold them
     dataset: Any = field(default=None, repr=False, compare=False, metadata=PYTHON_ONLY)
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from payoff.core.cache import cache_root
+from payoff.core.config import MAX_ENV_COPIES, MAX_TOKENS, in_range
 from payoff.core.errors import ConfigError, EnvError
 from payoff.core.imports import import_object
 from payoff.envs.text.env import ToolEnv
@@ -61,11 +62,11 @@ class AgentTaskConfig:
     """
 
     name: str = "calculator"
-    hard_fraction: float = 0.5
-    max_turns: int = 3
-    max_tokens: int = 200
-    call_rate: float = 0.5
-    eval_size: int = 64
+    hard_fraction: float = field(default=0.5, metadata=in_range(0, 1))
+    max_turns: int = field(default=3, metadata=in_range(0, low_open=True, most=10_000))
+    max_tokens: int = field(default=200, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    call_rate: float = field(default=0.5, metadata=in_range(0, 1))
+    eval_size: int = field(default=64, metadata=in_range(0, low_open=True, most=MAX_ENV_COPIES))
     options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
