@@ -294,13 +294,7 @@ def run_child(
     result_read, result_write = os.pipe()
     request = dict(request)
     request["result_fd"] = result_write
-    request["limits"] = {
-        "memory_bytes": limits.memory_mb << 20,
-        "cpu_seconds": max(1, int(limits.timeout) + 1),
-        "file_bytes": limits.file_mb << 20,
-        "open_files": limits.open_files,
-        "processes": 1 if mode == "unsafe-process" and not forks else 64,
-    }
+    request["limits"] = _child_limits(limits, mode, forks)
     if forks and seccomp.supported():
         request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
     seccomp_fd = None
@@ -315,8 +309,6 @@ def run_child(
             request["workdir"] = WORKDIR
             cwd = None
             env = {"PATH": "/usr/bin:/bin"}
-            pass_fds: tuple[int, ...] = (result_write, *extra_fds)
-            pass_fds += () if seccomp_fd is None else (seccomp_fd,)
         else:
             import tempfile
 
@@ -325,62 +317,21 @@ def run_child(
                 cwd = workdir_context.name
             else:
                 cwd = str(workdir)
-            request["workdir"] = cwd
-            command = [sys.executable, "-I", "-S", "-B", str(child_program())]
-            env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
-            pass_fds = (result_write, *extra_fds)
-            # no bubblewrap: the child drops its capabilities, stops others of its user
-            # from reading its memory and loads the seccomp filter itself (no processes)
-            _trainer_not_dumpable()
-            request["harden"] = not forks  # (a pair's processes harden after their fork)
-            if seccomp.supported():
-                request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
+            command, env = _unisolated(request, cwd, forks)
+        pass_fds = (result_write, *extra_fds, *([] if seccomp_fd is None else [seccomp_fd]))
         started = time.monotonic()
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=pass_fds,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+        process = _spawn(command, pass_fds, cwd, env)
     except BaseException:
-        os.close(result_read)
-        os.close(result_write)
-        for fd in extra_fds:
-            os.close(fd)
-        if seccomp_fd is not None:
-            os.close(seccomp_fd)
+        _close(result_read, result_write, *extra_fds, seccomp_fd)
         if workdir_context is not None:
             workdir_context.cleanup()
         raise
-    os.close(result_write)
-    for fd in extra_fds:
-        os.close(fd)
-    if seccomp_fd is not None:
-        os.close(seccomp_fd)
+    _close(result_write, *extra_fds, seccomp_fd)
     try:
-        assert process.stdin is not None
-        try:
-            process.stdin.write(json.dumps(request).encode() + b"\n")
-            process.stdin.close()
-        except BrokenPipeError:
-            pass
-        # a host folder as the work dir has no tmpfs cap: the parent keeps it
-        host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
+        _send(process, request)
+        host_dir, count_files = _watched(mode, cwd, workdir)
         streams, timed_out, discarded, over_workdir = _collect(
-            process,
-            result_read,
-            limits,
-            started,
-            host_dir,
-            side_channel,
-            # tmpfs mounts inside, whose files are counted (a host work dir is measured)
-            ((WORKDIR, "/dev/shm") if workdir is None else ("/dev/shm",))
-            if mode == "bwrap"
-            else (),
+            process, result_read, limits, started, host_dir, side_channel, count_files
         )
     finally:
         _kill(process)
@@ -398,6 +349,79 @@ def run_child(
         isolated=mode == "bwrap",
         over_workdir=over_workdir,
     )
+
+
+def _child_limits(limits: Limits, mode: str, forks: bool) -> dict[str, int]:
+    """The rlimits the child sets on itself, from `limits`; processes: 1 for an
+    unsafe-process child that forks no pair, else 64."""
+    return {
+        "memory_bytes": limits.memory_mb << 20,
+        "cpu_seconds": max(1, int(limits.timeout) + 1),
+        "file_bytes": limits.file_mb << 20,
+        "open_files": limits.open_files,
+        "processes": 1 if mode == "unsafe-process" and not forks else 64,
+    }
+
+
+def _unisolated(request: dict, cwd: str, forks: bool) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) of an unsafe-process child working in `cwd`; the request asks
+    it to harden itself and carries the seccomp filter."""
+    request["workdir"] = cwd
+    command = [sys.executable, "-I", "-S", "-B", str(child_program())]
+    env = {"PATH": "/usr/bin:/bin", "HOME": cwd}
+    # no bubblewrap: the child drops its capabilities, stops others of its user
+    # from reading its memory and loads the seccomp filter itself (no processes)
+    _trainer_not_dumpable()
+    request["harden"] = not forks  # (a pair's processes harden after their fork)
+    if seccomp.supported():
+        request["seccomp"] = base64.b64encode(seccomp.filter_program()).decode()
+    return command, env
+
+
+def _spawn(
+    command: list[str], pass_fds: tuple[int, ...], cwd: str | None, env: dict[str, str]
+) -> subprocess.Popen:
+    """The child, its stdio piped, in a session of its own (`_kill` kills its group)."""
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=pass_fds,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _watched(
+    mode: str, cwd: str | None, workdir: Path | None
+) -> tuple[Path | None, tuple[str, ...]]:
+    """What `_collect` measures against the work dir's caps: a host folder used as the work
+    dir (no tmpfs caps it: the parent keeps it), and the tmpfs mounts inside a bubblewrap
+    sandbox whose files are counted (a host work dir is measured instead)."""
+    host_dir = Path(cwd) if mode != "bwrap" and cwd is not None else workdir
+    if mode != "bwrap":
+        return host_dir, ()
+    return host_dir, (WORKDIR, "/dev/shm") if workdir is None else ("/dev/shm",)
+
+
+def _close(*fds: int | None) -> None:
+    """Close each descriptor given (None: none to close), in order."""
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def _send(process: subprocess.Popen, request: dict) -> None:
+    """The request to the child's stdin as one JSON line, then closed (a child that has
+    already exited is no error: its output says why)."""
+    assert process.stdin is not None
+    try:
+        process.stdin.write(json.dumps(request).encode() + b"\n")
+        process.stdin.close()
+    except BrokenPipeError:
+        pass
 
 
 def _records(stream: bytes) -> list[dict]:
@@ -475,23 +499,10 @@ def _collect(
     mounts whose files are counted the same way against limits.workdir_files. side_channel:
     a second result channel, read as the stream 'side'. Returns the streams, whether the deadline passed, the bytes discarded and
     whether the work dir passed its cap."""
-    assert process.stdout is not None and process.stderr is not None
-    caps = {
-        "stdout": limits.output_kb << 10,
-        "stderr": limits.output_kb << 10,
-        "result": limits.result_kb << 10,
-        "side": limits.result_kb << 10,
-    }
+    selector, caps = _streams(process, result_fd, limits, side_channel)
+    open_streams = len(selector.get_map())
     kept = {name: bytearray() for name in caps}
     discarded = 0
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout.fileno(), selectors.EVENT_READ, "stdout")
-    selector.register(process.stderr.fileno(), selectors.EVENT_READ, "stderr")
-    selector.register(result_fd, selectors.EVENT_READ, "result")
-    open_streams = 3
-    if side_channel is not None:
-        selector.register(side_channel, selectors.EVENT_READ, "side")
-        open_streams += 1
     timed_out = False
     deadline = started + limits.timeout
     room_bytes = limits.workdir_mb << 20
@@ -546,6 +557,27 @@ def _collect(
         discarded,
         over_workdir,
     )
+
+
+def _streams(
+    process: subprocess.Popen, result_fd: int, limits: Limits, side_channel: int | None
+) -> tuple[selectors.BaseSelector, dict[str, int]]:
+    """A selector over the child's stdout, stderr, result channel and side channel (when
+    given), each keyed by its name; and each stream's cap in bytes."""
+    assert process.stdout is not None and process.stderr is not None
+    caps = {
+        "stdout": limits.output_kb << 10,
+        "stderr": limits.output_kb << 10,
+        "result": limits.result_kb << 10,
+        "side": limits.result_kb << 10,
+    }
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout.fileno(), selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr.fileno(), selectors.EVENT_READ, "stderr")
+    selector.register(result_fd, selectors.EVENT_READ, "result")
+    if side_channel is not None:
+        selector.register(side_channel, selectors.EVENT_READ, "side")
+    return selector, caps
 
 
 def _kill(process: subprocess.Popen) -> None:
