@@ -351,15 +351,8 @@ def pack_shared_prompts(
     the prompt/completion boundary), but then the first token of each completion has no
     logits predicting it: use such packs for hidden states, not log-probabilities.
     """
-    rows: list[list[tuple[int, int]]] = [[]]  # per row: (group, size)
-    used = 0
     sizes = [len(p) + sum(len(c) for c in cs) for p, cs in zip(prompts, completions, strict=True)]
-    for g, size in enumerate(sizes):
-        if rows[-1] and used + size > row_tokens:
-            rows.append([])
-            used = 0
-        rows[-1].append((g, size))
-        used += size
+    rows = _fill_rows(sizes, row_tokens)
     width = max(sum(size for _, size in row) for row in rows)
     # built as flat Python lists and converted once: this runs every training step
     ids: list[int] = []
@@ -401,19 +394,12 @@ def pack_shared_prompts(
         segment += [-1] * fill
     n_rows = len(rows)
     as_tensor = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
-    group_t = as_tensor(group).view(n_rows, width)
-    segment_t = as_tensor(segment).view(n_rows, width)
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
-    same_group = group_t[:, :, None] == group_t[:, None, :]
-    same_segment = (segment_t[:, :, None] == segment_t[:, None, :]) | (segment_t[:, None, :] < 0)
-    pad = group_t < 0
-    # padding attends to itself only, so no row of the mask is empty
-    allowed = causal & same_group & same_segment & ~pad[:, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool) & pad[:, :, None]
     return SharedPromptPack(
         input_ids=as_tensor(ids).view(n_rows, width),
         position_ids=as_tensor(positions).view(n_rows, width),
-        allowed=allowed,
+        allowed=_allowed(
+            as_tensor(group).view(n_rows, width), as_tensor(segment).view(n_rows, width)
+        ),
         token_row=as_tensor(token_row),
         token_col=as_tensor(token_col),
         source_col=as_tensor(source_col),
@@ -423,6 +409,34 @@ def pack_shared_prompts(
         completions=completion,
         prompt_free=any(len(p) == 0 for p in prompts),
     )
+
+
+def _fill_rows(sizes: Sequence[int], row_tokens: int) -> list[list[tuple[int, int]]]:
+    """Groups in order, as many whole ones to a row as fit in `row_tokens` (a longer group
+    gets a row of its own): per row, (group, size)."""
+    rows: list[list[tuple[int, int]]] = [[]]
+    used = 0
+    for g, size in enumerate(sizes):
+        if rows[-1] and used + size > row_tokens:
+            rows.append([])
+            used = 0
+        rows[-1].append((g, size))
+        used += size
+    return rows
+
+
+def _allowed(group: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
+    """The attention mask [rows, width, width] of packed rows: causal, within a group, a
+    completion seeing its own tokens and its group's prompt (segment -1); padding (group -1)
+    sees itself only, so no row of the mask is empty."""
+    width = group.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    same_group = group[:, :, None] == group[:, None, :]
+    same_segment = (segment[:, :, None] == segment[:, None, :]) | (segment[:, None, :] < 0)
+    pad = group < 0
+    allowed = causal & same_group & same_segment & ~pad[:, None, :]
+    allowed |= torch.eye(width, dtype=torch.bool) & pad[:, :, None]
+    return allowed
 
 
 def packable(model) -> bool:
