@@ -17,11 +17,12 @@ curves stay ordered in time and the events say what happened.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from payoff.core.config import in_range
 from payoff.core.state import restore, state_of
 from payoff.monitor.detectors import Alarm, replay
 from payoff.track.progress import say
@@ -38,9 +39,9 @@ class RollbackConfig:
     max: rollbacks before an alarm halts the run instead.
     """
 
-    every: int = 10
-    keep: int = 3
-    max: int = 2
+    every: int = field(default=10, metadata=in_range(0))
+    keep: int = field(default=3, metadata=in_range(0))
+    max: int = field(default=2, metadata=in_range(0))
 
 
 def learned(value: Any) -> bool:
