@@ -2,15 +2,15 @@
 
 Every key is checked: an unknown key names the valid ones, a value of the wrong type names
 the key, the value and the type it should have, and a number outside its range names the key,
-the value and the range. Ranges are declared once, here, by field name (`RANGES`: every
-`learning_rate` anywhere must be > 0, every `gamma` in [0, 1], ...); a field whose meaning is
-its own declares its range in its metadata instead: `field(default=0.5, metadata=in_range(0, 1))`.
+the value and the range. A numeric key declares its range once, beside it, in its field's
+metadata: `field(default=0.99, metadata=in_range(0, 1))`; a config class that redeclares a
+key declares its range again. Core names no key of the layers above it.
 
 Every count has an upper bound and every float is finite, whatever its range says: an integer
-key without an upper bound of its own is held to MAX_COUNT, a float key refuses inf and NaN,
-and keys whose product is allocated at once (`PRODUCTS`: num_steps x num_envs, prompts x
-group_size) are held to a bound on the product. A config file from elsewhere asking for
-`eval_episodes: 1e30` is refused before anything is allocated.
+key without an upper bound of its own (in_range's `most`) is held to MAX_COUNT, a float key
+refuses inf and NaN, and keys whose product is allocated at once (in_range's `product`:
+num_steps x num_envs, prompts x group_size) are held to a bound on the product. A config file
+from elsewhere asking for `eval_episodes: 1e30` is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -95,12 +95,27 @@ def absolute_path(value: Any) -> Any:
     return str(path.resolve()) if path.exists() else value
 
 
-POSITIVE = Range(0, low_open=True)
-NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1)
-UNIT = Range(0, 1)  # probabilities, fractions, discounts
-UNIT_OPEN_LOW = Range(0, 1, low_open=True)
-UNIT_OPEN_HIGH = Range(0, 1, high_open=True)
+# Upper bounds on counts, generous for real use: every integer key is held to one, whatever
+# its range says. A count without a bound of its own (steps, iterations, intervals, ...) is
+# held to MAX_COUNT: a billion steps is months of training, and `1e30` in a file is refused
+# here rather than allocated, looped over or overflowed later. The others are for fields to
+# declare (in_range(..., most=MAX_BATCH)) and say what they bound.
+MAX_COUNT = 10**9
+# envs or episodes held at once: a batched evaluation makes one env per episode
+MAX_ENV_COPIES = 100_000
+MAX_WIDTH = 65_536  # a layer's width: a 65,536 x 65,536 layer is already 17 GB of float32
+MAX_DEPTH = 1_024  # layers, heads, blocks, ensemble members
+MAX_TOKENS = 1_000_000  # tokens of one sequence: the longest contexts of today's models
+MAX_BATCH = 10_000_000  # examples in one batch
+MAX_REPLAY = 100_000_000  # transitions in one replay buffer
+MAX_PROMPTS = 100_000  # prompts (tasks) in one rollout batch
+MAX_GROUP = 1_024  # completions (episodes) of one prompt
+MAX_SIMULATIONS = 1_000_000  # tree-search simulations per move
+# torch threads: a file asking for 100,000 crashes the process inside OpenMP
+MAX_THREADS = 1_024
+# seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
+# overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
+MAX_SEED = 2**32 - 1
 
 
 #: A field's metadata for a key another key replaced: still read from old configs and runs
@@ -152,237 +167,7 @@ def declared(field: dataclasses.Field[Any], what: str) -> Any:
     writes them): its own metadata's, else a registered declaration's for its name, else None."""
     if what in field.metadata:
         return field.metadata[what]
-    if what in _REGISTERED.get(field.name, {}):
-        return _REGISTERED[field.name][what]
-    return _OLD_TABLES[what](field.name)
-
-
-# Upper bounds on counts, generous for real use: every integer key is held to one, whatever
-# its range (below) says. A count without a bound of its own (steps, iterations, intervals,
-# ...) is held to MAX_COUNT: a billion steps is months of training, and `1e30` in a file is
-# refused here rather than allocated, looped over or overflowed later.
-MAX_COUNT = 10**9
-# envs or episodes held at once: a batched evaluation makes one env per episode
-MAX_ENV_COPIES = 100_000
-MAX_WIDTH = 65_536  # a layer's width: a 65,536 x 65,536 layer is already 17 GB of float32
-MAX_DEPTH = 1_024  # layers, heads, blocks, ensemble members
-MAX_TOKENS = 1_000_000  # tokens of one sequence: the longest contexts of today's models
-MAX_BATCH = 10_000_000  # examples in one batch
-MAX_REPLAY = 100_000_000  # transitions in one replay buffer
-MAX_PROMPTS = 100_000  # prompts (tasks) in one rollout batch
-MAX_GROUP = 1_024  # completions (episodes) of one prompt
-MAX_SIMULATIONS = 1_000_000  # tree-search simulations per move
-# torch threads: a file asking for 100,000 crashes the process inside OpenMP
-MAX_THREADS = 1_024
-# seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
-# overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
-MAX_SEED = 2**32 - 1
-
-# Each count's upper bound by name, where it is tighter than MAX_COUNT (a field may declare
-# its own high in its metadata instead).
-UPPER_BOUNDS: dict[str, int] = {
-    **dict.fromkeys(
-        ("num_envs", "eval_episodes", "final_eval_episodes", "games_per_iteration"),
-        MAX_ENV_COPIES,
-    ),
-    **dict.fromkeys(
-        ("eval_games", "final_eval_games", "gate_games", "eval_size", "final_eval_openings"),
-        MAX_ENV_COPIES,
-    ),
-    **dict.fromkeys(("prompts", "prompts_per_step", "tasks_per_step"), MAX_PROMPTS),
-    "group_size": MAX_GROUP,
-    **dict.fromkeys(
-        ("batch_size", "minibatch_size", "microbatch_size", "rollout_batch"), MAX_BATCH
-    ),
-    "replay_size": MAX_REPLAY,
-    **dict.fromkeys(
-        ("hidden", "hidden_size", "intermediate_size", "channels", "rnn_hidden", "lora_rank"),
-        MAX_WIDTH,
-    ),
-    **dict.fromkeys(("layers", "heads", "blocks", "ensemble"), MAX_DEPTH),
-    **dict.fromkeys(
-        ("max_new_tokens", "max_tokens", "max_length", "sequence_length", "kl_horizon"),
-        MAX_TOKENS,
-    ),
-    "overlong_buffer": MAX_TOKENS,
-    "max_turns": 10_000,
-    **dict.fromkeys(
-        ("simulations", "eval_simulations", "gate_simulations", "league_simulations"),
-        MAX_SIMULATIONS,
-    ),
-}
-
-# Keys whose product is allocated at once (rollout storage [num_steps, num_envs], a batch of
-# prompts x group_size completions): (keys, the most the product may be, what it counts).
-PRODUCTS: tuple[tuple[tuple[str, str], int, str], ...] = (
-    (("num_steps", "num_envs"), 100_000_000, "env steps in one rollout"),
-    # (262,144 completions of arithmetic-grpo's tiny model passed 23 GB and were OOM-killed:
-    # more than 90 KB each, so memory grows with this product; mind it on a large model)
-    (("prompts_per_step", "group_size"), 65_536, "completions in one rollout batch"),
-    (("tasks_per_step", "group_size"), 65_536, "episodes in one rollout batch"),
-)
-
-# The range of every config key with a well-known name, in every config class. A value of None
-# (an optional key left unset) is not checked; a list is checked item by item; a Schedule
-# (learning_rate, clip, epsilon) has its start and end checked.
-RANGES: dict[str, Range] = {
-    # step sizes, clip ranges, temperatures, timeouts: > 0
-    **dict.fromkeys(
-        (
-            "learning_rate",
-            "critic_learning_rate",
-            "proxy_learning_rate",
-            "lagrangian_lr",
-            "clip",
-            "clip_eps",
-            "clip_eps_high",
-            "clip_value",
-            "value_clip",
-            "kl_target",
-            "temperature",
-            "c_puct",
-            "dirichlet_alpha",
-            "timeout",
-            "startup_timeout",
-            "num_cpus",
-            "lora_alpha",
-        ),
-        POSITIVE,
-    ),
-    # counts and sizes: > 0
-    **dict.fromkeys(
-        (
-            "num_steps",
-            "batch_size",
-            "steps",
-            "total_steps",
-            "total_episodes",
-            "iterations",
-            "epochs",
-            "epochs_per_round",
-            "ppo_epochs",
-            "rounds",
-            "prompts",
-            "prompts_per_step",
-            "tasks_per_step",
-            "updates_per_batch",
-            "gradient_steps",
-            "train_every",
-            "update_every",
-            "train_steps",
-            "proxy_steps",
-            "label_budget",
-            "train_pairs",
-            "test_pairs",
-            "eval_size",
-            "eval_episodes",
-            "max_new_tokens",
-            "max_tokens",
-            "max_turns",
-            "max_length",
-            "games_per_iteration",
-            "simulations",
-            "eval_simulations",
-            "gate_simulations",
-            "replay_size",
-            "hidden",
-            "hidden_size",
-            "intermediate_size",
-            "layers",
-            "heads",
-            "blocks",
-            "channels",
-            "ensemble",
-            "num_workers",
-            "log_every",
-            "checkpoint_every",
-            "check_every",
-            "kl_horizon",
-        ),
-        POSITIVE,
-    ),
-    **dict.fromkeys(
-        ("workers", "league_simulations", "leaves_per_tree", "final_eval_k", "ns"), AT_LEAST_ONE
-    ),
-    "group_size": Range(2),  # a group of one has no mean to compare against
-    # torch threads: a file asking for 100,000 crashes the process inside OpenMP
-    "threads": Range(1, 1024),
-    **dict.fromkeys(("train_threads", "sampler_threads"), Range(0, 1024)),
-    # envs stepped together: a sanity bound (each is an object in memory, or a row of a
-    # batched env's arrays allocated before any rollout is checked against the memory)
-    "num_envs": Range(1, 100_000),
-    # seeds, optional counts (0 = off / all / automatic), coefficients and penalties: >= 0
-    # seeds: what NumPy's legacy seeding, Gymnasium's spaces and most libraries take (torch
-    # overflows past 2**63, and payoff adds offsets to the run's seed for its other streams)
-    **dict.fromkeys(("seed", "seeds"), Range(0, 2**32 - 1)),
-    **dict.fromkeys(
-        (
-            "eval_every",
-            "final_eval_episodes",
-            "eval_games",
-            "final_eval_games",
-            "gate_games",
-            "minibatch_size",
-            "warmup_steps",
-            "learning_starts",
-            "value_prefit_steps",
-            "temperature_moves",
-            "gate_random_moves",
-            "lora_rank",
-            "max_lag",
-            "max_restarts",
-            "cpus_per_worker",
-            "max_grad_norm",
-            "ent_coef",
-            "vf_coef",
-            "value_coef",
-            "kl_coef",
-            "beta",
-            "weight_decay",
-            "learning_rate_end",
-            "cost_limit",
-            "lagrangian_init",
-            "virtual_loss",
-            "plateau_tolerance",
-        ),
-        NON_NEGATIVE,
-    ),
-    # discounts, probabilities and fractions
-    **dict.fromkeys(
-        (
-            "gamma",
-            "value_gamma",
-            "gae_lambda",
-            "lam",
-            "epsilon",
-            "beta_decay",
-            "dirichlet_fraction",
-            "hard_fraction",
-            "gate_threshold",
-            "negative_weight",
-            "search_value_weight",
-            "call_rate",
-            "opener_rate",
-            "wrong_rate",
-            "bias",
-            "stop_at_accuracy",
-        ),
-        UNIT,
-    ),
-    **dict.fromkeys(("tau", "top_p", "fraction"), UNIT_OPEN_LOW),
-    **dict.fromkeys(("answer_noise", "lora_dropout"), UNIT_OPEN_HIGH),
-}
-
-
-def _old_product(name: str) -> Any:
-    return next(((b, most, what) for (a, b), most, what in PRODUCTS if a == name), None)
-
-
-_OLD_TABLES = {
-    "range": RANGES.get,
-    "most": UPPER_BOUNDS.get,
-    "product": _old_product,
-}
+    return _REGISTERED.get(field.name, {}).get(what)
 
 
 def annotated_class(cls: type, attribute: str) -> type | None:
@@ -400,14 +185,14 @@ def fields_of(cls: type) -> list[str]:
 
 
 def field_range(field: dataclasses.Field[Any]) -> Range | None:
-    """The range a config field must lie in: its own metadata, else `RANGES` by name."""
+    """The range a config field must lie in (`declared`), None for any value."""
     return typing.cast("Range | None", declared(field, "range"))
 
 
 def count_range(field: dataclasses.Field[Any]) -> Range:
     """The range an integer value of `field` must lie in: `field_range` with an upper bound
-    always (its own, else UPPER_BOUNDS by name, else MAX_COUNT) and, where it declares no
-    lower bound, -MAX_COUNT."""
+    always (its declared `most`, else MAX_COUNT) and, where it declares no lower bound,
+    -MAX_COUNT."""
     valid = field_range(field) or Range()
     if valid.high is not None:
         return valid if valid.low is not None else dataclasses.replace(valid, low=-MAX_COUNT)
@@ -440,7 +225,7 @@ def check_ranges(config: Any, prefix: str = "") -> None:
     """Raise a ConfigError naming the first numeric key of `config` outside its range.
 
     Every integer is held to `count_range` (an upper bound always), every float must be
-    finite, and keys in `PRODUCTS` are held to a bound on their product. Nested config
+    finite, and a key that declares a `product` is held to a bound on it. Nested config
     dataclasses are checked too, with their dotted keys.
     """
     from payoff.core.schedules import Schedule
