@@ -342,14 +342,7 @@ class LocalSampler:
             masks_out.append((~done).long())
             done = done | torch.isin(tokens, eos)
             if longest_stop:
-                # Only the tail can newly contain a stop string; a token is >= 1 character.
-                tail = torch.stack(tokens_out[-(longest_stop + 1) :], 1).tolist()
-                for row in range(batch):
-                    if not done[row]:
-                        text = tokenizer.decode(tail[row], skip_special_tokens=True)
-                        if any(s in text for s in sampling.stop):
-                            done[row] = True
-                            stop_hit[row] = True
+                _mark_stop_strings(tokenizer, tokens_out, sampling.stop, done, stop_hit)
             if step == sampling.max_new_tokens - 1 or bool(done.all()):
                 break  # the last token sampled: no forward pass for logits nobody reads
             if active is not None and bool(done[active].any()):
@@ -386,6 +379,26 @@ class LocalSampler:
             completions=[_cut_at_stop(t, sampling.stop) for t in texts],
             truncated=~ended,
         )
+
+
+def _mark_stop_strings(
+    tokenizer: Any,
+    tokens_out: list[torch.Tensor],
+    stop: Sequence[str],
+    done: torch.Tensor,
+    stop_hit: torch.Tensor,
+) -> None:
+    """Mark `done` and `stop_hit` (in place) for each unfinished row whose last tokens now
+    spell one of the `stop` strings."""
+    # Only the tail can newly contain a stop string; a token is >= 1 character.
+    longest_stop = max(len(s) for s in stop)
+    tail = torch.stack(tokens_out[-(longest_stop + 1) :], 1).tolist()
+    for row in range(len(tail)):
+        if not done[row]:
+            text = tokenizer.decode(tail[row], skip_special_tokens=True)
+            if any(s in text for s in stop):
+                done[row] = True
+                stop_hit[row] = True
 
 
 def repeated_group_size(prompts: Sequence[Any]) -> int:
