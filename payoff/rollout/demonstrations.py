@@ -273,6 +273,32 @@ def load(path: str | Path, env_id: str | None = None) -> Demonstrations:
     main = data / "main_data.hdf5"
     if not main.is_file():
         raise DataError(f"{str(path)!r} has no data/main_data.hdf5")
+    pieces, starts = _read_episodes(h5py, main)
+    if not starts:
+        raise DataError(f"{str(main)!r} holds no episodes")
+    demos = Demonstrations(
+        observations=np.concatenate(pieces["observations"]),
+        actions=np.concatenate(pieces["actions"]),
+        rewards=np.concatenate(pieces["rewards"]).astype(np.float64),
+        episode_starts=np.asarray(starts, dtype=np.int64),
+        final_observations=np.stack(pieces["finals"]),
+        terminations=np.concatenate(pieces["terminations"]).astype(bool),
+        truncations=np.concatenate(pieces["truncations"]).astype(bool),
+        env_id=dataset_env or "",
+        observation_space=observation_space,
+        action_space=action_space,
+    )
+    if demos.observations.shape[1:] != observation_space.shape:
+        raise DataError(
+            f"{str(path)!r}: observations have shape {demos.observations.shape[1:]}, but the "
+            f"dataset's observation space is {observation_space}"
+        )
+    return demos
+
+
+def _read_episodes(h5py: Any, main: Path) -> tuple[dict[str, list[np.ndarray]], list[int]]:
+    """Each episode of a Minari HDF5 file, in order: its fields in lists by name (the last
+    observation under 'finals', apart from the others), and the step each episode starts at."""
     pieces: dict[str, list[np.ndarray]] = {k: [] for k in (*EPISODE_FIELDS, "finals")}
     starts, count = [], 0
     with h5py.File(main, "r") as file:
@@ -301,26 +327,7 @@ def load(path: str | Path, env_id: str | None = None) -> Demonstrations:
             pieces["actions"].append(actions)
             for key in ("rewards", "terminations", "truncations"):
                 pieces[key].append(group[key][()])
-    if not starts:
-        raise DataError(f"{str(main)!r} holds no episodes")
-    demos = Demonstrations(
-        observations=np.concatenate(pieces["observations"]),
-        actions=np.concatenate(pieces["actions"]),
-        rewards=np.concatenate(pieces["rewards"]).astype(np.float64),
-        episode_starts=np.asarray(starts, dtype=np.int64),
-        final_observations=np.stack(pieces["finals"]),
-        terminations=np.concatenate(pieces["terminations"]).astype(bool),
-        truncations=np.concatenate(pieces["truncations"]).astype(bool),
-        env_id=dataset_env or "",
-        observation_space=observation_space,
-        action_space=action_space,
-    )
-    if demos.observations.shape[1:] != observation_space.shape:
-        raise DataError(
-            f"{str(path)!r}: observations have shape {demos.observations.shape[1:]}, but the "
-            f"dataset's observation space is {observation_space}"
-        )
-    return demos
+    return pieces, starts
 
 
 def _env_id_from_spec(spec: Any) -> str:
