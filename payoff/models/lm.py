@@ -8,15 +8,17 @@ network: a path must be on disk, and it loads as data: safetensors weights only,
 of the folder's own Python code unless `trust_remote_code` says so. A path may also name a
 GGUF file (or an installed model package by its short name): payoff.models.gguf converts it
 once into a cached safetensors folder, which is what loads.
+
+LoRA adapters (`add_lora`) and the frozen reference policy (`FrozenReference`) are in
+payoff/models/lora.py, importable from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,10 +28,11 @@ import torch
 from payoff.core.config import MAX_WIDTH, absolute_path, in_range
 from payoff.core.errors import ConfigError
 from payoff.core.imports import refuse_untrusted
-from payoff.core.state import cpu_state
 from payoff.models.gguf import PATH_KINDS, model_folder
+from payoff.models.lora import FrozenReference as FrozenReference  # (importable from here)
+from payoff.models.lora import add_lora
 from payoff.models.tiny_lm import TinyLMConfig, create_tiny_lm
-from payoff.models.transformers_compat import enable_checkpointing, quiet_peft_wrap
+from payoff.models.transformers_compat import enable_checkpointing
 
 
 @dataclass
@@ -468,117 +471,6 @@ def autocast_decoder(model: Any, device_type: str, dtype: torch.dtype) -> None:
 
     decoder.register_forward_pre_hook(enter)
     decoder.register_forward_hook(leave, always_call=True)
-
-
-def add_lora(model, config: ModelConfig):
-    """Wrap `model` with peft LoRA adapters; only the adapters train."""
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError:
-        raise ConfigError(
-            "model.lora_rank > 0 needs peft: pip install 'payoff[llm]' (or pip install peft)"
-        ) from None
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets: Any = (
-        "all-linear"  # peft's shorthand
-        if config.lora_targets == ["all-linear"]
-        else [t for t in config.lora_targets if t in names]
-    )
-    missing = [t for t in config.lora_targets if t != "all-linear" and t not in names]
-    if missing or not targets:  # a misspelt one used to be dropped without a word
-        raise ConfigError(
-            f"model.lora_targets {missing or config.lora_targets} name no module of this "
-            f"model; some of its module names: {sorted(names)[:20]}"
-        )
-    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
-    if tied and output is not None and targets != "all-linear":
-        embeddings = model.get_input_embeddings()
-        shared = [n for n, m in model.named_modules() if m is output or m is embeddings]
-        named = [t for t in targets if any(n.rsplit(".", 1)[-1] == t for n in shared)]
-        if named:  # merging would write the head's update into the input embeddings too
-            raise ConfigError(
-                f"model.lora_targets {named}: this model ties its output head to its input "
-                f"embeddings (tie_word_embeddings), so an adapter on one, merged into the "
-                f"saved model, changes both and the saved model is not the one trained; "
-                f"leave {named} out of lora_targets"
-            )
-    # GPT-2's projections are transformers' Conv1D, whose weight is stored [in, out]: peft
-    # flips fan_in_fan_out itself for them, with a UserWarning; say so up front instead
-    conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-    lora = LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-        fan_in_fan_out=conv1d,
-    )
-    try:
-        return quiet_peft_wrap(get_peft_model, model, lora)
-    except ValueError as err:
-        if "is not supported" not in str(err):
-            raise
-        linear = sorted(
-            {
-                n.rsplit(".", 1)[-1]
-                for n, m in model.named_modules()
-                # nn.Linear, and transformers' Conv1D (GPT-2's linear layers)
-                if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"
-            }
-        )
-        raise ConfigError(
-            f"model.lora_targets {config.lora_targets}: {str(err).splitlines()[0]} LoRA adapts "
-            f"linear layers; this model's are named {linear[:12]}"
-        ) from None
-
-
-def is_lora(model: Any) -> bool:
-    """True for a peft model with adapters (what `load_lm` returns when lora_rank > 0)."""
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
-class FrozenReference:
-    """The frozen reference policy of a KL term: the model as training starts.
-
-    Full fine-tuning keeps a frozen copy of the model. With LoRA only the adapters train,
-    and peft starts them at zero, so the model with its adapters switched off *is* the
-    starting policy: no second copy of the weights (TRL does the same), which halves the
-    weight memory of a LoRA run with a KL penalty.
-
-        with reference.model() as ref:
-            ref_logprobs = batched_completion_logprobs(ref, ...)
-    """
-
-    def __init__(self, model: Any):
-        self.shares_weights = is_lora(model)
-        self._model = (
-            model if self.shares_weights else copy.deepcopy(model).eval().requires_grad_(False)
-        )
-
-    @contextlib.contextmanager
-    def model(self) -> Iterator[Any]:
-        """The reference as a model, inside this block only (adapters off, eval mode)."""
-        if not self.shares_weights:
-            yield self._model
-            return
-        was_training = self._model.training
-        self._model.eval()
-        try:
-            with self._model.disable_adapter():
-                yield self._model
-        finally:
-            self._model.train(was_training)
-
-    def state_dict(self) -> dict[str, Any] | None:
-        """The copy's weights on the CPU (None when shared: the policy's state holds them)."""
-        if self.shares_weights:
-            return None
-        return cpu_state(self._model)
-
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        if state is not None and not self.shares_weights:
-            self._model.load_state_dict(state)
 
 
 ADAPTER_FOLDER = "adapter"
