@@ -34,7 +34,7 @@ from torch import nn
 from payoff.accel import td_accelerator
 from payoff.algos.base import check_deterministic
 from payoff.algos.shared.offpolicy import OffPolicyAlgorithm, OffPolicyKeys
-from payoff.core.config import REPLACED
+from payoff.core.config import MAX_BATCH, MAX_ENV_COPIES, MAX_WIDTH, REPLACED, in_range
 from payoff.core.errors import EnvError
 from payoff.core.schedules import Schedule
 from payoff.envs.observations import observation_batch
@@ -50,8 +50,8 @@ class TargetNetworkConfig:
     update), < 1 moves them that fraction of the way (Polyak averaging)."""
 
     enabled: bool = True
-    update_every: int = 100
-    tau: float = 1.0
+    update_every: int = field(default=100, metadata=in_range(0, low_open=True))
+    tau: float = field(default=1.0, metadata=in_range(0, 1, low_open=True))
 
 
 @dataclass
@@ -79,14 +79,19 @@ class DQNConfig(OffPolicyKeys):
     target_network: see TargetNetworkConfig.
     """
 
-    total_steps: int = 50_000
-    num_envs: int = 4
-    max_grad_norm: float = 10.0
-    batch_size: int = 64
-    train_every: int = 64
-    gradient_steps: int = 16
-    epsilon: Schedule = field(default_factory=lambda: Schedule(start=1.0, end=0.05, fraction=0.2))
-    hidden: list[int] = field(default_factory=lambda: [128, 128])
+    total_steps: int = field(default=50_000, metadata=in_range(0, low_open=True))
+    num_envs: int = field(default=4, metadata=in_range(1, MAX_ENV_COPIES))
+    max_grad_norm: float = field(default=10.0, metadata=in_range(0))
+    batch_size: int = field(default=64, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    train_every: int = field(default=64, metadata=in_range(0, low_open=True))
+    gradient_steps: int = field(default=16, metadata=in_range(0, low_open=True))
+    epsilon: Schedule = field(
+        default_factory=lambda: Schedule(start=1.0, end=0.05, fraction=0.2),
+        metadata=in_range(0, 1),
+    )
+    hidden: list[int] = field(
+        default_factory=lambda: [128, 128], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["tanh", "relu", "gelu"] = "relu"
     double_q: bool = False
     loss: Literal["huber", "mse"] = "huber"

@@ -28,7 +28,7 @@ from payoff.accel import NativeActorCritic, NativeRolloutSampler, ppo_accelerato
 from payoff.algos.shared.advantages import normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from payoff.algos.shared.policy_loss import explained_variance, ppo_loss
-from payoff.core.config import REPLACED
+from payoff.core.config import MAX_BATCH, REPLACED, in_range
 from payoff.core.errors import ConfigError
 from payoff.core.schedules import Schedule
 from payoff.models.mlp import CategoricalActor
@@ -66,14 +66,16 @@ class PPOConfig(OnPolicyConfig):
         gradients were autograd's bit for bit).
     """
 
-    gae_lambda: float = 0.95
-    epochs: int = 10
-    minibatch_size: int = 64
-    clip: Schedule = field(default_factory=lambda: Schedule(start=0.2, end=0.2))
-    clip_value: float | None = None
+    gae_lambda: float = field(default=0.95, metadata=in_range(0, 1))
+    epochs: int = field(default=10, metadata=in_range(0, low_open=True))
+    minibatch_size: int = field(default=64, metadata=in_range(0, most=MAX_BATCH))
+    clip: Schedule = field(
+        default_factory=lambda: Schedule(start=0.2, end=0.2), metadata=in_range(0, low_open=True)
+    )
+    clip_value: float | None = field(default=None, metadata=in_range(0, low_open=True))
     normalize_advantages: bool = True
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
+    ent_coef: float = field(default=0.0, metadata=in_range(0))
+    vf_coef: float = field(default=0.5, metadata=in_range(0))
     target_kl: float | None = None
     accelerate: bool | Literal["auto"] = "auto"
     numpy_fast_path: bool | None = field(default=None, metadata=REPLACED)

@@ -41,6 +41,7 @@ from payoff.algos.ppo import PPOConfig
 from payoff.algos.shared.advantages import gae, normalize
 from payoff.algos.shared.onpolicy import OnPolicyAlgorithm
 from payoff.algos.shared.policy_loss import explained_variance, ppo_loss
+from payoff.core.config import MAX_BATCH, MAX_TOKENS, MAX_WIDTH, in_range
 from payoff.core.errors import ConfigError
 from payoff.envs.make import EnvConfig
 from payoff.models.recurrent import RecurrentActor, RecurrentCritic
@@ -69,10 +70,14 @@ class RecurrentPPOConfig(PPOConfig):
     accelerator is for feed-forward MLPs; the GRU's gradients come from autograd).
     """
 
-    hidden: list[int] = field(default_factory=lambda: [64])
-    rnn_hidden: int = 64
-    sequence_length: int | None = None
-    minibatch_size: int | None = None  # type: ignore[assignment]
+    hidden: list[int] = field(
+        default_factory=lambda: [64], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
+    rnn_hidden: int = field(default=64, metadata=in_range(most=MAX_WIDTH))
+    sequence_length: int | None = field(default=None, metadata=in_range(most=MAX_TOKENS))
+    minibatch_size: int | None = field(  # type: ignore[assignment]
+        default=None, metadata=in_range(0, most=MAX_BATCH)
+    )
 
     @property
     def sequence_steps(self) -> int:

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from payoff.algos.agent import Agent
-from payoff.algos.base import VectorAgentKeys, check_deterministic
+from payoff.algos.base import ROLLOUT_STEPS, VectorAgentKeys, check_deterministic
 from payoff.algos.shared.advantages import gae
 from payoff.algos.shared.reward_scaling import RewardScaler
-from payoff.core.config import absolute_path
+from payoff.core.config import MAX_WIDTH, absolute_path, in_range
 from payoff.core.device import resolve_device
 from payoff.core.errors import CheckpointError, ConfigError
 from payoff.core.schedules import Schedule
@@ -73,15 +73,19 @@ class OnPolicyConfig(VectorAgentKeys):
         payoff.rollout.ray_pool.RayConfig and docs/scaling.md.
     """
 
-    num_steps: int = 128
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(start=3e-4, end=3e-4))
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    num_steps: int = field(default=128, metadata=in_range(0, low_open=True, product=ROLLOUT_STEPS))
+    learning_rate: Schedule = field(
+        default_factory=lambda: Schedule(start=3e-4, end=3e-4), metadata=in_range(0, low_open=True)
+    )
+    hidden: list[int] = field(
+        default_factory=lambda: [64, 64], metadata=in_range(0, low_open=True, most=MAX_WIDTH)
+    )
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     normalize_obs: bool = False
     normalize_reward: bool = False
     log_std_init: float = 0.0
-    eval_every: int = 0
-    checkpoint_every: int = 100_000
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=100_000, metadata=in_range(0, low_open=True))
     init_from: str | None = None
     episode_info: list[str] = field(default_factory=list)
     backend: Literal["local", "ray"] = "local"

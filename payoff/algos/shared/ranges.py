@@ -20,13 +20,11 @@ from typing import Any
 from payoff.core.config import (
     MAX_BATCH,
     MAX_DEPTH,
-    MAX_ENV_COPIES,
     MAX_GROUP,
     MAX_PROMPTS,
     MAX_SEED,
     MAX_THREADS,
     MAX_TOKENS,
-    MAX_WIDTH,
     in_range,
 )
 
@@ -44,7 +42,6 @@ PENDING_RANGES: dict[str, dict[str, Any]] = {
     "clip": POSITIVE,  # ppo.py (a Schedule), rlhf_ppo.py
     "clip_eps": POSITIVE,  # grpo.py, agent_grpo.py
     "clip_eps_high": POSITIVE,  # grpo.py
-    "clip_value": POSITIVE,  # ppo.py
     "value_clip": POSITIVE,  # rlhf_ppo.py
     "kl_target": POSITIVE,  # rlhf_ppo.py
     "temperature": POSITIVE,  # grpo.py, rlhf_ppo.py, agent_grpo.py
@@ -52,29 +49,15 @@ PENDING_RANGES: dict[str, dict[str, Any]] = {
     # shared/lm.py LMKeys, sft.py, dpo.py, rlhf_ppo.py, agent_grpo.py (AgentGRPOConfig,
     # DemoSFTConfig)
     "steps": POSITIVE,
-    "total_steps": POSITIVE,  # dqn.py
-    "epochs": POSITIVE,  # ppo.py
     "ppo_epochs": POSITIVE,  # rlhf_ppo.py
     "proxy_steps": POSITIVE,  # rlhf_ppo.py
     "updates_per_batch": POSITIVE,  # grpo.py, agent_grpo.py
-    "gradient_steps": POSITIVE,  # dqn.py
-    "train_every": POSITIVE,  # dqn.py
-    "update_every": POSITIVE,  # dqn.py TargetNetworkConfig
     # sft.py, dpo.py, grpo.py, rlhf_ppo.py, reward_model.py, agent_grpo.py
     "log_every": POSITIVE,
     # shared/onpolicy.py, sft.py, dpo.py, grpo.py, rlhf_ppo.py, reward_model.py, agent_grpo.py
     "checkpoint_every": POSITIVE,
-    # shared/onpolicy.py OnPolicyConfig. A rollout's storage [num_steps, num_envs] is
-    # allocated at once: the product is payoff.algos.base's ROLLOUT_STEPS, spelt out here
-    # so that `import payoff.algos` does not import torch.
-    "num_steps": in_range(
-        0, low_open=True, product=("num_envs", 100_000_000, "env steps in one rollout")
-    ),
-    "num_envs": in_range(1, MAX_ENV_COPIES),  # dqn.py
     # sft.py, dpo.py, dqn.py, reward_model.py, agent_grpo.py DemoSFTConfig
     "batch_size": in_range(0, low_open=True, most=MAX_BATCH),
-    # shared/onpolicy.py, dqn.py, recurrent_ppo.py
-    "hidden": in_range(0, low_open=True, most=MAX_WIDTH),
     "ensemble": in_range(0, low_open=True, most=MAX_DEPTH),  # reward_model.py
     # sft.py, dpo.py, grpo.py, rlhf_ppo.py, agent_grpo.py
     "max_new_tokens": in_range(0, low_open=True, most=MAX_TOKENS),
@@ -100,8 +83,6 @@ PENDING_RANGES: dict[str, dict[str, Any]] = {
     # counts with no lower bound of their own (validate() checks theirs), held to a bound above
     "microbatch_size": in_range(most=MAX_BATCH),  # grpo.py
     "overlong_buffer": in_range(most=MAX_TOKENS),  # grpo.py
-    "rnn_hidden": in_range(most=MAX_WIDTH),  # recurrent_ppo.py
-    "sequence_length": in_range(most=MAX_TOKENS),  # recurrent_ppo.py
     # optional counts (0 = off / automatic), coefficients and penalties: >= 0
     # shared/onpolicy.py, sft.py, dpo.py, grpo.py, rlhf_ppo.py, reward_model.py, agent_grpo.py
     "eval_every": NON_NEGATIVE,
@@ -109,8 +90,6 @@ PENDING_RANGES: dict[str, dict[str, Any]] = {
     "minibatch_size": in_range(0, most=MAX_BATCH),
     "warmup_steps": NON_NEGATIVE,  # sft.py, grpo.py, agent_grpo.py
     "max_grad_norm": NON_NEGATIVE,  # shared/lm.py LMKeys, dqn.py, agent_grpo.py
-    "ent_coef": NON_NEGATIVE,  # ppo.py
-    "vf_coef": NON_NEGATIVE,  # ppo.py
     "value_coef": NON_NEGATIVE,  # rlhf_ppo.py
     "kl_coef": NON_NEGATIVE,  # rlhf_ppo.py
     "beta": NON_NEGATIVE,  # dpo.py, grpo.py
@@ -120,12 +99,9 @@ PENDING_RANGES: dict[str, dict[str, Any]] = {
     "seed": in_range(0, MAX_SEED),  # agent_grpo.py DemoSFTConfig
     # discounts, probabilities and fractions
     "gamma": UNIT,  # rlhf_ppo.py, agent_grpo.py
-    "gae_lambda": UNIT,  # ppo.py
     "lam": UNIT,  # rlhf_ppo.py
-    "epsilon": UNIT,  # dqn.py (a Schedule)
     "negative_weight": UNIT,  # agent_grpo.py
     "stop_at_accuracy": UNIT,  # sft.py
-    "tau": in_range(0, 1, low_open=True),  # dqn.py TargetNetworkConfig
     "top_p": in_range(0, 1, low_open=True),  # grpo.py
     "answer_noise": in_range(0, 1, high_open=True),  # sft.py
 }
