@@ -33,6 +33,7 @@ import torch
 from payoff.algos.base import NO_FINAL_EVALUATION, Algorithm, RunKeys
 from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import Aggregation, flat_groups, group_advantages, grpo_loss
+from payoff.algos.shared.lm_step import accumulated_step
 from payoff.core.cache import build_lock, cache_folder
 from payoff.core.config import to_dict
 from payoff.core.device import check_device_name, resolve_device
@@ -43,7 +44,7 @@ from payoff.envs.text.tasks import AgentTaskConfig, make_agent_task, task_code
 from payoff.models.base_model import save_cached_model, start_lm
 from payoff.models.chat import has_chat_template, uses_chat_template
 from payoff.models.lm import ModelConfig, load_lm, save_lm
-from payoff.models.lm_optim import adamw, apply_gradients, warmup_scheduler, zero_gradients
+from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import sequence_logprobs
 from payoff.models.tiny_lm import TinyLMConfig
 from payoff.monitor.detectors import Monitor
@@ -482,28 +483,26 @@ class AgentGRPO(Algorithm):
                 old = sequence_logprobs(self.model, input_ids, attention, temperature)
         stats: dict[str, float] = {}
         for _ in range(self.config.updates_per_batch):
-            self.optimizer.zero_grad(set_to_none=True)
             loss, clip_fraction = 0.0, 0.0
-            if len(adv):
-                logprobs = sequence_logprobs(self.model, input_ids, attention, temperature)
-                parts = grpo_loss(
-                    logprobs,
-                    logprobs.detach() if old is None else old,
-                    adv,
-                    mask,
-                    clip_low=self.config.clip_eps,
-                    clip_high=self.config.clip_eps,
-                    aggregation=self.config.loss_aggregation,
-                    **denominators,
-                )
-                parts.loss.backward()
-                loss, clip_fraction = parts.loss.item(), float(parts.clip_fraction)
-            else:  # every row skipped: the gradient is 0, and Adam still steps on it
-                zero_gradients(self.trainable)
-            grad = apply_gradients(
+            # every row skipped: the step is taken on a zero gradient (Adam still steps)
+            with accumulated_step(
                 self.optimizer, self.trainable, self.config.max_grad_norm, self.scheduler
-            )
-            stats = {"loss": loss, "clip": clip_fraction, "grad": grad}
+            ) as step:
+                if len(adv):
+                    logprobs = sequence_logprobs(self.model, input_ids, attention, temperature)
+                    parts = grpo_loss(
+                        logprobs,
+                        logprobs.detach() if old is None else old,
+                        adv,
+                        mask,
+                        clip_low=self.config.clip_eps,
+                        clip_high=self.config.clip_eps,
+                        aggregation=self.config.loss_aggregation,
+                        **denominators,
+                    )
+                    step.backward(parts.loss)
+                    loss, clip_fraction = parts.loss.item(), float(parts.clip_fraction)
+            stats = {"loss": loss, "clip": clip_fraction, "grad": step.grad_norm}
         return stats
 
     # ---- evaluation -------------------------------------------------------------------------

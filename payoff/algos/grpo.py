@@ -46,11 +46,12 @@ from payoff.algos.shared.group import (
     overlong_penalty,
 )
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys, columns_of
+from payoff.algos.shared.lm_step import accumulated_step
 from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
 from payoff.core.errors import ConfigError
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
-from payoff.models.lm_optim import adamw, apply_gradients, warmup_scheduler, zero_gradients
+from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.detectors import Alarm, Monitor
 from payoff.monitor.integrity import (
@@ -329,7 +330,6 @@ def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
     return nonzero.view(-1, group).any(-1).repeat_interleave(group)
 
 
-
 @dataclass
 class _UpdateInputs:
     """What every minibatch step of one GRPO update reads, and the statistics it fills."""
@@ -360,6 +360,7 @@ class _UpdateInputs:
         self.stats["mismatch_max"].append(found.max_logp_diff)
         self.stats["is_weight"].append(found.mean_weight)
         self.stats["is_masked"].append(found.masked)
+
 
 class GRPO(LMAlgorithm):
     """GRPO on a language model with verifiable rewards."""
@@ -775,35 +776,32 @@ class GRPO(LMAlgorithm):
         # micro-batch (bnpo), fixed before rows without gradient are skipped.
         rows, tokens = len(index), int(mask_all[index].sum())
         chunks = [index[i : i + inputs.micro] for i in range(0, len(index), inputs.micro)]
-        self.optimizer.zero_grad(set_to_none=True)
-        ran = False
         # Sums over the micro-batches: each part is normalized by the minibatch's
         # denominators (bnpo: scaled by 1 / micro-batches), so the sum is its value.
         totals = dict.fromkeys(("loss", "policy", "kl", "clip"), 0.0)
-        for chunk in chunks:
-            chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
-            if inputs.aggregation == "bnpo":
-                chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
-                scale = 1.0 / len(chunks)
-            if inputs.skip:  # rows with no gradient need no forward or backward
-                chunk = chunk[_rows_with_gradient(inputs.advantages[chunk], inputs.group)]
-            if not len(chunk):
-                continue
-            ran = True
-            parts, entropy = self._chunk_loss(inputs, chunk, chunk_rows, chunk_tokens)
-            (parts.loss * scale).backward()
-            totals["loss"] += parts.loss.item() * scale
-            totals["policy"] += parts.policy_loss.item() * scale
-            totals["kl"] += parts.kl.item() * scale
-            totals["clip"] += parts.clip_fraction.item() * scale
-            stats["entropy"].append(entropy)
-        if not ran:  # every row skipped: the loss and its gradient are exactly 0
-            zero_gradients(self.trainable)  # ... and the step is taken all the same
-        for key, value in totals.items():
-            stats[key].append(value)
-        stats["grad"].append(
-            apply_gradients(self.optimizer, self.trainable, config.max_grad_norm, self.scheduler)
-        )
+        # every row skipped: the loss and its gradient are exactly 0, and the step is taken
+        with accumulated_step(
+            self.optimizer, self.trainable, config.max_grad_norm, self.scheduler
+        ) as step:
+            for chunk in chunks:
+                chunk_rows, chunk_tokens, scale = rows, tokens, 1.0
+                if inputs.aggregation == "bnpo":
+                    chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
+                    scale = 1.0 / len(chunks)
+                if inputs.skip:  # rows with no gradient need no forward or backward
+                    chunk = chunk[_rows_with_gradient(inputs.advantages[chunk], inputs.group)]
+                if not len(chunk):
+                    continue
+                parts, entropy = self._chunk_loss(inputs, chunk, chunk_rows, chunk_tokens)
+                step.backward(parts.loss * scale)
+                totals["loss"] += parts.loss.item() * scale
+                totals["policy"] += parts.policy_loss.item() * scale
+                totals["kl"] += parts.kl.item() * scale
+                totals["clip"] += parts.clip_fraction.item() * scale
+                stats["entropy"].append(entropy)
+            for key, value in totals.items():
+                stats[key].append(value)
+        stats["grad"].append(step.grad_norm)
 
     def _chunk_loss(
         self, inputs: _UpdateInputs, chunk: torch.Tensor, rows: int, tokens: int
