@@ -22,8 +22,8 @@ carries where they are: 4 MB pushed through a 64 KB pipe
 needed ~60 wake-ups of the child's reading thread, each waiting for the interpreter lock
 that the busy sampling thread holds, a large share of the learner's step. Weights of one
 dtype are one flat buffer of raw values in a slot of a ring of a few reusable slots in one
-mapped file (`_WeightRing`), their names and shapes in the message; the child checks the
-size against the shapes, copies the slot into its model and marks it read. The learner's
+mapped file (`WeightRing`, in payoff.rollout.async_transport), their names and shapes in
+the message; the child checks the size against the shapes, copies the slot into its model and marks it read. The learner's
 push is one copy into the slot (neither an encoded checkpoint tree nor a file per version). Mixed dtypes (rare) go as a
 checkpoint tree in the message itself. The shared memory has no name anyone must remove:
 on Linux it is a memfd (anonymous shared memory) that the child opens through the learner's
@@ -60,13 +60,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -74,8 +71,22 @@ from typing import Any, Protocol
 
 import torch
 
-from payoff.core.errors import ConfigError, PayoffError, RunError
+from payoff.core.errors import ConfigError, RunError
 from payoff.models.lm import ModelConfig
+from payoff.rollout.async_transport import (
+    FLAT_DTYPES,
+    ErrorReport,
+    WeightRing,
+    error_report,
+    layout_dtype,
+    map_shared,
+    raise_report,
+    receive_message,
+    ring_slot,
+    send_message,
+    split_flat,
+    unflatten,
+)
 from payoff.rollout.generation import (
     Generation,
     LocalSampler,
@@ -86,7 +97,7 @@ from payoff.rollout.generation import (
     load_weights,
     sampling_stream,
 )
-from payoff.track.checkpoint import dumps_state, loads_state
+from payoff.track.checkpoint import dumps_state
 from payoff.track.interrupt import ignore_ctrl_c_in_worker
 
 
@@ -287,20 +298,8 @@ def _unguarded_script() -> str | None:
 
 # ---- the child process and the pipes to it --------------------------------------------------
 _STARTUP = -1  # reply id of the child's "model loaded" (or "could not load") message
-
-# What the child reports of an exception: the type's name, whether it is a payoff error
-# (raised here as itself, looked up by name among payoff's error classes), the message, and
-# the child's traceback. Plain data: messages both ways are payoff.track.checkpoint trees,
-# which cannot name code to run (never a pickle).
-ErrorReport = tuple[str, bool, str, str]
-
-
-def _send(connection: Connection, message: tuple[Any, ...]) -> None:
-    connection.send_bytes(dumps_state(message))
-
-
-def _receive(connection: Connection) -> Any:
-    return loads_state(connection.recv_bytes(), "a message from the sampling process's pipe")
+# The ring's pieces under the names they had here before they moved to async_transport
+_WeightRing, _slot, _unflatten = WeightRing, ring_slot, unflatten
 
 
 class _Child:
@@ -331,21 +330,21 @@ class _Child:
         self.lost = False  # the reply pipe hit EOF: the child is gone
         self.failed: ErrorReport | None = None  # the model could not be built
         self.send_lock = threading.Lock()
-        self.ring: _WeightRing | None = None  # made by the first flat weights version
+        self.ring: WeightRing | None = None  # made by the first flat weights version
         # Every ring made stays open until close(): a message naming an older one may still
         # be on its way to the child.
-        self.rings: list[_WeightRing] = []
+        self.rings: list[WeightRing] = []
         self.sent: tuple[str, Any] | None = None  # (ring path, layout) of the last version sent
         threading.Thread(target=self._collect, name="payoff-sampler-replies", daemon=True).start()
 
     def _collect(self) -> None:
         while True:
             try:
-                request, ok, payload = _receive(self.replies)
+                request, ok, payload = receive_message(self.replies)
             except (EOFError, OSError):
                 break
             except Exception as error:  # an unreadable reply: fail every wait, do not hang
-                self.failed = _report(error)
+                self.failed = error_report(error)
                 break
             with self.changed:
                 if request == _STARTUP:
@@ -385,15 +384,15 @@ class _Child:
         the child, which loads it when it reaches the message.
 
         Weights of one dtype go as one flat buffer of raw values, their names and shapes in
-        the message, into a slot of the weight ring (`_WeightRing`): one copy into memory
+        the message, into a slot of the weight ring (`WeightRing`): one copy into memory
         the child maps too. Mixed dtypes go as a checkpoint tree in the message itself."""
         dtypes = {str(t.dtype) for t in weights.values()}
         dtype = dtypes.pop() if len(dtypes) == 1 else None
-        if dtype in _FLAT_DTYPES:
+        if dtype in FLAT_DTYPES:
             layout = [[name, list(t.shape)] for name, t in weights.items()]
             nbytes = sum(t.numel() * t.element_size() for t in weights.values())
             if self.ring is None or self.ring.nbytes != nbytes:
-                self.ring = _WeightRing(nbytes, version)
+                self.ring = WeightRing(nbytes, version)
                 self.rings.append(self.ring)
             slot = self.ring.write(version, weights.values(), self.check_alive)
             # The layout goes with a ring's first version and whenever it changes; the
@@ -472,171 +471,6 @@ class _Child:
         self.rings.clear()
 
 
-_FLAT_DTYPES = {
-    "torch.float32": torch.float32,
-    "torch.bfloat16": torch.bfloat16,
-    "torch.float16": torch.float16,
-}
-
-
-class _WeightRing:
-    """Flat weights versions in `SLOTS` reusable slots of one file in shared memory, mapped
-    by the learner and the child alike: a push is one copy of the weights into a slot (no
-    file to create, write, read and delete each step), and the child copies the slot into
-    its model.
-
-    Version v goes to slot v % SLOTS. The file starts with one int64 per slot: the last
-    version the child has loaded from it. Before overwriting a slot the learner waits until
-    the child has loaded the version it last put there; with a few slots and at most
-    max_staleness batches ahead, that wait is for a child far behind, and it ends with an
-    error if the child is gone.
-    """
-
-    SLOTS = 4
-    HEADER = 64  # bytes: SLOTS int64 counters, padded so every slot stays aligned
-    PATIENCE = 300.0  # seconds to wait for the child to read a slot before giving up
-
-    def __init__(self, nbytes: int, version: int):
-        self.nbytes = nbytes
-        self.shared = _SharedFile(f"weights-ring-{version}", self.HEADER + self.SLOTS * nbytes)
-        self.path = self.shared.path  # what the child opens
-        self.memory = _map(self.path)
-        self.loaded = self.memory[: self.HEADER].view(torch.int64)[: self.SLOTS]
-        self.loaded.fill_(-1)
-        self.written = [-1] * self.SLOTS  # the version the learner last put in each slot
-
-    def write(self, version: int, tensors: Any, check_alive: Callable[[], None]) -> int:
-        """Copy `tensors` (one dtype) into version's slot, once the child is done with it."""
-        slot = version % self.SLOTS
-        since = time.perf_counter()
-        while int(self.loaded[slot]) < self.written[slot]:
-            check_alive()
-            if time.perf_counter() - since > self.PATIENCE:
-                raise RunError(
-                    f"the sampling process has not read weights version {self.written[slot]} "
-                    f"in {self.PATIENCE:.0f} s, so its slot cannot take version {version}; "
-                    f"is it stuck? close() the sampler and submit again to start a new one"
-                )
-            time.sleep(0.0005)
-        values = list(tensors)
-        target = _slot(self.memory, slot, self.nbytes, values[0].dtype)
-        torch.cat([t.reshape(-1) for t in values], out=target)
-        self.written[slot] = version
-        return slot
-
-    def close(self) -> None:
-        """Give the memory back (a child that mapped it keeps it until it exits)."""
-        self.shared.close()
-
-
-class _SharedFile:
-    """A file of `size` zero bytes in memory that the sampling process, this process's child,
-    can open by `path`, and that nothing outlives.
-
-    Linux: a memfd (anonymous shared memory, counted like /dev/shm but with no name in
-    it); the child opens it as /proc/<this pid>/fd/<fd>. The kernel frees it once this
-    process has closed the fd (or ended, SIGKILL included) and every mapping is gone, so a
-    killed run leaves nothing behind. Elsewhere (no memfd or no /proc): a file in a private
-    temporary folder (0700), removed by close() or at the interpreter's exit.
-    """
-
-    def __init__(self, name: str, size: int):
-        self.fd: int | None = None
-        self.folder: str | None = None
-        if hasattr(os, "memfd_create"):
-            try:
-                fd = os.memfd_create(f"payoff-{name}")  # close-on-exec: no other child gets it
-            except OSError:  # kernel without memfd, or a seccomp filter that refuses it
-                fd = None
-            if fd is not None:
-                path = f"/proc/{os.getpid()}/fd/{fd}"
-                if os.path.exists(path):
-                    os.ftruncate(fd, size)
-                    self.fd, self.path = fd, path
-                    return
-                os.close(fd)
-        self.folder = tempfile.mkdtemp(prefix="payoff-weights-")
-        self.path = os.path.join(self.folder, f"{name}.bin")
-        with open(self.path, "wb") as file:
-            file.truncate(size)
-        self._remover = weakref.finalize(self, shutil.rmtree, self.folder, True)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.folder is not None:
-            self._remover()
-
-
-def _map(path: str) -> torch.Tensor:
-    """A whole file as a uint8 tensor over a shared mapping: writes reach every process
-    that maps it."""
-    return torch.from_file(path, shared=True, size=os.path.getsize(path), dtype=torch.uint8)
-
-
-def _slot(memory: torch.Tensor, slot: int, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
-    start = _WeightRing.HEADER + slot * nbytes
-    return memory[start : start + nbytes].view(dtype)
-
-
-def _unflatten(data: bytes, layout: Any, dtype: Any, what: str) -> dict[str, torch.Tensor]:
-    """The named tensors of a flat weights buffer (`send_weights`), checked against its
-    layout: a known dtype, and exactly as many values as the shapes hold."""
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(
-        _flat_dtype(layout, dtype, what)
-    )
-    return _split(flat, layout, what)
-
-
-def _flat_dtype(layout: Any, dtype: Any, what: str) -> torch.dtype:
-    """The torch dtype a flat weights message names, once its layout is one we read."""
-    if dtype not in _FLAT_DTYPES or not isinstance(layout, list):
-        raise RunError(f"{what}: unknown weights layout (dtype {dtype!r})")
-    return _FLAT_DTYPES[dtype]
-
-
-def _split(flat: torch.Tensor, layout: Any, what: str) -> dict[str, torch.Tensor]:
-    """`layout`'s named tensors as views of `flat` (exactly as many values as it names)."""
-    sizes = [int(torch.Size(shape).numel()) for _, shape in layout]
-    if sum(sizes) != flat.numel():
-        raise RunError(f"{what} holds {flat.numel()} values, but its layout names {sum(sizes)}")
-    parts = flat.split(sizes)
-    return {name: part.view(shape) for (name, shape), part in zip(layout, parts, strict=True)}
-
-
-class _ChildTraceback(Exception):
-    """The traceback of an exception raised in the child (the cause of the one raised here)."""
-
-    def __str__(self) -> str:
-        return "\n" + str(self.args[0])
-
-
-def raise_report(report: ErrorReport) -> None:
-    """Raise the child's exception here: payoff errors as themselves, others as RunError."""
-    name, is_payoff, message, trace = report
-    cause = _ChildTraceback(trace)
-    payoff_class = _payoff_error_class(name) if is_payoff else None
-    if payoff_class is not None:
-        raise payoff_class(message) from cause
-    raise RunError(f"sampling in the child process failed: {name}: {message}") from cause
-
-
-def _payoff_error_class(name: str) -> type[PayoffError] | None:
-    """The payoff error class called `name` (PayoffError and its subclasses), if one is."""
-    found: list[type[PayoffError]] = [PayoffError]
-    for cls in found:
-        if cls.__name__ == name:
-            return cls
-        found.extend(cls.__subclasses__())
-    return None
-
-
-def _report(error: BaseException) -> ErrorReport:
-    is_payoff = isinstance(error, PayoffError)
-    return type(error).__name__, is_payoff, str(error), traceback.format_exc()
-
-
 def _serve(
     model_config: ModelConfig,
     seed: int,
@@ -652,7 +486,7 @@ def _serve(
     threading.Thread(target=_read_requests, args=(requests, inbox, parent_pid), daemon=True).start()
 
     def reply(request: int, ok: bool, payload: Any) -> None:
-        _send(replies, (request, ok, payload))
+        send_message(replies, (request, ok, payload))
 
     from payoff.models.lm import load_lm
 
@@ -660,7 +494,7 @@ def _serve(
     try:
         model, tokenizer = load_lm(model_config, seed=seed)
     except Exception as error:
-        reply(_STARTUP, False, _report(error))
+        reply(_STARTUP, False, error_report(error))
         return
     # The parameters keep requires_grad as in the learner (sampling runs under no_grad
     # anyway): torch's CPU linear takes another path for a weight that does not require
@@ -683,26 +517,26 @@ def _serve(
                 load_weights(model, tree, whose(version))
                 bad_weights = None
             except Exception as error:
-                bad_weights = _report(error)
+                bad_weights = error_report(error)
             continue
         if message[0] == "weights":
             _, version, path, layout, dtype, slot = message
             what = f"weights version {version} in {path}"
             try:  # a slot of the weight ring: copied into the model
                 if path not in rings:
-                    rings[path] = _map(path)
+                    rings[path] = map_shared(path)
                 memory = rings[path]
                 layout = layouts[path] = layouts.get(path) if layout is None else layout
-                flat_dtype = _flat_dtype(layout, dtype, what)
+                flat_dtype = layout_dtype(layout, dtype, what)
                 size = sum(int(torch.Size(shape).numel()) for _, shape in layout)
-                flat = _slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
+                flat = ring_slot(memory, slot, size * flat_dtype.itemsize, flat_dtype)
                 try:
-                    load_weights(model, _split(flat, layout, what), whose(version))
+                    load_weights(model, split_flat(flat, layout, what), whose(version))
                 finally:  # the learner may reuse the slot
-                    memory[: _WeightRing.HEADER].view(torch.int64)[slot] = version
+                    memory[: WeightRing.HEADER].view(torch.int64)[slot] = version
                 bad_weights = None
             except Exception as error:
-                bad_weights = _report(error)
+                bad_weights = error_report(error)
             continue
         _, request, prompts, sampling_fields, rng_state, sample_seed = message
         sampling = SamplingConfig(**sampling_fields)
@@ -713,7 +547,7 @@ def _serve(
         try:
             generation = sampler.generate(prompts, sampling, generator)
         except Exception as error:
-            reply(request, False, _report(error))
+            reply(request, False, error_report(error))
             continue
         end_state = generator.get_state() if rng_state is not None else None
         reply(request, True, (dict(vars(generation)), end_state))
@@ -727,7 +561,7 @@ def _read_requests(
     while os.getppid() == parent_pid:
         try:
             if requests.poll(1.0):
-                inbox.put(_receive(requests))
+                inbox.put(receive_message(requests))
         except (EOFError, OSError):
             break
     os._exit(0)
