@@ -25,6 +25,13 @@ can only ever answer requests with data, links, handles and builtin exceptions, 
 some honest solution could have answered too. A handle is never compared by its own `==`
 with the tests' values: a candidate's object equals only itself there, and its truth value
 is not its own to decide.
+
+Why one file of some 1,500 lines: it is one program, and the sandbox holds exactly this
+file. payoff.sandbox.isolation compiles it once and mounts that one file read-only into an
+otherwise empty root, where `python -I -S` can import nothing beside it; split into modules,
+the sandbox would have to mount a package and trust an import path inside. Its parts (plain
+data and links, the conversation of `Peer` and `Remote`, what each side serves, the modes)
+are one protocol, each part written against the others.
 """
 
 import base64
