@@ -365,13 +365,12 @@ class RewardMix:
         if not isinstance(outcome, BaseException):
             return outcome, 0
         if isinstance(outcome, TimeoutError):
-            if spec.key not in self._shown:
-                self._shown.add(spec.key)
-                say(
-                    f"payoff: reward function {spec.key!r} ran past its timeout of "
-                    f"{spec.timeout:g} s on a batch of {n}; the batch scores {spec.on_error} "
-                    f"(later hangs are counted in the metrics, reward_errors/{spec.key})"
-                )
+            self._say_once(
+                spec.key,
+                f"payoff: reward function {spec.key!r} ran past its timeout of "
+                f"{spec.timeout:g} s on a batch of {n}; the batch scores {spec.on_error} "
+                f"(later hangs are counted in the metrics, reward_errors/{spec.key})",
+            )
             self.on_event(
                 "reward_hung",
                 f"reward function {spec.key!r} ran past {spec.timeout:g} s on a batch of {n}; "
@@ -397,15 +396,14 @@ class RewardMix:
                 values.append(result[0])
         if first_error is not None:
             i, err = first_error
-            if spec.key not in self._shown:
-                self._shown.add(spec.key)
-                say(
-                    f"payoff: reward function {spec.key!r} raised {type(err).__name__}: {err}\n"
-                    f"  on prompt {str(available['prompts'][i])[:200]!r}\n"
-                    f"  completion {str(available['completions'][i])[:200]!r}\n"
-                    f"  ({errors} of {n} rows in this batch; those score {spec.on_error}; later "
-                    f"errors are counted in the metrics, reward_errors/{spec.key})"
-                )
+            self._say_once(
+                spec.key,
+                f"payoff: reward function {spec.key!r} raised {type(err).__name__}: {err}\n"
+                f"  on prompt {str(available['prompts'][i])[:200]!r}\n"
+                f"  completion {str(available['completions'][i])[:200]!r}\n"
+                f"  ({errors} of {n} rows in this batch; those score {spec.on_error}; later "
+                f"errors are counted in the metrics, reward_errors/{spec.key})",
+            )
             self.on_event(
                 "reward_error",
                 f"reward function {spec.key!r} raised {type(err).__name__}: {err} on {errors} of {n} samples; "
@@ -415,6 +413,13 @@ class RewardMix:
                 completion=str(available["completions"][i])[:500],
             )
         return values, errors
+
+    def _say_once(self, key: str, message: str) -> None:
+        """Show `message` for reward function `key`'s first hang or error only (the later
+        ones are counted in the metrics)."""
+        if key not in self._shown:
+            self._shown.add(key)
+            say(message)
 
     def _count_unscored_batch(self, unscored: int, n: int) -> None:
         """Say so when no function scored any row of a batch (each returned None or NaN, so
