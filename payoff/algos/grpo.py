@@ -4,6 +4,7 @@ One step, readable top to bottom in `iterate`:
 
     1. rollout   draw `prompts_per_step` problems, sample `group_size` completions of each
     2. reward    score every completion with the reward functions (verifiers), weighted sum
+                 (1-2 with the integrity checks: payoff.algos.shared.collection)
     3. advantage A_i = (r_i - mean(group)) [/ std(group)]: better than its siblings -> push up
     4. update    `updates_per_batch` passes of minibatch steps on the clipped objective
 
@@ -27,15 +28,20 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from payoff.algos.base import restoring
 from payoff.algos.sft import build_base_model
+from payoff.algos.shared.collection import (
+    Batch,
+    CollectionSettings,
+    GroupCollection,
+    group_sampler,
+)
 from payoff.algos.shared.group import (
     Aggregation,
     Estimator,
@@ -43,9 +49,9 @@ from payoff.algos.shared.group import (
     canonical_aggregation,
     flat_groups,
     grpo_loss,
-    overlong_penalty,
+    rows_with_gradient,
 )
-from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys, columns_of
+from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys
 from payoff.algos.shared.lm_step import accumulated_step
 from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
 from payoff.core.errors import ConfigError
@@ -54,28 +60,11 @@ from payoff.models.lm import FrozenReference
 from payoff.models.lm_optim import adamw, warmup_scheduler
 from payoff.models.logprobs import batched_completion_logprobs, completion_logprobs
 from payoff.monitor.detectors import Alarm, Monitor
-from payoff.monitor.integrity import (
-    Canaries,
-    IntegrityKeys,
-    Planted,
-    inoculated,
-    inoculation_line,
-    lm_monitors,
-)
-from payoff.monitor.judge_addressing import JudgeAddressing, is_model_scored
-from payoff.rewards.base import RewardMix, RewardSpec, unscored_rows
-from payoff.rollout.generation import (
-    Generation,
-    LocalSampler,
-    Sampler,
-    SamplingConfig,
-    concat_generations,
-)
-from payoff.rollout.ray_generation import RaySampler, validate_generation_config
+from payoff.monitor.integrity import IntegrityKeys, Planted
+from payoff.rewards.base import RewardMix, RewardSpec
+from payoff.rollout.generation import Generation, SamplingConfig
+from payoff.rollout.ray_generation import validate_generation_config
 from payoff.rollout.ray_pool import RayConfig
-
-if TYPE_CHECKING:
-    from payoff.rollout.async_generation import Pending
 
 
 @dataclass
@@ -278,59 +267,6 @@ class GRPOConfig(LMKeys, IntegrityKeys):
 
 
 @dataclass
-class Batch:
-    """Completions of a step with what was computed about them, one entry per completion
-    (each problem's group of G adjacent)."""
-
-    rows: list[dict[str, Any]]
-    generation: Generation
-    paid: list[float]  # the reward functions' weighted sum: what the monitors compare
-    totals: list[float]  # paid plus the overlong penalty: what the advantages use
-    scores: dict[str, list[float | None]]  # each reward function alone
-    correct: list[float]  # the task's verifier (what the reward should mean)
-    staleness: int  # policy versions between the sampling weights and the trained ones
-
-    def take(self, index: list[int]) -> Batch:
-        """The completions at `index`, in that order."""
-        return Batch(
-            [self.rows[i] for i in index],
-            self.generation.select(index),
-            [self.paid[i] for i in index],
-            [self.totals[i] for i in index],
-            {k: [v[i] for i in index] for k, v in self.scores.items()},
-            [self.correct[i] for i in index],
-            self.staleness,
-        )
-
-    @staticmethod
-    def join(parts: list[Batch], pad_id: int) -> Batch:
-        """One batch of the parts' completions, in order."""
-        if len(parts) == 1:
-            return parts[0]
-        return Batch(
-            [r for b in parts for r in b.rows],
-            concat_generations([b.generation for b in parts], pad_id),
-            [p for b in parts for p in b.paid],
-            [t for b in parts for t in b.totals],
-            {k: [v for b in parts for v in b.scores[k]] for k in parts[0].scores},
-            [c for b in parts for c in b.correct],
-            max(b.staleness for b in parts),
-        )
-
-
-def _rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
-    """Which rows of a minibatch to run: those with a non-zero advantage, [B] bool.
-
-    With group > 1 the rows come in whole groups that share one prompt pass, so a group is
-    kept whole when any of its rows counts.
-    """
-    nonzero = advantages != 0
-    if group == 1:
-        return nonzero
-    return nonzero.view(-1, group).any(-1).repeat_interleave(group)
-
-
-@dataclass
 class _UpdateInputs:
     """What every minibatch step of one GRPO update reads, and the statistics it fills."""
 
@@ -391,36 +327,18 @@ class GRPO(LMAlgorithm):
                 f"docs/own-material.md)"
             )
         self.rewards = RewardMix(specs, on_event=self._reward_event, defer_unavailable=restoring())
-        # A judge or reward model can be talked to: watch for completions that try.
-        self.judge_addressing = (
-            JudgeAddressing(scorer=self.rewards) if is_model_scored(self.rewards) else None
+        self.sampler = group_sampler(config, model_config, self.model, self.tokenizer)
+        # 1-2 of each step: sampling, rewards and the integrity checks on them
+        self.collection = GroupCollection(
+            self,
+            CollectionSettings.of(config),
+            self.sampler,
+            self.rewards,
+            config.canaries,
+            config.inoculation,
+            seed=config.seed,
         )
-        self.sampler: Sampler = LocalSampler(self.model, self.tokenizer)
-        if config.backend == "ray":  # generation on Ray actors, each with a model copy
-            self.sampler = RaySampler(
-                config.ray,
-                model_config,
-                self.model,
-                self.tokenizer.pad_token_id,
-                seed=config.seed,
-                group_size=config.group_size,
-            )
-        elif config.async_generation:  # a second process with its own model copy
-            from payoff.rollout.async_generation import ProcessSampler
-
-            self.sampler = ProcessSampler(
-                model_config,
-                self.model,
-                self.tokenizer.pad_token_id,
-                seed=config.seed,
-                threads=config.sampler_threads or config.threads,
-            )
-        # Batches sampled ahead (async_generation): (rows, planted, in-flight generation,
-        # the step it was submitted at).
-        self.pending: deque[tuple[list[dict[str, Any]], Planted, Pending, int]] = deque()
-        # Seeds of the batches sampled ahead: a stream of their own, so that the learner's
-        # generator (minibatch shuffles) is not raced.
-        self.ahead_generator = torch.Generator().manual_seed(config.seed + 1)
+        self.ahead_generator = self.collection.ahead_generator  # saved with the checkpoint
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         # fused: one kernel for the whole step, faster on CPU
         self.optimizer = adamw(
@@ -430,51 +348,21 @@ class GRPO(LMAlgorithm):
         self.step = 0
         self.samples_seen = 0
         self._reported_unisolated = False
-        self.canaries = Canaries(config.canaries, self.task)  # the task's own contradict
-        self.inoculation = inoculation_line(config.inoculation)
-        self.quarantined: set[tuple[str, str]] = set()  # (prompt, completion) out of the loss
-
-    def rewards_are_the_verifier(self) -> bool:
-        """True when the rewards are the task's verifier alone: the same function with the
-        same options, weight 1, timeout and error score, so that the reward's total is the
-        verifier's verdict on every completion. True too for prompt-only rows, which have no
-        verifier: the rewards are the only judge, with no truth to hold them to."""
-        if self.verifier is None:
-            return True
-        specs, verifier = self.rewards.specs, self.verifier.specs[0]
-        return len(specs) == 1 and (
-            specs[0].name,
-            specs[0].options,
-            specs[0].weight,
-            specs[0].on_error,
-            specs[0].timeout,
-        ) == (verifier.name, verifier.options, 1.0, verifier.on_error, verifier.timeout)
 
     def default_monitors(self) -> list[Monitor]:
-        """Integrity checks (payoff.monitor.integrity): proxy vs the task's verifier on the
-        same samples when the rewards are not that verifier, canaries, blocked operations of
-        sandboxed code, judge addressing, length and truncation drift."""
-        if not self.config.default_monitors:
-            return []
-        return lm_monitors(
-            proxy="train/reward",
-            truth=None if self.rewards_are_the_verifier() else "train/accuracy",
-            code_rewards=[s.key for s in self.rewards.specs if s.name == "code"],
-            canaries=self.config.canaries,
-            model_scored=self.judge_addressing is not None,
-        )
+        """Integrity checks (payoff.monitor.integrity; GroupCollection.monitors)."""
+        return self.collection.monitors() if self.config.default_monitors else []
 
     def quarantine(self, alarm: Alarm) -> int:
         """Every suspect sample since the alarm's onset leaves the loss for good."""
-        onset = int(alarm.evidence.get("since_step", alarm.step))
-        flagged = {(s["prompt"], s["completion"]) for s in self.suspects if s["step"] >= onset}
-        self.quarantined |= flagged
-        return len(flagged)
+        return self.collection.quarantine(alarm)
 
     def after_rollback(self) -> None:
         self.sampler.weights_updated()  # remote samplers get the restored weights
-        self.drop_pending(wait=True)  # batches sampled ahead came from the weights rolled back
-        self.canaries.passes = 0  # counted again from the rollback, or the alarm repeats at once
+        # batches sampled ahead came from the weights rolled back
+        self.collection.drop_pending(wait=True)
+        # counted again from the rollback, or the alarm repeats at once
+        self.collection.canaries.passes = 0
 
     def stop_strings(self) -> list[str]:
         return self.config.stop
@@ -483,211 +371,20 @@ class GRPO(LMAlgorithm):
         if self.run is not None:
             self.run.event(self.step, kind, message, **evidence)
 
-    # ---- one step, in four parts --------------------------------------------------------
-    def draw(self, prompts_count: int) -> tuple[list[dict[str, Any]], Planted, list[str]]:
-        """Problems for one generation batch (some replaced by canaries when `canaries.share`
-        > 0): the rows (each problem's G adjacent), the planted batch, the model's prompts."""
-        problems = self.task.sample(self.rng, prompts_count)
-        planted = self.canaries.plant(problems, self.rng)
-        rows = [row for row in planted.rows for _ in range(self.config.group_size)]
-        # The model reads the prompt through its chat template (when on), after the
-        # inoculation line (when set); rewards get the row's own prompt.
-        prompts = [self.prompt_text(inoculated(r, self.inoculation)) for r in rows]
-        return rows, planted, prompts
-
-    def sampling(self) -> SamplingConfig:
-        c = self.config
-        return SamplingConfig(c.temperature, c.top_p, c.max_new_tokens, c.stop)
-
+    # ---- one step, in four parts: 1-2 in payoff.algos.shared.collection ---------------------
     def rollout(
         self, prompts_count: int | None = None, ahead: bool = True
     ) -> tuple[list[dict[str, Any]], Planted, Generation, int]:
-        """1. Sample G completions for each of `prompts_count` problems (default
-        prompts_per_step); returns the rows, the planted batch, the generation and its
-        staleness (policy versions behind).
-
-        With async_generation the step's batch (`ahead`) was usually submitted one step
-        earlier, before that step's update, and the next ones are submitted now, before
-        this step's update: the sampler works while the learner trains. Extra batches of
-        dynamic sampling (`ahead=False`) are sampled at once, with the current weights.
-        """
-        config = self.config
-        prompts_count = prompts_count or config.prompts_per_step
-        if not config.async_generation or config.max_staleness == 0 or not ahead:
-            # In step with the learner, with its own generator (an async sampler's generate
-            # is submit().result(): staleness 0 samples as synchronously).
-            rows, planted, prompts = self.draw(prompts_count)
-            return rows, planted, self.sampler.generate(prompts, self.sampling(), self.generator), 0
-        if not self.pending:
-            self.submit_ahead()
-        rows, planted, pending, submitted = self.pending.popleft()
-        generation = pending.result()
-        while len(self.pending) < config.max_staleness:
-            self.submit_ahead()  # sampled with the weights as they are now, before the update
-        return rows, planted, generation, self.step - submitted
-
-    def submit_ahead(self) -> None:
-        """Send one step's batch to the sampler without waiting for it."""
-        rows, planted, prompts = self.draw(self.config.prompts_per_step)
-        seed = int(torch.randint(2**62, (1,), generator=self.ahead_generator))
-        pending = self.sampler.submit(prompts, self.sampling(), seed=seed)  # type: ignore[attr-defined]
-        self.pending.append((rows, planted, pending, self.step))
-
-    def drop_pending(self, wait: bool) -> None:
-        """Forget the batches sampled ahead: after a rollback (the weights they came from
-        are gone; `wait` for them, so that the sampler is free) or at the end (not waiting:
-        closing the sampler discards them)."""
-        for _, _, pending, _ in self.pending if wait else ():
-            try:
-                pending.result()
-            except Exception:  # a dead sampler is reported by the next generate
-                pass
-        self.pending.clear()
-
-    def collect(self) -> tuple[Batch, dict[str, float]]:
-        """1-2. Rollout and reward one step's batch; with dynamic_sampling, keep only groups
-        whose rewards differ, sampling more until prompts_per_step of them are found.
-
-        Returns the batch to train on and the step's metrics about everything sampled
-        (reward, accuracy, integrity, judge addressing): groups dynamic sampling drops
-        are still watched -- a hack that every completion of a group finds is a flat group.
-        """
-        config = self.config
-        group = config.group_size
-        batch, planted, errors = self.sample_scored(config.prompts_per_step, ahead=True)
-        sampled = [batch]
-        plants = [planted]
-        kept: list[Batch] = []
-        dropped: list[Batch] = []
-        found = flat_count = 0
-        while config.dynamic_sampling:
-            flat = flat_groups(batch.paid, group)  # the reward functions' spread, unshaped
-            flat_count += sum(flat)
-            varied = [k for k, f in enumerate(flat) if not f][: config.prompts_per_step - found]
-            rest = [k for k, f in enumerate(flat) if f]
-            kept.append(batch.take([k * group + j for k in varied for j in range(group)]))
-            dropped.append(batch.take([k * group + j for k in rest for j in range(group)]))
-            found += len(varied)
-            if (
-                found == config.prompts_per_step
-                or len(sampled) >= config.dynamic_sampling_max_batches
-            ):
-                break
-            # Sample for the deficit, scaled by this step's yield so far (at least the deficit).
-            deficit = config.prompts_per_step - found
-            rate = max(found / (len(sampled) * config.prompts_per_step), 0.25)
-            more = min(config.prompts_per_step, int(np.ceil(deficit / rate)))
-            batch, planted, extra_errors = self.sample_scored(more, ahead=False)
-            sampled.append(batch)
-            plants.append(planted)
-            errors += extra_errors
-        pad = self.tokenizer.pad_token_id
-        everything = Batch.join(sampled, pad)
-        metrics = self.check_integrity(everything, Planted.join(plants))
-        metrics["train/reward"] = float(np.mean(everything.paid))
-        metrics["train/reward_std"] = float(np.std(everything.paid, ddof=1))
-        if self.verifier is not None:  # prompt-only rows: nothing to be right about
-            metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in everything.correct]))
-        metrics["reward/errors"] = float(errors)
-        # the share of rows no function scored (each returned None or NaN): they count 0.0
-        unscored = unscored_rows(everything.scores)
-        metrics["reward/unscored"] = float(np.mean(unscored)) if unscored else 0.0
-        for key, values in everything.scores.items():
-            applicable = [v for v in values if v is not None]
-            if applicable:
-                metrics[f"reward/{key}"] = float(np.mean(applicable))
-        if self.judge_addressing is not None:
-            completions = everything.generation.completions
-            metrics.update(self.judge_addressing.check(self.step + 1, completions, self.run))
-        if not config.dynamic_sampling:
-            return batch, metrics
-        short = config.prompts_per_step - found
-        filler = Batch.join(dropped, pad).take(list(range(short * group)))  # flat: no gradient
-        total_groups = sum(len(b.rows) for b in sampled) // group
-        metrics["train/dropped_groups"] = flat_count / total_groups  # rewards all equal
-        metrics["train/sampled_groups"] = float(total_groups)
-        metrics["train/dynamic_fill"] = short / config.prompts_per_step
-        return Batch.join([*kept, filler], pad), metrics
+        """1. G completions of each of `prompts_count` problems (GroupCollection.rollout)."""
+        return self.collection.rollout(prompts_count, ahead)
 
     def sample_scored(self, prompts_count: int, ahead: bool) -> tuple[Batch, Planted, int]:
-        """Rollout, reward (with the overlong penalty) and the task's verifier of one batch;
-        returns it, its planted canaries and the number of reward errors."""
-        rows, planted, generation, staleness = self.rollout(prompts_count, ahead)
-        rewards = self.score(rows, generation)
-        scores = dict(rewards.scores)
-        totals = list(rewards.total)
-        if self.config.overlong_buffer:
-            penalty = (
-                overlong_penalty(
-                    generation.lengths, self.config.max_new_tokens, self.config.overlong_buffer
-                )
-                * self.config.overlong_penalty
-            )
-            totals = [t + float(p) for t, p in zip(totals, penalty, strict=True)]
-            scores["overlong"] = [float(p) for p in penalty]
-        if self.rewards_are_the_verifier():  # the same verdicts: no second call
-            correct = list(rewards.total)
-        else:
-            assert self.verifier is not None
-            correct = self.verifier(
-                [r["prompt"] for r in rows], generation.completions, **columns_of(rows)
-            ).total
-        batch = Batch(rows, generation, list(rewards.total), totals, scores, correct, staleness)
-        return batch, planted, int(sum(rewards.errors.values()))
+        """1-2. One batch sampled and rewarded (GroupCollection.sample_scored)."""
+        return self.collection.sample_scored(prompts_count, ahead)
 
-    def check_integrity(self, batch: Batch, planted: Planted) -> dict[str, float]:
-        """Canary passes, suspects (paid by the reward functions, failed by the task's
-        verifier) and quarantined samples, over every completion sampled this step."""
-        rows, completions = batch.rows, batch.generation.completions
-        totals, correct = batch.paid, batch.correct
-
-        def score_twins(index: list[int], twins: list[dict[str, Any]]) -> list[float]:
-            """Conflicting canaries: the same completions paid on the twin's checks."""
-            twin_completions = [completions[i] for i in index]
-            prompts = [t["prompt"] for t in twins]
-            return self.rewards(prompts, twin_completions, **columns_of(twins)).total
-
-        metrics, canary_passes = self.canaries.check(
-            planted, self.config.group_size, totals, score_twins
-        )
-        # Paid by the reward, failed by the task's verifier: 0 when they are the same check.
-        paid_wrong = [t >= 1.0 and c < 1.0 for t, c in zip(totals, correct, strict=True)]
-        metrics["integrity/proxy_only"] = float(np.mean(paid_wrong))
-        passed = set(canary_passes)
-        for i, row in enumerate(rows):
-            if i in passed or paid_wrong[i]:
-                self.suspects.append(
-                    {
-                        "step": self.step + 1,
-                        "prompt": str(row["prompt"]),
-                        "completion": completions[i],
-                        "reward": totals[i],
-                        "correct": correct[i],
-                        "canary": bool(row.get("canary", False)),
-                    }
-                )
-        if self.quarantined:
-            metrics["integrity/quarantined"] = float(len(self.quarantined))
-        return metrics
-
-    def score(self, rows: list[dict[str, Any]], generation: Generation) -> Any:
-        """2. Reward every completion (reward functions get the dataset columns as kwargs)."""
-        # One conversion of each tensor, then plain lists: row-by-row tensor indexing is a
-        # visible share of a small model's step.
-        ids = [
-            [token for token, real in zip(row, mask, strict=True) if real]
-            for row, mask in zip(
-                generation.completion_ids.tolist(),
-                generation.completion_mask.tolist(),
-                strict=True,
-            )
-        ]
-        return self.rewards(
-            [r["prompt"] for r in rows],
-            generation.completions,
-            completion_ids=ids,
-            **columns_of(rows),
-        )
+    def collect(self) -> tuple[Batch, dict[str, float]]:
+        """1-2. The step's batch and the metrics of all it sampled (GroupCollection.collect)."""
+        return self.collection.collect()
 
     def update(self, generation: Generation, advantages: torch.Tensor) -> dict[str, float]:
         """4. updates_per_batch passes of minibatch steps on the GRPO loss.
@@ -789,7 +486,7 @@ class GRPO(LMAlgorithm):
                     chunk_rows, chunk_tokens = len(chunk), int(mask_all[chunk].sum())
                     scale = 1.0 / len(chunks)
                 if inputs.skip:  # rows with no gradient need no forward or backward
-                    chunk = chunk[_rows_with_gradient(inputs.advantages[chunk], inputs.group)]
+                    chunk = chunk[rows_with_gradient(inputs.advantages[chunk], inputs.group)]
                 if not len(chunk):
                     continue
                 parts, entropy = self._chunk_loss(inputs, chunk, chunk_rows, chunk_tokens)
@@ -851,51 +548,25 @@ class GRPO(LMAlgorithm):
     def iterate(self) -> None:
         """One step: rollout and reward (with dynamic sampling: until the batch has signal),
         advantages, update; keeps the step's record."""
-        config = self.config
         started = time.time()
         batch, sampled_metrics = self.collect()
-        generation = batch.generation
         scored = time.time()
-        totals = torch.tensor(batch.totals, dtype=torch.float32)
-        advantages = advantages_of(
-            totals, config.group_size, config.advantage_estimator, config.scale_rewards
-        )
-        if self.quarantined:  # samples an alarm flagged never enter the loss again
-            for i, row in enumerate(batch.rows):
-                if (str(row["prompt"]), generation.completions[i]) in self.quarantined:
-                    advantages[i] = 0.0
-        stats = self.update(generation, advantages)
+        stats = self.update(batch.generation, self.advantages(batch))
         self.sampler.weights_updated()  # remote samplers send the new weights
         self.step += 1
         self.samples_seen += len(batch.rows)
         elapsed = time.time() - started
-        lengths = generation.lengths.float()
-        flat = float(np.mean(flat_groups(batch.totals, config.group_size)))
         metrics: dict[str, Any] = {
             "samples": self.samples_seen,
             **sampled_metrics,  # reward, accuracy, integrity: over every completion sampled
-            "train/loss": stats["loss"],
-            "train/policy_loss": stats["policy"],
-            "train/kl": stats["kl"],
-            "train/entropy": stats["entropy"],
-            "train/clip_fraction": stats["clip"],
-            "train/grad_norm": stats["grad"],
-            "train/flat_groups": flat,
-            "train/mismatch_kl": stats["mismatch_kl"],
-            "train/mismatch_max_logp_diff": stats["mismatch_max"],
-            "train/is_weight": stats["is_weight"],
-            "train/staleness": float(batch.staleness),
-            "train/completion_length": float(lengths.mean()),
-            "train/completion_length_max": float(lengths.max()),
-            "train/truncated": float(generation.truncated.float().mean()),
+            **self.train_metrics(batch, stats),
             "perf/step_s": elapsed,
             "perf/rollout_s": scored - started,  # generation (or waiting for it) and rewards
             "perf/update_s": time.time() - scored,
         }
-        if config.correction == "sequence_mask":
-            metrics["train/is_masked"] = stats["is_masked"]
-        if not config.async_generation:
-            metrics["perf/tokens_per_s"] = float(lengths.sum()) / max(scored - started, 1e-9)
+        if not self.config.async_generation:
+            tokens = float(batch.generation.lengths.float().sum())
+            metrics["perf/tokens_per_s"] = tokens / max(scored - started, 1e-9)
         metrics.update(self.rewards.counters())
         if not self._reported_unisolated and any(k.endswith("/unisolated") for k in metrics):
             self._reported_unisolated = True
@@ -910,12 +581,49 @@ class GRPO(LMAlgorithm):
             {
                 "step": self.step,
                 "prompt": str(batch.rows[i]["prompt"]),
-                "completion": generation.completions[i],
+                "completion": batch.generation.completions[i],
                 "reward": batch.totals[i],
                 **{key: values[i] for key, values in batch.scores.items()},
             }
-            for i in range(min(config.group_size, len(batch.rows)))
+            for i in range(min(self.config.group_size, len(batch.rows)))
         ]
+
+    def advantages(self, batch: Batch) -> torch.Tensor:
+        """3. Each completion's advantage over its group [B]; 0 for the samples an alarm
+        quarantined, which never enter the loss again."""
+        config = self.config
+        totals = torch.tensor(batch.totals, dtype=torch.float32)
+        advantages = advantages_of(
+            totals, config.group_size, config.advantage_estimator, config.scale_rewards
+        )
+        if self.collection.quarantined:
+            for i in self.collection.quarantined_rows(batch):
+                advantages[i] = 0.0
+        return advantages
+
+    def train_metrics(self, batch: Batch, stats: dict[str, float]) -> dict[str, float]:
+        """The update's statistics (`update`'s) and the trained batch's shape, as logged."""
+        generation = batch.generation
+        lengths = generation.lengths.float()
+        metrics = {
+            "train/loss": stats["loss"],
+            "train/policy_loss": stats["policy"],
+            "train/kl": stats["kl"],
+            "train/entropy": stats["entropy"],
+            "train/clip_fraction": stats["clip"],
+            "train/grad_norm": stats["grad"],
+            "train/flat_groups": float(np.mean(flat_groups(batch.totals, self.config.group_size))),
+            "train/mismatch_kl": stats["mismatch_kl"],
+            "train/mismatch_max_logp_diff": stats["mismatch_max"],
+            "train/is_weight": stats["is_weight"],
+            "train/staleness": float(batch.staleness),
+            "train/completion_length": float(lengths.mean()),
+            "train/completion_length_max": float(lengths.max()),
+            "train/truncated": float(generation.truncated.float().mean()),
+        }
+        if self.config.correction == "sequence_mask":
+            metrics["train/is_masked"] = stats["is_masked"]
+        return metrics
 
     def progress_postfix(self) -> dict[str, Any]:
         if self.verifier is None:  # prompt-only rows
@@ -954,7 +662,7 @@ class GRPO(LMAlgorithm):
     def finish(self) -> None:
         """Close the Ray workers or the sampling process (their CPUs go to the final
         evaluation), evaluate, export."""
-        self.drop_pending(wait=False)
+        self.collection.drop_pending(wait=False)
         self.sampler.close()
         config = self.config
         if not config.final_eval:
@@ -995,17 +703,7 @@ class GRPO(LMAlgorithm):
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            **super().state_dict(),
-            "canary_passes": self.canaries.passes,
-            "ahead_generator": self.ahead_generator.get_state(),
-            "quarantined": sorted([p, c] for p, c in self.quarantined),
-            "reward_errors": dict(self.rewards.error_totals),
-            "reward_counts": {
-                spec.key: dict(getattr(fn, "counts", {}))
-                for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True)
-            },
-        }
+        state: dict[str, Any] = {**super().state_dict(), **self.collection.state_dict()}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
         return state
@@ -1014,15 +712,7 @@ class GRPO(LMAlgorithm):
         super().load_state_dict(state)
         if self.reference is not None:
             self.reference.load_state_dict(state.get("reference"))
-        self.rewards.error_totals.update(state.get("reward_errors", {}))
-        self.canaries.passes = int(state.get("canary_passes", 0))
-        if "ahead_generator" in state:  # older checkpoints have none
-            self.ahead_generator.set_state(state["ahead_generator"])
-        self.quarantined = {(p, c) for p, c in state.get("quarantined", [])}
-        for spec, fn in zip(self.rewards.specs, self.rewards.functions, strict=True):
-            counts = getattr(fn, "counts", None)
-            if counts is not None:
-                counts.update(state.get("reward_counts", {}).get(spec.key, {}))
+        self.collection.load_state_dict(state)
 
 
 ALGORITHM = GRPO

@@ -1,7 +1,8 @@
 """What GRPO and agent GRPO share: group-relative advantages (each completion scored against
 the others of its prompt: GRPO's, RLOO's leave-one-out, REINFORCE++'s batch-normalized), the
 clipped policy loss over completion tokens with its aggregation (GRPO's per sequence, DAPO's
-per token, Dr. GRPO's constant, BNPO's per local batch), and DAPO's overlong length penalty.
+per token, Dr. GRPO's constant, BNPO's per local batch), DAPO's overlong length penalty, and
+which rows of a minibatch carry a gradient at all.
 
 The four aggregations of a [B, T] per-token loss l over the completion tokens (mask m),
 as the papers and TRL's `loss_type` define them:
@@ -104,6 +105,18 @@ def overlong_penalty(lengths: torch.Tensor, max_tokens: int, buffer: int) -> tor
         return torch.zeros_like(lengths, dtype=torch.float32)
     start = max_tokens - buffer
     return ((start - lengths.float()) / buffer).clamp(min=-1.0, max=0.0)
+
+
+def rows_with_gradient(advantages: torch.Tensor, group: int) -> torch.Tensor:
+    """Which rows of a minibatch to run: those with a non-zero advantage, [B] bool.
+
+    With group > 1 the rows come in whole groups that share one prompt pass, so a group is
+    kept whole when any of its rows counts.
+    """
+    nonzero = advantages != 0
+    if group == 1:
+        return nonzero
+    return nonzero.view(-1, group).any(-1).repeat_interleave(group)
 
 
 @dataclass
