@@ -2,10 +2,11 @@
 they see of an observation (`encoding`), and policy files holding an actor on its own
 (`policy_file`).
 
-The language-model stack lives beside them, one module each: `lm` (loading, LoRA, the
-frozen reference, saving), `base_model` (which model a run starts from, cached base
-models, `start_lm`), `logprobs` (token log-probabilities, shared prompts, packing) and
-`lm_optim` (AdamW and the learning-rate schedule).
+The language-model stack lives beside them, one module each: `lm` (loading, saving),
+`lora` (LoRA adapters and the frozen reference), `base_model` (which model a run starts
+from, cached base models, `start_lm`), `logprobs` (token log-probabilities, shared prompts,
+packing) and `lm_optim` (AdamW, the learning-rate schedule and the optimizer step every
+trainer takes).
 """
 
 from payoff.models.encoding import ObsNormalizer
