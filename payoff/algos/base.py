@@ -841,6 +841,52 @@ class Algorithm:
                     f"{where} holds no {cls.name} {part}: it was not written by a payoff run "
                     f"or {cls.name}.save (its top-level keys: {sorted(map(str, payload))})"
                 )
+        config_data, yours = cls._config_to_load(payload, where, env, device, settings)
+        try:
+            config: Any = from_dict(cls.config_class, config_data)
+        except ConfigError as err:
+            raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
+        trusted = trust_code or (source is not None and written_here(source, payload["config"]))
+        untrusted = None if trusted else where
+        with (
+            names_from(untrusted, yours),
+            _restoring(),
+            weights_from(untrusted, count_values(payload["state"])),
+        ):
+            try:
+                algorithm = cls(config=config, run=run)
+            except ConfigError as err:
+                if not _from_python_material(payload["config"]) or settings:
+                    raise
+                raise ConfigError(
+                    f"{where}: {err}. It was trained on Python rows or functions, which a file "
+                    f"cannot hold: pass them again, {cls.__name__}.load(path, task=rows, "
+                    f"rewards=[fn]) or preferences=pairs"
+                ) from None
+        _check_spaces(where, payload.get("spaces", {}), algorithm.spaces(), config)
+        try:
+            with names_from(None if trusted else where, yours):
+                algorithm.load_state_dict(payload["state"])
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
+            # a hand-edited or foreign file: wrong keys, shapes or types inside the state
+            raise CheckpointError(
+                f"{where}: its state does not fit this {cls.name} model "
+                f"({type(err).__name__}: {err})"
+            ) from None
+        return algorithm
+
+    @classmethod
+    def _config_to_load(
+        cls,
+        payload: dict[str, Any],
+        where: str,
+        env: Any,
+        device: str | None,
+        settings: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], frozenset[str]]:
+        """The saved config with what the caller gives on top (an env, config keys, a
+        device; a device this machine lacks becomes the CPU, with a warning), and the code
+        names the caller's own material brings (theirs to run)."""
         config_data = dict(payload["config"])
         yours: frozenset[str] = frozenset()  # code the caller's own env names
         if env is not None:
@@ -865,48 +911,10 @@ class Algorithm:
                 f"does not have (torch sees: {', '.join(available_devices())}); loading it on "
                 f"the CPU (pass device=... to choose)",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             config_data["device"] = "cpu"
-        try:
-            config: Any = from_dict(cls.config_class, config_data)
-        except ConfigError as err:
-            raise CheckpointError(f"{where}: its config does not fit {cls.name}: {err}") from None
-        trusted = trust_code or (source is not None and written_here(source, payload["config"]))
-        untrusted = None if trusted else where
-        with (
-            names_from(untrusted, yours),
-            _restoring(),
-            weights_from(untrusted, count_values(payload["state"])),
-        ):
-            try:
-                algorithm = cls(config=config, run=run)
-            except ConfigError as err:
-                if not _from_python_material(payload["config"]) or settings:
-                    raise
-                raise ConfigError(
-                    f"{where}: {err}. It was trained on Python rows or functions, which a file "
-                    f"cannot hold: pass them again, {cls.__name__}.load(path, task=rows, "
-                    f"rewards=[fn]) or preferences=pairs"
-                ) from None
-        saved, current = payload.get("spaces", {}), algorithm.spaces()
-        if not isinstance(saved, dict):
-            raise CheckpointError(f"{where} has a malformed 'spaces' entry")
-        for key in saved:
-            if key in current and saved[key] != current[key]:
-                raise CheckpointError(
-                    f"{where} was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
-                )
-        try:
-            with names_from(None if trusted else where, yours):
-                algorithm.load_state_dict(payload["state"])
-        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
-            # a hand-edited or foreign file: wrong keys, shapes or types inside the state
-            raise CheckpointError(
-                f"{where}: its state does not fit this {cls.name} model "
-                f"({type(err).__name__}: {err})"
-            ) from None
-        return algorithm
+        return config_data, yours
 
     @classmethod
     def from_run(cls, run: Run) -> Self:
@@ -946,6 +954,17 @@ class Algorithm:
     def progress_step(self) -> int:
         """The step counter metrics are logged against (used to trim metrics on resume)."""
         return self.step
+
+
+def _check_spaces(where: str, saved: Any, current: dict[str, str], config: Any) -> None:
+    """A CheckpointError where the file's spaces are not those of the env `config` names."""
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{where} has a malformed 'spaces' entry")
+    for key in saved:
+        if key in current and saved[key] != current[key]:
+            raise CheckpointError(
+                f"{where} was trained with {key} {saved[key]}, but env {config.env.id!r} has {key} {current[key]}"
+            )
 
 
 def _onto_saved(
