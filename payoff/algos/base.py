@@ -375,30 +375,7 @@ class Algorithm:
         run: Run | None = None,
         **kwargs: Any,
     ):
-        # the env: the one positional argument or env= (read so, instead of as a parameter,
-        # so that SB3's PPO("MlpPolicy", env=env) meets the message below, not a TypeError)
-        env: Any = args[0] if args else kwargs.pop("env", NO_ENV)
-        extra = args[1:] + ((kwargs.pop("env"),) if args and "env" in kwargs else ())
-        if extra or (isinstance(env, str) and env in _SB3_POLICIES):
-            raise ConfigError(
-                f"{type(self).__name__} takes the env as its one positional argument and "
-                f"everything else by keyword: {type(self).__name__}(env, learning_rate=...). "
-                f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
-                f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
-            )
-        if env is None:  # given, but None: an env factory that returned nothing?
-            try:
-                default = getattr(getattr(self.config_class(), "env", None), "id", None)
-            except Exception:  # a config class that needs keys of its own
-                default = None
-            raise ConfigError(
-                f"{type(self).__name__}(env=None): no env was given (did the function that "
-                f"makes it return None?); pass an env id, a gymnasium.Env or a function that "
-                f"returns one"
-                + (f", or leave env out to train on the default, {default}" if default else "")
-            )
-        if env is NO_ENV:
-            env = None
+        env = self._env_argument(args, kwargs)
         if run is not None and not isinstance(run, Run):
             raise ConfigError(
                 f"run= takes a payoff.track.run.Run, got {type(run).__name__} {run!r}: "
@@ -451,6 +428,37 @@ class Algorithm:
             self.attach_monitors(
                 [m if isinstance(m, Monitor) else build_monitors([m])[0] for m in monitors]
             )
+
+    @classmethod
+    def _env_argument(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The env given to the constructor (None: the config's default), taken out of
+        `kwargs`; SB3's policy name and a None from an env factory are refused, each with
+        what to pass instead."""
+        # the env: the one positional argument or env= (read so, instead of as a parameter,
+        # so that SB3's PPO("MlpPolicy", env=env) meets the message below, not a TypeError)
+        env: Any = args[0] if args else kwargs.pop("env", NO_ENV)
+        extra = args[1:] + ((kwargs.pop("env"),) if args and "env" in kwargs else ())
+        if extra or (isinstance(env, str) and env in _SB3_POLICIES):
+            raise ConfigError(
+                f"{cls.__name__} takes the env as its one positional argument and "
+                f"everything else by keyword: {cls.__name__}(env, learning_rate=...). "
+                f"There is no policy name to pass (Stable-Baselines3's 'MlpPolicy'): the "
+                f"networks follow the env's spaces, sized by keys such as hidden=[64, 64]"
+            )
+        if env is None:  # given, but None: an env factory that returned nothing?
+            try:
+                default = getattr(getattr(cls.config_class(), "env", None), "id", None)
+            except Exception:  # a config class that needs keys of its own
+                default = None
+            raise ConfigError(
+                f"{cls.__name__}(env=None): no env was given (did the function that "
+                f"makes it return None?); pass an env id, a gymnasium.Env or a function that "
+                f"returns one"
+                + (f", or leave env out to train on the default, {default}" if default else "")
+            )
+        if env is NO_ENV:
+            env = None
+        return env
 
     # ---- the loop's counters, under the names algorithms and users read ------------------
     step = _LoopCounter()
