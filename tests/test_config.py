@@ -120,8 +120,7 @@ def test_a_yaml_alias_bomb_is_one_clear_error(tmp_path, capsys):
 
 
 # Numeric config keys of the algorithms' configs without a range, each for a reason; every
-# other one declares its range beside it (`field(..., metadata=in_range(...))`) or, until its
-# file is annotated, in payoff.algos.shared.ranges.PENDING_RANGES.
+# other one declares its range beside it (`field(..., metadata=in_range(...))`).
 NO_RANGE = {
     # any value: returns, rewards and their weights may be negative; log-scale starts
     "VectorAgentKeys.stop_at_return",

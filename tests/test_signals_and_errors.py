@@ -498,7 +498,8 @@ def test_schedules_are_checked_at_both_ends():
 
 @dataclasses.dataclass
 class CustomConfig:
-    gamma: float = 0.5  # checked by name, as everywhere
+    gamma: float = dataclasses.field(default=0.5, metadata=in_range(0, 1))  # declared beside it
+    free: float = 0.5  # declares no range: any finite value
     share: float = dataclasses.field(default=0.25, metadata=in_range(0, 0.5))  # its own range
     seed: int = dataclasses.field(default=0, metadata={"range": None})  # opted out
 
@@ -511,6 +512,7 @@ def test_nan_is_out_of_range_and_metadata_declares_a_field_own_range():
         from_dict(CustomConfig, {"share": 0.75})
     with pytest.raises(ConfigError, match=r"config key 'gamma' must be in \[0, 1\], got 1.5"):
         from_dict(CustomConfig, {"gamma": 1.5})
+    assert from_dict(CustomConfig, {"free": -7.5}).free == -7.5  # no range by name any more
 
 
 def test_a_damaged_summary_or_metrics_line_is_named_not_a_traceback(run_copy, capsys):

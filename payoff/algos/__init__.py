@@ -10,15 +10,10 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING
 
-from payoff.algos.shared.ranges import PENDING_RANGES
-from payoff.core.config import register_ranges
 from payoff.core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
     from payoff.algos.base import Algorithm
-
-# The ranges of the keys whose fields do not declare theirs yet (payoff.algos.shared.ranges)
-register_ranges(PENDING_RANGES)
 
 
 def available_algorithms() -> list[str]:

@@ -35,7 +35,15 @@ from payoff.algos.sft import train_on_episodes
 from payoff.algos.shared.group import Aggregation, flat_groups, group_advantages, grpo_loss
 from payoff.algos.shared.lm_step import accumulated_step
 from payoff.core.cache import build_lock, cache_folder
-from payoff.core.config import to_dict
+from payoff.core.config import (
+    MAX_BATCH,
+    MAX_GROUP,
+    MAX_PROMPTS,
+    MAX_SEED,
+    MAX_TOKENS,
+    in_range,
+    to_dict,
+)
 from payoff.core.device import check_device_name, resolve_device
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks.base import contradict_row
@@ -86,10 +94,10 @@ class DemoSFTConfig:
     """
 
     demonstrations: int = 512
-    steps: int = 400
-    batch_size: int = 32
-    learning_rate: float = 2e-3
-    seed: int = 0
+    steps: int = field(default=400, metadata=in_range(0, low_open=True))
+    batch_size: int = field(default=32, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    learning_rate: float = field(default=2e-3, metadata=in_range(0, low_open=True))
+    seed: int = field(default=0, metadata=in_range(0, MAX_SEED))
     tiny: TinyLMConfig = field(default_factory=TinyLMConfig)
     given_model: bool = False
 
@@ -152,31 +160,39 @@ class AgentGRPOConfig(RunKeys, MonitorKeys):
     sft: DemoSFTConfig = field(default_factory=DemoSFTConfig)
     task: AgentTaskConfig = field(default_factory=AgentTaskConfig)
     canaries: CanaryConfig = field(default_factory=CanaryConfig)
-    steps: int = 40
-    tasks_per_step: int = 16
-    group_size: int = 4
+    steps: int = field(default=40, metadata=in_range(0, low_open=True))
+    tasks_per_step: int = field(
+        default=16,
+        metadata=in_range(
+            0,
+            low_open=True,
+            most=MAX_PROMPTS,
+            product=("group_size", 65_536, "episodes in one rollout batch"),
+        ),
+    )
+    group_size: int = field(default=4, metadata=in_range(2, most=MAX_GROUP))
     credit: Literal["trajectory", "turn"] = "trajectory"
-    gamma: float = 1.0
+    gamma: float = field(default=1.0, metadata=in_range(0, 1))
     tool_cost: float = 0.1
     turn_cost: float = 0.0
     token_cost: float = 0.0
     malformed_cost: float = 0.0
-    negative_weight: float = 1.0
+    negative_weight: float = field(default=1.0, metadata=in_range(0, 1))
     judge_weight: float = 0.0
     judge_normalization: str = "zscore"
-    learning_rate: float = 3e-4
-    warmup_steps: int = 5
-    max_grad_norm: float = 1.0
-    clip_eps: float = 0.2
+    learning_rate: float = field(default=3e-4, metadata=in_range(0, low_open=True))
+    warmup_steps: int = field(default=5, metadata=in_range(0))
+    max_grad_norm: float = field(default=1.0, metadata=in_range(0))
+    clip_eps: float = field(default=0.2, metadata=in_range(0, low_open=True))
     scale_rewards: bool = True
     loss_aggregation: Aggregation = "token"
-    updates_per_batch: int = 1
+    updates_per_batch: int = field(default=1, metadata=in_range(0, low_open=True))
     skip_zero_advantage: bool = True
-    temperature: float = 1.0
-    max_new_tokens: int = 72
-    log_every: int = 1
-    eval_every: int = 0
-    checkpoint_every: int = 20
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    max_new_tokens: int = field(default=72, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    log_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=20, metadata=in_range(0, low_open=True))
     chat_template: bool | None = None
     device: str = field(default="auto", metadata={"check": check_device_name})
     final_eval: bool = False

@@ -28,7 +28,7 @@ import torch
 from payoff.algos.reward_model import preference_base, small_base, styled_task
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys, columns_of
 from payoff.algos.shared.preference import dpo_loss
-from payoff.core.config import in_range
+from payoff.core.config import MAX_BATCH, MAX_TOKENS, in_range
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import Row, TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig, load_pairs
@@ -83,15 +83,15 @@ class DPOConfig(LMKeys):
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     preferences: PreferenceDataConfig = field(default_factory=gold_prefs)
-    beta: float = 0.1
+    beta: float = field(default=0.1, metadata=in_range(0))
     loss: Literal["sigmoid", "ipo"] = "sigmoid"
     rpo_alpha: float = field(default=0.0, metadata=in_range(0.0))
-    steps: int = 100
-    batch_size: int = 32
-    max_new_tokens: int = 24
-    log_every: int = 5
-    eval_every: int = 0
-    checkpoint_every: int = 50
+    steps: int = field(default=100, metadata=in_range(0, low_open=True))
+    batch_size: int = field(default=32, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    max_new_tokens: int = field(default=24, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    log_every: int = field(default=5, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=50, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 25}  # payoff train runs
 

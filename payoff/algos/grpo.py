@@ -54,6 +54,7 @@ from payoff.algos.shared.group import (
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys
 from payoff.algos.shared.lm_step import accumulated_step
 from payoff.algos.shared.mismatch import Correction, Mismatch, mismatch
+from payoff.core.config import MAX_BATCH, MAX_GROUP, MAX_PROMPTS, MAX_THREADS, MAX_TOKENS, in_range
 from payoff.core.errors import ConfigError
 from payoff.models.base_model import BaseModelConfig
 from payoff.models.lm import FrozenReference
@@ -159,21 +160,29 @@ class GRPOConfig(LMKeys, IntegrityKeys):
 
     base: BaseModelConfig = field(default_factory=BaseModelConfig)
     rewards: list[RewardSpec] = field(default_factory=list)
-    prompts_per_step: int = 16
-    group_size: int = 8
-    updates_per_batch: int = 1
-    minibatch_size: int = 0
-    learning_rate: float = 2e-4
-    warmup_steps: int = 10
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    beta: float = 0.0
+    prompts_per_step: int = field(
+        default=16,
+        metadata=in_range(
+            0,
+            low_open=True,
+            most=MAX_PROMPTS,
+            product=("group_size", 65_536, "completions in one rollout batch"),
+        ),
+    )
+    group_size: int = field(default=8, metadata=in_range(2, most=MAX_GROUP))
+    updates_per_batch: int = field(default=1, metadata=in_range(0, low_open=True))
+    minibatch_size: int = field(default=0, metadata=in_range(0, most=MAX_BATCH))
+    learning_rate: float = field(default=2e-4, metadata=in_range(0, low_open=True))
+    warmup_steps: int = field(default=10, metadata=in_range(0))
+    clip_eps: float = field(default=0.2, metadata=in_range(0, low_open=True))
+    clip_eps_high: float | None = field(default=None, metadata=in_range(0, low_open=True))
+    beta: float = field(default=0.0, metadata=in_range(0))
     skip_zero_advantage: bool = True
     scale_rewards: bool = True
     advantage_estimator: Estimator = "grpo"
     loss_aggregation: Aggregation = "grpo"
-    microbatch_size: int = 0
-    overlong_buffer: int = 0
+    microbatch_size: int = field(default=0, metadata=in_range(most=MAX_BATCH))
+    overlong_buffer: int = field(default=0, metadata=in_range(most=MAX_TOKENS))
     overlong_penalty: float = 1.0
     mask_truncated: bool = False
     dynamic_sampling: bool = False
@@ -182,15 +191,15 @@ class GRPOConfig(LMKeys, IntegrityKeys):
     mismatch_cap: float = 2.0
     async_generation: bool = False
     max_staleness: int = 1
-    sampler_threads: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 8
+    sampler_threads: int = field(default=0, metadata=in_range(0, MAX_THREADS))
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    top_p: float = field(default=1.0, metadata=in_range(0, 1, low_open=True))
+    max_new_tokens: int = field(default=8, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
     stop: list[str] = field(default_factory=list)
-    log_every: int = 1
-    eval_every: int = 0
-    checkpoint_every: int = 50
-    final_eval_k: list[int] = field(default_factory=lambda: [1, 8])
+    log_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=50, metadata=in_range(0, low_open=True))
+    final_eval_k: list[int] = field(default_factory=lambda: [1, 8], metadata=in_range(1))
     backend: Literal["local", "ray"] = "local"
     ray: RayConfig = field(default_factory=RayConfig)
 

@@ -27,6 +27,7 @@ from payoff.algos.base import Algorithm
 from payoff.algos.sft import build_base_model
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMKeys
 from payoff.algos.shared.preference import bradley_terry_loss
+from payoff.core.config import MAX_BATCH, MAX_DEPTH, in_range
 from payoff.core.device import resolve_device
 from payoff.core.seeding import seed_everything
 from payoff.envs.tasks import Row, TaskConfig, make_task
@@ -92,13 +93,13 @@ class RewardModelConfig(LMKeys):
     base: BaseModelConfig = field(default_factory=small_base)
     task: TaskConfig = field(default_factory=styled_task)
     preferences: PreferenceDataConfig = field(default_factory=PreferenceDataConfig)
-    ensemble: int = 1
+    ensemble: int = field(default=1, metadata=in_range(0, low_open=True, most=MAX_DEPTH))
     bootstrap: bool = True
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    log_every: int = 10
-    eval_every: int = 0
-    checkpoint_every: int = 100
+    batch_size: int = field(default=64, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    log_every: int = field(default=10, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=100, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 50}  # payoff train runs
 

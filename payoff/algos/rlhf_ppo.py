@@ -43,7 +43,7 @@ from payoff.algos.shared.lm import (
     columns_of,
 )
 from payoff.algos.shared.policy_loss import clipped_surrogate, value_loss
-from payoff.core.config import absolute_path
+from payoff.core.config import MAX_BATCH, MAX_PROMPTS, MAX_TOKENS, absolute_path, in_range
 from payoff.core.errors import ConfigError
 from payoff.envs.tasks import TaskConfig
 from payoff.envs.tasks.preferences import PreferenceDataConfig
@@ -95,29 +95,37 @@ class RLHFPPOConfig(LMKeys, MonitorKeys):
     reward_model: str = ""
     rewards: list[RewardSpec] = field(default_factory=list)
     proxy_preferences: PreferenceDataConfig = field(default_factory=proxy_preferences)
-    proxy_steps: int = 300
-    proxy_learning_rate: float = 2e-3
-    steps: int = 40
-    prompts_per_step: int = 64
-    ppo_epochs: int = 2
-    minibatch_size: int = 32
-    kl_coef: float = 0.05
-    kl_target: float | None = None
-    kl_horizon: int = 10000
+    proxy_steps: int = field(default=300, metadata=in_range(0, low_open=True))
+    proxy_learning_rate: float = field(default=2e-3, metadata=in_range(0, low_open=True))
+    steps: int = field(default=40, metadata=in_range(0, low_open=True))
+    prompts_per_step: int = field(
+        default=64,
+        metadata=in_range(
+            0,
+            low_open=True,
+            most=MAX_PROMPTS,
+            product=("group_size", 65_536, "completions in one rollout batch"),
+        ),
+    )
+    ppo_epochs: int = field(default=2, metadata=in_range(0, low_open=True))
+    minibatch_size: int = field(default=32, metadata=in_range(0, most=MAX_BATCH))
+    kl_coef: float = field(default=0.05, metadata=in_range(0))
+    kl_target: float | None = field(default=None, metadata=in_range(0, low_open=True))
+    kl_horizon: int = field(default=10000, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
     whiten_rewards: bool = True
-    gamma: float = 1.0
-    lam: float = 0.95
-    clip: float = 0.2
-    value_clip: float = 0.2
-    value_coef: float = 0.5
-    learning_rate: float = 2e-4
-    critic_learning_rate: float = 1e-3
-    weight_decay: float = 0.01
-    temperature: float = 1.0
-    max_new_tokens: int = 24
-    log_every: int = 1
-    eval_every: int = 0
-    checkpoint_every: int = 20
+    gamma: float = field(default=1.0, metadata=in_range(0, 1))
+    lam: float = field(default=0.95, metadata=in_range(0, 1))
+    clip: float = field(default=0.2, metadata=in_range(0, low_open=True))
+    value_clip: float = field(default=0.2, metadata=in_range(0, low_open=True))
+    value_coef: float = field(default=0.5, metadata=in_range(0))
+    learning_rate: float = field(default=2e-4, metadata=in_range(0, low_open=True))
+    critic_learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    weight_decay: float = field(default=0.01, metadata=in_range(0))
+    temperature: float = field(default=1.0, metadata=in_range(0, low_open=True))
+    max_new_tokens: int = field(default=24, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    log_every: int = field(default=1, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=20, metadata=in_range(0, low_open=True))
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 10}  # payoff train runs
 

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -28,7 +28,7 @@ import torch
 from payoff.algos.base import NO_FINAL_EVALUATION
 from payoff.algos.shared.lm import NO_FINAL_LM_EVALUATION, LMAlgorithm, LMKeys
 from payoff.core.cache import build_lock, cache_folder
-from payoff.core.config import to_dict
+from payoff.core.config import MAX_BATCH, MAX_TOKENS, in_range, to_dict
 from payoff.core.errors import ConfigError, DataError
 from payoff.envs.tasks import Row, TaskConfig, data_fingerprint
 from payoff.models.base_model import BaseModelConfig, save_cached_model
@@ -69,17 +69,17 @@ class SFTConfig(LMKeys):
         probes (on a code task every answer runs in the sandbox).
     """
 
-    steps: int = 300
-    batch_size: int = 128
-    learning_rate: float = 1e-3
-    warmup_steps: int = 20
+    steps: int = field(default=300, metadata=in_range(0, low_open=True))
+    batch_size: int = field(default=128, metadata=in_range(0, low_open=True, most=MAX_BATCH))
+    learning_rate: float = field(default=1e-3, metadata=in_range(0, low_open=True))
+    warmup_steps: int = field(default=20, metadata=in_range(0))
     loss_on: Literal["completion", "all"] = "completion"
-    answer_noise: float = 0.0
-    stop_at_accuracy: float | None = None
-    max_new_tokens: int = 8
-    log_every: int = 10
-    eval_every: int = 0
-    checkpoint_every: int = 100
+    answer_noise: float = field(default=0.0, metadata=in_range(0, 1, high_open=True))
+    stop_at_accuracy: float | None = field(default=None, metadata=in_range(0, 1))
+    max_new_tokens: int = field(default=8, metadata=in_range(0, low_open=True, most=MAX_TOKENS))
+    log_every: int = field(default=10, metadata=in_range(0, low_open=True))
+    eval_every: int = field(default=0, metadata=in_range(0))
+    checkpoint_every: int = field(default=100, metadata=in_range(0, low_open=True))
     held_out_curve: bool = True
 
     run_defaults: ClassVar[dict[str, Any]] = {"eval_every": 100}  # payoff train runs

@@ -22,7 +22,6 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -151,23 +150,10 @@ def in_range(
     return metadata
 
 
-# The declarations (in_range's metadata) of keys whose fields do not carry theirs yet, by key
-# name: a layer above core registers them (register_ranges), so that core names no key.
-_REGISTERED: dict[str, Mapping[str, Any]] = {}
-
-
-def register_ranges(declarations: Mapping[str, Mapping[str, Any]]) -> None:
-    """Declare ranges by key name (`{"clip": in_range(0, low_open=True)}`) for fields that do
-    not declare theirs in their metadata yet; a field's own declaration comes first."""
-    _REGISTERED.update(declarations)
-
-
 def declared(field: dataclasses.Field[Any], what: str) -> Any:
     """What `field` declares about its values ('range', 'most' or 'product', as in_range
-    writes them): its own metadata's, else a registered declaration's for its name, else None."""
-    if what in field.metadata:
-        return field.metadata[what]
-    return _REGISTERED.get(field.name, {}).get(what)
+    writes them in its metadata), or None."""
+    return field.metadata.get(what)
 
 
 def annotated_class(cls: type, attribute: str) -> type | None:

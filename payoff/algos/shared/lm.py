@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from payoff.algos.base import NO_FINAL_EVALUATION, Algorithm, RunKeys
+from payoff.core.config import in_range
 from payoff.core.device import check_device_name
 from payoff.core.errors import ConfigError, PayoffError
 from payoff.envs.tasks import Row, Task, TaskConfig, make_task
@@ -58,10 +59,10 @@ class LMKeys(RunKeys):
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     device: str = field(default="auto", metadata={"check": check_device_name})
-    steps: int = 200
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    steps: int = field(default=200, metadata=in_range(0, low_open=True))
+    learning_rate: float = field(default=1e-4, metadata=in_range(0, low_open=True))
+    weight_decay: float = field(default=0.0, metadata=in_range(0))
+    max_grad_norm: float = field(default=1.0, metadata=in_range(0))
     final_eval: bool = False
 
     run_defaults: ClassVar[dict[str, Any]] = {"final_eval": True}  # payoff train runs
