@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from payoff.accel.native import MAX_LAYERS, kernels, kernels_for
+from payoff.accel.native import MAX_LAYERS, kernels, kernels_for, native_status
 from payoff.models.flat import FlatAdam, FlatParameters
 from payoff.models.mlp import CategoricalActor, Critic, gumbel_noise
 
@@ -44,8 +44,6 @@ def plain_mlp(network: nn.Module) -> bool:
 def why_not(actor: Any, critic: Any, flat: Any, optimizer: Any) -> str | None:
     """Why the kernels cannot run PPO's step for these networks and optimizer (None: they can)."""
     if kernels() is None:
-        from payoff.accel.native import native_status
-
         return native_status()
     if not isinstance(actor, CategoricalActor):
         return "the actor is not categorical (the kernels take Discrete actions)"
